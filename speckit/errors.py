@@ -1,0 +1,56 @@
+"""Errors speckit raises on purpose: each names the file, tensor or field at fault and says what to do.
+
+The CLI prints ``message`` and ``hint`` on one line each and exits with ``exit_code``.
+"""
+
+from __future__ import annotations
+
+
+class SpeckitError(Exception):
+    """A failure the user can act on."""
+
+    exit_code = 1
+
+    def __init__(self, message: str, hint: str | None = None):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message}\nhint: {self.hint}"
+
+
+class UsageError(SpeckitError):
+    """Bad flags, unknown ids, conflicting options."""
+
+    exit_code = 2
+
+
+class FormatError(SpeckitError):
+    """A checkpoint, config or registry file that is malformed or structurally wrong."""
+
+    exit_code = 3
+
+
+class HubError(SpeckitError):
+    """The Hub (or HF_ENDPOINT) could not give us what we asked for."""
+
+    exit_code = 4
+
+
+class IntegrityError(SpeckitError):
+    """Downloaded or cached bytes that do not match their recorded size or sha256."""
+
+    exit_code = 5
+
+
+class EngineError(SpeckitError):
+    """vLLM failed to start, crashed or timed out."""
+
+    exit_code = 6
+
+
+class PlanError(SpeckitError):
+    """A deployment that cannot work (pairing mismatch, TP that does not divide heads, ...)."""
+
+    exit_code = 7
