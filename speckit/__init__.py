@@ -18,7 +18,8 @@ _LAZY = {
     "SpeckitError": ("speckit.errors", "SpeckitError"),
 }
 
-__all__ = sorted(_LAZY)
+__all__ = ["Checkpoint", "SpeckitError", "convert", "fetch", "inspect", "plan", "quantize",
+           "validate"]
 
 
 def __getattr__(name: str):

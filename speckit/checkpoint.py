@@ -6,6 +6,7 @@ Headers are parsed here without torch, so inspect/plan stay light; tensors are m
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import math
 import os
@@ -133,7 +134,7 @@ def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str
         spans.append((begin, end, name))
         tensors[name] = info
     spans.sort()
-    for (b0, e0, n0), (b1, _e1, n1) in zip(spans, spans[1:]):
+    for (b0, e0, n0), (b1, _e1, n1) in itertools.pairwise(spans):
         if b1 < e0:
             raise FormatError(f"{path}: tensors {n0!r} and {n1!r} overlap in the data section",
                               hint="the header lies about its offsets; the file is corrupt")
@@ -380,7 +381,7 @@ class CheckpointWriter:
                 off += info.nbytes
             hb = json.dumps(header, separators=(",", ":")).encode()
             hb += b" " * ((8 - len(hb) % 8) % 8)  # keep the data section 8-byte aligned
-            fh = open(self.out_dir / fname, "wb")
+            fh = open(self.out_dir / fname, "wb")  # noqa: SIM115 (closed in close())
             fh.write(struct.pack("<Q", len(hb)))
             fh.write(hb)
             fh.truncate(8 + len(hb) + off)

@@ -1,0 +1,37 @@
+"""EAGLE-3: a one-or-more-layer head over three (or A) target hidden states, drafting sequentially.
+
+speculators layout (`speculators_model_type: eagle3`) is what vLLM loads; see FORMATS.md 2.1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.methods import KVLayer
+from speckit.methods.common import check_k_range, draft_layer_kv, layer_config, speculators_k
+
+NAME = "eagle3"
+VLLM_METHOD = "eagle3"
+SPECULATORS_TYPE = "eagle3"
+PARALLEL = False
+HAS_CHECKPOINT = True
+
+
+def default_k(config: dict[str, Any]) -> int | None:
+    return speculators_k(config)
+
+
+def check_k(config: dict[str, Any], k: int) -> None:
+    check_k_range(NAME, k, lo=1)
+
+
+def lookahead_slots(k: int) -> int:
+    return k
+
+
+def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
+    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+
+
+def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
+    return draft_layer_kv(config, int(layer_config(config).get("num_hidden_layers", 1)))

@@ -1,0 +1,35 @@
+"""ngram (prompt lookup): no draft weights; proposes continuations seen earlier in the context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.methods import KVLayer
+from speckit.methods.common import check_k_range
+
+NAME = "ngram"
+VLLM_METHOD = "ngram"
+SPECULATORS_TYPE = None
+PARALLEL = False
+HAS_CHECKPOINT = False
+
+
+def default_k(config: dict[str, Any]) -> int | None:
+    return 3
+
+
+def check_k(config: dict[str, Any], k: int) -> None:
+    check_k_range(NAME, k, lo=1)
+
+
+def lookahead_slots(k: int) -> int:
+    return 0
+
+
+def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
+    return {"method": VLLM_METHOD, "num_speculative_tokens": k,
+            "prompt_lookup_max": 5, "prompt_lookup_min": 2}
+
+
+def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
+    return []
