@@ -106,3 +106,26 @@ def speculators_k(config: dict[str, Any]) -> int | None:
         return int(config["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
     except (KeyError, IndexError, TypeError, ValueError):
         return None
+
+
+_FUSED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+          "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}
+
+
+def offset_layer_runtime_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """The module name vLLM uses at run time for a draft tensor of an EAGLE-3/DFlash-style draft.
+
+    vLLM builds draft layer i as `model.layers.{target_num_layers + i}`, fuses q/k/v and gate/up,
+    and prefixes everything but lm_head with `model.`; Quark `exclude` must use these names.
+    """
+    module = ckpt_name.rsplit(".", 1)[0] if ckpt_name.endswith((".weight", ".bias")) else ckpt_name
+    parts = module.split(".")
+    if parts[0] == "midlayer":
+        parts = ["layers", "0", *parts[1:]]
+    if parts[0] == "layers" and len(parts) > 1 and parts[1].isdigit():
+        parts[1] = str(int(parts[1]) + target_num_layers)
+    if parts[-1] in _FUSED:
+        parts[-1] = _FUSED[parts[-1]]
+    if parts[0] == "lm_head":
+        return ".".join(parts)
+    return "model." + ".".join(parts)

@@ -9,7 +9,12 @@ from typing import Any
 
 from speckit.errors import FormatError
 from speckit.methods import KVLayer
-from speckit.methods.common import check_k_range, draft_layer_kv, speculators_k
+from speckit.methods.common import (
+    check_k_range,
+    draft_layer_kv,
+    offset_layer_runtime_name,
+    speculators_k,
+)
 
 NAME = "dflash"
 VLLM_METHOD = "dflash"
@@ -51,3 +56,8 @@ def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
     return draft_layer_kv(config)
+
+
+def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """vLLM's run-time module name for a checkpoint tensor (Quark `exclude` must use it)."""
+    return offset_layer_runtime_name(ckpt_name, target_num_layers=target_num_layers)

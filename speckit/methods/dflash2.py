@@ -9,6 +9,7 @@ from typing import Any
 
 from speckit.methods import KVLayer
 from speckit.methods import dflash as _dflash
+from speckit.methods.common import offset_layer_runtime_name
 
 NAME = "dflash2"
 VLLM_METHOD = "dflash"
@@ -35,3 +36,8 @@ def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
     return _dflash.draft_kv_layers(config)
+
+
+def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """vLLM's run-time module name for a checkpoint tensor (Quark `exclude` must use it)."""
+    return offset_layer_runtime_name(ckpt_name, target_num_layers=target_num_layers)

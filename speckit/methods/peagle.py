@@ -8,7 +8,13 @@ from __future__ import annotations
 from typing import Any
 
 from speckit.methods import KVLayer
-from speckit.methods.common import check_k_range, draft_layer_kv, layer_config, speculators_k
+from speckit.methods.common import (
+    check_k_range,
+    draft_layer_kv,
+    layer_config,
+    offset_layer_runtime_name,
+    speculators_k,
+)
 
 NAME = "peagle"
 VLLM_METHOD = "eagle3"
@@ -41,3 +47,8 @@ def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
     return draft_layer_kv(config, int(layer_config(config).get("num_hidden_layers", 1)))
+
+
+def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """vLLM's run-time module name for a checkpoint tensor (Quark `exclude` must use it)."""
+    return offset_layer_runtime_name(ckpt_name, target_num_layers=target_num_layers)
