@@ -129,20 +129,21 @@ def _source_of(entry_or_name: Any) -> GgufSource:
         raise UsageError(f"registry entry {eid!r} is kind={kind!r} source_layout={layout!r}; "
                          "only targets with source_layout 'gguf' can be materialized",
                          hint="fetch other entries with `speckit fetch`")
-    if eid and str(eid).lower() in BUILTIN and not _field(entry_or_name, "file"):
-        return BUILTIN[str(eid).lower()]
-    # accepted spellings: package/distribution/file fields, or source = "pypi:<dist>/<file>"
-    dist = _field(entry_or_name, "distribution") or _field(entry_or_name, "pypi")
-    fname = _field(entry_or_name, "file") or _field(entry_or_name, "gguf_file")
-    source = _field(entry_or_name, "source") or _field(entry_or_name, "repo")
+    # registry.Entry: source = PackageSource(pypi=<distribution>, file=<package dir>/<file.gguf>)
+    source = _field(entry_or_name, "source")
+    dist = _field(source, "pypi") if source is not None and not isinstance(source, str) else None
+    path = _field(source, "file") if dist else None
     if isinstance(source, str) and source.startswith("pypi:"):
-        dist, _, fname = source[5:].partition("/")
-    if not (eid and dist and fname):
-        raise FormatError(f"registry entry {eid!r}: a gguf target needs id, the PyPI "
-                          "distribution and the GGUF file name",
-                          hint='write source = "pypi:<distribution>/<file.gguf>"')
-    package = _field(entry_or_name, "package") or str(dist).replace("-", "_")
-    return GgufSource(id=str(eid), distribution=str(dist), package=str(package), file=str(fname))
+        dist, _, path = source[5:].partition("/")
+    if not (eid and dist and path):
+        raise FormatError(f"registry entry {eid!r}: a gguf target needs an id and "
+                          "source = { pypi = <distribution>, file = <package>/<file.gguf> }",
+                          hint="fix the entry in the registry file")
+    package, _, fname = str(path).rpartition("/")
+    if not package:  # a bare file name: the import package is named after the distribution
+        package = str(dist).replace("-", "_")
+    return GgufSource(id=str(eid), distribution=str(dist), package=package.replace("/", "."),
+                      file=fname)
 
 
 @contextlib.contextmanager

@@ -42,8 +42,16 @@ def test_unknown_name_and_wrong_entry_kind(tmp_path):
     with pytest.raises(UsageError, match="source_layout"):
         materialize({"id": "x", "kind": "draft", "source_layout": "speculators"},
                     cache_dir=tmp_path)
-    with pytest.raises(FormatError, match="pypi:"):
+    with pytest.raises(FormatError, match="pypi = <distribution>"):
         materialize({"id": "x", "kind": "target", "source_layout": "gguf"}, cache_dir=tmp_path)
+
+
+def test_registry_entry_maps_to_the_builtin_source():
+    from speckit.registry import load_registry
+    from speckit.targets import BUILTIN, _source_of
+
+    entry = load_registry().get("smollm2-135m-instruct")
+    assert _source_of(entry) == BUILTIN["smollm2-135m-instruct"]
 
 
 def test_registry_entry_source_spelling(tmp_path):
