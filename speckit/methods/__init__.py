@@ -41,6 +41,20 @@ class TensorSpec:
 
 
 @dataclass(frozen=True)
+class Problem:
+    """One thing wrong (error) or suspicious (warning) about a checkpoint or a draft/target pair."""
+
+    severity: str  # "error" (vLLM would refuse it or serve garbage) | "warning"
+    code: str  # stable kebab-case id, e.g. "missing-tensor", "d2t-all-zero"
+    message: str  # one sentence naming what is wrong and what to do
+    subject: str = ""  # the tensor or config field at fault
+
+    @property
+    def is_error(self) -> bool:
+        return self.severity == "error"
+
+
+@dataclass(frozen=True)
 class KVLayer:
     """One attention layer's KV cache footprint per token (before TP split)."""
 

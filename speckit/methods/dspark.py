@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.methods import KVLayer
+from speckit.methods import KVLayer, Problem, TensorSpec
 from speckit.methods import dflash as _dflash
-from speckit.methods.common import check_k_range, offset_layer_runtime_name
+from speckit.methods.common import check_k_range, first, offset_layer_runtime_name
 
 NAME = "dspark"
 VLLM_METHOD = "dspark"
@@ -48,3 +48,102 @@ def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
 def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
     """vLLM's run-time module name for a checkpoint tensor (Quark `exclude` must use it)."""
     return offset_layer_runtime_name(ckpt_name, target_num_layers=target_num_layers)
+
+
+# ---- structure, description and pairing checks ------------------------------------------------
+
+MARKOV_HEAD_TYPES = ("vanilla", "gated", "rnn")
+
+
+def _is_specforge(config: dict[str, Any]) -> bool:
+    return (config.get("dflash_config") or {}).get("projector_type") == "dspark"
+
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    """DFlash dims plus the Markov and confidence heads (speculators, SpecForge or DeepSeek flat)."""
+    d = _dflash.describe(config)
+    dc = config.get("dflash_config") or {}
+
+    def get(key: str, default: Any) -> Any:
+        return first(config.get(key), dc.get(key), default)
+
+    # SpecForge's defaults differ from speculators' (SF modeling/draft/dspark.py)
+    sf = _is_specforge(config)
+    alpha = get("confidence_head_alpha", None)
+    d.update(
+        markov_rank=int(get("markov_rank", 256)),
+        markov_head_type=get("markov_head_type", "vanilla"),
+        enable_confidence_head=bool(get("enable_confidence_head",
+                                        (alpha or 0) > 0 if sf else True)),
+        confidence_head_with_markov=bool(get("confidence_head_with_markov", not sf)),
+        sample_from_anchor=bool(first(config.get("sample_from_anchor"), True)),
+    )
+    return d
+
+
+def head_specs(config: dict[str, Any], *, w2_rows: int, prefix: str = "") -> list[TensorSpec]:
+    """Markov head (vanilla/gated/rnn) and confidence head tensors (FORMATS.md 2.5.2)."""
+    d = describe(config)
+    hidden, vocab, r = int(d["hidden"]), int(d["target_vocab"]), d["markov_rank"]
+    kind = d["markov_head_type"]
+    m = f"{prefix}markov_head."
+    specs: list[TensorSpec] = []
+    if r > 0:
+        specs += [TensorSpec(m + "markov_w1.weight", (vocab, r)),
+                  TensorSpec(m + "markov_w2.weight", (w2_rows, r))]
+        if kind == "gated":
+            specs += [TensorSpec(m + "gate_proj.weight", (r, hidden + r)),
+                      TensorSpec(m + "gate_proj.bias", (r,))]
+        elif kind == "rnn":
+            specs += [TensorSpec(m + "joint_proj.weight", (3 * r, 2 * r + hidden)),
+                      TensorSpec(m + "joint_proj.bias", (3 * r,))]
+    if d["enable_confidence_head"]:
+        width = hidden + (r if d["confidence_head_with_markov"] and r > 0 else 0)
+        specs += [TensorSpec(f"{prefix}confidence_head.proj.weight", (1, width)),
+                  TensorSpec(f"{prefix}confidence_head.proj.bias", (1,))]
+    return specs
+
+
+def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
+    """DFlash's tensors plus the heads; markov_w2 has draft-vocab rows (FORMATS.md 2.5)."""
+    d = describe(config)
+    return [*_dflash.expected_tensors(config),
+            *head_specs(config, w2_rows=int(d["draft_vocab"]))]
+
+
+def source_tensors(layout: str, config: dict[str, Any], *,
+                   present: frozenset[str] = frozenset()) -> list[TensorSpec] | None:
+    """SpecForge (markov_w2 over the full vocab, maybe under logit_head.) and DeepSeek flat."""
+    if layout == "speculators":
+        return expected_tensors(config)
+    d = describe(config)
+    if layout == "specforge-dspark":
+        legacy = any(n.startswith("logit_head.") for n in present)
+        return [*_dflash.body_specs(config),
+                *head_specs(config, w2_rows=int(d["target_vocab"]),
+                            prefix="logit_head." if legacy else "")]
+    if layout == "deepseek-dspark":
+        return [*_dflash.body_specs(config), *head_specs(config, w2_rows=int(d["draft_vocab"]))]
+    return None
+
+
+def check_config(config: dict[str, Any], *,
+                 target_config: dict[str, Any] | None = None) -> list[Problem]:
+    d = describe(config)
+    out = _dflash.family_checks(config, d, target_config=target_config)
+    kind = d["markov_head_type"]
+    if kind not in MARKOV_HEAD_TYPES:
+        out.append(Problem("error", "dspark-markov-head", f"markov_head_type {kind!r} is not one "
+                           f"of {', '.join(MARKOV_HEAD_TYPES)}", "markov_head_type"))
+    elif kind not in SUPPORTED_MARKOV_HEADS and d["markov_rank"] > 0:
+        out.append(Problem("error", "dspark-markov-head",
+                           f"markov_head_type {kind!r}: vLLM's DSpark implements only the "
+                           f"{'/'.join(SUPPORTED_MARKOV_HEADS)} head and refuses the extra "
+                           "tensors", "markov_head_type"))
+    if d["markov_rank"] == 0 and d["confidence_head_with_markov"] and d["enable_confidence_head"]:
+        out.append(Problem("error", "dspark-confidence-markov", "confidence_head_with_markov is "
+                           "true but markov_rank is 0", "confidence_head_with_markov"))
+    if d["markov_rank"] < 0:
+        out.append(Problem("error", "dspark-markov-rank", f"markov_rank {d['markov_rank']} < 0",
+                           "markov_rank"))
+    return out

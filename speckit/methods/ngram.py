@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.methods import KVLayer
+from speckit.methods import KVLayer, Problem, TensorSpec
 from speckit.methods.common import check_k_range
 
 NAME = "ngram"
@@ -32,4 +32,19 @@ def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> 
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
+    return []
+
+
+# ---- structure, description and pairing checks: ngram has no checkpoint ------------------------
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
+    return []
+
+
+def check_config(config: dict[str, Any], *,
+                 target_config: dict[str, Any] | None = None) -> list[Problem]:
     return []

@@ -7,12 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.methods import KVLayer
+from speckit.methods import KVLayer, Problem, TensorSpec
+from speckit.methods import eagle3 as _eagle3
 from speckit.methods.common import (
     check_k_range,
     draft_layer_kv,
     layer_config,
+    mask_token_problems,
+    missing_fields,
     offset_layer_runtime_name,
+    pairing_problems,
     speculators_k,
 )
 
@@ -52,3 +56,47 @@ def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
 def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
     """vLLM's run-time module name for a checkpoint tensor (Quark `exclude` must use it)."""
     return offset_layer_runtime_name(ckpt_name, target_num_layers=target_num_layers)
+
+
+# ---- structure, description and pairing checks ------------------------------------------------
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    """EAGLE-3 dims plus the mask token that fills the parallel-drafting slots."""
+    return _eagle3.describe(config)
+
+
+def _mask_hidden(config: dict[str, Any]) -> TensorSpec:
+    _, _, _, _, num_aux, target_hidden = _eagle3._dims(config)
+    return TensorSpec("mask_hidden", (1, 1, num_aux * target_hidden))
+
+
+def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
+    """EAGLE-3's tensors plus mask_hidden [1, 1, A*Ht] (FORMATS.md 2.2)."""
+    return [*_eagle3.expected_tensors(config), _mask_hidden(config)]
+
+
+def source_tensors(layout: str, config: dict[str, Any], *,
+                   present: frozenset[str] = frozenset()) -> list[TensorSpec] | None:
+    """SpecForge P-EAGLE uses the speculators names plus always-present d2t/t2d buffers."""
+    if layout == "speculators":
+        return expected_tensors(config)
+    if layout != "specforge-peagle":
+        return None
+    _, hidden, vocab, draft_vocab, _, _ = _eagle3._dims(config)
+    return [TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
+            *_eagle3.body_specs(config), _mask_hidden(config),
+            TensorSpec("lm_head.weight", (draft_vocab, hidden)),
+            TensorSpec("d2t", (draft_vocab,), dtype="I64"),
+            TensorSpec("t2d", (vocab,), dtype="BOOL")]
+
+
+def check_config(config: dict[str, Any], *,
+                 target_config: dict[str, Any] | None = None) -> list[Problem]:
+    d = describe(config)
+    out = missing_fields(d, {"hidden": "hidden_size", "heads": "num_attention_heads",
+                             "intermediate": "intermediate_size", "target_vocab": "vocab_size"})
+    out += _eagle3._head_checks(config, d)
+    # vLLM maps mask_token_id to the parallel-drafting (pard) token; without it there is none
+    out += mask_token_problems(d, required=True)
+    out += pairing_problems(d, target_config=target_config, aux_required=False)
+    return out
