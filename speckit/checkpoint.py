@@ -70,12 +70,20 @@ def safe_relpath(base: Path, rel: str, *, what: str) -> Path:
             hint="refusing path traversal; fix or regenerate the file list",
         )
     full = (base / rel).resolve()
+    if _in_hf_blob_store(base, full):
+        return base / rel  # keep the file's own name (the blob is named by its hash)
     if not full.is_relative_to(base.resolve()):
         raise FormatError(
             f"{what} names {rel!r}, which resolves outside {base}",
             hint="refusing path traversal (symlink or '..'); fix the file list",
         )
     return full
+
+
+def _in_hf_blob_store(base: Path, full: Path) -> bool:
+    """huggingface_hub's cache links snapshots/<commit>/<file> to ../../blobs/<etag>: allowed."""
+    root = base.resolve()
+    return root.parent.name == "snapshots" and full.parent == root.parent.parent / "blobs"
 
 
 def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:

@@ -1,0 +1,113 @@
+"""`speckit fetch`: download a draft (and its target) through huggingface_hub, verify it, pin it.
+
+A thin click shell over speckit.hub.fetch; --json prints the FetchResult.
+"""
+
+from __future__ import annotations
+
+import click
+
+from speckit.cli._common import handle_errors, print_json, progress_enabled
+
+
+@click.command("fetch")
+@click.argument("ref", metavar="ID|REPO_ID|PATH")
+@click.option("--revision", help="Branch, tag or commit sha (default: the registry pin, else main).")
+@click.option("--with-target", is_flag=True,
+              help="Also fetch the target model the draft was trained for (with tokenizer files).")
+@click.option("--dry-run", is_flag=True, help="List what would be downloaded, with sizes; download "
+              "no weights.")
+@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON; no progress bars.")
+@click.option("--cache-dir", type=click.Path(file_okay=False),
+              help="Hugging Face cache to use (default: HF_HUB_CACHE, else HF_HOME/hub).")
+@click.option("--local-dir", type=click.Path(file_okay=False),
+              help="Place the files in this directory instead of the cache.")
+@click.option("--allow-pickle", is_flag=True,
+              help="Fetch pytorch_model*.bin when a repo has no safetensors (loaded with "
+              "weights_only=True).")
+@click.option("--lock", "lock_path", type=click.Path(dir_okay=False),
+              help="Lock file (default: ./speckit-lock.json).")
+@click.option("--verify", is_flag=True,
+              help="Re-hash the local files against the lock and report every mismatch; no network.")
+@click.option("--update-lock", is_flag=True,
+              help="Ignore the lock's pin for this repo: resolve again and re-pin.")
+@handle_errors
+def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, allow_pickle,
+          lock_path, verify, update_lock):
+    """Download only the files a draft needs, verify every byte and pin it in speckit-lock.json.
+
+    ID is a registry id, REPO_ID a Hub repo (owner/name); a directory is used as is. Honours
+    HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE and the standard Hugging Face cache.
+    """
+    from speckit.errors import IntegrityError
+    from speckit.hub import describe_mismatches
+    from speckit.hub import fetch as run_fetch
+
+    result = run_fetch(ref, revision=revision, with_target=with_target, dry_run=dry_run,
+                       cache_dir=cache_dir, local_dir=local_dir, allow_pickle=allow_pickle,
+                       lock_path=lock_path, verify=verify, update_lock=update_lock,
+                       progress=progress_enabled(json_mode))
+    if json_mode:
+        print_json(result)
+    else:
+        for r in (result, result.target):
+            if r is not None:
+                _render(r)
+    if not result.ok:
+        bad = describe_mismatches(result)
+        raise IntegrityError(f"files do not match {result.lock_path}: {bad}",
+                             hint="re-fetch them (delete the damaged files, then speckit fetch), or "
+                             "re-pin with --update-lock if the change is expected")
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"  # unreachable
+
+
+def _render(r) -> None:
+    head = r.repo or r.ref
+    if r.registry_id:
+        head = f"{r.registry_id} ({r.repo})"
+    if r.commit:
+        rev = f" ({r.revision})" if r.revision and r.revision != r.commit else ""
+        head += f" @ {r.commit[:12]}{rev}"
+    local = r.commit is None  # a directory used as is (a path, a bundled draft, a converted target)
+    verb = "verify" if r.verified and not local else ("dry run" if r.dry_run else r.role)
+    click.echo(f"{verb}: {head}")
+    click.echo(f"  path: {r.path}")
+    width = max((len(f.name) for f in r.files), default=10)
+    bad = {m.name: m for m in r.mismatches}
+    for f in r.files:
+        if r.verified and not local:
+            state = f"MISMATCH {bad[f.name].problem}" if f.name in bad else "ok"
+        elif r.dry_run:
+            state = "cached" if f.cached else "to download"
+        elif local:
+            state = f"sha256 {f.sha256[:16]}" if f.sha256 else "local"
+        else:
+            state = "downloaded" if f.downloaded else "cached"
+        click.echo(f"  {f.name:<{width}}  {_size(f.size):>10}  {state}")
+    for m in r.mismatches:
+        if m.problem == "missing":
+            click.echo(f"  {m.name:<{width}}  {'-':>10}  MISSING")
+    n_down = sum(f.downloaded for f in r.files)
+    summary = f"  {len(r.files)} files, {_size(r.total_bytes)}"
+    if r.dry_run:
+        todo = [f for f in r.files if not f.cached]
+        summary += f"; would download {len(todo)} ({_size(sum(f.size for f in todo))})"
+    elif not local and not r.verified:
+        summary += f"; {n_down} downloaded, {len(r.files) - n_down} from cache"
+    if r.mismatches:
+        summary += f"; {len(r.mismatches)} mismatching"
+    click.echo(summary)
+    if r.skipped:
+        shown = ", ".join(list(r.skipped)[:4]) + (" ..." if len(r.skipped) > 4 else "")
+        click.echo(f"  skipped {len(r.skipped)}: {shown} (--json says why)")
+    if r.lock_path and not local and not r.dry_run and not r.verified:
+        click.echo(f"  lock: {r.lock_path} ({'updated' if r.lock_updated else 'unchanged'})")
+    for w in r.warnings:
+        click.secho(f"  warning: {w}", fg="yellow", err=True)
