@@ -6,6 +6,7 @@ drafts for a target by their published figures. Pure data: no torch, no network.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import math
 import os
@@ -343,7 +344,7 @@ def load_registry(
         file_entries, file_published = parse_registry_file(path)
         for e in file_entries:
             if e.id in entries:
-                e = _replace(e, overrides=entries[e.id].origin)
+                e = dataclasses.replace(e, overrides=entries[e.id].origin)
             entries[e.id] = e
         published.extend(file_published)
         loaded.append(str(path))
@@ -677,12 +678,6 @@ def _parse_result(raw: Mapping[str, Any], ctx: _Ctx, *, top_level: bool) -> Publ
         draft=raw.get("draft") if top_level else None,
         provider=_str(ctx, raw, "provider") if top_level else None, origin=ctx.origin,
     )
-
-
-def _replace(entry: Entry, **changes: Any) -> Entry:
-    import dataclasses
-
-    return dataclasses.replace(entry, **changes)
 
 
 # --------------------------------------------------------------------------- queries

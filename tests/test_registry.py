@@ -27,6 +27,7 @@ from speckit.registry import (
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHA = "0123456789abcdef0123456789abcdef01234567"
+NO_USER_FILES = {"XDG_CONFIG_HOME": "/nonexistent-speckit-test"}  # never read a real user file
 
 # The 11 drafts issue #2 asks for: repo -> (method, target)
 ISSUE_DRAFTS = {
@@ -64,7 +65,7 @@ def _isolated_env(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def builtin():
-    return load_registry(env={"XDG_CONFIG_HOME": "/nonexistent-speckit-test"})
+    return load_registry(env=NO_USER_FILES)
 
 
 def _all_results(reg):
@@ -280,7 +281,7 @@ def test_malformed_entry_names_file_entry_and_field(tmp_path, overrides, publish
         entry["published"] = published
     path = _write(tmp_path / "bad.toml", entry)
     with pytest.raises(FormatError) as info:
-        load_registry(extra_files=[path], env={})
+        load_registry(extra_files=[path], env=NO_USER_FILES)
     msg = str(info.value)
     assert msg.startswith(f"{path}: entry 'acme-draft'")
     assert f"field '{field}'" in msg
@@ -392,16 +393,16 @@ def test_config_dir_falls_back_to_home_and_ignores_relative_xdg(tmp_path):
 def test_relative_registry_paths_are_recorded_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _write(tmp_path / "mine.toml", _entry(id="mine"))
-    reg = load_registry(extra_files=["mine.toml"], env={"SPECKIT_REGISTRY": "mine.toml"})
+    reg = load_registry(extra_files=["mine.toml"], env={**NO_USER_FILES, "SPECKIT_REGISTRY": "mine.toml"})
     assert reg.get("mine").origin == str(tmp_path / "mine.toml")
     assert reg.get("mine").overrides == str(tmp_path / "mine.toml")
 
 
 def test_missing_explicit_files_are_errors(tmp_path):
     with pytest.raises(UsageError, match="registry file not found"):
-        load_registry(extra_files=[tmp_path / "nope.toml"], env={})
+        load_registry(extra_files=[tmp_path / "nope.toml"], env=NO_USER_FILES)
     with pytest.raises(UsageError, match="SPECKIT_REGISTRY"):
-        load_registry(env={"SPECKIT_REGISTRY": str(tmp_path / "nope.toml")})
+        load_registry(env={**NO_USER_FILES, "SPECKIT_REGISTRY": str(tmp_path / "nope.toml")})
 
 
 # --------------------------------------------------------------------------- lookups
@@ -445,7 +446,7 @@ def test_resolve_ranks_by_throughput_then_acceptance(tmp_path):
                           _result(metric="acceptance_length", value=4.0)]),
         _entry(id="other-target", target="acme/Other-7B", published=[_result(value=9.0)]),
     )
-    reg = load_registry(extra_files=[path], env={})
+    reg = load_registry(extra_files=[path], env=NO_USER_FILES)
     result = resolve(reg, target=t.upper())  # exact match, case-insensitive
     assert [c.id for c in result.candidates] == [
         "tr-high-al4", "tr-high-al3", "tr-low", "al-only", "none"]
@@ -594,7 +595,7 @@ def test_registry_list_does_not_import_torch():
         " if m in sys.modules)\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )
-    env = {**os.environ, "XDG_CONFIG_HOME": "/nonexistent-speckit-test"}
+    env = {**os.environ, **NO_USER_FILES}
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True,
                          text=True, timeout=120, cwd=REPO_ROOT, env=env)
     assert out.returncode == 0, out.stderr
