@@ -189,3 +189,21 @@ def check_config(config: dict[str, Any], *,
     out += pairing_problems(d, target_config=target_config, aux_required=False,
                             aux_expected=False)
     return out
+
+
+def target_tensor_names(target_config: dict[str, Any], names: list[str]) -> list[str]:
+    """The tensors of a target checkpoint that are its MTP layers (vLLM's target model skips
+    them; the MTP drafter loads them): `mtp.*` (Qwen3-Next/3.5), `model.mtp_layers.*` (MiMo) and
+    decoder layers numbered from num_hidden_layers on (DeepSeek-V3, GLM-4.5)."""
+    import re
+
+    n = int(layer_config(target_config).get("num_hidden_layers") or 0)
+    out = []
+    for name in names:
+        if name.startswith(("mtp.", "model.mtp.", "model.mtp_layers.")):
+            out.append(name)
+            continue
+        m = re.match(r"(?:model\.)?(?:language_model\.)?(?:model\.)?layers\.(\d+)\.", name)
+        if m and n and int(m.group(1)) >= n:
+            out.append(name)
+    return out
