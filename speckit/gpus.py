@@ -1,0 +1,136 @@
+"""The GPU catalog `speckit plan` sizes deployments against: memory, FP8/MXFP4 support, vendor.
+
+Built-in entries cover the AMD Instinct and NVIDIA data-centre parts our users run; a TOML file
+(``$SPECKIT_GPUS`` or ``~/.config/speckit/gpus.toml``, or ``--gpu-file``) adds or overrides entries.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from speckit.errors import FormatError, UsageError
+
+GiB = 1024**3
+MiB = 1024**2
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One accelerator model as vLLM sees it."""
+
+    name: str
+    vendor: str  # "nvidia" | "amd" | other
+    memory_bytes: int  # total device memory as the driver reports it (vLLM's budget base)
+    memory_source: str  # where memory_bytes comes from, so the number can be audited
+    fp8: bool  # native FP8 matmuls (vLLM's Quark/FP8 W8A8 path needs them)
+    mxfp4: str  # "native" | "emulated" (stored at 4 bits, computed in 16) | "no"
+    aliases: tuple[str, ...] = field(default=())
+
+    @property
+    def memory_gib(self) -> float:
+        return self.memory_bytes / GiB
+
+
+# Memory: for NVIDIA parts, the total nvidia-smi / cudaMemGetInfo reports (MiB); for AMD parts the
+# HBM capacity from the vendor's spec sheet (binary GB, as rocm-smi reports it). H200 was measured
+# with torch.cuda.mem_get_info on the device machine (bench/results/plan_h200.txt).
+_BUILTIN: tuple[GPU, ...] = (
+    GPU("MI300X", "amd", 192 * GiB, "vendor spec: 192 GB HBM3", fp8=True, mxfp4="emulated",
+        aliases=("mi300", "instinct-mi300x")),
+    GPU("MI325X", "amd", 256 * GiB, "vendor spec: 256 GB HBM3E", fp8=True, mxfp4="emulated",
+        aliases=("mi325", "instinct-mi325x")),
+    GPU("MI355X", "amd", 288 * GiB, "vendor spec: 288 GB HBM3E", fp8=True, mxfp4="native",
+        aliases=("mi355", "mi350x", "instinct-mi355x")),
+    GPU("A100-80GB", "nvidia", 81920 * MiB, "nvidia-smi: 81920 MiB", fp8=False, mxfp4="no",
+        aliases=("a100", "a100-80g", "a100-sxm4-80gb")),
+    GPU("H100", "nvidia", 81559 * MiB, "nvidia-smi: 81559 MiB (H100 SXM 80GB)", fp8=True,
+        mxfp4="emulated", aliases=("h100-80gb", "h100-sxm", "h100-sxm5-80gb")),
+    GPU("H200", "nvidia", 143771 * MiB, "nvidia-smi: 143771 MiB (H200 SXM 141GB)", fp8=True,
+        mxfp4="emulated", aliases=("h200-141gb", "h200-sxm")),
+    GPU("B200", "nvidia", 183359 * MiB, "nvidia-smi: 183359 MiB (B200 180GB)", fp8=True,
+        mxfp4="native", aliases=("b200-180gb",)),
+)
+
+
+def _norm(name: str) -> str:
+    return name.strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def _user_file() -> Path | None:
+    env = os.environ.get("SPECKIT_GPUS")
+    if env:
+        return Path(env)
+    p = Path(os.environ.get("XDG_CONFIG_HOME", Path.home() / ".config")) / "speckit" / "gpus.toml"
+    return p if p.exists() else None
+
+
+def load_user_gpus(path: str | os.PathLike) -> list[GPU]:
+    """Read ``[[gpu]]`` tables: name, vendor, memory_gib (or memory_bytes), fp8, mxfp4, aliases."""
+    p = Path(path)
+    try:
+        data = tomllib.loads(p.read_text())
+    except FileNotFoundError as e:
+        raise UsageError(f"{p}: GPU file not found",
+                         hint="check --gpu-file / $SPECKIT_GPUS") from e
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise FormatError(f"{p}: not valid TOML ({e})") from e
+    out = []
+    for i, row in enumerate(data.get("gpu", [])):
+        where = f"{p}: [[gpu]] #{i + 1}"
+        if not isinstance(row, dict) or "name" not in row:
+            raise FormatError(f"{where} has no 'name'",
+                              hint='each entry needs name = "...", vendor and memory_gib')
+        if "memory_bytes" in row:
+            mem = int(row["memory_bytes"])
+        elif "memory_gib" in row:
+            mem = int(float(row["memory_gib"]) * GiB)
+        else:
+            raise FormatError(f"{where} ({row['name']}) has neither memory_gib nor memory_bytes")
+        mx = str(row.get("mxfp4", "no"))
+        if mx not in ("native", "emulated", "no"):
+            raise FormatError(f"{where}: mxfp4 must be native, emulated or no (got {mx!r})")
+        out.append(GPU(str(row["name"]), str(row.get("vendor", "unknown")).lower(), mem,
+                       f"user file {p}", fp8=bool(row.get("fp8", False)), mxfp4=mx,
+                       aliases=tuple(str(a) for a in row.get("aliases", ()))))
+    return out
+
+
+def catalog(*, gpu_file: str | os.PathLike | None = None) -> list[GPU]:
+    """Built-in GPUs plus user entries (a user entry with a known name replaces the built-in)."""
+    gpus = {_norm(g.name): g for g in _BUILTIN}
+    extra = gpu_file if gpu_file is not None else _user_file()
+    if extra is not None:
+        for g in load_user_gpus(extra):
+            gpus[_norm(g.name)] = g
+    return list(gpus.values())
+
+
+def get_gpu(name: str, *, gpu_file: str | os.PathLike | None = None) -> GPU:
+    """Look a GPU up by name or alias (case-insensitive); unknown names list the catalog."""
+    gpus = catalog(gpu_file=gpu_file)
+    key = _norm(name)
+    for g in gpus:
+        if key == _norm(g.name) or key in (_norm(a) for a in g.aliases):
+            return g
+    listing = ", ".join(f"{g.name} ({g.memory_gib:.0f} GiB)" for g in gpus)
+    raise UsageError(
+        f"unknown GPU {name!r}; the catalog has: {listing}",
+        hint="pass --gpu-mem-gib X for any other device, or add it to a gpus.toml "
+        "([[gpu]] name, vendor, memory_gib, fp8, mxfp4) via --gpu-file or $SPECKIT_GPUS",
+    )
+
+
+def custom_gpu(memory_gib: float, *, vendor: str = "unknown", fp8: bool = True,
+               mxfp4: str = "emulated") -> GPU:
+    """A device known only by its memory (``--gpu-mem-gib``)."""
+    if memory_gib <= 0:
+        raise UsageError(f"--gpu-mem-gib must be positive (got {memory_gib})")
+    return GPU(f"{memory_gib:g} GiB device", vendor, int(memory_gib * GiB),
+               "--gpu-mem-gib", fp8=fp8, mxfp4=mxfp4)
+
+
+def with_memory(gpu: GPU, memory_bytes: int, source: str) -> GPU:
+    return replace(gpu, memory_bytes=memory_bytes, memory_source=source)
