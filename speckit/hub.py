@@ -24,6 +24,8 @@ from speckit.errors import FormatError, HubError, IntegrityError, SpeckitError, 
 LOCK_NAME = "speckit-lock.json"
 LOCK_VERSION = 1
 HASH_CHUNK = 8 * 1024 * 1024
+# a file changed within this long of being hashed may keep its mtime (coarse clocks): not memoized
+RACY_WINDOW_NS = 2_000_000_000
 
 DRAFT_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = (
@@ -239,7 +241,7 @@ class _Sidecar:
         digest = sha256_file(Path(real))
         # a file written within the clock granularity of this hash could change without moving
         # its mtime ("racy" in git's words): only remember hashes of files older than that
-        if max(st.st_mtime_ns, st.st_ctime_ns) < started - 2_000_000_000:
+        if max(st.st_mtime_ns, st.st_ctime_ns) < started - RACY_WINDOW_NS:
             self.hashes[real] = {"stamp": stamp, "sha256": digest}
             self.dirty = True
         else:
@@ -367,8 +369,11 @@ def fetch(ref: str, *, revision: str | None = None, with_target: bool = False,
           local_dir: str | os.PathLike | None = None, allow_pickle: bool = False,
           lock_path: str | os.PathLike | None = None, verify: bool = False,
           update_lock: bool = False, endpoint: str | None = None, token: str | None = None,
-          progress: bool = False) -> FetchResult:
+          progress: bool = False, role: str | None = None) -> FetchResult:
     """Fetch a registry id, a Hub repo id or a local directory, and pin it in the lock.
+
+    role: "draft" or "target" (targets also get tokenizer and chat-template files); by default
+    the registry entry's kind, else "draft".
 
     verify=True downloads nothing: it re-hashes the files the lock records and returns every
     mismatch in ``result.mismatches`` (``result.ok`` is False then).
@@ -379,6 +384,8 @@ def fetch(ref: str, *, revision: str | None = None, with_target: bool = False,
     if verify and update_lock:
         raise UsageError("--verify and --update-lock do not combine",
                          hint="--verify checks the lock; --update-lock rewrites it")
+    if role not in (None, "draft", "target"):
+        raise UsageError(f"unknown role {role!r}", hint="use draft or target")
     ep, cdir, offline = _hub_settings(endpoint, cache_dir)
     lock = Lock(Path(lock_path).expanduser() if lock_path else Path.cwd() / LOCK_NAME)
     o = _Opts(ep, token, cdir, Path(local_dir).expanduser().resolve() if local_dir else None,
@@ -390,14 +397,15 @@ def fetch(ref: str, *, revision: str | None = None, with_target: bool = False,
     if with_target and o.local_dir is not None:
         draft_dir = o.local_dir / "draft"  # draft and target both have a config.json
     if entry is not None:
-        result = _fetch_entry(ref, entry, o, revision=revision, verify=verify, local_dir=draft_dir)
+        result = _fetch_entry(ref, entry, o, revision=revision, verify=verify, local_dir=draft_dir,
+                              role=role)
     elif kind == "path":
         result = _fetch_path(ref, Path(value), o, verify=verify)
     elif verify:
-        result = _verify_repo(ref, kind, value, o, local_dir=draft_dir, role="draft")
+        result = _verify_repo(ref, kind, value, o, local_dir=draft_dir, role=role or "draft")
     else:
         result = _fetch_repo(ref, kind, value, o, revision=revision, default_revision=None,
-                             role="draft", local_dir=draft_dir)
+                             role=role or "draft", local_dir=draft_dir)
     if with_target:
         result.target = _fetch_target_of(result, o, verify=verify, entry=entry, reg=reg)
         if result.repo and result.target.repo and not dry_run and not verify:
@@ -704,7 +712,7 @@ def _download(repo: str, commit: str, names: list[str], o: _Opts, local_dir: Pat
     except SpeckitError:
         raise
     except Exception as e:
-        raise _download_error(e, repo, commit, o) from e
+        raise _download_error(e, repo, commit, o, names) from e
 
 
 def _refetch(repo: str, commit: str, name: str, o: _Opts, local_dir: Path | None) -> None:
@@ -715,22 +723,36 @@ def _refetch(repo: str, commit: str, name: str, o: _Opts, local_dir: Path | None
                         local_dir=str(local_dir) if local_dir else None, force_download=True,
                         endpoint=o.endpoint, token=o.token)
     except Exception as e:
-        raise _download_error(e, repo, commit, o) from e
+        raise _download_error(e, repo, commit, o, [name]) from e
 
 
-def _download_error(e: BaseException, repo: str, commit: str, o: _Opts) -> SpeckitError:
+def _download_error(e: BaseException, repo: str, commit: str, o: _Opts,
+                    names: list[str]) -> SpeckitError:
+    from urllib.parse import unquote
+
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
 
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    if "Consistency check failed" in str(e):
-        return IntegrityError(f"{repo}@{commit[:12]}: a download ended with the wrong size ({msg})",
+    text = unquote(str(e))
+    # name the file: huggingface_hub's message carries its URL (or a shortened one)
+    which = next((n for n in sorted(names, key=len, reverse=True) if n in text), None)
+    what = f"{repo}@{commit[:12]}" + (f": {which}" if which else "")
+    sizes = re.search(r"should be of size (\d+) but has size (\d+)", text)
+    if sizes:
+        return IntegrityError(f"{what} arrived with the wrong size: {sizes[2]} bytes, the Hub "
+                              f"announced {sizes[1]}",
                               hint="retry; if it repeats, the endpoint serves a damaged file")
+    if isinstance(e, HfHubHTTPError) and e.response is not None \
+            and e.response.status_code >= 500:
+        return HubError(f"{o.endpoint} answered HTTP {e.response.status_code} while downloading "
+                        f"{what}", hint="retry later: files already downloaded stay in the cache "
+                        "and the next fetch gets only what is missing")
     if _unreachable(e) or isinstance(e, LocalEntryNotFoundError):
-        return HubError(f"lost {o.endpoint} while downloading {repo}@{commit[:12]} ({msg})",
-                        hint=_OFFLINE_HINT)
+        return HubError(f"lost the connection to {o.endpoint} while downloading {what} "
+                        f"({type(e).__name__})", hint=_OFFLINE_HINT)
     if isinstance(e, HfHubHTTPError):
         return _hub_error(e, repo, commit, o)
-    return HubError(f"downloading {repo}@{commit[:12]} failed: {type(e).__name__}: {msg}",
+    first = str(e).splitlines()[0] if str(e) else ""
+    return HubError(f"downloading {what} failed: {type(e).__name__}: {first}",
                     hint="retry; run with --verify afterwards to check the cache")
 
 
@@ -888,8 +910,9 @@ def _fetch_repo(ref: str, kind: str, repo: str, o: _Opts, *, revision: str | Non
         if online:
             raise HubError(f"{where}: {', '.join(missing[:3])} did not arrive",
                            hint="retry; the endpoint listed files it does not serve")
-        raise _not_cached(repo, rev, o, (unreachable or "the Hub is unreachable")
-                          + f"; missing {', '.join(missing[:3])}")
+        raise HubError(f"{unreachable or 'the Hub is unreachable'}, and {where} is only partly "
+                       f"in the cache at {base}: missing {', '.join(missing[:3])}"
+                       + (" ..." if len(missing) > 3 else ""), hint=_OFFLINE_HINT)
 
     # 4. check every file against the listing and the lock; re-fetch a bad one once
     locked = (pin or {}).get("files", {})
@@ -901,18 +924,18 @@ def _fetch_repo(ref: str, kind: str, repo: str, o: _Opts, *, revision: str | Non
     records: list[FileRecord] = []
     for n in sorted(names):
         path = base / n
-        problem = _check(path, n, listing[n], locked.get(n), sidecar, trust_memo=True)
+        digest, problem = _check(path, listing[n], locked.get(n), sidecar, trust_memo=True)
         refetched = False
         if problem is not None and online:
             warnings.append(f"{n}: {problem[1]}; fetched it again")
             _refetch(repo, commit, n, o, local_dir)
             refetched = True
-            problem = _check(path, n, listing[n], locked.get(n), sidecar, trust_memo=False)
+            digest, problem = _check(path, listing[n], locked.get(n), sidecar, trust_memo=False)
         if problem is not None:
             sidecar.save()
             raise _integrity_error(where, n, problem, path, online=online, refetched=refetched,
                                    lock=o.lock.path)
-        records.append(FileRecord(n, path.stat().st_size, sidecar.sha256(path),
+        records.append(FileRecord(n, path.stat().st_size, digest,
                                   cached=before[n] is not None,
                                   downloaded=refetched or before[n] != _stamp(path)))
     sidecar.save()
@@ -946,30 +969,30 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _check(path: Path, name: str, remote: _Remote, locked: dict | None, sidecar: _Sidecar,
-           *, trust_memo: bool) -> tuple[str, str, str, str] | None:
-    """First disagreement of a file with the Hub listing or the lock: (source, what, want, got)."""
+def _check(path: Path, remote: _Remote, locked: dict | None, sidecar: _Sidecar,
+           *, trust_memo: bool) -> tuple[str, tuple[str, str, str, str] | None]:
+    """(sha256, first disagreement with the Hub listing or the lock: (source, what, want, got))."""
     size = path.stat().st_size
     if remote.size is not None and size != remote.size:
-        return ("listing", f"size is {size}, the Hub lists {remote.size}", str(remote.size),
-                str(size))
+        return "", ("listing", f"size is {size}, the Hub lists {remote.size}", str(remote.size),
+                    str(size))
     if locked is not None and size != locked["size"]:
-        return ("lock", f"size is {size}, the lock says {locked['size']}", str(locked["size"]),
-                str(size))
+        return "", ("lock", f"size is {size}, the lock says {locked['size']}",
+                    str(locked["size"]), str(size))
     digest = sidecar.sha256(path, trust_memo=trust_memo)
     if remote.lfs_sha256 is not None and digest != remote.lfs_sha256:
-        return ("listing", f"sha256 is {digest[:12]}…, the Hub lists {remote.lfs_sha256[:12]}…",
-                remote.lfs_sha256, digest)
+        return digest, ("listing", (f"sha256 is {digest[:12]}…, the Hub lists "
+                        f"{remote.lfs_sha256[:12]}…"), remote.lfs_sha256, digest)
     if remote.lfs_sha256 is None and remote.blob_id is not None and (
             locked is None or locked["sha256"] != digest):
         oid = git_blob_sha1(path)  # small non-LFS file: the Hub lists its git blob id
         if oid != remote.blob_id:
-            return ("listing", f"git blob id is {oid[:12]}…, the Hub lists {remote.blob_id[:12]}…",
-                    remote.blob_id, oid)
+            return digest, ("listing", (f"git blob id is {oid[:12]}…, the Hub lists "
+                            f"{remote.blob_id[:12]}…"), remote.blob_id, oid)
     if locked is not None and digest != locked["sha256"]:
-        return ("lock", f"sha256 is {digest[:12]}…, the lock says {locked['sha256'][:12]}…",
-                locked["sha256"], digest)
-    return None
+        return digest, ("lock", (f"sha256 is {digest[:12]}…, the lock says "
+                        f"{locked['sha256'][:12]}…"), locked["sha256"], digest)
+    return digest, None
 
 
 def _integrity_error(where: str, name: str, problem: tuple, path: Path, *, online: bool,
@@ -1041,7 +1064,10 @@ def describe_mismatches(result: FetchResult) -> str:
     """One line naming every mismatching file (draft and target)."""
     parts = []
     for r in (result, result.target):
-        if r is not None:
-            parts += [f"{r.repo or r.ref}: {m}" for m in r.mismatches]
+        if r is None:
+            continue
+        for m in r.mismatches:
+            detail = m.problem if m.problem == "missing" else \
+                f"{m.problem} {m.actual[:12]}, locked {m.expected[:12]}"
+            parts.append(f"{r.repo or r.ref}: {m.name} ({detail})")
     return "; ".join(parts)
-

@@ -428,3 +428,33 @@ def hub(hub_server, tmp_path, monkeypatch):
     monkeypatch.setattr(hf_constants, "HF_STORED_TOKENS_PATH", str(home / "stored_tokens"))
     monkeypatch.chdir(work)
     return HubEnv(hub_server, cache, home, work)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve directories as Hub repos: python -m tests.hubserver owner/name=DIR[@branch] ..."""
+    import argparse
+
+    ap = argparse.ArgumentParser(description=main.__doc__)
+    ap.add_argument("repos", nargs="+", metavar="REPO=DIR[@BRANCH]")
+    args = ap.parse_args(argv)
+    server = HubServer()
+    for spec in args.repos:
+        repo, _, rest = spec.partition("=")
+        folder, _, branch = rest.partition("@")
+        root = Path(folder)
+        files = {p.relative_to(root).as_posix(): p.read_bytes()
+                 for p in sorted(root.rglob("*")) if p.is_file()}
+        sha = server.add_commit(repo, files, branch=branch or "main",
+                                parent=server.repos[repo].refs.get("main")
+                                if repo in server.repos else None)
+        print(f"{repo}@{branch or 'main'} -> {sha} ({len(files)} files)", flush=True)
+    server.start()
+    print(f"HF_ENDPOINT={server.url}", flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -255,6 +255,31 @@ def test_corrupted_cache_blob_is_detected_and_refetched(hub, damage):
     assert not again.from_cache
 
 
+def test_hash_memo_skips_rehash_but_not_tampering(hub, monkeypatch):
+    import speckit.hub as hubmod
+
+    hashed: list[str] = []
+    real = hubmod.sha256_file
+    monkeypatch.setattr(hubmod, "sha256_file", lambda p: hashed.append(Path(p).name) or real(p))
+    files = draft_files()
+    hub.server.add_commit(DRAFT, files)
+    r = fetch(DRAFT)
+    assert len(hashed) == 2  # each downloaded file hashed exactly once (fresh: not memoized)
+    monkeypatch.setattr(hubmod, "RACY_WINDOW_NS", -10**15)  # now treat every file as old enough
+    fetch(DRAFT)
+    hashed.clear()
+    assert fetch(DRAFT).from_cache and hashed == []  # unchanged files: memo, no re-hash
+
+    blob = blob_path(r.path, "model.safetensors")
+    st = blob.stat()
+    blob.write_bytes(bytes(st.st_size))
+    os.utime(blob, ns=(st.st_atime_ns, st.st_mtime_ns))  # even with the old mtime restored...
+    again = fetch(DRAFT)  # ...ctime moved, so the file is re-hashed, caught and re-fetched
+    assert (again.path / "model.safetensors").read_bytes() == files["model.safetensors"]
+    hashed.clear()
+    assert fetch(DRAFT, verify=True).ok and len(hashed) == 2  # --verify never trusts the memo
+
+
 def test_endpoint_serving_bytes_that_disagree_with_its_listing(hub):
     files = draft_files()
     commit = hub.server.add_commit(DRAFT, files)
@@ -264,6 +289,34 @@ def test_endpoint_serving_bytes_that_disagree_with_its_listing(hub):
         fetch(DRAFT)
     assert len(hub.server.body_gets("model.safetensors")) == 2  # tried once more, then refused
     assert not (hub.work / LOCK_NAME).exists()
+
+
+def test_short_download_is_detected(hub):
+    files = draft_files()
+    commit = hub.server.add_commit(DRAFT, files)
+    # a consistent-looking response (Content-Length matches the body) that is shorter than the
+    # size the Hub announced in X-Linked-Size
+    hub.server.serve_bytes(DRAFT, commit, "model.safetensors", files["model.safetensors"][:100])
+    with pytest.raises(IntegrityError, match="model.safetensors arrived with the wrong size: "
+                       f"100 bytes, the Hub announced {len(files['model.safetensors'])}") as e:
+        fetch(DRAFT)
+    assert e.value.hint
+    assert not (hub.work / LOCK_NAME).exists()
+
+
+def test_download_failure_then_completion(hub):
+    files = draft_files()
+    hub.server.add_commit(DRAFT, files)
+    hub.server.fail("/cdn/", status=500, times=1)
+    with pytest.raises(HubError, match="answered HTTP 500 while downloading "
+                       "org/tiny-draft@[0-9a-f]{12}: model.safetensors"):
+        fetch(DRAFT)
+    assert not (hub.work / LOCK_NAME).exists()
+    hub.server.log.clear()
+    r = fetch(DRAFT)  # the next run completes the partial snapshot
+    assert {f.name: f.downloaded for f in r.files}["model.safetensors"]
+    assert len(hub.server.body_gets("model.safetensors")) == 1
+    assert (r.path / "model.safetensors").read_bytes() == files["model.safetensors"]
 
 
 def test_pinned_lock_refuses_changed_content(hub, tmp_path):
@@ -470,6 +523,13 @@ def test_with_target_from_the_draft_config(hub):
     hub.server.add_commit(TARGET, target_files())
     r = fetch(DRAFT, with_target=True)
     assert r.target.repo == TARGET and "tokenizer.json" in {f.name for f in r.target.files}
+
+    # a target by bare repo id: tokenizer files only when asked for as a target
+    lock = hub.work / "t.json"
+    assert "tokenizer.json" not in {f.name for f in fetch(TARGET, lock_path=lock).files}
+    as_target = fetch(TARGET, lock_path=lock, role="target")
+    assert as_target.role == "target" and "tokenizer.json" in {f.name for f in as_target.files}
+    assert "tokenizer.json" in json.loads(lock.read_text())["repos"][TARGET]["files"]
 
 
 def test_local_directory_is_used_as_is(hub, tmp_path):

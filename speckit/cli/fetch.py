@@ -31,9 +31,12 @@ from speckit.cli._common import handle_errors, print_json, progress_enabled
               help="Re-hash the local files against the lock and report every mismatch; no network.")
 @click.option("--update-lock", is_flag=True,
               help="Ignore the lock's pin for this repo: resolve again and re-pin.")
+@click.option("--role", type=click.Choice(["draft", "target"]),
+              help="What REF is (default: the registry's kind, else draft); targets also get "
+              "tokenizer and chat-template files.")
 @handle_errors
 def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, allow_pickle,
-          lock_path, verify, update_lock):
+          lock_path, verify, update_lock, role):
     """Download only the files a draft needs, verify every byte and pin it in speckit-lock.json.
 
     ID is a registry id, REPO_ID a Hub repo (owner/name); a directory is used as is. Honours
@@ -46,7 +49,7 @@ def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, 
     result = run_fetch(ref, revision=revision, with_target=with_target, dry_run=dry_run,
                        cache_dir=cache_dir, local_dir=local_dir, allow_pickle=allow_pickle,
                        lock_path=lock_path, verify=verify, update_lock=update_lock,
-                       progress=progress_enabled(json_mode))
+                       progress=progress_enabled(json_mode), role=role)
     if json_mode:
         print_json(result)
     else:
@@ -71,7 +74,7 @@ def _size(n: int) -> str:
 def _render(r) -> None:
     head = r.repo or r.ref
     if r.registry_id:
-        head = f"{r.registry_id} ({r.repo})"
+        head = r.registry_id + (f" ({r.repo})" if r.repo else "")
     if r.commit:
         rev = f" ({r.revision})" if r.revision and r.revision != r.commit else ""
         head += f" @ {r.commit[:12]}{rev}"
