@@ -1,0 +1,130 @@
+"""`speckit inspect PATH|ID`: layout, method, dims and every structural problem of a checkpoint.
+
+Thin shell over speckit.inspect.inspect(); exits 3 (FormatError) when any problem is an error.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import click
+
+from speckit.cli._common import handle_errors, print_json
+from speckit.errors import FormatError
+
+
+@click.command("inspect")
+@click.argument("ref")
+@click.option("--target", "target", metavar="PATH|ID",
+              help="Target model (directory, registry id or Hub id; only its config.json is "
+              "read) to check the pairing: hidden size, vocab, aux layers on its depth.")
+@click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
+@click.option("--allow-pickle", is_flag=True,
+              help="Read pytorch_model.bin pickles (with torch.load(weights_only=True)).")
+@handle_errors
+def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: bool) -> None:
+    """Show what a draft checkpoint is and everything structurally wrong with it.
+
+    REF is a checkpoint directory, a registry id or a Hub repo id (fetched first). Exit status:
+    0 when there are no errors (warnings allowed), 3 when there are errors.
+    """
+    from speckit.inspect import inspect
+
+    report = inspect(ref, target=target, allow_pickle=allow_pickle)
+    if json_mode:
+        print_json(report)
+    else:
+        render(report)
+    if not report.ok:
+        sys.exit(FormatError.exit_code)
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return str(n)
+
+
+def _dims_line(d: dict[str, Any]) -> str:
+    parts = []
+    for key, label in (("hidden", "hidden"), ("target_hidden", "target hidden"),
+                       ("layers", "layers"), ("heads", "heads"), ("kv_heads", "kv heads"),
+                       ("head_dim", "head_dim"), ("intermediate", "intermediate")):
+        if d.get(key) is not None:
+            parts.append(f"{label} {d[key]}")
+    return " · ".join(parts) or "-"
+
+
+def _extras(d: dict[str, Any]) -> str:
+    """Method-specific fields worth a glance (norm flags, heads, convs, experts)."""
+    skip = {"model_type", "hidden", "target_hidden", "layers", "heads", "kv_heads", "head_dim",
+            "intermediate", "target_vocab", "draft_vocab", "aux_layer_ids",
+            "aux_layer_ids_field", "block_size", "mask_token_id", "dtype", "speculative_tokens",
+            "layer_types", "num_aux", "architectures"}
+    parts = [f"{k}={v}" for k, v in d.items() if k not in skip and v not in (None, False, [])]
+    return ", ".join(parts)
+
+
+def render(report) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    console = Console(highlight=False, soft_wrap=False)
+    d = report.dims
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    t.add_row("path", str(report.path))
+    t.add_row("layout", f"{report.layout}: {report.layout_description}")
+    t.add_row("method", report.method + (f" ({d['model_type']} layers)"
+                                         if d.get("model_type") else ""))
+    t.add_row("evidence", "; ".join(report.evidence))
+    files = ", ".join(report.files[:3]) + (f", ... ({len(report.files)})"
+                                           if len(report.files) > 3 else "")
+    t.add_row("tensors", f"{report.num_tensors} in {files}; {report.num_params:,} params, "
+              f"{_fmt_bytes(report.total_bytes)}, {report.dtype or 'no float'} "
+              f"(config dtype {d.get('dtype') or '-'})")
+    t.add_row("dims", _dims_line(d))
+    vocab = f"target {report.target_vocab}"
+    if report.draft_vocab is not None and report.draft_vocab != report.target_vocab:
+        vocab += f" · draft {report.draft_vocab} (reduced: d2t/t2d map draft ids to target ids)"
+    t.add_row("vocab", vocab)
+    if report.aux_layer_ids is not None:
+        t.add_row("aux layers", f"{report.aux_layer_ids} (speculators ids, from "
+                  f"{d.get('aux_layer_ids_field')})")
+    elif "num_aux" in d:
+        t.add_row("aux layers", "not recorded in the config")
+    extra = []
+    if report.block_size is not None:
+        extra.append(f"block size {report.block_size}")
+    if d.get("mask_token_id") is not None:
+        extra.append(f"mask token {d['mask_token_id']}")
+    if d.get("speculative_tokens") is not None:
+        extra.append(f"k {d['speculative_tokens']} (speculators_config)")
+    if extra:
+        t.add_row("drafting", " · ".join(extra))
+    if _extras(d):
+        t.add_row("details", _extras(d))
+    t.add_row("target", report.target or "not given (pairing not checked; use --target)")
+    console.print(t)
+    console.print()
+    if not report.problems:
+        console.print(Text("no problems found", style="green"))
+        return
+    probs = Table(show_header=False, box=None, pad_edge=False)
+    probs.add_column(no_wrap=True)
+    probs.add_column(no_wrap=True)
+    probs.add_column(overflow="fold")
+    for p in report.problems:
+        style = "red" if p.is_error else "yellow"
+        probs.add_row(Text(p.severity, style=f"bold {style}"), Text(p.code, style=style),
+                      p.message)
+    console.print(probs)
+    ne, nw = len(report.errors), len(report.warnings)
+    summary = f"{ne} error{'s' * (ne != 1)}, {nw} warning{'s' * (nw != 1)}"
+    console.print()
+    console.print(Text(summary, style="bold red" if ne else "bold yellow"))
