@@ -253,8 +253,8 @@ class Checkpoint:
                 sd = torch.load(root / fname, map_location="cpu", weights_only=True, mmap=True)
             except Exception as e:  # torch raises many types for unpicklable content
                 raise FormatError(
-                    f"{root / fname}: cannot be loaded with weights_only=True ({e.__class__.__name__}: "
-                    f"{str(e).splitlines()[0] if str(e) else ''})",
+                    f"{root / fname}: cannot be loaded with weights_only=True "
+                    f"({_pickle_reason(e)})",
                     hint="it holds non-tensor objects; convert it to safetensors in a trusted "
                     "environment first",
                 ) from e
@@ -262,8 +262,10 @@ class Checkpoint:
                 raise FormatError(f"{root / fname}: holds a {type(sd).__name__}, not a state dict")
             for name, t in sd.items():
                 if not isinstance(t, torch.Tensor):
-                    raise FormatError(f"{root / fname}: entry {name!r} is a {type(t).__name__}, "
-                                      f"not a tensor")
+                    raise FormatError(f"{root / fname}: entry {name!r} is not a tensor "
+                                      f"({type(t).__name__})",
+                                      hint="only state dicts of tensors are read; convert it to "
+                                      "safetensors in a trusted environment first")
                 loaded[name] = t
                 tensors[name] = TensorInfo(name, torch_to_code(t.dtype), tuple(t.shape), fname)
         return cls(root, config, dict(sorted(tensors.items())), bins, format="pickle",
@@ -322,6 +324,18 @@ class Checkpoint:
             with safe_open(str(self.path / fname), framework="pt") as f:
                 for n in ns:
                     yield n, f.get_tensor(n)
+
+
+def _pickle_reason(e: BaseException) -> str:
+    """The informative line of torch's weights_only refusal (it names the offending global)."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+    for line in text.splitlines():
+        if "Unsupported global" in line or "WeightsUnpickler error" in line:
+            return line.strip().split(" was not an allowed global")[0]
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return f"{e.__class__.__name__}: {first}"
 
 
 def load_config(root: Path, *, required: bool = True) -> dict[str, Any]:
