@@ -210,11 +210,17 @@ class Checkpoint:
     def _open_index(cls, root: Path, config: dict, index: Path) -> Checkpoint:
         try:
             data = json.loads(index.read_text())
-            weight_map = data["weight_map"]
-            assert isinstance(weight_map, dict)
-        except (json.JSONDecodeError, KeyError, AssertionError, UnicodeDecodeError) as e:
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise FormatError(f"{index}: not a valid safetensors index (needs a 'weight_map' "
                               f"object): {e}") from e
+        # checked explicitly (not with assert, which python -O strips): a non-string file name
+        # would otherwise crash the path-traversal guard with a TypeError
+        weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        if not isinstance(weight_map, dict) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+            raise FormatError(f"{index}: not a valid safetensors index (needs a 'weight_map' "
+                              "object mapping tensor names to file names)",
+                              hint="the index is corrupt; re-fetch or rebuild it")
         files = sorted(set(weight_map.values()))
         headers: dict[str, dict[str, TensorInfo]] = {}
         meta: dict[str, str] = {}
