@@ -6,7 +6,6 @@ about each method's tensors live in speckit/methods/, not here.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -195,12 +194,19 @@ def detect(ckpt: Checkpoint) -> Layout:
         "each); if this is another one, open an issue with its config.json and tensor names")
 
 
+def _prefix(name: str) -> str:
+    """A tensor name's family: 'layers.0.mlp.up_proj.weight' -> 'layers', 'fc_norm.0.w' ->
+    'fc_norm', 'markov_head.markov_w1.weight' -> 'markov_head.markov_w1'."""
+    parts = name.split(".")
+    return parts[0] if len(parts) < 3 or parts[1].isdigit() else ".".join(parts[:2])
+
+
 def _seen(cfg: dict[str, Any], names: frozenset[str]) -> str:
-    prefixes = Counter(".".join(n.split(".")[:2]) if n.split(".")[1:2] and
-                       not n.split(".")[1].isdigit() else n.split(".")[0] for n in names)
-    top = ", ".join(f"{p}.* ({c})" if c > 1 else p for p, c in sorted(prefixes.items())[:10])
-    if len(prefixes) > 10:
-        top += f", ... ({len(prefixes) - 10} more)"
+    groups: dict[str, list[str]] = {}
+    for n in sorted(names):
+        groups.setdefault(_prefix(n), []).append(n)
+    shown = [f"{p}.* ({len(g)})" if len(g) > 1 else g[0] for p, g in sorted(groups.items())]
+    top = ", ".join(shown[:10]) + (f", ... ({len(shown) - 10} more)" if len(shown) > 10 else "")
     keys = [k for k in _NOTABLE_KEYS if k in cfg]
     return (f"architectures={_archs(cfg) or None}, model_type={cfg.get('model_type')!r}, "
             f"notable config keys={keys or 'none'}, {len(names)} tensors: {top or 'none'}")
