@@ -309,8 +309,14 @@ def _hub_config(repo: str, revision: str | None) -> dict[str, Any]:
 
     from huggingface_hub import hf_hub_download
 
+    # the same endpoint/cache/offline resolution speckit fetch uses (read per call, not at import)
+    from speckit.hub import _hub_settings
+
+    endpoint, cache_dir, offline = _hub_settings(None, None)
     try:
-        path = hf_hub_download(repo_id=repo, filename="config.json", revision=revision)
+        path = hf_hub_download(repo_id=repo, filename="config.json", revision=revision,
+                               endpoint=endpoint, cache_dir=str(cache_dir),
+                               local_files_only=offline)
     except Exception as e:  # huggingface_hub raises many types (offline, 404, gated)
         from speckit.errors import HubError
 
