@@ -1,0 +1,133 @@
+"""`speckit train`: train drafts. `speckit train eagle3` is a thin shell over speckit.train.train_eagle3.
+
+--json prints the TrainResult; otherwise a progress bar on a TTY and a short summary.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+
+import click
+
+from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.errors import UsageError
+
+
+@click.group("train")
+def train() -> None:
+    """Train speculative-decoding drafts on the target's own answers."""
+
+
+def _int_list(value: str | None) -> list[int] | None:
+    if not value:
+        return None
+    try:
+        return [int(x) for x in value.split(",") if x.strip()]
+    except ValueError as e:
+        raise UsageError(f"--aux-layers {value!r} must be comma-separated integers, e.g. 2,15,27",
+                         hint="id k = the residual stream entering target layer k") from e
+
+
+@train.command("eagle3")
+@click.option("--target", required=True, metavar="DIR|ID",
+              help="Target: a Hugging Face checkpoint directory or a built-in target id "
+              "(smollm2-135m-instruct).")
+@click.option("--prompts", default="speckit-mix", show_default=True, metavar="SOURCES",
+              help="Comma-separated prompt sources: speckit-mix (speckit's own templates), "
+              "humaneval, mtbench, or a .jsonl/.txt file. validate's built-in prompts are always "
+              "held out.")
+@click.option("--samples", default=2000, show_default=True, type=int,
+              help="Number of training conversations.")
+@click.option("--max-tokens", default=512, show_default=True, type=int,
+              help="Longest on-policy answer, in tokens.")
+@click.option("--draft-vocab", default=None, type=int, metavar="V",
+              help="Draft vocabulary size (most frequent answer tokens); default: the target's.")
+@click.option("--aux-layers", default=None, metavar="A,B,C",
+              help="Target aux layer ids (vLLM convention: k = residual stream entering layer "
+              "k); default: vLLM's 2,L/2,L-3.")
+@click.option("--ttt-steps", default=3, show_default=True, type=int,
+              help="Unrolled draft steps per position (training-time test).")
+@click.option("--epochs", default=3, show_default=True, type=int)
+@click.option("--lr", default=1e-3, show_default=True, type=float, help="Peak learning rate.")
+@click.option("--batch-tokens", default=None, type=int,
+              help="Padded tokens per batch (default 16384 on cuda, 2048 on cpu).")
+@click.option("--step-decay", default=0.8, show_default=True, type=float,
+              help="Loss weight of TTT step j is decay**j.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+              help="Default: cuda when available.")
+@click.option("--engine", type=click.Choice(["auto", "vllm", "transformers"]), default="auto",
+              show_default=True,
+              help="Who generates the on-policy answers (auto: vLLM on CPU when installed).")
+@click.option("--holdout", default=16, show_default=True, type=int,
+              help="Prompts kept out of training for the in-loop vLLM acceptance check.")
+@click.option("--eval-every", default=0, show_default=True, type=int, metavar="E",
+              help="Run the vLLM acceptance check every E epochs (always after the last one, "
+              "when vLLM is installed and --holdout > 0).")
+@click.option("--eval-k", default=3, show_default=True, type=int,
+              help="num_speculative_tokens of the acceptance check.")
+@click.option("--work-dir", type=click.Path(file_okay=False),
+              help="Data shards and checkpoints (default: OUT.work beside OUT).")
+@click.option("--resume", is_flag=True, help="Continue from the latest checkpoint in --work-dir.")
+@click.option("--save-every", default=0, show_default=True, type=int,
+              help="Checkpoint every N optimizer steps (0: at each epoch end).")
+@click.option("--fsdp", is_flag=True,
+              help="Shard the head with FSDP2 across torchrun ranks (see docs/train.md).")
+@click.option("--val-fraction", default=0.02, show_default=True, type=float,
+              help="Share of captured conversations kept out of training for held-out "
+              "loss/top-1 per epoch.")
+@click.option("--gen-batch", default=None, type=int,
+              help="Prompts per transformers generate() call (default 512 on cuda, 16 on cpu).")
+@click.option("--max-minutes", default=0.0, type=float, show_default=True,
+              help="Cap the training loop's wall time: fewer epochs when they would not fit "
+              "(0: no cap).")
+@click.option("--data-only", is_flag=True,
+              help="Stop after generating and capturing the data (runs with the same data "
+              "flags and --work-dir reuse it).")
+@click.option("--force", is_flag=True, help="Replace OUT and start over.")
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False),
+              help="Output draft directory (speculators layout).")
+@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_steps, epochs, lr,
+           batch_tokens, step_decay, seed, device, engine, holdout, eval_every, eval_k, work_dir,
+           resume, save_every, fsdp, val_fraction, gen_batch, max_minutes, data_only, force, out,
+           json_mode):
+    """Train a one-layer EAGLE-3 draft on the target's own greedy answers and export it.
+
+    The target answers every prompt with its chat template; its aux hidden states are captured
+    to disk shards; the head is trained with the TTT loss; OUT is ready for speckit validate.
+    """
+    from speckit.train import train_eagle3
+
+    command = "speckit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    result = train_eagle3(
+        target=target, out=out, prompts=prompts, samples=samples, max_tokens=max_tokens,
+        draft_vocab=draft_vocab, aux_layers=_int_list(aux_layers), ttt_steps=ttt_steps,
+        epochs=epochs, device=device, engine=engine, lr=lr, batch_tokens=batch_tokens,
+        seed=seed, holdout=holdout, eval_every=eval_every, eval_k=eval_k,
+        step_decay=step_decay, work_dir=work_dir, resume=resume, force=force, fsdp=fsdp,
+        save_every=save_every, val_fraction=val_fraction, gen_batch=gen_batch,
+        max_minutes=max_minutes, data_only=data_only, progress=progress_enabled(json_mode),
+        command=command)
+    if json_mode:
+        print_json(result)
+        return
+    if data_only:
+        click.echo(f"data: {result.samples} conversations, {result.tokens} tokens "
+                   f"({result.loss_tokens} trained) in {result.work_dir}")
+        return
+    loss = " ".join(f"{x:.3f}" if x is not None else "-" for x in result.final_loss)
+    acc = " ".join(f"{x:.3f}" if x is not None else "-" for x in result.final_acc)
+    click.echo(f"draft: {result.out}")
+    click.echo(f"data: {result.samples} conversations, {result.tokens} tokens "
+               f"({result.loss_tokens} trained), sources {result.prompt_sources}")
+    click.echo(f"vocab: {result.draft_vocab_size} draft tokens cover "
+               f"{result.vocab_coverage:.2%} of answer tokens; aux layers {result.aux_layers}")
+    click.echo(f"train: {result.steps} steps, {result.epochs} epochs; last epoch loss/step "
+               f"[{loss}] top-1/step [{acc}]")
+    if result.acceptance_length is not None:
+        click.echo(f"vLLM acceptance on held-out prompts: AL {result.acceptance_length:.3f}")
+    click.echo(f"wall: {result.wall_s:.0f} s {result.stage_s}")
+    click.echo(f"next: speckit validate --target {target} --draft {result.out}")

@@ -1,0 +1,256 @@
+"""The EAGLE-3 draft head in plain torch, computing exactly what vLLM's Eagle3LlamaForCausalLM does.
+
+Layer 0 sees cat(input_layernorm(embed), hidden_norm(h)) (2H wide); unroll() runs training-time test.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from speckit.errors import FormatError, UsageError
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """Shapes and flags of a one-layer Llama-style EAGLE-3 head."""
+
+    hidden_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    rms_norm_eps: float
+    rope_theta: float
+    max_position_embeddings: int
+    vocab_size: int  # target vocabulary V
+    draft_vocab_size: int  # Vd
+    target_hidden_size: int
+    num_aux: int
+    # vLLM's default when the key is absent; we always write it and train with it
+    norm_before_residual: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def head_config_from_target(target_cfg: dict[str, Any], *, draft_vocab_size: int, num_aux: int,
+                            where: str = "target config.json") -> HeadConfig:
+    """Draft dims copied from the target's decoder config (as speculators' trainer does)."""
+    cfg = target_cfg.get("text_config") if isinstance(target_cfg.get("text_config"), dict) \
+        else target_cfg
+    try:
+        hidden = int(cfg["hidden_size"])
+        heads = int(cfg["num_attention_heads"])
+        vocab = int(cfg["vocab_size"])
+        inter = int(cfg["intermediate_size"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise FormatError(f"{where}: missing or bad field {e}",
+                          hint="the target must be a Hugging Face decoder checkpoint") from e
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    # the draft's own layer config is ours to write: plain RoPE with the target's theta, both
+    # in training and in the exported transformer_layer_config, whatever scaling the target has
+    rope = cfg.get("rope_parameters") or {}
+    theta = float(rope.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
+    return HeadConfig(
+        hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
+        intermediate_size=inter, rms_norm_eps=float(cfg.get("rms_norm_eps") or 1e-6),
+        rope_theta=theta, max_position_embeddings=int(cfg.get("max_position_embeddings") or 4096),
+        vocab_size=vocab, draft_vocab_size=int(draft_vocab_size), target_hidden_size=hidden,
+        num_aux=int(num_aux))
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, size: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        x = x.float()
+        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (self.weight.float() * x).to(dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    a, b = x.chunk(2, dim=-1)
+    return torch.cat((-b, a), dim=-1)
+
+
+class Rope(nn.Module):
+    """Neox-style rotary embedding (vLLM's Llama uses is_neox_style=True)."""
+
+    def __init__(self, head_dim: int, theta: float):
+        super().__init__()
+        inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32) / head_dim))
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        # x [B, heads, T, hd]; positions [B, T]
+        freqs = positions.float()[..., None] * self.inv_freq  # [B, T, hd/2]
+        emb = torch.cat((freqs, freqs), dim=-1)[:, None]  # [B, 1, T, hd]
+        cos, sin = emb.cos(), emb.sin()
+        xf = x.float()
+        return (xf * cos + _rotate_half(xf) * sin).to(x.dtype)
+
+
+class DecoderLayer0(nn.Module):
+    """EAGLE-3's first (and here only) layer: q/k/v read [embed ; hidden], 2H wide."""
+
+    def __init__(self, cfg: HeadConfig):
+        super().__init__()
+        h, nh, nkv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, \
+            cfg.head_dim
+        self.cfg = cfg
+        self.input_layernorm = RMSNorm(h, cfg.rms_norm_eps)
+        self.hidden_norm = RMSNorm(h, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(h, cfg.rms_norm_eps)
+        self.self_attn = nn.Module()
+        self.self_attn.q_proj = nn.Linear(2 * h, nh * hd, bias=False)
+        self.self_attn.k_proj = nn.Linear(2 * h, nkv * hd, bias=False)
+        self.self_attn.v_proj = nn.Linear(2 * h, nkv * hd, bias=False)
+        self.self_attn.o_proj = nn.Linear(nh * hd, h, bias=False)
+        self.mlp = nn.Module()
+        self.mlp.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.mlp.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
+        self.mlp.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
+        self.rope = Rope(hd, cfg.rope_theta)
+
+    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
+                cache: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        """One TTT step. ``cache`` holds (k, v) of earlier steps and gets this step's appended.
+
+        Returns the pre-norm output, which vLLM feeds back as the next step's hidden state.
+        """
+        cfg = self.cfg
+        b, t, _ = embeds.shape
+        e = self.input_layernorm(embeds)
+        hn = self.hidden_norm(hidden)
+        residual = hn if cfg.norm_before_residual else hidden
+        x = torch.cat([e, hn], dim=-1)
+        attn = self.self_attn
+        q = attn.q_proj(x).view(b, t, cfg.num_attention_heads, cfg.head_dim).transpose(1, 2)
+        k = attn.k_proj(x).view(b, t, cfg.num_key_value_heads, cfg.head_dim).transpose(1, 2)
+        v = attn.v_proj(x).view(b, t, cfg.num_key_value_heads, cfg.head_dim).transpose(1, 2)
+        q = self.rope(q, positions)
+        k = self.rope(k, positions)
+        cache.append((k, v))
+        o = ttt_attention(q, cache, num_kv_groups=cfg.num_attention_heads
+                          // cfg.num_key_value_heads)
+        o = attn.o_proj(o.transpose(1, 2).reshape(b, t, -1))
+        residual = o + residual
+        x = self.post_attention_layernorm(residual)
+        mlp = self.mlp
+        x = mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
+        return x + residual
+
+
+def ttt_attention(q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]], *,
+                  num_kv_groups: int) -> torch.Tensor:
+    """Attention of TTT step j = len(cache) - 1 for every anchor position a at once.
+
+    Step 0's keys are the context (anchors b <= a, causal); step k >= 1 adds one key per anchor,
+    its own (the draft token it proposed at position a + k). That is what a query at draft step
+    j sees in vLLM: the verified context from step 0 plus the chain of its own draft tokens.
+    """
+    t = q.shape[2]
+    keys = torch.cat([k for k, _ in cache], dim=2)
+    values = torch.cat([v for _, v in cache], dim=2)
+    if num_kv_groups > 1:
+        keys = keys.repeat_interleave(num_kv_groups, dim=1)
+        values = values.repeat_interleave(num_kv_groups, dim=1)
+    causal = torch.ones(t, t, dtype=torch.bool, device=q.device).tril()
+    eye = torch.eye(t, dtype=torch.bool, device=q.device)
+    mask = torch.cat([causal] + [eye] * (len(cache) - 1), dim=1)
+    return F.scaled_dot_product_attention(q, keys, values, attn_mask=mask)
+
+
+class Eagle3Head(nn.Module):
+    """fc over the concatenated aux states, one decoder layer, final norm, reduced lm_head.
+
+    The token embedding is the target's, frozen, and never exported (vLLM shares the target's).
+    """
+
+    def __init__(self, cfg: HeadConfig, embed_weight: torch.Tensor):
+        super().__init__()
+        if tuple(embed_weight.shape) != (cfg.vocab_size, cfg.hidden_size):
+            raise FormatError(f"target embedding is {list(embed_weight.shape)}, expected "
+                              f"[{cfg.vocab_size}, {cfg.hidden_size}]")
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens.weight.data.copy_(embed_weight)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.fc = nn.Linear(cfg.num_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
+        self.layers = nn.ModuleList([DecoderLayer0(cfg)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+
+    def init_weights(self, *, lm_head_rows: torch.Tensor, final_norm: torch.Tensor | None,
+                     seed: int) -> None:
+        """Small random linears (std 0.02); lm_head = target head rows of the draft vocab."""
+        gen = torch.Generator().manual_seed(seed)
+        for name, p in self.named_parameters():
+            if not p.requires_grad:
+                continue
+            if name.endswith("norm.weight") or "layernorm" in name:
+                p.data.fill_(1.0)
+            elif name == "lm_head.weight":
+                p.data.copy_(lm_head_rows)
+            else:
+                p.data.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+        if final_norm is not None:
+            self.norm.weight.data.copy_(final_norm)
+
+    def trainable(self) -> dict[str, nn.Parameter]:
+        return {n: p for n, p in self.named_parameters() if p.requires_grad}
+
+    def unroll(self, input_ids: torch.Tensor, aux: torch.Tensor, steps: int):
+        """Yield (j, logits [B, T, Vd]) for TTT steps j = 0..steps-1.
+
+        Row a (the anchor) of step j is the draft at position a + j predicting the token after
+        position a + 1 + j: its input token is input_ids[a + 1 + j] (the verified one; at serve
+        time it is the draft's own guess, which only matters when that guess was right) and its
+        hidden state is step j-1's pre-norm output at the same anchor (step 0: fc(aux[a])).
+        """
+        b, t = input_ids.shape
+        if steps < 1:
+            raise UsageError("--ttt-steps must be >= 1")
+        anchor = torch.arange(t, device=input_ids.device).expand(b, t)
+        hidden = self.fc(aux.to(self.fc.weight.dtype))  # shards hold bf16; autocast decides
+        cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+        layer = self.layers[0]
+        for j in range(steps):
+            ids = shift_left(input_ids, 1 + j)
+            embeds = self.embed_tokens(ids).to(hidden.dtype)
+            out = layer(embeds, hidden, anchor + j, cache)
+            yield j, self.lm_head(self.norm(out))
+            hidden = out
+
+
+def shift_left(x: torch.Tensor, n: int, fill: int = 0) -> torch.Tensor:
+    """x[:, n:] padded on the right with ``fill`` to the same length."""
+    if n == 0:
+        return x
+    pad = torch.full_like(x[:, :n], fill)
+    return torch.cat([x[:, n:], pad], dim=1)[:, : x.shape[1]] if n < x.shape[1] \
+        else torch.full_like(x, fill)
+
+
+def export_state(head: Eagle3Head) -> dict[str, torch.Tensor]:
+    """The head's exportable tensors under speculators names (no embed_tokens)."""
+    out = {}
+    for name, p in head.state_dict().items():
+        if name.startswith("embed_tokens.") or ".rope." in name:
+            continue
+        out[name] = p
+    return out
+
+
+def param_count(head: Eagle3Head) -> int:
+    return sum(p.numel() for p in head.trainable().values())

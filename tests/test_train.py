@@ -1,0 +1,310 @@
+"""speckit train eagle3: vocab maps, prompt hold-out, TTT math vs step-by-step drafting, capture
+alignment, a tiny end-to-end run (loss falls, export is a servable speculators draft), resume, and
+(marked vllm) the export serving next to the tiny target in vLLM with moving spec-decode counters.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from click.testing import CliRunner
+
+from speckit.checkpoint import Checkpoint
+from speckit.errors import FormatError, UsageError
+from speckit.train import default_aux_layers, train_eagle3
+from speckit.train.model import Eagle3Head, HeadConfig
+from speckit.train.vocab import build_draft_vocab, check_draft_vocab
+from tests.factories import make_target
+
+AUX = [1, 4, 8]  # includes id L (= 8, the final pre-norm state) and is not vLLM's default
+
+
+# ---- vocabulary --------------------------------------------------------------------------------
+
+def test_draft_vocab_picks_most_frequent_sorted_with_valid_maps():
+    counts = torch.zeros(100, dtype=torch.int64)
+    counts[[90, 3, 50, 7, 61]] = torch.tensor([50, 40, 30, 30, 1])
+    v = build_draft_vocab(counts, 4)
+    sel = v.draft_to_target()
+    # 90, 3 by count; 50 and 7 tie at 30 and both fit; ascending order in the draft vocab
+    assert sel.tolist() == [3, 7, 50, 90]
+    assert v.d2t.dtype == torch.int64 and v.t2d.dtype == torch.bool
+    assert int(v.t2d.sum()) == 4 and torch.equal(torch.nonzero(v.t2d).flatten(), sel)
+    assert v.coverage == pytest.approx(150 / 151)
+    t2d_index = v.target_to_draft()
+    assert t2d_index[50].item() == 2 and t2d_index[61].item() == -1
+    check_draft_vocab(v.d2t, v.t2d)
+
+
+def test_draft_vocab_ties_and_padding_are_deterministic():
+    counts = torch.zeros(20, dtype=torch.int64)
+    counts[[15, 9]] = 5  # a tie: the lower id wins the last slot
+    assert build_draft_vocab(counts, 1).draft_to_target().tolist() == [9]
+    # fewer tokens seen than Vd: the smallest unseen ids fill up (as speculators/SpecForge do)
+    assert build_draft_vocab(counts, 4).draft_to_target().tolist() == [0, 1, 9, 15]
+    with pytest.raises(UsageError):
+        build_draft_vocab(counts, 21)
+
+
+def test_check_draft_vocab_rejects_broken_maps():
+    counts = torch.zeros(100, dtype=torch.int64)
+    counts[[90, 3, 50, 7]] = 9
+    v = build_draft_vocab(counts, 4)
+    bad = v.t2d.clone()
+    bad[0] = True  # t2d.sum() != Vd
+    with pytest.raises(FormatError, match="t2d"):
+        check_draft_vocab(v.d2t, bad)
+    with pytest.raises(FormatError):
+        check_draft_vocab(v.d2t.flip(0), v.t2d)  # decreasing offsets
+
+
+# ---- prompts -----------------------------------------------------------------------------------
+
+def test_prompts_hold_out_validate_sets_and_are_seeded(tmp_path):
+    from speckit.train.prompts import load_prompts, validate_prompt_texts
+
+    blocked = validate_prompt_texts()
+    assert len(blocked) >= 90  # math, code and chat sets are read
+    f = tmp_path / "mine.jsonl"
+    rows = [{"prompt": "What is the capital of France?"},  # verbatim validate chat prompt
+            {"prompt": "what is the capital of  FRANCE?"},  # same after normalisation
+            {"prompt": "Explain photosynthesis to a ten-year-old, please."},  # near duplicate
+            {"prompt": "Name three rivers in South America."}]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    ps = load_prompts(str(f), samples=10, seed=0, heldout=0)
+    assert [p.text for p in ps.train] == ["Name three rivers in South America."]
+    # one of the two spellings is caught as a duplicate of the other first
+    assert ps.dropped_validate_overlap == 2 and ps.dropped_duplicates == 1
+    a = load_prompts("speckit-mix", samples=40, seed=3, heldout=4)
+    b = load_prompts("speckit-mix", samples=40, seed=3, heldout=4)
+    assert [p.text for p in a.train] == [p.text for p in b.train] and len(a.train) == 40
+    assert {p.text for p in a.heldout}.isdisjoint(p.text for p in a.train)
+    assert set(a.per_source) == {"speckit-mix/chat", "speckit-mix/code", "speckit-mix/math"}
+
+
+# ---- the head: TTT unroll equals step-by-step drafting as vLLM does it -------------------------
+
+def _rms(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _rope(x, pos, theta):
+    hd = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, hd, 2, dtype=torch.float64) / hd))
+    f = pos * inv
+    cos, sin = torch.cat([f, f]).cos(), torch.cat([f, f]).sin()
+    a, b = x.chunk(2, -1)
+    return x * cos + torch.cat([-b, a], -1) * sin
+
+
+def _draft_token(head: Eagle3Head, emb, hidden, pos, keys, values):
+    """One draft query in vLLM's Eagle3 Llama layer (norm_before_residual), written out longhand.
+
+    ``keys``/``values``: lists of [kv_heads, hd] already in the draft KV cache; this query's own
+    key/value is appended. Returns (pre-norm output fed to the next step, logits).
+    """
+    c, lay = head.cfg, head.layers[0]
+    eps = c.rms_norm_eps
+    e = _rms(emb, lay.input_layernorm.weight, eps)
+    h = _rms(hidden, lay.hidden_norm.weight, eps)
+    x = torch.cat([e, h])
+    a = lay.self_attn
+    q = (a.q_proj.weight @ x).view(c.num_attention_heads, c.head_dim)
+    k = (a.k_proj.weight @ x).view(c.num_key_value_heads, c.head_dim)
+    v = (a.v_proj.weight @ x).view(c.num_key_value_heads, c.head_dim)
+    q, k = _rope(q, pos, c.rope_theta), _rope(k, pos, c.rope_theta)
+    keys.append(k)
+    values.append(v)
+    kk, vv = torch.stack(keys, 1), torch.stack(values, 1)  # [kv, n, hd]
+    g = c.num_attention_heads // c.num_key_value_heads
+    kk, vv = kk.repeat_interleave(g, 0), vv.repeat_interleave(g, 0)
+    att = torch.softmax((kk @ q[:, :, None]).squeeze(-1) / math.sqrt(c.head_dim), -1)
+    o = a.o_proj.weight @ (att[:, None, :] @ vv).squeeze(1).reshape(-1)
+    res = o + h
+    m = lay.mlp
+    y = _rms(res, lay.post_attention_layernorm.weight, eps)
+    y = m.down_proj.weight @ (torch.nn.functional.silu(m.gate_proj.weight @ y) * (m.up_proj.weight @ y))
+    out = y + res
+    return out, head.lm_head.weight @ _rms(out, head.norm.weight, eps)
+
+
+def test_ttt_unroll_matches_sequential_drafting():
+    torch.manual_seed(0)
+    cfg = HeadConfig(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                     intermediate_size=24, rms_norm_eps=1e-6, rope_theta=10000.0,
+                     max_position_embeddings=128, vocab_size=40, draft_vocab_size=40,
+                     target_hidden_size=16, num_aux=3)
+    head = Eagle3Head(cfg, torch.randn(40, 16)).double()
+    head.init_weights(lm_head_rows=torch.randn(40, 16).double(), final_norm=None, seed=1)
+    for p in head.parameters():  # norms off 1.0 so a swapped norm would show
+        if p.dim() == 1:
+            p.data += 0.1 * torch.randn_like(p)
+    t, steps = 9, 3
+    ids = torch.randint(0, 40, (1, t))
+    aux = torch.randn(1, t, 48, dtype=torch.float64)
+    got = [lg[0] for _, lg in head.unroll(ids, aux, steps)]
+    with torch.no_grad():
+        emb = head.embed_tokens.weight
+        fc = head.fc.weight @ aux[0].T  # [H, T]
+        # step 0 over the whole context (vLLM's first pass), keeping its KV
+        k0, v0, g0 = [], [], []
+        for a in range(t):
+            nxt = ids[0, a + 1] if a + 1 < t else 0
+            keys, vals = list(k0), list(v0)
+            out, logits = _draft_token(head, emb[nxt], fc[:, a], a, keys, vals)
+            k0.append(keys[-1])
+            v0.append(vals[-1])
+            g0.append(out)
+            assert torch.allclose(got[0][a], logits, atol=1e-4)
+        for a in range(t - steps):
+            keys, vals = k0[:a + 1], v0[:a + 1]
+            hidden = g0[a]
+            for j in range(1, steps):
+                out, logits = _draft_token(head, emb[ids[0, a + 1 + j]], hidden, a + j, keys, vals)
+                assert torch.allclose(got[j][a], logits, atol=1e-4), (a, j)
+                hidden = out
+
+
+# ---- end to end on a tiny target ---------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory) -> Path:
+    return make_target(tmp_path_factory.mktemp("train") / "target", with_tokenizer=True)
+
+
+@pytest.fixture(scope="module")
+def trained(tiny_target, tmp_path_factory):
+    out = tmp_path_factory.mktemp("run") / "draft"
+    res = train_eagle3(target=str(tiny_target), out=out, samples=40, max_tokens=24,
+                       draft_vocab=96, aux_layers=AUX, ttt_steps=3, epochs=3, device="cpu",
+                       engine="transformers", lr=3e-3, batch_tokens=384, holdout=0,
+                       val_fraction=0.0, seed=0, log=lambda m: None)
+    return res
+
+
+def test_capture_aux_is_hf_hidden_states_and_labels_are_target_argmax(trained, tiny_target):
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM
+
+    data = next(trained.work_dir.glob("data-*"))
+    shard = load_file(str(data / "shard-00000.safetensors"))
+    off = shard["offsets"]
+    s, e = int(off[0]), int(off[1])
+    ids = shard["input_ids"][s:e].long()[None]
+    model = AutoModelForCausalLM.from_pretrained(str(tiny_target), dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = model(input_ids=ids, output_hidden_states=True)
+    hs = out.hidden_states
+    aux = shard["aux"][s:e].float()
+    h = model.config.hidden_size
+    # id k < L is HF hidden_states[k]; id L is the last layer's output BEFORE the final norm
+    # (HF's hidden_states[L] is post-norm, vLLM's aux id L is not)
+    for i, k in enumerate(AUX[:-1]):
+        assert torch.allclose(aux[:, i * h:(i + 1) * h], hs[k][0].float(), atol=2e-2)
+    final = aux[:, 2 * h:]
+    normed = model.model.norm(final.to(torch.bfloat16)[None])[0].float()
+    assert torch.allclose(normed, hs[8][0].float(), atol=5e-2)
+    assert torch.equal(shard["target_ids"][s:e].long(), out.logits[0].argmax(-1))
+    # answers were generated greedily by the same target: its argmax is the next token
+    mask = shard["loss_mask"][:-1]
+    agree = (shard["target_ids"][:-1] == shard["input_ids"][1:])[mask].float().mean()
+    assert agree > 0.9
+
+
+def test_tiny_run_learns(trained):
+    first, last = trained.history[0], trained.history[-1]
+    assert trained.steps >= 9 and len(trained.history) == 3
+    assert last["loss"][0] < first["loss"][0] - 0.3
+    assert last["acc"][0] > first["acc"][0]
+    assert trained.draft_vocab_size == 96 and 0.5 < trained.vocab_coverage <= 1.0
+
+
+def test_export_is_a_speculators_eagle3_draft(trained, tiny_target):
+    from speckit.methods import eagle3
+
+    ck = Checkpoint.open(trained.out)
+    cfg = ck.config
+    tgt = json.loads((tiny_target / "config.json").read_text())
+    assert cfg["speculators_model_type"] == "eagle3" and "model_type" not in cfg
+    assert cfg["eagle_aux_hidden_state_layer_ids"] == AUX
+    assert cfg["norm_before_residual"] is True and cfg["draft_vocab_size"] == 96
+    layer = cfg["transformer_layer_config"]
+    assert layer["vocab_size"] == tgt["vocab_size"] and layer["num_hidden_layers"] == 1
+    assert layer["num_aux_hidden_states"] == 3
+    assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == 3
+    want = {s.name: s for s in eagle3.expected_tensors(cfg)}
+    got = ck.tensors
+    assert "embed_tokens.weight" not in got  # vLLM shares the target's
+    assert set(got) == {n for n, s in want.items() if s.required}
+    for name, info in got.items():
+        assert info.shape == want[name].shape, name
+        assert info.dtype == ("BF16" if want[name].dtype == "float" else want[name].dtype), name
+    check_draft_vocab(ck.get("d2t"), ck.get("t2d"), where=str(trained.out))
+    prov = json.loads((trained.out / "speckit-train.json").read_text())
+    assert prov["seed"] == 0 and prov["recipe"]["aux_layers"] == AUX
+
+
+def test_resume_continues_the_step_count(tiny_target, trained, tmp_path):
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(next(trained.work_dir.glob("data-*")),
+                    work / next(trained.work_dir.glob("data-*")).name)
+    kw = {"target": str(tiny_target), "samples": 40, "max_tokens": 24, "draft_vocab": 96,
+          "aux_layers": AUX, "ttt_steps": 3, "device": "cpu", "engine": "transformers",
+          "lr": 3e-3, "batch_tokens": 384, "holdout": 0, "val_fraction": 0.0, "seed": 0,
+          "work_dir": work, "log": lambda m: None}
+    one = train_eagle3(out=tmp_path / "a", epochs=2, **kw)
+    assert one.data_reused
+    per_epoch = one.steps // 2
+    # the same run asked for 3 epochs resumes at the end of epoch 2
+    two = train_eagle3(out=tmp_path / "b", epochs=3, resume=True, **kw)
+    assert two.resumed_from == one.steps and two.steps == one.steps + per_epoch
+    state = json.loads((work / "checkpoints" / "latest.json").read_text())
+    assert state["step"] == two.steps
+    ck = Checkpoint.open(work / "checkpoints" / state["dir"], require_config=False)
+    assert "fc.weight" in ck and "embed_tokens.weight" not in ck
+    # without --resume an existing checkpoint directory is an error, not silently reused
+    with pytest.raises(UsageError, match="resume"):
+        train_eagle3(out=tmp_path / "c", epochs=1, **kw)
+
+
+def test_default_aux_layers():
+    assert default_aux_layers(30) == [2, 15, 27]
+    assert default_aux_layers(8) == [2, 4, 5]
+    ids = default_aux_layers(4)
+    assert len(set(ids)) == len(ids) == 3 and max(ids) <= 4
+
+
+def test_cli_validates_aux_layers(tiny_target, tmp_path):
+    from speckit.cli import main
+
+    r = CliRunner().invoke(main, ["train", "eagle3", "--target", str(tiny_target),
+                                  "--aux-layers", "1,x", "-o", str(tmp_path / "d")])
+    assert r.exit_code == 2 and "aux-layers" in r.output
+    r = CliRunner().invoke(main, ["train", "eagle3", "--target", str(tiny_target),
+                                  "--aux-layers", "1,4,9", "--samples", "2", "-o",
+                                  str(tmp_path / "d")])
+    assert r.exit_code == 2 and "outside [0, 8]" in r.output
+
+
+# ---- vLLM --------------------------------------------------------------------------------------
+
+@pytest.mark.vllm
+def test_export_serves_in_vllm_next_to_the_target(trained, tiny_target):
+    pytest.importorskip("vllm")
+    from speckit.train.engine import run_engine
+
+    prompts = [[3, 10, 20, 30, 40, 5], [3, 50, 60, 70, 5]]
+    res = run_engine({"mode": "accept", "target": str(tiny_target), "draft": str(trained.out),
+                      "k": 3, "prompt_token_ids": prompts, "max_tokens": 16, "seed": 0,
+                      "max_model_len": 256, "kv_cache_memory_bytes": 1 << 26})
+    c = res["counters"]
+    assert c["vllm:spec_decode_num_drafts"] > 0
+    assert c["vllm:spec_decode_num_draft_tokens"] == 3 * c["vllm:spec_decode_num_drafts"]
+    assert len(res["accepted_per_pos"]) == 3
+    assert all(len(o) > 0 for o in res["outputs"])
