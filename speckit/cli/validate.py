@@ -1,0 +1,93 @@
+"""`speckit validate`: a short real vLLM run that measures a draft against a no-speculation baseline.
+
+A thin click shell over speckit.validate.validate; --json prints the ValidationReport.
+"""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.errors import UsageError
+
+
+def _parse_sweep(value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        ks = [int(x) for x in value.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise UsageError(f"--sweep {value!r}: expected comma-separated integers like 1,2,3,5,7")
+    if not ks or min(ks) < 1:
+        raise UsageError(f"--sweep {value!r}: every k must be >= 1")
+    return ks
+
+
+def _parse_engine_args(items: tuple[str, ...]) -> dict:
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not sep or not key:
+            raise UsageError(f"--engine-arg {item!r}: expected KEY=VALUE",
+                             hint="e.g. --engine-arg max_model_len=4096 "
+                             "--engine-arg gpu_memory_utilization=0.85")
+        try:
+            out[key] = json.loads(raw)  # numbers, true/false, JSON objects
+        except ValueError:
+            out[key] = raw
+    return out
+
+
+@click.command("validate")
+@click.option("--target", required=True, help="Target model: directory, registry id or Hub repo.")
+@click.option("--draft", help="Draft checkpoint: directory, registry id or Hub repo.")
+@click.option("--method", help="Speculative method (default: detected from the draft).")
+@click.option("-k", "--num-speculative-tokens", "k", type=int,
+              help="k (num_speculative_tokens) for a single run.")
+@click.option("--sweep", help="Comma-separated k values: measure the largest, derive the rest, "
+              "recommend and confirm the best (at most 3 engine starts).")
+@click.option("--dataset", default="mixed", show_default=True,
+              help="mixed, math, code, chat, humaneval, mtbench, gsm8k, math500, mbpp, or a "
+              ".jsonl file with a prompt or messages field.")
+@click.option("--num-prompts", type=int, default=32, show_default=True)
+@click.option("--max-tokens", type=int, default=128, show_default=True)
+@click.option("--temperature", type=float, default=0.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--thinking/--no-thinking", default=False, show_default=True,
+              help="enable_thinking for chat templates that have the switch (recorded).")
+@click.option("--concurrency", type=int, default=1, show_default=True,
+              help="Requests in flight (vLLM max_num_seqs) during the timed runs.")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallel size.")
+@click.option("--engine-arg", "engine_arg", multiple=True, metavar="KEY=VALUE",
+              help="Passed to vllm.LLM as is (repeatable), e.g. gpu_memory_utilization=0.85.")
+@click.option("--compare-draft", help="A second draft measured on the same prompts and k.")
+@click.option("--out", type=click.Path(file_okay=False),
+              help="Write spec-config.json, serve-command.sh, report.json, report.md, plots, logs.")
+@click.option("--force", is_flag=True, help="Start vLLM even when speckit plan says it won't fit.")
+@click.option("--no-confirm", is_flag=True, help="With --sweep: skip the confirmation run.")
+@click.option("--timeout", type=float, default=1200, show_default=True,
+              help="Seconds allowed per engine run.")
+@click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
+@handle_errors
+def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_tokens, temperature,
+                 seed, thinking, concurrency, tp, engine_arg, compare_draft, out, force,
+                 no_confirm, timeout, json_mode):
+    """Measure acceptance (AL, per position), throughput vs baseline and losslessness on vLLM.
+
+    Writes the --speculative-config and the `vllm serve` line for the measured (or best) k.
+    """
+    from speckit.validate import print_report, validate
+
+    report = validate(target=target, draft=draft, method=method, k=k, sweep=_parse_sweep(sweep),
+                      dataset=dataset, num_prompts=num_prompts, max_tokens=max_tokens,
+                      temperature=temperature, seed=seed, thinking=thinking,
+                      concurrency=concurrency, tp=tp, engine_args=_parse_engine_args(engine_arg),
+                      compare_draft=compare_draft, out=out, force=force, confirm=not no_confirm,
+                      timeout_s=timeout, progress=progress_enabled(json_mode))
+    if json_mode:
+        print_json(report.to_dict())
+    else:
+        print_report(report)
