@@ -125,10 +125,16 @@ def source_tensors(layout: str, config: dict[str, Any], *,
         return expected_tensors(config)
     if layout not in ("safeailab-eagle3", "specforge-eagle3"):
         return None
+    return trained_source_specs(config, first_layer="midlayer")
+
+
+def trained_source_specs(config: dict[str, Any], *, first_layer: str,
+                         extra: tuple[TensorSpec, ...] = ()) -> list[TensorSpec]:
+    """A trainer's export: its own head and, always, the d2t/t2d buffers (even for a full
+    vocab, where they are identity maps a conversion drops)."""
     _, hidden, vocab, draft_vocab, _, _ = _dims(config)
-    # both trainers register d2t/t2d as buffers, so they are saved even for a full vocab
     return [TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
-            *body_specs(config, first_layer="midlayer"),
+            *body_specs(config, first_layer=first_layer), *extra,
             TensorSpec("lm_head.weight", (draft_vocab, hidden)),
             TensorSpec("d2t", (draft_vocab,), dtype="I64"),
             TensorSpec("t2d", (vocab,), dtype="BOOL")]
@@ -138,9 +144,7 @@ def check_config(config: dict[str, Any], *,
                  target_config: dict[str, Any] | None = None) -> list[Problem]:
     """Config-level problems of an EAGLE-3 draft, and of its pairing with ``target_config``."""
     d = describe(config)
-    out = missing_fields(d, {"hidden": "hidden_size", "heads": "num_attention_heads",
-                             "intermediate": "intermediate_size", "target_vocab": "vocab_size"})
-    out += _head_checks(config, d)
+    out = _head_checks(config, d)
     if "speculators_model_type" in config and config.get("norm_before_residual") is None:
         out.append(Problem("warning", "norm-before-residual-unset",
                            "norm_before_residual is not set: vLLM assumes true for EAGLE-3 while "
@@ -151,8 +155,9 @@ def check_config(config: dict[str, Any], *,
 
 
 def _head_checks(config: dict[str, Any], d: dict[str, Any]) -> list[Problem]:
-    """Checks shared with P-EAGLE: decoder type, norm flags, vocab sizes, Llama's fc sizing."""
-    out: list[Problem] = []
+    """Checks shared with P-EAGLE: dims, decoder type, norm flags, vocab sizes, Llama's fc."""
+    out = missing_fields(d, {"hidden": "hidden_size", "heads": "num_attention_heads",
+                             "intermediate": "intermediate_size", "target_vocab": "vocab_size"})
     mt = d.get("model_type")
     if mt is not None and mt not in LAYER_TYPES:
         out.append(Problem("error", "unsupported-layer-type",

@@ -14,7 +14,6 @@ from speckit.methods.common import (
     draft_layer_kv,
     layer_config,
     mask_token_problems,
-    missing_fields,
     offset_layer_runtime_name,
     pairing_problems,
     speculators_k,
@@ -82,20 +81,14 @@ def source_tensors(layout: str, config: dict[str, Any], *,
         return expected_tensors(config)
     if layout != "specforge-peagle":
         return None
-    _, hidden, vocab, draft_vocab, _, _ = _eagle3._dims(config)
-    return [TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
-            *_eagle3.body_specs(config), _mask_hidden(config),
-            TensorSpec("lm_head.weight", (draft_vocab, hidden)),
-            TensorSpec("d2t", (draft_vocab,), dtype="I64"),
-            TensorSpec("t2d", (vocab,), dtype="BOOL")]
+    return _eagle3.trained_source_specs(config, first_layer="layers.0",
+                                        extra=(_mask_hidden(config),))
 
 
 def check_config(config: dict[str, Any], *,
                  target_config: dict[str, Any] | None = None) -> list[Problem]:
     d = describe(config)
-    out = missing_fields(d, {"hidden": "hidden_size", "heads": "num_attention_heads",
-                             "intermediate": "intermediate_size", "target_vocab": "vocab_size"})
-    out += _eagle3._head_checks(config, d)
+    out = _eagle3._head_checks(config, d)
     # vLLM maps mask_token_id to the parallel-drafting (pard) token; without it there is none
     out += mask_token_problems(d, required=True)
     out += pairing_problems(d, target_config=target_config, aux_required=False)
