@@ -375,3 +375,28 @@ def check_vocab_maps(d2t, t2d, *, target_vocab: int | None, draft_vocab: int | N
                             f"{int(mapped[i])} but t2d's {i}-th selected id is {int(sel[i])}",
                             "d2t"))
     return out
+
+
+# ---- quantization (speckit quantize): which tensors vLLM builds as quantizable Linear layers ----
+
+# q/k/v/o and gate/up/down of a decoder layer whose index is the 2nd group
+_DECODER_LINEAR = r"self_attn\.[qkvo]_proj|mlp\.(?:gate|up|down)_proj"
+
+
+def is_decoder_linear(name: str, *, prefix: str = "layers", projections: str = _DECODER_LINEAR,
+                      extra: tuple[str, ...] = ()) -> bool:
+    """True for `{prefix}.N.<projection>.weight` and for the exact names in ``extra``."""
+    import re
+
+    if name in extra:
+        return True
+    return re.fullmatch(rf"{re.escape(prefix)}\.\d+\.(?:{projections})\.weight", name) is not None
+
+
+def fused_module_name(ckpt_name: str) -> str:
+    """Module name of a checkpoint tensor with vLLM's q/k/v -> qkv_proj and gate/up -> gate_up_proj
+    fusion (vLLM's Quark `exclude` sees the fused module)."""
+    module = ckpt_name.rsplit(".", 1)[0] if ckpt_name.endswith((".weight", ".bias")) else ckpt_name
+    parts = module.split(".")
+    parts[-1] = _FUSED.get(parts[-1], parts[-1])
+    return ".".join(parts)

@@ -203,3 +203,10 @@ def family_checks(config: dict[str, Any], d: dict[str, Any], *,
                            "runner (VLLM_USE_V2_MODEL_RUNNER=1), which the CPU backend lacks",
                            "layer_types"))
     return out
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """fc and the decoder projections (qwen3_dflash.py builds them with the draft quant config)."""
+    from speckit.methods.common import is_decoder_linear
+
+    return is_decoder_linear(name, extra=("fc.weight",))

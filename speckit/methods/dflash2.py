@@ -113,3 +113,13 @@ def check_config(config: dict[str, Any], *,
         out.append(Problem("error", "dflash-sample-from-anchor", "sample_from_anchor is true: "
                            "vLLM serves DFlash2 as DFlash, which refuses it", "sample_from_anchor"))
     return out
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """DFlash's Linears plus the convolutions' kernel_projection (ReplicatedLinear with the draft
+    quant config); the selector's hidden_projection is built with quant_config=None and the
+    codebooks / base kernels are bare parameters (qwen3_dflash2.py)."""
+    from speckit.methods.common import is_decoder_linear
+
+    return _dflash.quantizable(name, config) or is_decoder_linear(
+        name, projections=r"(?:attention_conv|mlp_conv)\.kernel_projection")

@@ -98,3 +98,26 @@ def check_config(config: dict[str, Any], *,
     out += pairing_problems(d, target_config=target_config, aux_required=False,
                             aux_expected=False)
     return out
+
+
+def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """vLLM loads a draft_model under the prefix `draft_model` (v1/spec_decode/draft_model.py) and
+    fuses q/k/v and gate/up. target_num_layers is unused."""
+    from speckit.methods.common import fused_module_name
+
+    return "draft_model." + fused_module_name(ckpt_name)
+
+
+def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
+                           config: dict[str, Any]) -> list[str]:
+    """The same module when the checkpoint is served as a main model (no `draft_model.`)."""
+    from speckit.methods.common import fused_module_name
+
+    return [fused_module_name(ckpt_name)]
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """The decoder projections of a dense causal LM (`model.layers.N.*`)."""
+    from speckit.methods.common import is_decoder_linear
+
+    return is_decoder_linear(name, prefix="model.layers")

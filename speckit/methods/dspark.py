@@ -147,3 +147,9 @@ def check_config(config: dict[str, Any], *,
         out.append(Problem("error", "dspark-markov-rank", f"markov_rank {d['markov_rank']} < 0",
                            "markov_rank"))
     return out
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """DFlash's Linears only: markov_w1 is an nn.Embedding, markov_w2 a ParallelLMHead and the
+    confidence head a ReplicatedLinear without quant config (qwen3_dspark.py)."""
+    return _dflash.quantizable(name, config)

@@ -176,3 +176,21 @@ def _head_checks(config: dict[str, Any], d: dict[str, Any]) -> list[Problem]:
         out.append(Problem("error", "draft-vocab-too-large", f"draft_vocab_size {vd} exceeds "
                            f"the vocab size {v}", "draft_vocab_size"))
     return out
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """Linear weights vLLM builds with the draft's quant config: fc and the decoder projections
+    (lm_head is a ParallelLMHead, embed_tokens a VocabParallelEmbedding: never quantized)."""
+    from speckit.methods.common import is_decoder_linear
+
+    return is_decoder_linear(name, extra=("fc.weight",))
+
+
+def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
+                           config: dict[str, Any]) -> list[str]:
+    """Other run-time names of the same module: vLLM's Qwen3 EAGLE-3 layer re-creates qkv_proj
+    with prefix `model.layers.N.qkv_proj` (no `self_attn.`), qwen3_eagle3.py."""
+    name = runtime_module_name(ckpt_name, target_num_layers=target_num_layers)
+    if layer_config(config).get("model_type") == "qwen3" and name.endswith(".self_attn.qkv_proj"):
+        return [name.replace(".self_attn.qkv_proj", ".qkv_proj")]
+    return []

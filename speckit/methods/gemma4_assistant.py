@@ -143,3 +143,24 @@ def check_config(config: dict[str, Any], *,
                                "Gemma-4 assistant shares the KV cache of a Gemma-4 target only",
                                "model_type"))
     return out
+
+
+def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """vLLM builds the assistant as `draft_model.*` (Gemma4MTP, gemma4_mtp.py) and fuses gate/up;
+    lm_head keeps its name. target_num_layers is unused: its layers are not offset."""
+    from speckit.methods.common import fused_module_name
+
+    module = fused_module_name(ckpt_name)
+    if module == "lm_head":
+        return module
+    return "draft_model." + module.removeprefix("model.")
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """q_proj/o_proj (no k/v: KV is shared), the MLP, and pre/post_projection; the centroids are
+    a plain nn.Linear and the embedding a VocabParallelEmbedding (gemma4_mtp.py)."""
+    from speckit.methods.common import is_decoder_linear
+
+    return is_decoder_linear(name, prefix="model.layers",
+                             projections=r"self_attn\.[qo]_proj|mlp\.(?:gate|up|down)_proj",
+                             extra=("pre_projection.weight", "post_projection.weight"))

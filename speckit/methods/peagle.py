@@ -93,3 +93,14 @@ def check_config(config: dict[str, Any], *,
     out += mask_token_problems(d, required=True)
     out += pairing_problems(d, target_config=target_config, aux_required=False)
     return out
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """As EAGLE-3: fc and the decoder projections (mask_hidden is a buffer)."""
+    return _eagle3.quantizable(name, config)
+
+
+def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
+                           config: dict[str, Any]) -> list[str]:
+    return _eagle3.runtime_module_aliases(ckpt_name, target_num_layers=target_num_layers,
+                                          config=config)

@@ -1,0 +1,91 @@
+"""FP8 E4M3 ("fn") weight quantization with AMD Quark 0.13's exact numerics, in torch.
+
+Per-channel (one float32 scale per output row) and per-tensor (one float32 scale); the op
+sequence is Quark's own, so the stored bytes match it bit for bit (tests/test_quant_numerics.py).
+"""
+
+from __future__ import annotations
+
+from speckit.quant.mxfp4 import CPU_CHUNK_ELEMS, CUDA_CHUNK_ELEMS, ErrorStats
+
+FP8_MAX = 448.0
+EPS = 2.0 ** -23  # float32 eps: Quark's scale for an all-zero row or tensor
+
+
+def scale_from_amax(amax):
+    """float32 scale = amax / 448, with Quark's eps for amax == 0."""
+    import torch
+
+    scale = amax.to(torch.float32) / FP8_MAX
+    return scale.masked_fill(scale == 0.0, EPS)
+
+
+def _quantize_rows(w, scale_rows, stats: ErrorStats | None):
+    """w: [rows, in]; scale_rows: float32 [rows] or [] -> float8_e4m3fn [rows, in]."""
+    import torch
+
+    if scale_rows.dim():
+        # per-channel: Quark casts the float32 scales to the weight dtype, then divides
+        q = w / scale_rows.to(w.dtype)[:, None]
+    else:
+        # per-tensor: Quark divides by the float32 scalar and rounds to the weight dtype
+        q = (w.float() / scale_rows).to(w.dtype)
+    q = q.clamp_(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
+    if stats is not None:
+        ref = w.float()
+        sr = scale_rows[:, None] if scale_rows.dim() else scale_rows
+        stats.add(ref - q.float() * sr, ref)
+    return q
+
+
+def _check_finite(amax, what: str) -> None:
+    import torch
+
+    if not bool(torch.isfinite(amax).all()):
+        raise ValueError(f"non-finite value ({what})")
+
+
+def quantize_per_channel(w, *, stats: ErrorStats | None = None, chunk_elems: int | None = None):
+    """[out, in] float weight -> (float8_e4m3fn [out, in], float32 scale [out])."""
+    import torch
+
+    if w.dim() != 2:
+        raise ValueError(f"FP8 per-channel needs a 2-D weight, got shape {list(w.shape)}")
+    w = w.contiguous()
+    rows, cols = w.shape
+    # Quark's observer reduces in float32; the max of |x| is exact in any float dtype
+    amax = w.abs().amax(dim=1).float() if cols else torch.zeros(rows, device=w.device)
+    _check_finite(amax, "weight")
+    scale = scale_from_amax(amax)
+    out = torch.empty(rows, cols, dtype=torch.float8_e4m3fn, device=w.device)
+    budget = chunk_elems or (CUDA_CHUNK_ELEMS if w.is_cuda else CPU_CHUNK_ELEMS)
+    step = max(1, budget // max(cols, 1))
+    for r in range(0, rows, step):
+        out[r:r + step] = _quantize_rows(w[r:r + step], scale[r:r + step], stats)
+    return out, scale
+
+
+def quantize_per_tensor(w, *, stats: ErrorStats | None = None, chunk_elems: int | None = None):
+    """float weight -> (float8_e4m3fn of the same shape, float32 scalar scale)."""
+    import torch
+
+    w = w.contiguous()
+    amax = w.abs().amax().float() if w.numel() else torch.zeros((), device=w.device)
+    _check_finite(amax, "weight")
+    scale = scale_from_amax(amax)
+    flat = w.view(w.shape[0], -1) if w.dim() > 1 else w.view(1, -1)
+    out = torch.empty(flat.shape, dtype=torch.float8_e4m3fn, device=w.device)
+    budget = chunk_elems or (CUDA_CHUNK_ELEMS if w.is_cuda else CPU_CHUNK_ELEMS)
+    step = max(1, budget // max(flat.shape[1], 1))
+    for r in range(0, flat.shape[0], step):
+        out[r:r + step] = _quantize_rows(flat[r:r + step], scale, stats)
+    return out.view(w.shape), scale
+
+
+def dequantize(q, scale, *, dtype=None):
+    """fp8 values times their float32 scale (per-channel [out] or per-tensor [])."""
+    import torch
+
+    s = scale.float()
+    s = s[:, None] if s.dim() == 1 else s
+    return (q.float() * s).to(dtype or torch.float32)
