@@ -101,6 +101,7 @@ class EngineRun:
     probe_s: dict[int, float]
     log_path: Path
     seconds: float  # wall time of the whole child, start to exit
+    job: EngineJob | None = None  # what was asked (to check that a reused baseline fits)
 
     @property
     def token_ids(self) -> list[list[int]]:
@@ -197,7 +198,7 @@ def _parse(job: EngineJob, res: dict[str, Any], log_path: Path, seconds: float) 
         chat_template_sha256=res["chat_template_sha256"], thinking=res["thinking"],
         prompt_token_ids=res["prompt_token_ids"], requests=reqs, timing=timing,
         counters=counters, probe_s={int(k): float(v) for k, v in (res.get("probe_s") or {}).items()},
-        log_path=log_path, seconds=seconds)
+        log_path=log_path, seconds=seconds, job=job)
 
 
 def _pump_events(path: Path, seen: int, on_event) -> int:

@@ -130,6 +130,7 @@ class ValidationReport:
     seconds: float
     chat_template: str = ""
     files: dict[str, str] = field(default_factory=dict)
+    baseline_run: Any = field(default=None, repr=False)  # EngineRun, for reuse; not serialized
 
     def run_at(self, k: int, *, role: str | None = None) -> SpecRunReport | None:
         for r in self.runs:
@@ -168,7 +169,8 @@ class ValidationReport:
 
 def _jsonable(obj: Any) -> Any:
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        out = {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        out = {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+               if f.name != "baseline_run"}
         if isinstance(obj, SpecCounters):
             out["acceptance_length"] = obj.acceptance_length
         return out
