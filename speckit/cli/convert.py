@@ -1,0 +1,116 @@
+"""`speckit convert`: turn a published draft layout into the layout vLLM loads.
+
+A thin click shell over speckit.convert.convert; --json prints the ConvertResult.
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from speckit.cli._common import handle_errors, print_json, progress_enabled
+
+_METHODS = ("auto", "eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp", "gemma4_assistant")
+
+
+def _ids(ctx, param, value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(v) for v in value.replace(" ", "").split(",") if v != ""]
+    except ValueError:
+        raise click.BadParameter("expected comma-separated integers, e.g. 2,15,28") from None
+
+
+def _size(ctx, param, value: str | None) -> int | None:
+    if value is None:
+        return None
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT]?)(i?)[bB]?\s*", value)
+    if not m:
+        raise click.BadParameter("expected a size such as 5GB, 500MB or 1000000")
+    base = 1024 if m.group(3) else 1000
+    exp = {"": 0, "k": 1, "m": 2, "g": 3, "t": 4}[m.group(2).lower()]
+    return int(float(m.group(1)) * base**exp)
+
+
+@click.command("convert")
+@click.argument("src", metavar="SRC")
+@click.option("--target", "-t", metavar="TARGET",
+              help="The verifier (path, registry id or Hub id). Only its config.json and, when the "
+              "draft borrows them, its embedding/lm_head rows are read. Not needed for native MTP.")
+@click.option("-o", "--out", type=click.Path(file_okay=False),
+              help="Output directory (default: ./<src name>-speculator.<method>).")
+@click.option("--method", type=click.Choice(_METHODS), default="auto", show_default=True,
+              help="Expected method; auto detects it from the layout.")
+@click.option("--num-speculative-tokens", "-k", type=click.IntRange(min=1),
+              help="Tokens to draft per step (written into the config). Default: what the source "
+              "records, else the method's rule (block size for DSpark, block_size-1 for DFlash).")
+@click.option("--aux-layers", callback=_ids, metavar="IDS",
+              help="Target layers the draft reads, speculators convention (0 = embeddings, k = "
+              "output of layer k-1), e.g. 2,15,28. Default: what the source records.")
+@click.option("--mask-token-id", type=click.IntRange(min=0),
+              help="Mask token id for DFlash/P-EAGLE drafts whose config lacks it.")
+@click.option("--drop", multiple=True, metavar="NAME",
+              help="Discard a source tensor on purpose (repeatable; globs work). Recorded in "
+              "speckit-provenance.json.")
+@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
+@click.option("--allow-pickle", is_flag=True,
+              help="Read pytorch_model*.bin / mask_embedding.pt (torch.load weights_only=True).")
+@click.option("--max-shard-size", callback=_size, metavar="SIZE",
+              help="Largest output shard (default 5GB).")
+@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON; no progress bar.")
+@handle_errors
+def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, mask_token_id, drop,
+                force, allow_pickle, max_shard_size, json_mode):
+    """Convert a draft checkpoint SRC to the layout vLLM loads for TARGET.
+
+    Reads SafeAILab and SpecForge EAGLE-3, SpecForge P-EAGLE, z-lab / SpecForge / Laguna DFlash,
+    z-lab DFlash2, SpecForge and DeepSeek DSpark, native MTP heads, Gemma-4 assistants and
+    speculators checkpoints (verified and normalised). Writes safetensors + config.json +
+    speckit-provenance.json into a temporary directory, checks it, then renames it to OUT.
+    """
+    from speckit.convert import DEFAULT_SHARD_BYTES, convert
+
+    result = convert(src, target=target, out=out, method=method,
+                     num_speculative_tokens=num_speculative_tokens, aux_layers=aux_layers,
+                     mask_token_id=mask_token_id, drop=tuple(drop), force=force,
+                     allow_pickle=allow_pickle,
+                     max_shard_bytes=max_shard_size or DEFAULT_SHARD_BYTES,
+                     progress=progress_enabled(json_mode))
+    if json_mode:
+        print_json(result)
+        return
+    _render(result)
+
+
+def _human(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _render(r) -> None:
+    click.echo(f"converted {r.source_layout} -> {r.method} ({r.output_layout} layout) "
+               f"in {r.seconds:.1f}s")
+    click.echo(f"  out:        {r.out}")
+    if r.verifier:
+        click.echo(f"  verifier:   {r.verifier}")
+    if r.num_speculative_tokens is not None:
+        click.echo(f"  k:          {r.num_speculative_tokens} ({r.k_rule})")
+    if r.aux_layers is not None:
+        click.echo(f"  aux layers: {r.aux_layers}")
+    shards = [f for f in r.files if f.endswith(".safetensors")]
+    click.echo(f"  tensors:    {r.tensors}, {_human(r.bytes)} {r.dtype or 'mixed dtypes'} in "
+               f"{len(shards)} file{'s' if len(shards) != 1 else ''}")
+    for name, why in r.omitted.items():
+        click.echo(f"  omitted:    {name} ({why})")
+    for name, why in r.dropped.items():
+        click.echo(f"  dropped:    {name} ({why})")
+    for w in r.warnings:
+        click.secho(f"  warning: {w}", fg="yellow", err=True)
+    if r.serve_command:
+        click.echo("serve with:")
+        click.echo(f"  {r.serve_command}")
