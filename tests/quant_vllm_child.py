@@ -77,7 +77,8 @@ def run_one(target: str, run: dict) -> dict:
 
 
 def main() -> None:
-    spec = json.loads(open(sys.argv[1]).read())
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
     results = {}
     for run in spec["runs"]:
         try:

@@ -342,8 +342,8 @@ def _plan(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: boo
     cfg = ckpt.config
     used: set[str] = set()
     items: list[_Item] = []
-    kept_modules: list[str] = []
-    need_depth: list[str] = []
+    kept: list[tuple[str, str | None]] = []  # Linear weights left unquantized, user entry
+    depth_dependent = False
     for info in sorted(ckpt.tensors.values(), key=lambda t: (t.file, t.offsets[0])):
         name = info.name
         if requant is not None and name.endswith((".weight_scale", ".input_scale")):
@@ -356,12 +356,17 @@ def _plan(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: boo
         eff_shape = _dequant_shape(info, requant) if was_quant else info.shape
         eff_dtype = requant["dtype"] if was_quant else info.dtype
         if not mod.quantizable(name, cfg):
-            reason = ("lm_head: vLLM builds it as a ParallelLMHead, never quantized"
-                      if schemes.module_of(name) == "lm_head" else
-                      "not a Linear weight vLLM quantizes")
+            linear = _looks_linear(name, eff_shape, eff_dtype)
+            if schemes.module_of(name) == "lm_head":
+                reason = "lm_head: vLLM builds a ParallelLMHead, never quantized"
+            elif linear:
+                reason = f"vLLM's {mod.NAME} model does not quantize this layer"
+            else:
+                reason = "not a Linear weight"
             items.append(_planned_keep(info, reason, was_quant, eff_shape, eff_dtype, ckpt))
-            if _looks_linear(name, eff_shape, eff_dtype) and schemes.module_of(name) != "lm_head":
-                kept_modules.append(name)
+            if linear and schemes.module_of(name) != "lm_head":
+                # listed in exclude too: harmless where vLLM builds no quantized Linear for it
+                kept.append((name, None))
             continue
         if not (is_float or was_quant) or len(eff_shape) != 2:
             raise FormatError(f"{ckpt.path}: tensor {name} is {info.dtype}{list(info.shape)}, "
@@ -369,11 +374,13 @@ def _plan(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: boo
                               hint="the checkpoint does not match its method's layout; "
                               "`speckit inspect` explains what is wrong")
         rt = _runtime_names(mod, name, target_layers=target_layers, config=cfg)
-        hit = _user_exclusion(exclude, mod, name, rt, target_layers, cfg)
+        depth_dependent |= rt is None
+        hit = _user_exclusion(exclude, mod, name, rt, cfg)
         if hit is not None:
             used.add(hit)
             items.append(_planned_keep(info, f"--exclude {hit}", was_quant, eff_shape,
                                        eff_dtype, ckpt, module=(rt or [""])[0]))
+            kept.append((name, hit))
             continue
         in_f = eff_shape[1]
         if sch.in_features_multiple > 1 and in_f % sch.in_features_multiple:
@@ -384,7 +391,7 @@ def _plan(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: boo
                                  "unquantized (listed in the report and in Quark's exclude)")
             items.append(_planned_keep(info, why, was_quant, eff_shape, eff_dtype, ckpt,
                                        module=(rt or [""])[0]))
-            kept_modules.append(name)
+            kept.append((name, None))
             continue
         outputs = sch.outputs(name, eff_shape)
         items.append(_Item(info, "quantize", module=(rt or [_fallback_module(mod, name)])[0],
@@ -392,16 +399,22 @@ def _plan(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: boo
                            companions=[f"{name}_scale"] if was_quant else []))
     unused = [e for e in exclude if e not in used]
     if unused:
-        raise UsageError(
-            f"--exclude {', '.join(unused)} matches no quantizable module",
-            hint="entries are vLLM run-time module names, e.g. "
-            + ", ".join(_example_names(mod, ckpt, target_layers)) + " (or re:REGEX)")
+        hint = ("entries are vLLM run-time module names, e.g. "
+                + ", ".join(_example_names(mod, ckpt, target_layers)) + " (or re:REGEX)")
+        if depth_dependent and target_layers is None:
+            hint += (" (layer numbers shown for L=0); draft layer i is `model.layers.{L+i}` "
+                     "for a target of L layers: pass --target-layers L")
+        raise UsageError(f"--exclude {', '.join(unused)} matches no quantizable module",
+                         hint=hint)
     exclude_list = ["lm_head", *exclude]
-    for name in kept_modules:
+    need_depth = []
+    for name, entry in kept:
         rt = _runtime_names(mod, name, target_layers=target_layers, config=cfg)
         if rt is None:
-            need_depth.append(name)
+            if entry is None:  # a user entry reaching here covers every name at any depth
+                need_depth.append(name)
             continue
+        # every vLLM name of the module (aliases too) must be excluded, not just the one matched
         for n in rt:
             if not any(schemes.matches(e, n) for e in exclude_list):
                 exclude_list.append(n)
@@ -419,25 +432,25 @@ def _fallback_module(mod, name: str) -> str:
 
 
 def _user_exclusion(exclude: list[str], mod, name: str, rt: list[str] | None,
-                    target_layers: int | None, cfg: dict[str, Any]) -> str | None:
+                    cfg: dict[str, Any]) -> str | None:
+    """The first --exclude entry that matches one of the module's vLLM names, if any."""
     if not exclude:
         return None
-    if rt is None:
-        # a layer module whose number depends on the target depth: an entry that gives the same
-        # answer for any depth needs no --target-layers (e.g. re:.*down_proj)
-        a = _runtime_names_at(mod, name, 0, cfg)
-        b = _runtime_names_at(mod, name, 1000, cfg)
-        hits_a = [e for e in exclude if any(schemes.matches(e, n) for n in a)]
-        hits_b = [e for e in exclude if any(schemes.matches(e, n) for n in b)]
-        if hits_a == hits_b:
-            return hits_a[0] if hits_a else None
+    if rt is not None:
+        return next((e for e in exclude if any(schemes.matches(e, n) for n in rt)), None)
+    # the layer number depends on the target depth: only an entry that covers every name of the
+    # module, whatever the depth, can be used without --target-layers (e.g. re:.*down_proj)
+    at = [_runtime_names_at(mod, name, n, cfg) for n in (0, 1000)]
+    some = [e for e in exclude if any(schemes.matches(e, n) for names in at for n in names)]
+    full = [e for e in some if all(schemes.matches(e, n) for names in at for n in names)]
+    if full:
+        return full[0]
+    if some:
         raise UsageError(
-            f"--exclude {(hits_a or hits_b)[0]!r} names a draft layer by its vLLM number, which "
-            "depends on the target's layer count",
-            hint="pass --target-layers L (vLLM names draft layer i `model.layers.{L+i}`)")
-    for e in exclude:
-        if any(schemes.matches(e, n) for n in rt):
-            return e
+            f"--exclude {some[0]!r} matches only some of the vLLM names of {name} "
+            f"({', '.join(at[1])} for a 1000-layer target)",
+            hint="pass --target-layers L so that speckit can list them all (vLLM names draft "
+            "layer i `model.layers.{L+i}`)")
     return None
 
 
