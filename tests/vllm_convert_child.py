@@ -12,6 +12,7 @@ import json
 import sys
 import time
 import traceback
+from pathlib import Path
 
 PROMPTS = ["the quick brown fox jumps over the lazy dog. the quick brown fox",
            "def add(a, b): return a + b. def add(a, b):"]
@@ -50,7 +51,7 @@ def run_one(target: str, run: dict) -> dict:
 
 
 def main() -> None:
-    spec = json.loads(open(sys.argv[1]).read())
+    spec = json.loads(Path(sys.argv[1]).read_text())
     results = {}
     for run in spec["runs"]:
         try:

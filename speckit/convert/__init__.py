@@ -174,14 +174,13 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
         for name in extra_files:
             shutil.copyfile(src_ckpt.path / name, tmp / name)
         hashes = hasher.join()
-        files += ["config.json", *extra_files]
+        files += ["config.json", *extra_files, PROVENANCE]
         write_json(tmp / PROVENANCE, _provenance(
             plan, layout=layout, s=s, t=t_res, hashes=hashes, dropped=dropped, files=files,
             options={"method": method, "num_speculative_tokens": num_speculative_tokens,
                      "aux_layers": list(aux_layers) if aux_layers is not None else None,
                      "mask_token_id": mask_token_id, "drop": list(drop),
                      "allow_pickle": allow_pickle, "max_shard_bytes": max_shard_bytes}))
-        files.append(PROVENANCE)
         _verify_output(tmp, plan, target_config=tgt.config if tgt else None)
 
     from speckit import methods

@@ -171,20 +171,19 @@ class ReadContext:
 # ---- small rules ---------------------------------------------------------------------------------
 
 def source_dtype(ctx: ReadContext) -> str:
-    """The dtype code the source's float tensors share; mixed float dtypes are refused."""
-    floats = {t.dtype for t in ctx.src.tensors.values() if t.dtype in CONFIG_DTYPE}
-    if not floats:
+    """The source's working float dtype (most float bytes); every tensor keeps its own dtype."""
+    code = ctx.src.float_dtype()
+    if code is None:
         raise FormatError(f"{ctx.src.path}: no floating-point tensors")
-    if len(floats) > 1:
-        by = {d: sorted(n for n, t in ctx.src.tensors.items() if t.dtype == d)[:3] for d in floats}
-        raise FormatError(
-            f"{ctx.src.path}: float tensors mix dtypes ({', '.join(f'{d}: {by[d]}' for d in by)})",
-            hint="speckit keeps dtypes exactly and vLLM loads a draft in one dtype; cast the "
-            "checkpoint to one dtype first")
-    return floats.pop()
+    return code
 
 
 def dtype_note(ctx: ReadContext, code: str, plan: ConversionPlan) -> None:
+    others = sorted({t.dtype for t in ctx.src.tensors.values()
+                     if t.dtype in CONFIG_DTYPE and t.dtype != code})
+    if others:
+        plan.notes.append(f"float tensors are mostly {code}; those in {', '.join(others)} keep "
+                          f"their dtype (config dtype says {CONFIG_DTYPE[code]})")
     declared = ctx.src.config.get("dtype") or ctx.src.config.get("torch_dtype")
     if declared is not None and declared != CONFIG_DTYPE[code]:
         plan.warnings.append(f"source config says dtype {declared!r} but its tensors are "
@@ -381,6 +380,11 @@ def check_vocab_maps(ctx: ReadContext, plan: ConversionPlan, *, draft_vocab: int
         raise FormatError(f"{src.path}: d2t is {info.dtype}{list(info.shape)}, expected "
                           f"I64[{draft_vocab}]")
     offsets = read_ints(src, d2t)
+    if not any(offsets):
+        raise FormatError(
+            f"{src.path}: d2t is all zeros: vLLM would map the {draft_vocab} draft ids to target "
+            f"ids 0..{draft_vocab - 1} (SafeAILab/EAGLE#222)",
+            hint="rebuild d2t from t2d: d2t = nonzero(t2d) - arange(Vd)")
     sel = [i + o for i, o in enumerate(offsets)]
     bad = [(i, s) for i, s in enumerate(sel) if not 0 <= s < V]
     if bad:
@@ -396,16 +400,17 @@ def check_vocab_maps(ctx: ReadContext, plan: ConversionPlan, *, draft_vocab: int
     if t2d is not None:
         mask = read_ints(src, t2d)
         marked = [i for i, v in enumerate(mask) if v]
+        if len(marked) != len(sel):
+            raise FormatError(f"{src.path}: t2d marks {len(marked)} target ids but the draft "
+                              f"vocabulary (d2t, lm_head) has {len(sel)}",
+                              hint="t2d.sum() must equal draft_vocab_size; re-export the maps")
         if marked != sel:
             extra = sorted(set(marked) - set(sel))[:5]
             missing = sorted(set(sel) - set(marked))[:5]
             raise FormatError(
-                f"{src.path}: t2d marks {len(marked)} target ids but d2t selects {len(sel)}; "
-                f"marked but not selected: {extra}, selected but not marked: {missing}",
-                hint="t2d and d2t disagree; re-export the vocab maps (SafeAILab/EAGLE#222)")
-    elif all(o == 0 for o in offsets):
-        plan.warnings.append("d2t is all zeros and there is no t2d to confirm it: the draft "
-                             "vocabulary is target ids 0..Vd-1 (SafeAILab/EAGLE#222 symptom)")
+                f"{src.path}: t2d and d2t select different target ids; marked only by t2d: "
+                f"{extra}, selected only by d2t: {missing}",
+                hint="the vocab maps disagree; re-export them (FORMATS 1.6)")
     return Vocab(V, draft_vocab, sel)
 
 
