@@ -7,7 +7,6 @@ Built-in entries cover the AMD Instinct and NVIDIA data-centre parts our users r
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -34,9 +33,9 @@ class GPU:
         return self.memory_bytes / GiB
 
 
-# Memory: for NVIDIA parts, the total nvidia-smi / cudaMemGetInfo reports (MiB); for AMD parts the
-# HBM capacity from the vendor's spec sheet (binary GB, as rocm-smi reports it). H200 was measured
-# with torch.cuda.mem_get_info on the device machine (bench/results/plan_h200.txt).
+# Memory: the total cudaMemGetInfo reports, which is vLLM's budget base. H200 was measured with
+# torch.cuda.mem_get_info on the device machine (bench/results/plan_h200.txt); the other NVIDIA
+# parts are nvidia-smi totals; AMD parts are the HBM capacity of the spec sheet (binary GB).
 _BUILTIN: tuple[GPU, ...] = (
     GPU("MI300X", "amd", 192 * GiB, "vendor spec: 192 GB HBM3", fp8=True, mxfp4="emulated",
         aliases=("mi300", "instinct-mi300x")),
@@ -48,8 +47,8 @@ _BUILTIN: tuple[GPU, ...] = (
         aliases=("a100", "a100-80g", "a100-sxm4-80gb")),
     GPU("H100", "nvidia", 81559 * MiB, "nvidia-smi: 81559 MiB (H100 SXM 80GB)", fp8=True,
         mxfp4="emulated", aliases=("h100-80gb", "h100-sxm", "h100-sxm5-80gb")),
-    GPU("H200", "nvidia", 143771 * MiB, "nvidia-smi: 143771 MiB (H200 SXM 141GB)", fp8=True,
-        mxfp4="emulated", aliases=("h200-141gb", "h200-sxm")),
+    GPU("H200", "nvidia", 150_109_880_320, "measured: torch.cuda.mem_get_info total on an H200 "
+        "SXM 141GB", fp8=True, mxfp4="emulated", aliases=("h200-141gb", "h200-sxm")),
     GPU("B200", "nvidia", 183359 * MiB, "nvidia-smi: 183359 MiB (B200 180GB)", fp8=True,
         mxfp4="native", aliases=("b200-180gb",)),
 )
@@ -69,6 +68,8 @@ def _user_file() -> Path | None:
 
 def load_user_gpus(path: str | os.PathLike) -> list[GPU]:
     """Read ``[[gpu]]`` tables: name, vendor, memory_gib (or memory_bytes), fp8, mxfp4, aliases."""
+    import tomllib
+
     p = Path(path)
     try:
         data = tomllib.loads(p.read_text())

@@ -54,9 +54,12 @@ class OverheadModel:
     hidden_copies: float = 2.0
     mlp_copies: float = 3.0
     # sampler warm-up on max_num_seqs rows of vocab logits: fp32 logits, probs, exponential noise
-    sampler_bytes_per_logit: float = 12.0
-    # rejection-sampler warm-up with spec decode: fp32 logits and probs over 2*max_num_seqs rows
-    rejection_bytes_per_logit: float = 16.0
+    # and their quotient (16.0 measured on an H200 for a replica of vLLM's steps,
+    # bench/results/plan_h200.txt)
+    sampler_bytes_per_logit: float = 16.0
+    # rejection-sampler warm-up with spec decode, per element of its 2*max_num_seqs rows of fp32
+    # logits: the logits, the kept bonus rows, the target copy, probs, noise (14.0 measured)
+    rejection_bytes_per_logit: float = 14.0
     # CUDA graphs: one pool holding a forward's intermediates at the largest capture size, plus a
     # fixed cost for the captured graphs themselves (target, and draft which has its own graphs)
     graph_fixed_bytes: int = int(0.25 * GiB)
@@ -849,7 +852,10 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
 
     # -- scenarios --------------------------------------------------------------------------
     requested = math.ceil(ctx.gpu.memory_bytes * st.util)
-    in_flight = 2 * T  # async scheduling: two batches in flight (vLLM max_in_flight_tokens)
+    # vLLM max_in_flight_tokens: async scheduling keeps two batches in flight; the CPU platform
+    # and CPU-side ngram drafting turn async scheduling off (platforms/cpu.py, config/vllm.py)
+    async_sched = ctx.platform != "cpu" and not (mod is not None and mod.NAME == "ngram")
+    in_flight = (2 if async_sched else 1) * T
 
     def scenario(weights: int, over: int, groups: _Groups, la: int, draft_on: bool) -> Scenario:
         why: list[str] = []
@@ -873,16 +879,22 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
             why.append(f"one request of max_model_len {st.max_model_len} needs more KV than the "
                        f"{_gib(avail)} GiB left; vLLM's estimate of the longest that fits is "
                        f"{cap.max_len_fit}")
+        if T < S:
+            why.append(f"max_num_batched_tokens {T} < max_num_seqs {S} (vLLM: "
+                       f"'max_num_batched_tokens must be greater than or equal to max_num_seqs')")
         if draft_on and mod is not None and st.k:
             delta = _new_slots(mod, st.k)
-            if st.max_num_batched_tokens <= delta:
+            if T <= delta:
                 why.append(f"max_num_batched_tokens {T} <= the {delta} extra draft slots per "
                            f"request (vLLM: 'VllmConfig does not have enough slots')")
             if mod.PARALLEL and T < S * (st.k + 1):
+                # vLLM releases that take the draft slots out of the scheduling budget refuse to
+                # start (vllm#50708: 'max_num_scheduled_tokens is set to -1792'); the drafter
+                # sizes its query buffers for max_num_seqs x (k+1) (vllm#53970)
                 why.append(f"{mod.NAME} drafts k+1={st.k + 1} query slots per request: "
                            f"max_num_batched_tokens {T} < max_num_seqs {S} x {st.k + 1} = "
-                           f"{S * (st.k + 1)}; set --max-num-batched-tokens {S * (st.k + 1)} or "
-                           f"--max-num-seqs {T // (st.k + 1)}")
+                           f"{S * (st.k + 1)} (vllm#50708/#53970); set --max-num-batched-tokens "
+                           f"{S * (st.k + 1)} or --max-num-seqs {T // (st.k + 1)}")
         return Scenario(weights, weights + over, avail, groups.bytes_per_block, cap.num_blocks,
                         cap.kv_tokens, round(cap.max_concurrency, 4),
                         round(cap.concurrency_lookahead, 4), cap.blocks_per_request,

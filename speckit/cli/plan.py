@@ -1,0 +1,150 @@
+"""`speckit plan`: will target + draft fit on this GPU under vLLM, and what does the draft cost?
+
+A thin click shell over speckit.plan.plan_from_refs; --json prints the PlanResult. Exit status 1
+when the deployment will not start (0 when it does), so scripts can gate on it.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from speckit.cli._common import handle_errors, print_json
+
+GiB = 1024**3
+
+
+@click.command("plan")
+@click.option("--target", "-t", metavar="PATH|ID|REPO", help="Target model: a checkpoint "
+              "directory, a registry id or a Hub repo (read header-only). Default: the "
+              "registry draft's target.")
+@click.option("--draft", "-d", metavar="PATH|ID|REPO", help="Draft checkpoint (same forms).")
+@click.option("--method", "-m", help="Speculative method when the draft does not say "
+              "(eagle3, peagle, dflash, dflash2, dspark, mtp, gemma4_assistant, draft_model, "
+              "ngram).")
+@click.option("-k", "--num-speculative-tokens", "k", type=int,
+              help="Draft tokens per step (default: the draft's own).")
+@click.option("--gpu", default=None, help="GPU model from the catalog (default H200); an "
+              "unknown name lists the catalog.")
+@click.option("--gpu-mem-gib", type=float, help="Any device, by its total memory in GiB.")
+@click.option("--gpu-file", type=click.Path(dir_okay=False, exists=True),
+              help="TOML with more [[gpu]] entries (also $SPECKIT_GPUS).")
+@click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True)
+@click.option("--draft-tp", type=int, help="speculative draft_tensor_parallel_size (1 or --tp).")
+@click.option("--gpu-memory-utilization", type=float, default=0.92, show_default=True)
+@click.option("--max-model-len", type=int, help="Default: the target's max_position_embeddings.")
+@click.option("--max-num-seqs", type=int, help="Default: vLLM serve's for this GPU.")
+@click.option("--max-num-batched-tokens", type=int, help="Default: vLLM serve's for this GPU.")
+@click.option("--kv-cache-dtype", default="auto", show_default=True,
+              type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]))
+@click.option("--draft-quant", type=click.Choice(["bf16", "fp8", "mxfp4"]),
+              help="Price the draft as `speckit quantize` would store it.")
+@click.option("--kv-cache-memory-bytes", type=int,
+              help="A fixed KV budget, as vLLM's flag of the same name.")
+@click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (as vLLM's flag).")
+@click.option("--revision", help="Target revision on the Hub.")
+@click.option("--draft-revision", help="Draft revision on the Hub.")
+@click.option("--json", "json_mode", is_flag=True, help="Print the PlanResult as JSON.")
+@handle_errors
+def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
+             gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
+             kv_cache_dtype, draft_quant, kv_cache_memory_bytes, enforce_eager, revision,
+             draft_revision, json_mode):
+    """Memory plan for serving TARGET (+ DRAFT) with vLLM: weights, KV cache, the rest.
+
+    Reads only config.json and safetensors headers. Prints what fits (KV tokens, concurrency at
+    max-model-len with the draft's lookahead slots), what the draft costs against the same
+    deployment without it, a verdict, and "try" lines when it is tight.
+    """
+    from speckit.errors import UsageError
+    from speckit.gpus import get_gpu
+    from speckit.plan import plan_from_refs
+
+    if gpu and gpu_mem_gib is not None:
+        raise UsageError("--gpu and --gpu-mem-gib are exclusive", hint="pass one of them")
+    if not target and not draft:
+        raise UsageError("nothing to plan: pass --target (and --draft)")
+    g = get_gpu(gpu or "H200", gpu_file=gpu_file) if gpu_mem_gib is None else None
+    result = plan_from_refs(
+        target=target, draft=draft, method=method, revision=revision,
+        draft_revision=draft_revision, k=k, gpu=g, gpu_mem_gib=gpu_mem_gib, tp=tp,
+        draft_tp=draft_tp, gpu_memory_utilization=gpu_memory_utilization,
+        max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens, kv_cache_dtype=kv_cache_dtype,
+        draft_quant=draft_quant, kv_cache_memory_bytes=kv_cache_memory_bytes,
+        enforce_eager=enforce_eager)
+    if json_mode:
+        print_json(result)
+    else:
+        _render(result)
+    sys.exit(0 if result.starts else 1)
+
+
+def _gib(n: float) -> str:
+    return f"{n / GiB:.2f} GiB"
+
+
+def _render(r) -> None:
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(highlight=False)
+    s = r.settings
+    head = f"[bold]{escape(r.target)}[/]"
+    if r.draft or r.method:
+        head += f" + [bold]{escape(r.draft or r.method)}[/] ({r.method}, k={r.k})"
+    con.print(head)
+    con.print(f"{escape(r.gpu['name'])} ({_gib(r.gpu['memory_bytes'])}) x TP={r.tp}"
+              + (f" (draft TP={r.draft_tp})" if r.draft_tp != r.tp else "")
+              + f", max-model-len {s['max_model_len']:,}, max-num-seqs {s['max_num_seqs']}, "
+              f"max-num-batched-tokens {s['max_num_batched_tokens']:,}, "
+              f"KV {s['kv_cache_dtype']} (block {s['block_size']}), "
+              f"util {s['gpu_memory_utilization']}")
+    w, wo, c = r.with_draft, r.without_draft, r.draft_cost
+    has_draft = r.method is not None
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    t.add_column("per GPU")
+    t.add_column("without draft", justify="right")
+    if has_draft:
+        t.add_column("with draft", justify="right")
+        t.add_column("draft costs", justify="right")
+
+    def row(label: str, a: str, b: str = "", d: str = "") -> None:
+        t.add_row(label, a, *([b, d] if has_draft else []))
+
+    o = r.overhead
+    row("target weights", _gib(r.weights.target_bytes), _gib(r.weights.target_bytes))
+    if has_draft:
+        dq = f" ({r.weights.draft_quant})" if r.weights.draft_quant else ""
+        row("draft weights" + dq, "-", _gib(r.weights.draft_bytes), _gib(r.weights.draft_bytes))
+    row("activations, CUDA graphs, runtime", _gib(wo.non_kv_bytes - wo.weights_bytes),
+        _gib(w.non_kv_bytes - w.weights_bytes), _gib(o.draft_total_bytes))
+    row("KV bytes / token", f"{r.kv.target_bytes_per_token:,} B",
+        f"{r.kv.target_bytes_per_token + r.kv.draft_bytes_per_token:,} B",
+        f"{r.kv.draft_bytes_per_token:,} B")
+    row("available KV memory", _gib(wo.available_kv_bytes), _gib(w.available_kv_bytes),
+        _gib(wo.available_kv_bytes - w.available_kv_bytes))
+    row("KV tokens (vLLM's 'KV cache size')", f"{wo.kv_tokens:,}", f"{w.kv_tokens:,}",
+        f"{c.kv_tokens:,} ({c.kv_tokens_fraction:.1%})")
+    la = f" + {r.lookahead_slots} lookahead" if r.lookahead_slots else ""
+    row(f"requests at {s['max_model_len']:,} tokens{la}", f"{wo.concurrency_with_lookahead:.2f}",
+        f"{w.concurrency_with_lookahead:.2f}", f"{c.concurrency:.2f}")
+    con.print(t)
+    ok = r.starts
+    con.print(f"[bold {'green' if ok else 'red'}]RESULT: vLLM "
+              f"{'starts' if ok else 'will not start'}[/]"
+              + (f" (without the draft it {'starts' if wo.starts else 'would not start either'})"
+                 if has_draft and not ok else ""))
+    for why in r.reasons:
+        con.print(f"  [red]x[/] {escape(why)}")
+    for chk in r.checks:
+        con.print(f"  [yellow]![/] {escape(chk)}")
+    for note in r.weights.notes + r.kv.notes:
+        con.print(f"  [dim]- {escape(note)}[/]")
+    for tr in r.tries:
+        con.print(f"  [bold]try[/] {escape(tr.flag)}: {escape(tr.effect)}")
+    con.print("[dim]assumptions:[/]")
+    for a in r.assumptions:
+        con.print(f"[dim]  - {escape(a)}[/]")
