@@ -7,6 +7,7 @@ fetches those configs and headers (local dir, registry id or Hub repo, header-on
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -1095,14 +1096,16 @@ def _load_hub(repo: str, revision: str | None) -> _Loaded:
     """config.json plus safetensors headers through HTTP range requests (no weights)."""
     import json
 
-    from huggingface_hub import get_safetensors_metadata, hf_hub_download
+    from huggingface_hub import HfApi, hf_hub_download
     from huggingface_hub.errors import HfHubHTTPError, NotASafetensorsRepoError
 
     where = f"{repo}@{revision}" if revision else repo
+    # read HF_ENDPOINT now (huggingface_hub reads it once at import), as speckit.hub does
+    endpoint = os.environ.get("HF_ENDPOINT") or None
     try:
-        cfg_path = hf_hub_download(repo, "config.json", revision=revision)
+        cfg_path = hf_hub_download(repo, "config.json", revision=revision, endpoint=endpoint)
         config = json.loads(Path(cfg_path).read_text())
-        meta = get_safetensors_metadata(repo, revision=revision)
+        meta = HfApi(endpoint=endpoint).get_safetensors_metadata(repo, revision=revision)
     except NotASafetensorsRepoError as e:
         raise HubError(f"{where}: no model.safetensors or model.safetensors.index.json",
                        hint="speckit plan reads safetensors headers; convert the repo first") from e

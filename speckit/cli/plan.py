@@ -90,7 +90,8 @@ def _render(r) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    con = Console(highlight=False)
+    # pipes and logs get a fixed width so lines are not wrapped mid-number
+    con = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
     s = r.settings
     head = f"[bold]{escape(r.target)}[/]"
     if r.draft or r.method:
