@@ -322,10 +322,12 @@ class _Groups:
     bytes_per_block: int
 
 
-def _kv_groups(layers: list[KVLayer], *, tp: int, dtype_bytes: int, block_size: int) -> _Groups:
-    """vLLM's get_kv_cache_groups for full + sliding attention (layer-outer KV layout)."""
+def _kv_groups(layers: list[tuple[KVLayer, int]], *, dtype_bytes: int,
+               block_size: int) -> _Groups:
+    """vLLM's get_kv_cache_groups for full + sliding attention (layer-outer KV layout);
+    ``layers`` pairs each attention layer with the TP size its heads are split by."""
     specs = [_LayerSpec(layer.bytes_per_token(tp=tp, dtype_bytes=dtype_bytes),
-                        layer.sliding_window, block_size) for layer in layers]
+                        layer.sliding_window, block_size) for layer, tp in layers]
     if not specs:
         return _Groups([], 0)
     windows = {s.window for s in specs}
@@ -787,8 +789,10 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
     t_pt = sum(x.bytes_per_token(tp=st.tp, dtype_bytes=kv_bytes) for x in t_layers)
     d_pt = sum(x.bytes_per_token(tp=st.draft_tp, dtype_bytes=kv_bytes) for x in d_layers)
     # draft layers sit in the same pool as the target's (vLLM offsets their layer names)
-    g_with = _kv_groups(t_layers + d_layers, tp=st.tp, dtype_bytes=kv_bytes, block_size=bs)
-    g_without = _kv_groups(t_layers, tp=st.tp, dtype_bytes=kv_bytes, block_size=bs)
+    t_pairs = [(x, st.tp) for x in t_layers]
+    g_with = _kv_groups(t_pairs + [(x, st.draft_tp) for x in d_layers], dtype_bytes=kv_bytes,
+                        block_size=bs)
+    g_without = _kv_groups(t_pairs, dtype_bytes=kv_bytes, block_size=bs)
     kv_notes = []
     if any(x.mla_latent for x in t_layers):
         kv_notes.append("MLA: one (kv_lora_rank + qk_rope_head_dim) latent per token per layer, "
@@ -995,7 +999,6 @@ def _gib(n: float) -> str:
 def _suggest(ctx: _Ctx, st: _Settings, base: PlanResult) -> list[Try]:
     """Concrete changes, each re-planned, with what it does to the deployment."""
     tries: list[Try] = []
-    b = base.with_draft
 
     def run(new: _Settings) -> PlanResult | None:
         try:
@@ -1003,73 +1006,84 @@ def _suggest(ctx: _Ctx, st: _Settings, base: PlanResult) -> list[Try]:
         except (PlanError, UsageError):
             return None
 
-    def add(flag: str, r: PlanResult | None, extra: str = "") -> None:
+    def add(flag: str, r: PlanResult | None, ref: Scenario, extra: str = "") -> None:
         if r is None:
             return
         w = r.with_draft
-        if w.starts and b.starts and w.kv_tokens <= b.kv_tokens \
-                and w.concurrency_with_lookahead <= b.concurrency_with_lookahead:
-            return
+        if w.starts and ref.starts and w.kv_tokens <= ref.kv_tokens \
+                and w.concurrency_with_lookahead <= ref.concurrency_with_lookahead:
+            return  # changes nothing worth having
         effect = (("starts" if w.starts else "still will not start") + "; "
-                  + f"KV {w.kv_tokens:,} tokens ({_delta(w.kv_tokens, b.kv_tokens)}), "
+                  + f"KV {w.kv_tokens:,} tokens ({_delta(w.kv_tokens, ref.kv_tokens)}), "
                   + f"{w.concurrency_with_lookahead:.2f} full-length requests")
         tries.append(Try(flag, effect + (f"; {extra}" if extra else ""), w.starts, w.kv_tokens,
                          w.concurrency_with_lookahead))
 
-    # parallel drafters: the token budget first (vLLM fails at start-up otherwise)
+    # parallel drafters: the token budget first; the other suggestions build on that fix
     mod = ctx.method
+    b = base.with_draft
+    also = ""
     if mod is not None and mod.PARALLEL and st.k and \
             st.max_num_batched_tokens < st.max_num_seqs * (st.k + 1):
         need = st.max_num_seqs * (st.k + 1)
-        add(f"--max-num-batched-tokens {need}",
-            run(replace(st, max_num_batched_tokens=need)),
+        fixed = run(replace(st, max_num_batched_tokens=need))
+        add(f"--max-num-batched-tokens {need}", fixed, b,
             f"{mod.NAME} needs max_num_seqs x (k+1) query slots")
-    # the longest max_model_len that starts (and the halving that doubles concurrency)
+        kmax = st.max_num_batched_tokens // st.max_num_seqs - 1
+        if kmax >= 1:
+            try:
+                mod.check_k(ctx.draft_config or {}, kmax)
+                add(f"-k {kmax}", run(replace(st, k=kmax)), b,
+                    f"the largest k whose {kmax + 1} slots per request fit the token budget")
+            except UsageError:
+                pass
+        if fixed is not None:
+            st, b = replace(st, max_num_batched_tokens=need), fixed.with_draft
+            also = f"with --max-num-batched-tokens {need}"
+
+    def note(text: str = "") -> str:
+        return "; ".join(x for x in (text, also) if x)
+
+    # the longest max_model_len that starts (or the halving that doubles concurrency)
     fit = b.max_model_len_that_fits
     if fit:
-        length = fit // st.block_size * st.block_size if st.block_size else fit
-        length = max(length - length % 16, 1) if length > 16 else length
-        add(f"--max-model-len {length}", run(replace(st, max_model_len=length)),
-            "the longest that fits")
+        length = fit - fit % 256 if fit >= 1024 else fit
+        add(f"--max-model-len {length}", run(replace(st, max_model_len=length)), b,
+            note("the longest that fits"))
     elif b.starts and st.max_model_len >= 2048:
         add(f"--max-model-len {st.max_model_len // 2}",
-            run(replace(st, max_model_len=st.max_model_len // 2)))
+            run(replace(st, max_model_len=st.max_model_len // 2)), b, note())
     if st.kv_cache_dtype == "auto" and ctx.model_bytes > 1:
-        add("--kv-cache-dtype fp8", run(replace(st, kv_cache_dtype="fp8")),
-            "halves KV bytes per token" + ("" if ctx.gpu.fp8 else f" (no native FP8 on "
-                                                                 f"{ctx.gpu.name})"))
+        add("--kv-cache-dtype fp8", run(replace(st, kv_cache_dtype="fp8")), b,
+            note("halves KV bytes per token" + ("" if ctx.gpu.fp8 else
+                                                f" (no native FP8 on {ctx.gpu.name})")))
     if st.kv_cache_memory_bytes is None:
-        add(f"--tensor-parallel-size {st.tp * 2}",
-            run(replace(st, tp=st.tp * 2, draft_tp=st.draft_tp if st.draft_tp == 1 else st.tp * 2)),
-            "per GPU")
+        dtp = st.draft_tp if st.draft_tp == 1 else st.tp * 2
+        add(f"--tensor-parallel-size {st.tp * 2}", run(replace(st, tp=st.tp * 2, draft_tp=dtp)),
+            b, note("per GPU, on twice the GPUs"))
     if ctx.draft_tensors and not st.draft_quant:
-        quants = []
-        if ctx.gpu.fp8:
-            quants.append("fp8")
-        if ctx.gpu.mxfp4 != "no":
-            quants.append("mxfp4")
+        quants = (["fp8"] if ctx.gpu.fp8 else []) + (["mxfp4"] if ctx.gpu.mxfp4 != "no" else [])
         for q in quants:
             r = run(replace(st, draft_quant=q))
             if r is not None and r.weights.draft_quant_saving_bytes > 0:
-                add(f"speckit quantize --{q} on the draft", r,
-                    f"saves {_gib(r.weights.draft_quant_saving_bytes)} GiB per GPU")
-    if st.k and mod is not None and st.k > 1 and base.lookahead_slots:
-        lower = st.k - 1
+                add(f"speckit quantize --{q} on the draft", r, b,
+                    note(f"saves {_gib(r.weights.draft_quant_saving_bytes)} GiB per GPU"))
+    if st.k and mod is not None and st.k > 1 and base.lookahead_slots and not also:
         try:
-            mod.check_k(ctx.draft_config or {}, lower)
-            add(f"-k {lower}", run(replace(st, k=lower)),
+            mod.check_k(ctx.draft_config or {}, st.k - 1)
+            add(f"-k {st.k - 1}", run(replace(st, k=st.k - 1)), b,
                 "one fewer lookahead slot per request")
         except UsageError:
             pass
     if st.util < 0.95 and st.kv_cache_memory_bytes is None:
-        add("--gpu-memory-utilization 0.95", run(replace(st, util=0.95)))
+        add("--gpu-memory-utilization 0.95", run(replace(st, util=0.95)), b, note())
     return tries
 
 
 def _delta(new: int, old: int) -> str:
     if old <= 0:
         return "was 0"
-    return f"{(new - old) / old:+.0%}"
+    return f"{(new - old) / old:+.1%}"
 
 
 # ---- fetching configs and headers ----------------------------------------------------------------

@@ -270,6 +270,8 @@ def test_tp8_replicates_kv_heads_and_draft_tp1():
     assert r.kv.target_bytes_per_token == 16_384
     # draft_tp=1: full replica on each rank (its KV too: 8 heads x 256 x 2 = 4,096)
     assert r.weights.draft_bytes == EAGLE3_BYTES and r.kv.draft_bytes_per_token == 4_096
+    # the pool's block: 16 tokens x (16,384 + 4,096) B
+    assert r.kv.bytes_per_block == 16 * 20_480
     assert any("full draft replica" in n for n in r.weights.notes)
     # B200 (>= 160 GiB) serve defaults: 16384 batched tokens, 1024 seqs
     assert r.settings["max_num_batched_tokens"] == 16384
