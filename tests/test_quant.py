@@ -289,3 +289,72 @@ def test_help_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=False, cwd=Path(__file__).parent.parent)
     assert out.stdout.strip() == "False", out.stderr
+
+
+# ---- --per-tensor-static: calibrated activation scales ------------------------------------------
+
+def test_static_fp8_calibrates_eagle3_on_target_hidden_states(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from speckit.quant.calibrate import PROMPTS
+
+    target = F.make_target(tmp_path / "target", with_tokenizer=True)
+    src = F.make_spec_eagle3(tmp_path / "src")
+    r = quantize(src, scheme="fp8-static", out=tmp_path / "out", calib_target=target)
+    out = load_file(str(tmp_path / "out" / "model.safetensors"))
+    quantized = [t.name for t in r.tensors if t.action == "quantized"]
+    assert len(quantized) == 8
+    for name in quantized:
+        module = name.removesuffix(".weight")
+        assert out[f"{name}_scale"].shape == () and out[f"{name}_scale"].dtype == torch.float32
+        s = out[f"{module}.input_scale"]
+        assert s.shape == () and s.dtype == torch.float32 and 0 < float(s) < 1e3
+    # fc reads the concatenated aux hidden states: its scale is their max |value| / 448
+    tok = AutoTokenizer.from_pretrained(str(target))
+    model = AutoModelForCausalLM.from_pretrained(str(target), dtype=torch.bfloat16)
+    aux = json.loads((src / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"]
+    amax = 0.0
+    with torch.no_grad():
+        for p in PROMPTS:
+            hs = model(**tok(p, return_tensors="pt"), output_hidden_states=True).hidden_states
+            amax = max(amax, max(float(hs[i][0, :-1].abs().max()) for i in aux))
+    assert float(out["fc.input_scale"]) == pytest.approx(amax / 448, rel=1e-6)
+    # q/k/v read the same input, and so do gate/up
+    p = "layers.0.self_attn"
+    assert out[f"{p}.q_proj.input_scale"] == out[f"{p}.k_proj.input_scale"] == \
+        out[f"{p}.v_proj.input_scale"]
+    assert out["layers.0.mlp.gate_proj.input_scale"] == out["layers.0.mlp.up_proj.input_scale"]
+    assert r.calibration["tokens"] > 50 and r.calibration["target"] == str(target)
+    spec = json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"]
+    assert spec["global_quant_config"]["input_tensors"]["is_dynamic"] is False
+
+
+def test_static_fp8_calibrates_a_causal_lm_on_its_own_inputs(tmp_path):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from speckit.quant.calibrate import PROMPTS
+
+    src = F.make_target(tmp_path / "lm", num_layers=2, with_tokenizer=True)
+    quantize(src, scheme="fp8-static", out=tmp_path / "out")
+    out = load_file(str(tmp_path / "out" / "model.safetensors"))
+    tok = AutoTokenizer.from_pretrained(str(src))
+    model = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.bfloat16)
+    seen = []
+    h = model.model.layers[1].post_attention_layernorm.register_forward_hook(
+        lambda m, i, o: seen.append(float(o.abs().max())))
+    with torch.no_grad():
+        for p in PROMPTS:
+            model(**tok(p, return_tensors="pt"))
+    h.remove()
+    assert float(out["model.layers.1.mlp.gate_proj.input_scale"]) == pytest.approx(
+        max(seen) / 448, rel=1e-6)
+
+
+def test_static_fp8_says_what_is_missing(tmp_path):
+    src = F.make_spec_eagle3(tmp_path / "src")
+    with pytest.raises(UsageError, match="--calib-target"):
+        quantize(src, scheme="fp8-static", out=tmp_path / "o")
+    dflash = F.make_spec_dflash(tmp_path / "dflash")
+    with pytest.raises(UsageError, match="not available for dflash"):
+        quantize(dflash, scheme="fp8-static", out=tmp_path / "o", calib_target=tmp_path)
+    assert not (tmp_path / "o").exists()

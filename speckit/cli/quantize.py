@@ -104,6 +104,6 @@ def _render(r) -> None:
     if r.calibration:
         c = r.calibration
         click.echo(f"  calibration: {c.get('tokens')} tokens from {c.get('prompts')} prompts "
-                   f"through {c.get('target')}")
+                   f"through {c.get('target') or 'the draft itself'}")
     click.echo(f"  exclude (vLLM names): {', '.join(r.exclude)}")
     click.echo(f"wrote {r.out}")

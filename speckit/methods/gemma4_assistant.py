@@ -146,11 +146,15 @@ def check_config(config: dict[str, Any], *,
 
 
 def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
-    """vLLM builds the assistant as `draft_model.*` (Gemma4MTP, gemma4_mtp.py) and fuses gate/up;
-    lm_head keeps its name. target_num_layers is unused: its layers are not offset."""
+    """vLLM builds the assistant as `draft_model.*` (Gemma4MTP, gemma4_mtp.py) and fuses only
+    gate/up (its attention is Q-only: q_proj keeps its name); lm_head keeps its name.
+    target_num_layers is unused: its layers are not offset."""
     from speckit.methods.common import fused_module_name
 
-    module = fused_module_name(ckpt_name)
+    module = ckpt_name.rsplit(".", 1)[0] if ckpt_name.endswith((".weight", ".bias")) \
+        else ckpt_name
+    if not module.endswith(".self_attn.q_proj"):
+        module = fused_module_name(module)
     if module == "lm_head":
         return module
     return "draft_model." + module.removeprefix("model.")

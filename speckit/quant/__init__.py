@@ -151,7 +151,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
                                 names={it.module: it.info.name for it in items
                                        if it.action == "quantize"},
                                 calib_target=calib_target, prompts=calib_prompts,
-                                target_layers=target_layers, requant=requant)
+                                target_layers=target_layers, requant=requant, device=dev)
         input_amax = cal.amax
         calibration = cal.summary()
 

@@ -1,0 +1,311 @@
+"""Benchmark `speckit quantize` against AMD Quark's own flow on a 1.9 GB EAGLE-3 draft.
+
+CPU (default): speckit --mxfp4 / --fp8 and Quark's file-to-file flow (ModelQuantizer
+.direct_quantize_checkpoint, import included, as a user runs it) side by side, each in its own
+process: wall time, peak RSS, the ratios against the goals, and a byte comparison of the outputs.
+--cuda (the H200 device machine, no Quark there): --device cuda throughput in GB/s of bf16 weights
+against a plain read + write of the same bytes, and a check that the GPU writes the CPU's bytes.
+
+    python bench/quantize.py [--data DIR] [--keep]
+    python bench/quantize.py --cuda [--data DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# the draft of bench/convert.py: Llama-3.1-8B EAGLE-3 head, embed_tokens included, bf16, 2 shards
+H, INTER, HEADS, KV, HD = 4096, 14336, 32, 8, 128
+VOCAB, DRAFT_VOCAB, AUX = 128256, 32000, 3
+SHARD_BYTES = 10**9  # -> 2 shards
+QUARK_CHILD = r"""
+import sys, time
+t0 = time.monotonic()
+from quark.torch import ModelQuantizer
+from quark.torch.quantization.config.config import (FP8E4M3PerChannelSpec, OCP_MXFP4Spec,
+                                                    QConfig, QLayerConfig)
+scheme, src, dst = sys.argv[1:4]
+if scheme == "mxfp4":
+    layer = QLayerConfig(weight=OCP_MXFP4Spec(ch_axis=-1, is_dynamic=False).to_quantization_spec())
+else:
+    layer = QLayerConfig(
+        weight=FP8E4M3PerChannelSpec(ch_axis=0, is_dynamic=False,
+                                     scale_type="float32").to_quantization_spec(),
+        input_tensors=FP8E4M3PerChannelSpec(ch_axis=1, is_dynamic=True).to_quantization_spec())
+t1 = time.monotonic()
+ModelQuantizer(QConfig(global_quant_config=layer, exclude=["lm_head"])).direct_quantize_checkpoint(
+    pretrained_model_path=src, save_path=dst, device="cpu")
+print(f"QUARK import {t1 - t0:.2f} s, quantize+write {time.monotonic() - t1:.2f} s", flush=True)
+"""
+
+
+def tensor_specs() -> list[tuple[str, str, tuple[int, ...]]]:
+    p = "layers.0"
+    return [
+        ("embed_tokens.weight", "BF16", (VOCAB, H)),
+        ("fc.weight", "BF16", (H, AUX * H)),
+        (f"{p}.hidden_norm.weight", "BF16", (H,)),
+        (f"{p}.input_layernorm.weight", "BF16", (H,)),
+        (f"{p}.self_attn.q_proj.weight", "BF16", (HEADS * HD, 2 * H)),
+        (f"{p}.self_attn.k_proj.weight", "BF16", (KV * HD, 2 * H)),
+        (f"{p}.self_attn.v_proj.weight", "BF16", (KV * HD, 2 * H)),
+        (f"{p}.self_attn.o_proj.weight", "BF16", (H, HEADS * HD)),
+        (f"{p}.post_attention_layernorm.weight", "BF16", (H,)),
+        (f"{p}.mlp.gate_proj.weight", "BF16", (INTER, H)),
+        (f"{p}.mlp.up_proj.weight", "BF16", (INTER, H)),
+        (f"{p}.mlp.down_proj.weight", "BF16", (H, INTER)),
+        ("norm.weight", "BF16", (H,)),
+        ("lm_head.weight", "BF16", (DRAFT_VOCAB, H)),
+        ("d2t", "I64", (DRAFT_VOCAB,)),
+        ("t2d", "BOOL", (VOCAB,)),
+    ]
+
+
+def config() -> dict:
+    layer = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": H,
+             "intermediate_size": INTER, "num_hidden_layers": 1, "num_attention_heads": HEADS,
+             "num_key_value_heads": KV, "head_dim": HD, "hidden_act": "silu",
+             "rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "vocab_size": VOCAB,
+             "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"},
+             "attention_bias": False, "mlp_bias": False, "dtype": "bfloat16",
+             "tie_word_embeddings": False}
+    return {
+        "architectures": ["Eagle3DraftModel"], "speculators_model_type": "eagle3",
+        "speculators_version": "0.9.0",
+        "speculators_config": {
+            "algorithm": "eagle3", "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3,
+                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": "meta-llama/Llama-3.1-8B-Instruct",
+                         "architectures": ["LlamaForCausalLM"]}},
+        "draft_vocab_size": DRAFT_VOCAB, "eagle_aux_hidden_state_layer_ids": [2, 16, 29],
+        "norm_before_residual": False, "target_hidden_size": None,
+        "transformer_layer_config": layer, "dtype": "bfloat16", "tie_word_embeddings": False,
+    }
+
+
+def build_draft(path: Path, *, device: str = "cpu") -> Path:
+    """Write the synthetic draft once (seeded); later runs reuse it."""
+    import torch
+
+    from speckit.checkpoint import CheckpointWriter, write_json
+
+    if (path / "config.json").exists():
+        return path
+    tmp = path.with_name(path.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    specs = tensor_specs()
+    w = CheckpointWriter(tmp, specs, max_shard_bytes=SHARD_BYTES)
+    g = torch.Generator(device=device).manual_seed(0)
+    for name, _dtype, shape in specs:
+        if name == "d2t":
+            sel = torch.randperm(VOCAB, generator=torch.Generator().manual_seed(1))[:DRAFT_VOCAB]
+            sel = sel.sort().values
+            w.write("d2t", sel - torch.arange(DRAFT_VOCAB))
+            t2d = torch.zeros(VOCAB, dtype=torch.bool)
+            t2d[sel] = True
+            continue
+        if name == "t2d":
+            w.write("t2d", t2d)
+            continue
+        if len(shape) == 1:
+            t = 1 + 0.05 * torch.randn(shape, generator=g, device=device)
+        else:
+            t = torch.randn(shape, generator=g, device=device) * 0.02
+        w.write(name, t.to(torch.bfloat16).cpu())
+        del t
+    w.close()
+    write_json(tmp / "config.json", config())
+    os.replace(tmp, path)
+    return path
+
+
+def run_measured(cmd: list[str], *, env: dict | None = None) -> dict:
+    """Run a child process; wall time and its own peak RSS (wait4 rusage)."""
+    started = time.monotonic()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env={**os.environ, **(env or {})})
+    out = proc.stdout.read().decode(errors="replace")
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.monotonic() - started
+    return {"cmd": cmd, "wall_s": round(wall, 2), "peak_rss_mib": round(usage.ru_maxrss / 1024, 1),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 2), "rc": proc.returncode,
+            "tail": out[-1500:]}
+
+
+def same_tensors(a: Path, b: Path) -> tuple[int, list[str]]:
+    """Compare two checkpoints tensor by tensor, as bytes. Returns (count, differing names)."""
+    import torch
+
+    from speckit.checkpoint import Checkpoint
+
+    ca, cb = Checkpoint.open(a), Checkpoint.open(b)
+    diff = sorted(set(ca.tensors) ^ set(cb.tensors))
+    for name in sorted(set(ca.tensors) & set(cb.tensors)):
+        ta, tb = ca.get(name), cb.get(name)
+        if ta.dtype != tb.dtype or ta.shape != tb.shape or not torch.equal(
+                ta.reshape(-1).view(torch.uint8), tb.reshape(-1).view(torch.uint8)):
+            diff.append(name)
+    return len(ca.tensors), diff
+
+
+def drop_page_cache_hint(path: Path) -> None:
+    """Read every file once so each contender starts from a warm page cache (fair to all)."""
+    for p in sorted(path.iterdir()):
+        if p.is_file():
+            with open(p, "rb") as f:
+                while f.read(64 << 20):
+                    pass
+
+
+def cpu_bench(data: Path, keep: bool) -> dict:
+    src = build_draft(data)
+    size = sum(p.stat().st_size for p in src.glob("*.safetensors"))
+    largest = max(t[2][0] * (t[2][1] if len(t[2]) > 1 else 1) * 2 for t in tensor_specs())
+    work = Path(tempfile.mkdtemp(prefix="speckit-bench-", dir=data.parent))
+    speckit = [sys.executable, "-c", "from speckit.cli import main; main()", "quantize", str(src),
+               "--json"]
+    results = {}
+    try:
+        for scheme in ("mxfp4", "fp8"):
+            drop_page_cache_hint(src)
+            results[f"speckit {scheme}"] = run_measured(
+                [*speckit, f"--{scheme}", "-o", str(work / f"speckit-{scheme}")])
+            drop_page_cache_hint(src)
+            results[f"quark {scheme}"] = run_measured(
+                [sys.executable, "-c", QUARK_CHILD, scheme, str(src), str(work / f"quark-{scheme}")])
+            for who in ("speckit", "quark"):
+                r = results[f"{who} {scheme}"]
+                if r["rc"] != 0:
+                    raise SystemExit(f"{who} {scheme} failed:\n{r['tail']}")
+            n, diff = same_tensors(work / f"speckit-{scheme}", work / f"quark-{scheme}")
+            results[f"compare {scheme}"] = {"tensors": n, "differing": diff}
+    finally:
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return {"size_bytes": size, "largest_tensor_bytes": largest, "runs": results,
+            "cpus": os.cpu_count()}
+
+
+def report_cpu(res: dict) -> str:
+    gib = 1024**3
+    lines = [(f"synthetic EAGLE-3 draft: {res['size_bytes'] / 1e9:.2f} GB bf16 in 2 shards, largest "
+             f"tensor {res['largest_tensor_bytes'] / 1e9:.2f} GB (embed_tokens); {res['cpus']} CPUs"),
+             f"{'run':<16}{'wall s':>9}{'cpu s':>9}{'peak RSS MiB':>14}"]
+    runs = res["runs"]
+    for name, r in runs.items():
+        if name.startswith("compare"):
+            continue
+        lines.append(f"{name:<16}{r['wall_s']:>9.2f}{r['cpu_s']:>9.2f}{r['peak_rss_mib']:>14.0f}")
+    budget_mib = (gib + res["largest_tensor_bytes"]) / 2**20
+    ok = True
+    for scheme in ("mxfp4", "fp8"):
+        s, q = runs[f"speckit {scheme}"], runs[f"quark {scheme}"]
+        speed = q["wall_s"] / s["wall_s"]
+        cmp_ = runs[f"compare {scheme}"]
+        same = not cmp_["differing"]
+        rss_ok = s["peak_rss_mib"] <= budget_mib
+        ok &= speed >= 3 and rss_ok and same
+        lines.append(
+            f"{scheme}: speckit is {speed:.1f}x faster than Quark (goal >= 3x: "
+            f"{'PASS' if speed >= 3 else 'FAIL'}); peak RSS {s['peak_rss_mib']:.0f} MiB vs budget "
+            f"1 GiB + largest tensor = {budget_mib:.0f} MiB ({'PASS' if rss_ok else 'FAIL'}; "
+            f"Quark {q['peak_rss_mib']:.0f} MiB); outputs {'byte-identical' if same else 'DIFFER'}"
+            f" over {cmp_['tensors']} tensors"
+            + ("" if same else f": {', '.join(cmp_['differing'][:5])}"))
+    lines.append("all goals met" if ok else "GOALS NOT MET")
+    return "\n".join(lines)
+
+
+# ---- CUDA (device machine) ----------------------------------------------------------------------
+
+def plain_copy(src: Path, dst: Path) -> float:
+    """Read every source byte and write the same number of bytes: the I/O floor."""
+    dst.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    for p in sorted(src.glob("*.safetensors")):
+        with open(p, "rb") as f, open(dst / p.name, "wb") as g:
+            while True:
+                b = f.read(64 << 20)
+                if not b:
+                    break
+                g.write(b)
+            g.flush()
+            os.fsync(g.fileno())
+    return time.monotonic() - started
+
+
+def cuda_bench(data: Path) -> str:
+    import torch
+
+    from speckit.quant import quantize
+
+    assert torch.cuda.is_available(), "needs a CUDA device"
+    src = build_draft(data, device="cuda")
+    size = sum(p.stat().st_size for p in src.glob("*.safetensors"))
+    quant_bytes = sum(2 * s[0] * s[1] for n, _, s in tensor_specs()
+                      if n == "fc.weight" or "_proj" in n)
+    work = Path(tempfile.mkdtemp(prefix="speckit-cuda-", dir=data.parent))
+    lines = [(f"GPU {torch.cuda.get_device_name()}, torch {torch.__version__}, "
+             f"{os.cpu_count()} CPUs; draft {size / 1e9:.2f} GB bf16 "
+             f"({quant_bytes / 1e9:.2f} GB in the Linear weights that get quantized)")]
+    # warm everything: page cache, CUDA context, kernels
+    drop_page_cache_hint(src)
+    quantize(src, scheme="fp8", out=work / "warm", device="cuda", force=True)
+    copy_s = min(plain_copy(src, work / f"copy{i}") for i in range(2))
+    lines.append(f"plain read + write of the same {size / 1e9:.2f} GB: {copy_s:.2f} s = "
+                 f"{size / copy_s / 1e9:.2f} GB/s")
+    for scheme in ("mxfp4", "fp8"):
+        for device in ("cuda", "cpu"):
+            best = None
+            for i in range(2):
+                out = work / f"{scheme}-{device}-{i}"
+                t0 = time.monotonic()
+                r = quantize(src, scheme=scheme, out=out, device=device)
+                dt = time.monotonic() - t0
+                best = dt if best is None else min(best, dt)
+            lines.append(
+                f"{scheme:6s} --device {device:4s}: {best:.2f} s = {size / best / 1e9:.2f} GB/s "
+                f"of bf16 checkpoint ({quant_bytes / best / 1e9:.2f} GB/s of quantized Linear "
+                f"weights), {best / copy_s:.2f}x the plain read + write; rel err mean "
+                f"{r.rel_err_mean:.4f}")
+        n, diff = same_tensors(work / f"{scheme}-cuda-0", work / f"{scheme}-cpu-0")
+        lines.append(f"{scheme}: GPU and CPU outputs {'byte-identical' if not diff else 'DIFFER'} "
+                     f"over {n} tensors" + (f": {diff[:5]}" if diff else ""))
+    shutil.rmtree(work, ignore_errors=True)
+    return "\n".join(lines)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "speckit-bench"
+                    / "eagle3-llama3-8b-draft", help="where the synthetic draft is (built once)")
+    ap.add_argument("--cuda", action="store_true", help="the GPU benchmark (device machine)")
+    ap.add_argument("--keep", action="store_true", help="keep the outputs for inspection")
+    ap.add_argument("--json", type=Path, help="also write the raw numbers here")
+    args = ap.parse_args()
+    if args.cuda:
+        print(cuda_bench(args.data), flush=True)
+        return
+    res = cpu_bench(args.data, args.keep)
+    text = report_cpu(res)
+    print(text, flush=True)
+    if args.json:
+        args.json.write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,304 @@
+"""speckit-quantized drafts through vLLM's own code: QuarkConfig picks the expected scheme for
+every quantized module and none for the excluded ones; vLLM's Linear layers allocate exactly our
+tensors and load them; and vLLM on CPU serves an FP8 EAGLE-3 draft and an FP8 draft_model.
+
+MXFP4 cannot run on vLLM's CPU backend (no CPU MXFP4 kernel; the emulation needs amd-quark's
+CUDA/HIP kernels), so for MXFP4 the proof stops at allocation + loading through vLLM's loaders.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from speckit import methods
+from speckit.checkpoint import Checkpoint
+from speckit.quant import quantize
+from tests import factories as F
+
+pytestmark = pytest.mark.vllm
+
+SCHEME_CLASS = {"mxfp4": "QuarkOCP_MX", "mxfp4-w4a4": "QuarkOCP_MX", "fp8": "QuarkW8A8Fp8"}
+TARGET_LAYERS = 8
+
+
+def _layer_class(runtime: str):
+    """The vLLM Linear class each draft module is built with (from vLLM's model files)."""
+    from vllm.model_executor.layers import linear as L
+
+    last = runtime.split(".")[-1]
+    if last == "qkv_proj":
+        return L.QKVParallelLinear
+    if last == "gate_up_proj":
+        return L.MergedColumnParallelLinear
+    if last in ("o_proj", "down_proj", "post_projection"):
+        return L.RowParallelLinear
+    if last in ("q_proj", "pre_projection"):  # Gemma-4 assistant (Q-only attention)
+        return L.ColumnParallelLinear
+    return L.ReplicatedLinear  # fc, kernel_projection
+
+
+def _modules(src: Path, r, method: str) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """vLLM run-time module -> source tensors, for quantized and for kept Linear weights."""
+    mod = methods.get(method)
+    cfg = Checkpoint.open(src).config
+    quant: dict[str, list[str]] = {}
+    kept: dict[str, list[str]] = {}
+    for t in r.tensors:
+        if t.action == "kept" and t.name not in r.kept_linear:
+            continue
+        names = [mod.runtime_module_name(t.name, target_num_layers=TARGET_LAYERS)]
+        alias = getattr(mod, "runtime_module_aliases", None)
+        if alias:
+            names += alias(t.name, target_num_layers=TARGET_LAYERS, config=cfg)
+        for n in names:
+            (quant if t.action == "quantized" else kept).setdefault(n, []).append(t.name)
+    return quant, kept
+
+
+CASES = [
+    ("eagle3", {}, []),
+    ("eagle3", {"arch": "qwen3", "num_layers": 2}, ["model.layers.9.self_attn.qkv_proj"]),
+    ("peagle", {}, ["re:.*down_proj$"]),
+    ("dflash", {}, ["model.fc"]),
+    ("dflash2", {}, []),
+    ("dspark", {}, []),
+    ("gemma4_assistant", {}, ["draft_model.layers.0.mlp.gate_up_proj"]),
+    ("draft_model", {"num_layers": 2}, ["draft_model.model.layers.1.self_attn.o_proj"]),
+]
+MAKERS = {"eagle3": F.make_spec_eagle3, "peagle": F.make_spec_peagle, "dflash": F.make_spec_dflash,
+          "dflash2": F.make_spec_dflash2, "dspark": F.make_spec_dspark,
+          "gemma4_assistant": F.make_gemma4_assistant, "draft_model": F.make_causal_lm}
+
+
+@pytest.mark.parametrize("scheme", ["mxfp4", "mxfp4-w4a4", "fp8"])
+@pytest.mark.parametrize(("method", "kw", "exclude"), CASES,
+                         ids=[f"{m}{'-' + kw.get('arch', '') if kw else ''}" for m, kw, _ in CASES])
+def test_quark_config_matches_every_module(tmp_path, method, kw, exclude, scheme):
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig, QuarkLinearMethod
+
+    src = MAKERS[method](tmp_path / "src", **kw)
+    r = quantize(src, scheme=scheme, out=tmp_path / "out", exclude=exclude,
+                 target_layers=TARGET_LAYERS)
+    qcfg = QuarkConfig.from_config(
+        json.loads((tmp_path / "out" / "config.json").read_text())["quantization_config"])
+    quant, kept = _modules(src, r, method)
+    assert quant
+    for name in quant:
+        _, _, cls = qcfg.get_quant_method_target(name, _layer_class(name))
+        assert cls is QuarkLinearMethod, f"{name}: {cls}"
+        _, _, scheme_cls = qcfg.get_scheme_cls(_layer_class(name), name)
+        assert scheme_cls.__name__ == SCHEME_CLASS[scheme], name
+    for name in kept:
+        _, _, cls = qcfg.get_quant_method_target(name, _layer_class(name))
+        assert cls is UnquantizedLinearMethod, f"{name} would be quantized by vLLM"
+    assert qcfg.get_quant_method_target("lm_head", _layer_class("lm_head"))[2] is \
+        UnquantizedLinearMethod
+    if exclude:
+        assert kept, "the --exclude entry kept nothing"
+
+
+@pytest.fixture(scope="module")
+def vllm_layers(tmp_path_factory):
+    """One-process tensor-parallel world (gloo) so that vLLM's Linear layers can be built here.
+
+    vLLM's CPU backend lists no MXFP4 kernel; its own emulation kernel is registered for CPU
+    (through vLLM's public register_linear_kernel) only so that layer construction completes:
+    these tests allocate and load weights, they never run a matmul.
+    """
+    from vllm.config import ModelConfig, VllmConfig, set_current_vllm_config
+    from vllm.distributed import (
+        init_distributed_environment,
+        initialize_model_parallel,
+        model_parallel_is_initialized,
+    )
+    from vllm.model_executor.kernels.linear import register_linear_kernel
+    from vllm.model_executor.kernels.linear.mxfp4.emulation import EmulationMxfp4LinearKernel
+    from vllm.platforms import PlatformEnum
+
+    register_linear_kernel(EmulationMxfp4LinearKernel, PlatformEnum.CPU, "mxfp4")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    # the FP8 scheme reads the model dtype from the current config: a tiny bf16 model's
+    target = F.make_target(tmp_path_factory.mktemp("vllm_layers") / "t", num_layers=1)
+    config = VllmConfig(model_config=ModelConfig(model=str(target), dtype="bfloat16"))
+    with set_current_vllm_config(config):
+        if not model_parallel_is_initialized():
+            init_distributed_environment(world_size=1, rank=0, local_rank=0,
+                                         distributed_init_method=f"tcp://127.0.0.1:{port}",
+                                         backend="gloo")
+            initialize_model_parallel(1, 1)
+        yield
+
+
+def _build_and_load(qcfg, runtime: str, sources: list[str], src: Checkpoint, out: Checkpoint,
+                    head_dim: int):
+    """Build the vLLM layer for ``runtime`` and feed it our tensors through its weight loaders."""
+    cls = _layer_class(runtime)
+    shapes = [src.tensors[s].shape for s in sources]
+    in_f = shapes[0][1]
+    kwargs = {"bias": False, "quant_config": qcfg, "prefix": runtime,
+              "params_dtype": torch.bfloat16}
+    if cls.__name__ == "QKVParallelLinear":
+        order = sorted(sources, key=lambda s: "qkv".index(s.split(".")[-2][0]))
+        q, k = (src.tensors[order[0]].shape[0], src.tensors[order[1]].shape[0])
+        layer = cls(in_f, head_dim, q // head_dim, k // head_dim, **kwargs)
+        shard_ids = dict(zip(order, "qkv"))
+    elif cls.__name__ == "MergedColumnParallelLinear":
+        order = sorted(sources, key=lambda s: 0 if "gate_proj" in s else 1)
+        layer = cls(in_f, [src.tensors[s].shape[0] for s in order], **kwargs)
+        shard_ids = {s: i for i, s in enumerate(order)}
+    else:
+        layer = cls(in_f, shapes[0][0], **kwargs)
+        shard_ids = {sources[0]: None}
+    params = dict(layer.named_parameters())
+    for name, shard in shard_ids.items():
+        module = name.removesuffix(".weight")
+        for pname, tname in (("weight", name), ("weight_scale", f"{name}_scale"),
+                             ("input_scale", f"{module}.input_scale")):
+            if tname not in out.tensors:
+                continue
+            p = params[pname]
+            t = out.get(tname)
+            if shard is None:
+                p.weight_loader(p, t)
+            else:
+                p.weight_loader(p, t, shard)
+    return layer, shard_ids
+
+
+@pytest.mark.parametrize("scheme", ["mxfp4", "fp8"])
+@pytest.mark.parametrize("method", ["eagle3", "dflash2", "gemma4_assistant", "draft_model"])
+def test_vllm_allocates_and_loads_our_tensors(tmp_path, vllm_layers, method, scheme):
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig
+
+    src_dir = MAKERS[method](tmp_path / "src")
+    excl = {"eagle3": ["model.layers.8.mlp.down_proj"], "draft_model": [
+        "draft_model.model.layers.0.self_attn.qkv_proj"]}.get(method, [])
+    r = quantize(src_dir, scheme=scheme, out=tmp_path / "out", exclude=excl,
+                 target_layers=TARGET_LAYERS)
+    src, out = Checkpoint.open(src_dir), Checkpoint.open(tmp_path / "out")
+    qcfg = QuarkConfig.from_config(out.config["quantization_config"])
+    from speckit.methods.common import layer_config
+
+    lc = layer_config(src.config)
+    head_dim = lc.get("head_dim") or lc["hidden_size"] // lc["num_attention_heads"]
+    quant, kept = _modules(src_dir, r, method)
+    assert quant
+    for runtime, sources in {**quant, **kept}.items():
+        layer, shard_ids = _build_and_load(qcfg, runtime, sources, src, out, head_dim)
+        w = layer.weight.data
+        if runtime in kept:
+            assert isinstance(layer.quant_method, UnquantizedLinearMethod)
+            assert w.dtype == torch.bfloat16
+            continue
+        assert type(layer.scheme).__name__ == SCHEME_CLASS[scheme]
+        want = "uint8" if scheme == "mxfp4" else "float8_e4m3fn"
+        assert str(w.dtype).removeprefix("torch.") == want
+        # the loaded rows are our bytes, shard after shard, in vLLM's fused order
+        stacked = torch.cat([out.get(n) for n in shard_ids], dim=0)
+        assert w.shape == stacked.shape, runtime
+        assert torch.equal(w.view(torch.uint8), stacked.view(torch.uint8)), runtime
+        scale = layer.weight_scale.data
+        want_scale = torch.cat([out.get(f"{n}_scale") for n in shard_ids], dim=0)
+        assert torch.equal(scale.reshape(want_scale.shape).view(torch.uint8)
+                           if scheme == "mxfp4" else scale.reshape(want_scale.shape).float(),
+                           want_scale.view(torch.uint8) if scheme == "mxfp4" else want_scale)
+
+
+def test_vllm_loads_static_fp8_scales(tmp_path, vllm_layers):
+    from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig
+
+    target = F.make_target(tmp_path / "target", with_tokenizer=True)
+    src_dir = F.make_spec_eagle3(tmp_path / "src")
+    r = quantize(src_dir, scheme="fp8-static", out=tmp_path / "out", calib_target=target)
+    src, out = Checkpoint.open(src_dir), Checkpoint.open(tmp_path / "out")
+    qcfg = QuarkConfig.from_config(out.config["quantization_config"])
+    quant, _ = _modules(src_dir, r, "eagle3")
+    for runtime, sources in quant.items():
+        _, akey, scheme_cls = qcfg.get_scheme_cls(_layer_class(runtime), runtime)
+        assert scheme_cls.__name__ == "QuarkW8A8Fp8"
+        # static per-tensor activation scale
+        assert akey.scale.static and tuple(akey.scale.group_shape) == (-1, -1), akey
+        layer, shard_ids = _build_and_load(qcfg, runtime, sources, src, out, 32)
+        # one scale per logical shard, each ours
+        want_w = torch.stack([out.get(f"{n}_scale") for n in shard_ids])
+        want_a = torch.stack([out.get(f"{n.removesuffix('.weight')}.input_scale")
+                              for n in shard_ids])
+        assert torch.equal(layer.weight_scale.data.reshape(-1)[:len(shard_ids)], want_w)
+        assert torch.equal(layer.input_scale.data.reshape(-1)[:len(shard_ids)], want_a)
+
+
+# ---- the real engine ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def engine_runs(tmp_path_factory):
+    """One child process, three engines next to the same tiny Llama target: an FP8 EAGLE-3 draft
+    (one module excluded), the same draft with calibrated static FP8 activation scales, and an
+    FP8 plain causal LM as draft_model."""
+    root = tmp_path_factory.mktemp("quant_vllm")
+    target = F.make_target(root / "target", with_tokenizer=True, num_layers=TARGET_LAYERS)
+    eagle = F.make_spec_eagle3(root / "eagle3")
+    r_eagle = quantize(eagle, scheme="fp8", out=root / "eagle3-fp8",
+                       exclude=["model.layers.8.mlp.down_proj"], target_layers=TARGET_LAYERS)
+    r_static = quantize(eagle, scheme="fp8-static", out=root / "eagle3-fp8-static",
+                        calib_target=target)
+    lm = F.make_causal_lm(root / "lm", num_layers=2, seed=3)
+    r_lm = quantize(lm, scheme="fp8", out=root / "lm-fp8")
+    spec = {"target": str(target), "runs": [
+        {"name": "eagle3", "speculative_config": {"method": "eagle3", "model": str(r_eagle.out),
+                                                  "num_speculative_tokens": 3}},
+        {"name": "eagle3-static", "speculative_config": {
+            "method": "eagle3", "model": str(r_static.out), "num_speculative_tokens": 3}},
+        {"name": "draft_model", "speculative_config": {"method": "draft_model",
+                                                       "model": str(r_lm.out),
+                                                       "num_speculative_tokens": 3}},
+    ]}
+    (root / "spec.json").write_text(json.dumps(spec))
+    child = Path(__file__).with_name("quant_vllm_child.py")
+    proc = subprocess.run([sys.executable, str(child), str(root / "spec.json"),
+                           str(root / "out.json")], capture_output=True, text=True, timeout=900,
+                          check=False, cwd=Path(__file__).parent.parent)
+    log = proc.stdout + proc.stderr
+    if not (root / "out.json").exists():
+        pytest.fail(f"vLLM child wrote no result (rc {proc.returncode}):\n{log[-4000:]}")
+    reports = {"eagle3": r_eagle, "eagle3-static": r_static, "draft_model": r_lm}
+    return json.loads((root / "out.json").read_text()), log, reports
+
+
+@pytest.mark.parametrize("run", ["eagle3", "eagle3-static", "draft_model"])
+def test_vllm_cpu_serves_fp8_draft(engine_runs, run):
+    results, log, reports = engine_runs
+    res = results[run]
+    assert res["ok"], res.get("error", "") + "\n" + res.get("traceback", "")
+    c = res["counters"]
+    assert c["vllm:spec_decode_num_drafts"] > 0
+    assert c["vllm:spec_decode_num_draft_tokens"] >= 3 * c["vllm:spec_decode_num_drafts"] > 0
+    mods = res["modules"]
+    r = reports[run]
+    method = methods.get(run.split("-")[0])
+    quantized = {method.runtime_module_name(t.name, target_num_layers=TARGET_LAYERS)
+                 for t in r.tensors if t.action == "quantized"}
+    kept = {method.runtime_module_name(n, target_num_layers=TARGET_LAYERS) for n in r.kept_linear}
+    # vLLM built exactly these modules: quantized ones with Quark FP8, kept ones unquantized
+    assert set(mods) == quantized | kept
+    for name in quantized:
+        assert mods[name]["scheme"] == "QuarkW8A8Fp8", (name, mods[name])
+        assert mods[name]["params"]["weight"][0] == "float8_e4m3fn"
+    for name in kept:
+        assert mods[name]["method"] == "UnquantizedLinearMethod", (name, mods[name])
+        assert mods[name]["params"]["weight"][0] == "bfloat16"
+    if run == "eagle3":
+        assert kept == {"model.layers.8.mlp.down_proj"}
+    # vLLM says which FP8 kernel serves the Quark scheme (the target is bf16: only the draft)
+    assert re.search(r"Selected \S+ for QuarkW8A8Fp8", log), log[-3000:]
