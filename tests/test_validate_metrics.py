@@ -14,6 +14,7 @@ from speckit.validate.metrics import (
     SpecCounters,
     al_from_per_position,
     best_k,
+    calibrate_costs,
     conditional_acceptance,
     counters_from_histograms,
     counters_from_metrics,
@@ -176,3 +177,24 @@ def test_lossless_exact_drift_suspect_na():
     # a speculative output that stops early differs in length: not exact
     short = lossless_check([[1, 2, 3]], [[1, 2]], temperature=0)
     assert short.exact_matches == 0 and short.first_divergence == [2]
+
+
+def test_calibrate_costs_through_two_measured_k():
+    # the run at k=1 measured c(1) = 0.19 s where the one-run model said 0.15 s:
+    # 50 drafts, 40 accepted -> 60 steps (10 draft-free): decode = 50 * 0.19 + 10 * 0.1 = 10.5 s
+    costs = fit_step_costs(base=BASE, spec=SPEC, counters=CNT, k=3, parallel=False,
+                           verify_slope_s=0.01)
+    spec1 = RunTiming(wall_s=13.0, prefill_s=2.5, decode_s=10.5, output_tokens=104, requests=4)
+    cnt1 = SpecCounters(50, 50, 40, [40])
+    cal = calibrate_costs(costs, k=1, spec=spec1, counters=cnt1)
+    # slope (0.25 - 0.19) / 2 = 0.03 per k, intercept 0.16 = t_T + fixed -> fixed 0.06
+    assert cal.fixed_s == pytest.approx(0.06)
+    assert cal.draft_step_s == pytest.approx(0.02)  # slope minus the verify slope
+    assert cal.spec_step_at(1) == pytest.approx(0.19)
+    assert cal.spec_step_at(3) == pytest.approx(0.25)
+    assert cal.spec_step_at(2) == pytest.approx(0.22)
+    assert calibrate_costs(costs, k=3, spec=SPEC, counters=CNT) is costs
+    par = calibrate_costs(fit_step_costs(base=BASE, spec=SPEC, counters=CNT, k=3, parallel=True,
+                                         verify_slope_s=0.01), k=1, spec=spec1, counters=cnt1)
+    assert par.verify_slope_s == pytest.approx(0.03) and par.fixed_s == 0.0
+    assert par.spec_step_at(1) == pytest.approx(0.19) and par.spec_step_at(3) == pytest.approx(0.25)

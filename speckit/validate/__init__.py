@@ -25,6 +25,7 @@ from speckit.validate.metrics import (
     StepCosts,
     al_from_per_position,
     best_k,
+    calibrate_costs,
     conditional_acceptance,
     fit_step_costs,
     lossless_check,
@@ -177,6 +178,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
                                                           crep.acceptance_length,
                                                           pred.throughput_ratio,
                                                           crep.throughput_ratio)
+                    _calibrate(sweep_rep, base, main, conf)
             compare_rep = None
             if cpath is not None:
                 other = bar.run(EngineJob(f"compare-k{final_k}", prompt_token_ids=ids,
@@ -517,6 +519,21 @@ def _sweep(base: EngineRun, main: EngineRun, mrep: SpecRunReport, mod, ks: list[
         if not 1.0 <= al <= kk + 1 + 1e-9:
             warnings.append(f"derived AL({kk}) = {al:.3f} is outside [1, {kk + 1}]")
     return SweepReport(ks, k_max, costs, preds, rec, None, notes)
+
+
+def _calibrate(sw: SweepReport, base: EngineRun, main: EngineRun, conf: EngineRun) -> None:
+    """Refit the step cost through both measured k and re-predict every k with it."""
+    assert main.counters is not None and conf.counters is not None
+    costs = calibrate_costs(sw.costs, k=conf.job.speculative_config["num_speculative_tokens"]
+                            if conf.job and conf.job.speculative_config else sw.recommended_k,
+                            spec=conf.timing, counters=conf.counters)
+    sw.calibrated_costs = costs
+    sw.calibrated = predict_sweep(base=base.timing, spec=main.timing, counters=main.counters,
+                                  costs=costs, ks=sw.ks)
+    better = best_k(sw.calibrated)
+    if better.k != sw.recommended_k:
+        sw.notes.append(f"with the step cost calibrated on both runs, k={better.k} is predicted "
+                        f"at {better.throughput_ratio:.2f}x; check it with -k {better.k}")
 
 
 def _check_reusable(run: EngineRun, want: EngineJob) -> None:

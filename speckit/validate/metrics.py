@@ -194,6 +194,7 @@ class StepCosts:
     draft_step_s: float  # t_d (per drafted token if sequential, per forward if parallel)
     draft_fraction: float  # phi: share of decode steps that carried a draft
     notes: list[str] = field(default_factory=list)
+    fixed_s: float = 0.0  # per-step overhead of speculation itself (known after a second k)
 
     def verify_step_s(self, k: int) -> float:
         return self.target_step_s + k * self.verify_slope_s
@@ -201,7 +202,7 @@ class StepCosts:
     def spec_step_at(self, k: int) -> float:
         # no clamping: at the measured K this reproduces the measured step cost exactly
         draft = self.draft_step_s if self.parallel else k * self.draft_step_s
-        return self.verify_step_s(k) + draft
+        return self.verify_step_s(k) + draft + self.fixed_s
 
 
 def decode_steps(timing: RunTiming, counters: SpecCounters) -> int:
@@ -219,10 +220,8 @@ def fit_step_costs(*, base: RunTiming, spec: RunTiming, counters: SpecCounters, 
     steps = decode_steps(spec, counters)
     drafts = counters.num_drafts
     phi = drafts / steps if steps else 0.0
-    if drafts:
-        c_k = (spec.decode_s - (steps - drafts) * t_t) / drafts
-    else:
-        c_k = t_t
+    c_k = measured_spec_step(spec, counters, t_t)
+    if not drafts:
         notes.append("no drafts were proposed: the speculative step cost is unmeasured")
     v = verify_slope_s
     if v is None:
@@ -238,6 +237,36 @@ def fit_step_costs(*, base: RunTiming, spec: RunTiming, counters: SpecCounters, 
     if t_d < 0:
         notes.append(f"draft step {t_d * 1e3:.2f} ms < 0: below the timing noise of this run")
     return StepCosts(k, parallel, t_t, v, c_k, t_d, phi, notes)
+
+
+def measured_spec_step(timing: RunTiming, counters: SpecCounters, target_step_s: float) -> float:
+    """c(k) of one speculative run: its decode time less the draft-free steps, per draft."""
+    steps = decode_steps(timing, counters)
+    if not counters.num_drafts:
+        return target_step_s
+    return (timing.decode_s - (steps - counters.num_drafts) * target_step_s) / counters.num_drafts
+
+
+def calibrate_costs(costs: StepCosts, *, k: int, spec: RunTiming,
+                    counters: SpecCounters) -> StepCosts:
+    """Refit the step cost through two measured k: c(k) = t_T + fixed + k * slope.
+
+    One speculative run cannot tell a per-step overhead of speculation (scheduling, rejection
+    sampling, draft input preparation) from per-token draft work; a second k can.
+    """
+    if k == costs.k_measured:
+        return costs
+    c2 = measured_spec_step(spec, counters, costs.target_step_s)
+    slope = (costs.spec_step_s - c2) / (costs.k_measured - k)
+    intercept = costs.spec_step_s - costs.k_measured * slope  # = t_T + fixed (+ t_d if parallel)
+    notes = [(f"calibrated with the run at k={k}: speculative step = "
+             f"{intercept * 1e3:.2f} ms + k x {slope * 1e3:.2f} ms")]
+    if costs.parallel:  # one draft forward per step: it belongs to the intercept
+        return StepCosts(costs.k_measured, True, costs.target_step_s, slope, costs.spec_step_s,
+                         intercept - costs.target_step_s, costs.draft_fraction, notes, 0.0)
+    return StepCosts(costs.k_measured, False, costs.target_step_s, costs.verify_slope_s,
+                     costs.spec_step_s, slope - costs.verify_slope_s, costs.draft_fraction, notes,
+                     intercept - costs.target_step_s)
 
 
 def predict_decode_s(costs: StepCosts, al_k: float, k: int, decode_tokens: int) -> float:

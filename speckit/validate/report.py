@@ -75,6 +75,9 @@ class SweepReport:
     recommended_k: int
     confirmation: Confirmation | None
     notes: list[str] = field(default_factory=list)
+    # after the confirmation run: the step cost refit through both measured k
+    calibrated_costs: StepCosts | None = None
+    calibrated: list[KPrediction] = field(default_factory=list)
 
 
 @dataclass
@@ -237,18 +240,22 @@ def to_markdown(r: ValidationReport) -> str:
                   f"{'forward' if c.parallel else 'step'} {c.draft_step_s * 1e3:.2f} ms; "
                   f"speculative step {c.spec_step_s * 1e3:.2f} ms; "
                   f"{_pct(c.draft_fraction)} of steps carried a draft"),
-                  "", "| k | AL (derived) | step ms | predicted ratio |", "|---|---|---|---|"]
+                  "", "| k | AL (derived) | step ms | predicted ratio | calibrated ratio |",
+                  "|---|---|---|---|---|"]
+        cal = {p.k: p for p in sw.calibrated}
         for p in sw.predictions:
             star = " **recommended**" if p.k == sw.recommended_k else ""
+            c = f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-"
             lines.append(f"| {p.k}{star} | {p.acceptance_length:.3f} | "
-                         f"{p.spec_step_s * 1e3:.2f} | {p.throughput_ratio:.3f} |")
+                         f"{p.spec_step_s * 1e3:.2f} | {p.throughput_ratio:.3f} | {c} |")
         if sw.confirmation is not None:
             cf = sw.confirmation
             lines += ["", (f"Confirmed at k={cf.k}: AL predicted {cf.predicted_al:.3f} vs "
                       f"measured {cf.measured_al:.3f} ({100 * cf.al_error:+.1f}%), throughput "
                       f"ratio predicted {cf.predicted_ratio:.3f} vs measured "
                       f"{cf.measured_ratio:.3f} ({100 * cf.ratio_error:+.1f}%).")]
-        lines += [f"- {n}" for n in sw.notes + c.notes]
+        lines += [f"- {n}" for n in sw.notes + c.notes
+                  + (sw.calibrated_costs.notes if sw.calibrated_costs else [])]
     if r.compare is not None:
         cp = r.compare
         lines += ["", f"## Draft comparison at k={cp.k}", "",
@@ -349,18 +356,22 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     if r.sweep is not None:
         sw = r.sweep
         t2 = Table(title=f"k sweep (measured at k={sw.k_measured})")
-        for col in ("k", "AL (derived)", "step ms", "predicted ratio"):
+        for col in ("k", "AL (derived)", "step ms", "predicted ratio", "calibrated"):
             t2.add_column(col, justify="right")
+        cal = {p.k: p for p in sw.calibrated}
         for p in sw.predictions:
             mark = " ←" if p.k == sw.recommended_k else ""
             t2.add_row(f"{p.k}{mark}", f"{p.acceptance_length:.3f}", f"{p.spec_step_s * 1e3:.1f}",
-                       f"{p.throughput_ratio:.3f}")
+                       f"{p.throughput_ratio:.3f}",
+                       f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-")
         console.print(t2)
         if sw.confirmation is not None:
             cf = sw.confirmation
             console.print(f"confirmed k={cf.k}: AL predicted {cf.predicted_al:.3f} / measured "
                           f"{cf.measured_al:.3f}; ratio predicted {cf.predicted_ratio:.3f} / "
                           f"measured {cf.measured_ratio:.3f}")
+        for n in sw.notes:
+            console.print(f"note: {n}")
     if r.compare is not None:
         cp = r.compare
         console.print(f"compare at k={cp.k}: AL {cp.primary.acceptance_length:.3f} -> "
