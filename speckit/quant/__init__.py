@@ -532,49 +532,57 @@ def _copy_plain(src, fh, src_off: int, dst_off: int, n: int) -> int:
 def _execute(ckpt: Checkpoint, items: list[_Item], sch: Scheme, writer: _Writer, dev: str,
              reports: list[TensorReport], input_amax: dict[str, float], requant: dict | None,
              tick) -> None:
-    from safetensors import safe_open
-
-    by_file: dict[str, list[_Item]] = {}
-    for it in items:
-        by_file.setdefault(it.info.file, []).append(it)
-    for fname, group in by_file.items():
-        path = ckpt.path / fname
-        handle = None
-        try:
-            for it in group:
-                info = it.info
-                if it.action == "drop":
-                    tick(info.nbytes)
-                    continue
-                if it.action == "copy":
-                    writer.copy_range(info.name, path, info.offsets[0], info.nbytes)
-                    reports.append(_report(it, "kept"))
-                    tick(info.nbytes)
-                    continue
-                if handle is None:
-                    handle = safe_open(str(path), framework="pt")
-                w = _load(ckpt, handle, info.name, it, requant, dev)
-                if it.action == "dequantize-copy":
-                    writer.write(info.name, w.cpu())
-                    reports.append(_report(it, "kept"))
-                else:
-                    reports.append(_quantize_one(it, w, sch, writer, input_amax))
-                del w
-                tick(info.nbytes)
-        finally:
-            if handle is not None:
-                del handle
+    for it in items:  # already in file order, so every shard is read front to back
+        info = it.info
+        path = ckpt.path / info.file
+        if it.action == "drop":
+            tick(info.nbytes)
+            continue
+        if it.action == "copy":
+            writer.copy_range(info.name, path, info.offsets[0], info.nbytes)
+            reports.append(_report(it, "kept"))
+            tick(info.nbytes)
+            continue
+        w = _load(ckpt, info, it, requant, dev)
+        if it.action == "dequantize-copy":
+            writer.write(info.name, w.cpu())
+            reports.append(_report(it, "kept"))
+        else:
+            reports.append(_quantize_one(it, w, sch, writer, input_amax))
+        del w
+        tick(info.nbytes)
 
 
-def _load(ckpt: Checkpoint, handle, name: str, it: _Item, requant: dict | None, dev: str):
-    t = handle.get_tensor(name)
+def _read(ckpt: Checkpoint, info: TensorInfo):
+    """One tensor read straight into anonymous memory (no mmap: the shard's pages would count
+    against this process's RSS)."""
+    import torch
+
+    from speckit.dtypes import code_to_torch
+
+    buf = torch.empty(info.nbytes, dtype=torch.uint8)
+    view = memoryview(buf.numpy())
+    with open(ckpt.path / info.file, "rb", buffering=0) as f:
+        f.seek(info.offsets[0])
+        got = 0
+        while got < info.nbytes:
+            n = f.readinto(view[got:])
+            if not n:
+                raise FormatError(f"{ckpt.path / info.file}: ends inside tensor {info.name!r}",
+                                  hint="the file is truncated; re-fetch it")
+            got += n
+    return buf.view(code_to_torch(info.dtype)).view(info.shape)
+
+
+def _load(ckpt: Checkpoint, info: TensorInfo, it: _Item, requant: dict | None, dev: str):
+    t = _read(ckpt, info)
     if dev != "cpu":
-        t = t.to(dev, non_blocking=False)
+        t = t.to(dev)
     if not it.companions:
         return t
     from speckit.dtypes import code_to_torch
 
-    scale = ckpt.get(it.companions[0]).to(t.device)
+    scale = _read(ckpt, ckpt.tensors[it.companions[0]]).to(t.device)
     dtype = code_to_torch(requant["dtype"])
     if requant["kind"] == "mxfp4":
         from speckit.quant import mxfp4

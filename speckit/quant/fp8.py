@@ -6,7 +6,7 @@ sequence is Quark's own, so the stored bytes match it bit for bit (tests/test_qu
 
 from __future__ import annotations
 
-from speckit.quant.mxfp4 import CPU_CHUNK_ELEMS, CUDA_CHUNK_ELEMS, ErrorStats
+from speckit.quant.mxfp4 import ErrorStats, run_chunks
 
 FP8_MAX = 448.0
 EPS = 2.0 ** -23  # float32 eps: Quark's scale for an all-zero row or tensor
@@ -58,10 +58,11 @@ def quantize_per_channel(w, *, stats: ErrorStats | None = None, chunk_elems: int
     _check_finite(amax, "weight")
     scale = scale_from_amax(amax)
     out = torch.empty(rows, cols, dtype=torch.float8_e4m3fn, device=w.device)
-    budget = chunk_elems or (CUDA_CHUNK_ELEMS if w.is_cuda else CPU_CHUNK_ELEMS)
-    step = max(1, budget // max(cols, 1))
-    for r in range(0, rows, step):
-        out[r:r + step] = _quantize_rows(w[r:r + step], scale[r:r + step], stats)
+
+    def one(sl: slice, part: ErrorStats | None) -> None:
+        out[sl] = _quantize_rows(w[sl], scale[sl], part)
+
+    run_chunks(w, one, stats=stats, chunk_elems=chunk_elems)
     return out, scale
 
 
@@ -75,10 +76,11 @@ def quantize_per_tensor(w, *, stats: ErrorStats | None = None, chunk_elems: int 
     scale = scale_from_amax(amax)
     flat = w.view(w.shape[0], -1) if w.dim() > 1 else w.view(1, -1)
     out = torch.empty(flat.shape, dtype=torch.float8_e4m3fn, device=w.device)
-    budget = chunk_elems or (CUDA_CHUNK_ELEMS if w.is_cuda else CPU_CHUNK_ELEMS)
-    step = max(1, budget // max(flat.shape[1], 1))
-    for r in range(0, flat.shape[0], step):
-        out[r:r + step] = _quantize_rows(flat[r:r + step], scale, stats)
+
+    def one(sl: slice, part: ErrorStats | None) -> None:
+        out[sl] = _quantize_rows(flat[sl], scale, part)
+
+    run_chunks(flat, one, stats=stats, chunk_elems=chunk_elems)
     return out.view(w.shape), scale
 
 

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 
 GROUP = 32
 FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-# rows of a tensor processed at once: ~256k elements keeps every temporary in L2 on CPU
-CPU_CHUNK_ELEMS = 1 << 18
+# rows of a tensor processed at once. On CPU each chunk runs single-threaded in its own worker
+# (chunk-level parallelism): thousands of small intra-op parallel regions stall at OpenMP
+# barriers as soon as the cores are shared, one chunk per thread never waits for another.
+CPU_CHUNK_ELEMS = 1 << 20
 CUDA_CHUNK_ELEMS = 1 << 26
 
 
@@ -27,6 +29,15 @@ class ErrorStats:
     ref_abs_max: float = 0.0
     ref_sq_sum: float = 0.0
     count: int = 0
+
+    def merge(self, other: ErrorStats) -> None:
+        self.abs_sum += other.abs_sum
+        self.abs_max = max(self.abs_max, other.abs_max)
+        self.sq_sum += other.sq_sum
+        self.ref_abs_sum += other.ref_abs_sum
+        self.ref_abs_max = max(self.ref_abs_max, other.ref_abs_max)
+        self.ref_sq_sum += other.ref_sq_sum
+        self.count += other.count
 
     def add(self, diff, ref) -> None:
         """diff, ref: float32 tensors of the same chunk (diff = ref - dequantized)."""
@@ -156,10 +167,43 @@ def _quantize_rows(x, stats: ErrorStats | None):
     return packed, scale_bytes(exp)
 
 
+def run_chunks(w, fn, *, stats: ErrorStats | None, chunk_elems: int | None) -> None:
+    """Call ``fn(row_slice, chunk_stats)`` over row chunks of the 2-D ``w``.
+
+    CUDA: one chunk after the other (the GPU parallelises). CPU: the chunks are spread over as many
+    Python threads as torch has intra-op threads, each running torch single-threaded; ``fn``
+    writes disjoint output rows, so no locking is needed.
+    """
+    import torch
+
+    rows, cols = w.shape
+    budget = chunk_elems or (CUDA_CHUNK_ELEMS if w.is_cuda else CPU_CHUNK_ELEMS)
+    step = max(1, budget // max(cols, 1))
+    spans = [slice(r, min(r + step, rows)) for r in range(0, rows, step)]
+    workers = 1 if w.is_cuda else min(torch.get_num_threads(), len(spans))
+    if workers <= 1:
+        for sl in spans:
+            fn(sl, stats)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    parts = [ErrorStats() if stats is not None else None for _ in spans]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with ThreadPoolExecutor(workers, thread_name_prefix="speckit-quant") as pool:
+            list(pool.map(fn, spans, parts))
+    finally:
+        torch.set_num_threads(before)
+    if stats is not None:
+        for part in parts:
+            stats.merge(part)
+
+
 def quantize(w, *, stats: ErrorStats | None = None, chunk_elems: int | None = None):
     """Quantize a 2-D weight [out, in] (in % 32 == 0) to (packed [out, in/2], scales [out, in/32]).
 
-    Works on the tensor's device; rows are processed in chunks so temporaries stay small.
+    Works on the tensor's device, in row chunks so temporaries stay small.
     """
     import torch
 
@@ -170,12 +214,11 @@ def quantize(w, *, stats: ErrorStats | None = None, chunk_elems: int | None = No
     rows, cols = w.shape
     packed = torch.empty(rows, cols // 2, dtype=torch.uint8, device=w.device)
     scales = torch.empty(rows, cols // GROUP, dtype=torch.uint8, device=w.device)
-    budget = chunk_elems or (CUDA_CHUNK_ELEMS if w.is_cuda else CPU_CHUNK_ELEMS)
-    step = max(1, budget // max(cols, 1))
-    for r in range(0, rows, step):
-        p, s = _quantize_rows(w[r:r + step], stats)
-        packed[r:r + step] = p
-        scales[r:r + step] = s
+
+    def one(sl: slice, part: ErrorStats | None) -> None:
+        packed[sl], scales[sl] = _quantize_rows(w[sl], part)
+
+    run_chunks(w, one, stats=stats, chunk_elems=chunk_elems)
     return packed, scales
 
 
