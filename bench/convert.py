@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import resource
 import shutil
@@ -141,7 +142,7 @@ def child(src: str, tgt: str, dst: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dir", help="work directory (default: a temp dir, removed afterwards)")
-    ap.add_argument("--rounds", type=int, default=3, help="cp/convert pairs (default 3)")
+    ap.add_argument("--rounds", type=int, default=5, help="cp/convert pairs (default 5)")
     ap.add_argument("--child", nargs=3, metavar=("SRC", "TARGET", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -157,11 +158,21 @@ def main() -> None:
               f"{size / 1e9:.2f} GB in {len(list(src.glob('*.safetensors')))} shards, "
               f"generated in {time.perf_counter() - t:.1f}s")
         print("page cache: cannot be dropped here; the source was just written (warm), and cp and "
-              "convert alternate, cp first in each round, so both read it warm")
+              "convert alternate, cp first in each round, so both read it warm; os.sync() before "
+              "each timed run so neither pays for the other's writeback")
+        print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
+        print("round 1 is the first conversion of these bytes (convert sha256-hashes the source "
+              "for its provenance file); later rounds find the digests in speckit's hash memo "
+              "(keyed by path, size, mtime, ctime, inode), as any re-conversion does")
+        # an empty memo in a private cache, and files older than the memo's 2 s racy window
+        os.environ["SPECKIT_CACHE"] = str(root / "speckit-cache")
+        time.sleep(2.1)
         cps, convs, rss = [], [], []
         for i in range(args.rounds):
             a, b = root / f"cp-{i}", root / f"conv-{i}"
+            os.sync()  # start each timed copy with no dirty pages queued for writeback
             cps.append(run_cp(src, a))
+            os.sync()
             wall, info = run_convert(src, tgt, b)
             convs.append(wall)
             rss.append(info["peak_rss"])
@@ -171,12 +182,18 @@ def main() -> None:
                   f"{info['convert_s']:.2f}s) | peak RSS {info['peak_rss'] / 2**20:.0f} MiB")
             shutil.rmtree(a)
             shutil.rmtree(b)
-        cp_t, conv_t, peak = statistics.median(cps), statistics.median(convs), max(rss)
-        ratio = conv_t / cp_t
-        print(f"median cp -r: {cp_t:.2f}s ({size / cp_t / 1e9:.2f} GB/s); median speckit convert: "
-              f"{conv_t:.2f}s ({size / conv_t / 1e9:.2f} GB/s)")
-        print(f"time ratio convert/cp = {ratio:.2f}x (goal <= {GOAL_TIME}x): "
-              f"{'MET' if ratio <= GOAL_TIME else 'MISSED'}")
+        peak = max(rss)
+        ratios = [c / p for c, p in zip(convs, cps)]
+        cold = ratios[0]
+        print(f"time ratio convert/cp, first conversion (hashes {size / 1e9:.2f} GB): "
+              f"{cold:.2f}x (goal <= {GOAL_TIME}x): {'MET' if cold <= GOAL_TIME else 'MISSED'}")
+        if len(ratios) > 1:
+            warm = statistics.median(ratios[1:])
+            print(f"time ratio convert/cp, re-conversion (hash memo hit), median of "
+                  f"{len(ratios) - 1} rounds: {warm:.2f}x (goal <= {GOAL_TIME}x): "
+                  f"{'MET' if warm <= GOAL_TIME else 'MISSED'}")
+            print(f"median wall: cp -r {statistics.median(cps):.2f}s, speckit convert "
+                  f"{statistics.median(convs[1:]):.2f}s (re-conversions)")
         print(f"peak RSS = {peak / 2**30:.3f} GiB = {peak / size:.3f} x source size "
               f"(goal <= {GOAL_RSS / 2**30} GiB): {'MET' if peak <= GOAL_RSS else 'MISSED'}")
     finally:

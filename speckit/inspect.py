@@ -86,7 +86,7 @@ _VOCAB_MAPS = ("d2t", "t2d")
 
 def check_structure(ckpt: Checkpoint, layout: Layout, *,
                     target_config: dict[str, Any] | None = None,
-                    config_checks: bool = True) -> list[Problem]:
+                    config_checks: bool = True, vocab_maps: bool = True) -> list[Problem]:
     """Every problem speckit can see without running the model.
 
     The method's config and pairing checks (``config_checks``), then tensors against the layout's
@@ -123,7 +123,8 @@ def check_structure(ckpt: Checkpoint, layout: Layout, *,
                            f"speckit has no tensor list for this {layout.name} checkpoint "
                            f"({cfg.get('model_type') or 'unknown model_type'}); tensors were not "
                            "checked", "config.json"))
-    out += vocab_map_problems(ckpt, layout)
+    if vocab_maps:  # convert checks them itself without torch (its import dwarfs a small copy)
+        out += vocab_map_problems(ckpt, layout)
     return out
 
 

@@ -29,6 +29,12 @@ hub_server = hubserver.hub_server
 hub = hubserver.hub
 
 
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """convert keeps a hash memo in speckit's cache: keep it out of the real home directory."""
+    monkeypatch.setenv("SPECKIT_CACHE", str(tmp_path_factory.mktemp("speckit-cache")))
+
+
 @pytest.fixture(scope="module")
 def targets(tmp_path_factory):
     root = tmp_path_factory.mktemp("targets")
@@ -551,6 +557,28 @@ def test_sharded_source_and_sharded_output(targets, tmp_path):
     assert len(prov["source"]["files"]) == 4  # config, index, two shards
     s = tensors(src)
     assert torch.equal(t["layers.0.mlp.down_proj.weight"], s["midlayer.mlp.down_proj.weight"])
+
+
+def test_source_hashes_are_memoised_by_file_identity(targets, tmp_path, monkeypatch):
+    import time
+
+    from speckit import hub
+
+    src = F.make_specforge_eagle3(tmp_path / "src", export="sglang")
+    time.sleep(2.1)  # files younger than the clock's racy window are never memoised
+    calls = []
+    real = hub.sha256_file
+    monkeypatch.setattr(hub, "sha256_file", lambda p: calls.append(p.name) or real(p))
+    kw = {"target": targets["llama"], "num_speculative_tokens": 3}
+    _, _, _, p1 = run(src, out=tmp_path / "o1", **kw)
+    assert sorted(calls) == ["config.json", "model.safetensors"]
+    _, _, _, p2 = run(src, out=tmp_path / "o2", **kw)
+    assert len(calls) == 2 and p1["source"]["files"] == p2["source"]["files"]  # no re-hash
+    FC.patch_config(src, rms_norm_eps=1e-6)  # a changed file is hashed again
+    _, _, _, p3 = run(src, out=tmp_path / "o3", **kw)
+    assert calls[2:] == ["config.json"]
+    assert p3["source"]["files"]["config.json"]["sha256"] == \
+        hashlib.sha256((src / "config.json").read_bytes()).hexdigest()
 
 
 def test_mask_embedding_file_needs_the_pickle_flag(targets, tmp_path):

@@ -7,7 +7,7 @@ detect the source layout -> its reader plans the output (config + tensor moves) 
 from __future__ import annotations
 
 import fnmatch
-import hashlib
+import importlib
 import os
 import shutil
 import threading
@@ -25,15 +25,14 @@ from speckit.checkpoint import (
     safe_relpath,
     write_json,
 )
-from speckit.convert.common import Options, ReadContext, Target, order_moves
-from speckit.convert.moves import SOURCE, TARGET, ConversionPlan, check_move, execute
+from speckit.convert.common import Options, ReadContext, Target, order_moves, selected_ids
+from speckit.convert.moves import SOURCE, TARGET, ConversionPlan, check_move, execute, read_ints
 from speckit.errors import FormatError, SpeckitError, UsageError
 
 PROVENANCE = "speckit-provenance.json"
 DEFAULT_SHARD_BYTES = 5 * 10**9
 METHOD_CHOICES = ("auto", "eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp",
                   "gemma4_assistant")
-_HASH_CHUNK = 8 * 1024 * 1024
 # speculators_model_type values vLLM 0.32/0.33 registers (transformers_utils/configs/speculators)
 VLLM_SPECULATORS_TYPES = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
 
@@ -141,8 +140,6 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                       opts=Options(num_speculative_tokens=num_speculative_tokens,
                                    aux_layers=list(aux_layers) if aux_layers is not None else None,
                                    mask_token_id=mask_token_id))
-    import importlib
-
     plan: ConversionPlan = importlib.import_module(_READERS[layout.name]).plan(ctx)
     dropped = _apply_drops(plan, src_ckpt, drop)
     _check_coverage(plan, src_ckpt, dropped)
@@ -167,7 +164,6 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                 execute(moves, inputs, writer, on_tensor=lambda m: tick(m.nbytes))
         except BaseException:
             _close(writer)
-            hasher.stop()
             raise
         files = writer.close()
         write_json(tmp / "config.json", _ordered(plan.config))
@@ -448,7 +444,12 @@ def _verify_output(out: Path, plan: ConversionPlan, *, target_config: dict | Non
         if e.name != "speckit.inspect":
             raise
         return
-    problems = check_structure(ck, layout, target_config=target_config)
+    # vocab maps: the same FORMATS 1.6 invariants, checked without importing torch
+    if "d2t" in ck.tensors:
+        vocab = int(ck.config.get("transformer_layer_config", {}).get("vocab_size") or 0)
+        selected_ids(read_ints(ck, "d2t"), read_ints(ck, "t2d") if "t2d" in ck.tensors else None,
+                     vocab=vocab, where=f"{out} (written)")
+    problems = check_structure(ck, layout, target_config=target_config, vocab_maps=False)
     errors = [p for p in problems if getattr(p, "severity", "error") == "error"]
     for p in problems:
         if p in errors or p.message in plan.warnings:
@@ -475,46 +476,57 @@ def _files_read(src: Checkpoint, plan: ConversionPlan) -> list[str]:
     return sorted(f for f in files if (src.path / f).exists())
 
 
-class _Hasher(threading.Thread):
-    """sha256 of the source files read, computed beside the copy (hashlib releases the GIL)."""
+class _Hasher:
+    """sha256 of the source files read, computed beside the copy: one thread per file (up to the
+    CPU count), since hashlib and file reads release the GIL while the kernel copies.
+
+    Known digests are reused: hub.fetch's (checked against the Hub's LFS sha256) and a memo keyed
+    like git's index (real path, size, mtime, ctime, inode), so converting the same bytes again
+    does not hash them again.
+    """
 
     def __init__(self, s: _Resolved, files: list[str]):
-        super().__init__(daemon=True, name="speckit-hash")
+        from speckit.hub import _Sidecar  # the hash memo speckit fetch keeps, reused
+        from speckit.targets import cache_root
+
         self.s, self.files = s, files
+        self.memo = _Sidecar(cache_root() / "convert" / "hash-memo.json")
         self.result: dict[str, dict[str, Any]] = {}
-        self._halt = threading.Event()
-        self.error: BaseException | None = None
+        self._errors: list[BaseException] = []
+        todo = []
+        for name in files:
+            size = (s.path / name).stat().st_size
+            if s.sha256.get(name):
+                self.result[name] = {"size": size, "sha256": s.sha256[name], "from": "fetch"}
+            else:
+                todo.append((size, name))
+        # biggest files first, spread over the workers
+        todo.sort(reverse=True)
+        n = max(1, min(len(todo), os.cpu_count() or 1))
+        self._threads = [threading.Thread(target=self._work, args=([t[1] for t in todo[i::n]],),
+                                          daemon=True, name=f"speckit-hash-{i}")
+                         for i in range(n) if todo[i::n]]
 
-    def run(self) -> None:
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    def _work(self, names: list[str]) -> None:
         try:
-            buf = bytearray(_HASH_CHUNK)
-            view = memoryview(buf)
-            for name in self.files:
+            for name in names:
                 path = self.s.path / name
-                size = path.stat().st_size
-                known = self.s.sha256.get(name)
-                if known:  # verified by hub.fetch against the Hub's LFS sha256 / the lock
-                    self.result[name] = {"size": size, "sha256": known, "from": "fetch"}
-                    continue
-                h = hashlib.sha256()
-                with open(path, "rb", buffering=0) as f:
-                    while not self._halt.is_set():
-                        n = f.readinto(buf)
-                        if not n:
-                            break
-                        h.update(view[:n])
-                self.result[name] = {"size": size, "sha256": h.hexdigest()}
+                self.result[name] = {"size": path.stat().st_size,
+                                     "sha256": self.memo.sha256(path)}
         except Exception as e:  # noqa: BLE001 (re-raised by join in the main thread)
-            self.error = e
+            self._errors.append(e)
 
-    def stop(self) -> None:
-        self._halt.set()
-
-    def join(self, timeout: float | None = None) -> dict[str, dict[str, Any]]:
-        super().join(timeout)
-        if self.error is not None:
-            raise FormatError(f"hashing the source failed: {self.error}")
-        return self.result
+    def join(self) -> dict[str, dict[str, Any]]:
+        for t in self._threads:
+            t.join()
+        if self._errors:
+            raise FormatError(f"hashing the source failed: {self._errors[0]}")
+        self.memo.save()
+        return {name: self.result[name] for name in self.files}
 
 
 def _provenance(plan: ConversionPlan, *, layout, s: _Resolved, t: _Resolved | None,

@@ -379,39 +379,50 @@ def check_vocab_maps(ctx: ReadContext, plan: ConversionPlan, *, draft_vocab: int
     if info.shape != (draft_vocab,) or info.dtype != "I64":
         raise FormatError(f"{src.path}: d2t is {info.dtype}{list(info.shape)}, expected "
                           f"I64[{draft_vocab}]")
-    offsets = read_ints(src, d2t)
+    sel = selected_ids(read_ints(src, d2t), read_ints(src, t2d) if t2d is not None else None,
+                       vocab=V, where=str(src.path))
+    return Vocab(V, draft_vocab, sel)
+
+
+def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
+                 where: str) -> list[int]:
+    """The target id of each draft id, after checking FORMATS 1.6 exactly (no torch needed):
+    d2t holds offsets (target = draft + d2t[draft]) giving strictly increasing ids in [0, V),
+    not all zero; t2d, when present, marks exactly those ids."""
+    n = len(offsets)
     if not any(offsets):
         raise FormatError(
-            f"{src.path}: d2t is all zeros: vLLM would map the {draft_vocab} draft ids to target "
-            f"ids 0..{draft_vocab - 1} (SafeAILab/EAGLE#222)",
+            f"{where}: d2t is all zeros: vLLM would map the {n} draft ids to target ids "
+            f"0..{n - 1} (SafeAILab/EAGLE#222)",
             hint="rebuild d2t from t2d: d2t = nonzero(t2d) - arange(Vd)")
     sel = [i + o for i, o in enumerate(offsets)]
-    bad = [(i, s) for i, s in enumerate(sel) if not 0 <= s < V]
+    bad = [(i, s) for i, s in enumerate(sel) if not 0 <= s < vocab]
     if bad:
         i, s = bad[0]
-        raise FormatError(f"{src.path}: d2t maps draft id {i} to target id {s}, outside [0, {V})",
+        raise FormatError(f"{where}: d2t maps draft id {i} to target id {s}, outside [0, {vocab})",
                           hint="d2t holds offsets: target_id = draft_id + d2t[draft_id]")
-    for i in range(1, len(sel)):
+    for i in range(1, n):
         if sel[i] <= sel[i - 1]:
             raise FormatError(
-                f"{src.path}: d2t maps draft ids {i - 1} and {i} to target ids {sel[i - 1]} and "
+                f"{where}: d2t maps draft ids {i - 1} and {i} to target ids {sel[i - 1]} and "
                 f"{sel[i]}, which are not strictly increasing",
                 hint="d2t must list distinct target ids in ascending order (FORMATS 1.6)")
-    if t2d is not None:
-        mask = read_ints(src, t2d)
+    if mask is not None:
+        if len(mask) != vocab:
+            raise FormatError(f"{where}: t2d has {len(mask)} entries, the vocabulary {vocab}")
         marked = [i for i, v in enumerate(mask) if v]
-        if len(marked) != len(sel):
-            raise FormatError(f"{src.path}: t2d marks {len(marked)} target ids but the draft "
-                              f"vocabulary (d2t, lm_head) has {len(sel)}",
+        if len(marked) != n:
+            raise FormatError(f"{where}: t2d marks {len(marked)} target ids but the draft "
+                              f"vocabulary (d2t, lm_head) has {n}",
                               hint="t2d.sum() must equal draft_vocab_size; re-export the maps")
         if marked != sel:
             extra = sorted(set(marked) - set(sel))[:5]
             missing = sorted(set(sel) - set(marked))[:5]
             raise FormatError(
-                f"{src.path}: t2d and d2t select different target ids; marked only by t2d: "
+                f"{where}: t2d and d2t select different target ids; marked only by t2d: "
                 f"{extra}, selected only by d2t: {missing}",
                 hint="the vocab maps disagree; re-export them (FORMATS 1.6)")
-    return Vocab(V, draft_vocab, sel)
+    return sel
 
 
 def vocab_moves(ctx: ReadContext, plan: ConversionPlan, vocab: Vocab, *, dtype: str,
