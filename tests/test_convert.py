@@ -491,6 +491,22 @@ def test_speculators_input_is_verified_and_normalised(targets, tmp_path):
     assert cfg["sliding_window_non_causal"] is False
 
 
+def test_missing_mask_token_or_aux_ids_need_the_flags(targets, tmp_path):
+    spec = FC.patch_config(F.make_spec_dflash(tmp_path / "s"), mask_token_id=None)
+    with pytest.raises(UsageError, match="no mask_token_id"):
+        convert(spec, target=targets["qwen3"], out=tmp_path / "o1")
+    _r, _, cfg, _ = run(spec, targets["qwen3"], tmp_path / "o1", mask_token_id=9)
+    assert cfg["mask_token_id"] == 9
+    src = F.make_zlab_dflash(tmp_path / "z", style="old")
+    dc = json.loads((src / "config.json").read_text())["dflash_config"]
+    FC.patch_config(src, dflash_config={k: v for k, v in dc.items() if k != "target_layer_ids"})
+    with pytest.raises(UsageError, match="does not record which layers") as e:
+        convert(src, target=targets["qwen3"], out=tmp_path / "o2")
+    assert "--aux-layers" in e.value.hint
+    assert convert(src, target=targets["qwen3"], out=tmp_path / "o2",
+                   aux_layers=[2, 6]).aux_layers == [2, 6]
+
+
 def test_verifier_name_prefers_a_repo_id(targets, tmp_path):
     src = F.make_specforge_eagle3(tmp_path / "src", export="sglang")
     r = convert(src, target=targets["llama"], out=tmp_path / "o1", num_speculative_tokens=3)
@@ -629,6 +645,24 @@ def test_hub_source_and_config_only_hub_target(hub, tmp_path):
     prov = json.loads((tmp_path / "out" / PROVENANCE).read_text())
     assert prov["source"]["repo"] == "org/draft" and prov["target"]["repo"] == "org/target"
     assert prov["source"]["commit"] and prov["target"]["commit"]
+
+
+def test_registry_draft_brings_its_target_and_published_k(hub, tmp_path, monkeypatch):
+    draft = F.make_specforge_eagle3(tmp_path / "d", export="sglang")
+    hub.server.add_commit("org/draft", {p.name: p.read_bytes() for p in draft.iterdir()})
+    tgt = F.make_target(tmp_path / "t")
+    hub.server.add_commit("org/target", {p.name: p.read_bytes() for p in tgt.iterdir()})
+    reg = tmp_path / "registry.toml"
+    reg.write_text("schema_version = 1\n[[entry]]\nid = \"my-draft\"\nprovider = \"me\"\n"
+                   "license = \"MIT\"\nmethod = \"eagle3\"\nrepo = \"org/draft\"\n"
+                   "revision = \"main\"\npinned = false\ntarget = \"org/target\"\n"
+                   "num_speculative_tokens = 5\nk_source = \"the model card\"\n")
+    monkeypatch.setenv("SPECKIT_REGISTRY", str(reg))
+    r = convert("my-draft", out=tmp_path / "out")
+    assert r.verifier == "org/target" and r.target == "org/target"
+    assert r.num_speculative_tokens == 5 and "registry entry my-draft" in r.k_rule
+    # only the target's config.json was needed (the draft has its own full-vocab head)
+    assert {x.file for x in hub.server.body_gets() if x.repo == "org/target"} == {"config.json"}
 
 
 def test_cli_json_and_exit_codes(targets, tmp_path):

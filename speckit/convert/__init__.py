@@ -89,6 +89,7 @@ class _Resolved:
     revision: str | None = None
     commit: str | None = None
     sha256: dict[str, str] = field(default_factory=dict)  # file -> sha256 known from the fetch
+    registry_id: str | None = None
 
 
 def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
@@ -120,6 +121,9 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                           hint="see docs/convert.md for the layouts speckit converts")
     _check_method(method, layout, s.path)
 
+    reg_target, reg_k = _registry_defaults(s)
+    if target is None and reg_target is not None:
+        target = reg_target  # the verifier the registry says the draft was trained for
     t_res: _Resolved | None = None
     download = None
     if target is not None:
@@ -139,7 +143,7 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
     ctx = ReadContext(src=src_ckpt, layout=layout, target=tgt,
                       opts=Options(num_speculative_tokens=num_speculative_tokens,
                                    aux_layers=list(aux_layers) if aux_layers is not None else None,
-                                   mask_token_id=mask_token_id))
+                                   mask_token_id=mask_token_id, registry_k=reg_k))
     plan: ConversionPlan = importlib.import_module(_READERS[layout.name]).plan(ctx)
     dropped = _apply_drops(plan, src_ckpt, drop)
     _check_coverage(plan, src_ckpt, dropped)
@@ -224,7 +228,23 @@ def _resolve(ref: str, *, what: str, allow_pickle: bool, progress: bool) -> _Res
         raise UsageError(f"{what} {ref!r}: fetch returned no local directory")
     sha = {f.name: f.sha256 for f in getattr(res, "files", []) if getattr(f, "sha256", None)}
     return _Resolved(ref, Path(res.path), res.kind, repo=res.repo, revision=res.revision,
-                     commit=res.commit, sha256=sha)
+                     commit=res.commit, sha256=sha, registry_id=getattr(res, "registry_id", None))
+
+
+def _registry_defaults(s: _Resolved) -> tuple[str | None, tuple[int, str] | None]:
+    """A registry draft names its target and a published k: the defaults for TARGET and k."""
+    if s.registry_id is None:
+        return None, None
+    from speckit.registry import load_registry
+
+    entry = load_registry().entries.get(s.registry_id)
+    if entry is None:
+        return None, None
+    k = None
+    if entry.num_speculative_tokens:
+        k = (int(entry.num_speculative_tokens), f"registry entry {entry.id}"
+             + (f" ({entry.k_source})" if entry.k_source else ""))
+    return entry.target, k
 
 
 def _resolve_target(ref: str) -> tuple[_Resolved, Any]:

@@ -148,6 +148,8 @@ class Options:
     num_speculative_tokens: int | None = None
     aux_layers: list[int] | None = None
     mask_token_id: int | None = None
+    # k published for this draft in the registry (value, where from); below the source's record
+    registry_k: tuple[int, str] | None = None
 
 
 @dataclass
@@ -211,9 +213,9 @@ def check_ids(ids: list[int], *, target: Target, what: str) -> list[int]:
 
 
 def resolve_aux(ctx: ReadContext, *, count: int, recorded: list[int] | None,
-                recorded_from: str, plan: ConversionPlan,
-                default: list[int] | None = None, default_rule: str = "") -> list[int]:
-    """The aux layer ids to write: --aux-layers, else what the source records, else a default."""
+                recorded_from: str, plan: ConversionPlan, eagle_default: bool = True) -> list[int]:
+    """The aux layer ids to write: --aux-layers, else what the source records, else (EAGLE-3
+    heads over three layers only) the SafeAILab/SpecForge/vLLM default [2, L//2, L-3]."""
     tgt = ctx.tgt
     if ctx.opts.aux_layers is not None:
         ids, rule = list(ctx.opts.aux_layers), "--aux-layers"
@@ -222,9 +224,7 @@ def resolve_aux(ctx: ReadContext, *, count: int, recorded: list[int] | None,
                                  f"{recorded_from}")
     elif recorded is not None:
         ids, rule = [int(i) for i in recorded], recorded_from
-    elif default is not None:
-        ids, rule = list(default), default_rule
-    elif count == 3:
+    elif count == 3 and eagle_default:
         L = tgt.num_layers
         ids, rule = [2, L // 2, L - 3], f"trainer default [2, L//2, L-3] for L={L}"
     else:
@@ -248,6 +248,8 @@ def resolve_k(ctx: ReadContext, mod, config: dict[str, Any], *, recorded: int | 
         k, rule = int(ctx.opts.num_speculative_tokens), "--num-speculative-tokens"
     elif recorded is not None:
         k, rule = int(recorded), recorded_from
+    elif ctx.opts.registry_k is not None:
+        k, rule = ctx.opts.registry_k
     else:
         k = mod.default_k(config)
         rule = f"{mod.NAME} rule"

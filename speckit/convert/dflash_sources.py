@@ -145,7 +145,7 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
     tl = take("target_layer_ids")
     recorded = [int(i) + 1 for i in tl] if tl is not None else None
     aux = resolve_aux(ctx, count=n_aux, recorded=recorded,
-                      recorded_from="source target_layer_ids (+1)", plan=out)
+                      recorded_from="source target_layer_ids (+1)", plan=out, eagle_default=False)
     if tgt.num_layers in aux:
         out.warnings.append(
             f"aux id {tgt.num_layers} is the target's last layer: vLLM captures it before the "

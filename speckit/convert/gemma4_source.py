@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from speckit.convert.common import META_KEYS, ReadContext, rename, source_dtype
 from speckit.convert.moves import ConversionPlan
-from speckit.errors import FormatError
+from speckit.errors import FormatError, UsageError
 
 
 def plan(ctx: ReadContext) -> ConversionPlan:
@@ -51,6 +51,6 @@ def plan(ctx: ReadContext) -> ConversionPlan:
         out.notes.append("a native assistant checkpoint records no k: pass it in "
                          "--speculative-config (the printed one includes it)")
     if ctx.opts.aux_layers is not None or ctx.opts.mask_token_id is not None:
-        raise FormatError("--aux-layers and --mask-token-id do not apply to a Gemma-4 assistant")
+        raise UsageError("--aux-layers and --mask-token-id do not apply to a Gemma-4 assistant")
     out.verifier = tgt.repo_id or str(tgt.path)
     return out

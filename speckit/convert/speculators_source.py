@@ -23,7 +23,7 @@ from speckit.convert.common import (
 )
 from speckit.convert.dspark_sources import VLLM_MARKOV_HEADS
 from speckit.convert.moves import ConversionPlan
-from speckit.errors import FormatError
+from speckit.errors import FormatError, UsageError
 
 # speculators 0.9.0 config defaults that vLLM's speculators loader reads differently when the
 # key is absent; they are written out explicitly so the served draft is the trained one
@@ -111,9 +111,21 @@ def plan(ctx: ReadContext) -> ConversionPlan:
             "aux_hidden_state_layer_ids"
         recorded = cfg.get(key)
         cfg[key] = resolve_aux(ctx, count=n_aux, recorded=recorded,
-                               recorded_from=f"source {key}", plan=out)
+                               recorded_from=f"source {key}", plan=out,
+                               eagle_default=method in _EAGLE)
         if method in _EAGLE and layer_cfg.get("model_type") == "llama":
             layer_cfg.setdefault("num_aux_hidden_states", n_aux)
+    if method in ("peagle", *_DFLASH):  # vLLM fills the draft's parallel slots with it
+        flag, said = ctx.opts.mask_token_id, cfg.get("mask_token_id")
+        if flag is not None and said is not None and int(flag) != int(said):
+            raise UsageError(f"--mask-token-id {flag} contradicts mask_token_id {said} in "
+                             f"{ctx.where()}", hint="drop the flag")
+        if said is None and flag is None:
+            raise UsageError(f"{ctx.where()}: no mask_token_id, which vLLM needs for {method}",
+                             hint="pass --mask-token-id with the id the draft was trained with")
+        if said is None:
+            cfg["mask_token_id"] = int(flag)
+            out.notes.append(f"mask_token_id {flag} from --mask-token-id")
     if method == "dspark" and cfg.get("markov_head_type") not in VLLM_MARKOV_HEADS:
         raise FormatError(f"{ctx.where('markov_head_type')} is {cfg['markov_head_type']!r}: vLLM's "
                           f"Qwen3DSparkModel implements only the vanilla Markov head",
