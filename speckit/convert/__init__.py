@@ -199,7 +199,7 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                  f"{shlex.quote(json.dumps(spec))}")
     dtypes = {m.dtype for m in moves if m.dtype in FLOAT_DTYPES}
     return ConvertResult(
-        out=out_dir, method=plan.method, source_layout=layout.name, output_layout=plan.layout,
+        out=out_dir.resolve(), method=plan.method, source_layout=layout.name, output_layout=plan.layout,
         source=s.ref, target=t_res.ref if t_res else None, verifier=plan.verifier,
         num_speculative_tokens=plan.k, k_rule=plan.k_rule, aux_layers=plan.aux_layers,
         dtype=dtypes.pop() if len(dtypes) == 1 else None, tensors=len(moves), bytes=total,

@@ -370,8 +370,8 @@ def check_vocab_maps(ctx: ReadContext, plan: ConversionPlan, *, draft_vocab: int
                     f"{src.path}: {name} is not the identity although the draft vocabulary equals "
                     f"the target's ({V})", hint="a full-vocabulary draft cannot remap ids; the "
                     "checkpoint's vocab maps are inconsistent with its lm_head")
-            plan.omitted[name] = ("identity vocab map of a full-vocabulary draft (vLLM has no "
-                                  "parameter for it and would refuse it)")
+            plan.omitted[name] = ("identity vocab map of a full-vocabulary draft: vLLM has no "
+                                  "parameter for it and would refuse it")
         return Vocab(V, V, None)
     if d2t is None:
         raise FormatError(f"{src.path}: the draft vocabulary ({draft_vocab}) is smaller than the "
