@@ -161,7 +161,8 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     with atomic_output_dir(out_dir, force=force) as tmp:
         writer = _Writer(tmp, specs, max_shard_bytes=max_shard_bytes)
         try:
-            with _progress(progress, total_in, f"quantize {mod.NAME} -> {sch.name}") as tick:
+            with _progress(progress, total_in, f"quantize {mod.NAME} -> {sch.name}") as tick, \
+                    _threads(dev):
                 _execute(ckpt, items, sch, writer, dev, reports, input_amax, requant, tick)
         except BaseException:
             writer.abort()
@@ -553,6 +554,17 @@ def _execute(ckpt: Checkpoint, items: list[_Item], sch: Scheme, writer: _Writer,
         tick(info.nbytes)
 
 
+def _threads(dev: str):
+    """CPU: torch single-threaded for the whole run, parallel over row chunks instead."""
+    import contextlib
+
+    if dev != "cpu":
+        return contextlib.nullcontext()
+    from speckit.quant.chunks import single_threaded
+
+    return single_threaded()
+
+
 def _read(ckpt: Checkpoint, info: TensorInfo):
     """One tensor read straight into anonymous memory (no mmap: the shard's pages would count
     against this process's RSS)."""
@@ -596,9 +608,10 @@ def _load(ckpt: Checkpoint, info: TensorInfo, it: _Item, requant: dict | None, d
 def _quantize_one(it: _Item, w, sch: Scheme, writer: _Writer,
                   input_amax: dict[str, float]) -> TensorReport:
     from speckit.quant import fp8, mxfp4
+    from speckit.quant.chunks import ErrorStats
 
     name = it.info.name
-    stats = mxfp4.ErrorStats()
+    stats = ErrorStats()
     try:
         if sch.kind == "mxfp4":
             q, s = mxfp4.quantize(w, stats=stats)

@@ -6,7 +6,7 @@ sequence is Quark's own, so the stored bytes match it bit for bit (tests/test_qu
 
 from __future__ import annotations
 
-from speckit.quant.mxfp4 import ErrorStats, run_chunks
+from speckit.quant.chunks import ErrorStats, run_chunks
 
 FP8_MAX = 448.0
 EPS = 2.0 ** -23  # float32 eps: Quark's scale for an all-zero row or tensor
@@ -53,14 +53,17 @@ def quantize_per_channel(w, *, stats: ErrorStats | None = None, chunk_elems: int
         raise ValueError(f"FP8 per-channel needs a 2-D weight, got shape {list(w.shape)}")
     w = w.contiguous()
     rows, cols = w.shape
-    # Quark's observer reduces in float32; the max of |x| is exact in any float dtype
-    amax = w.abs().amax(dim=1).float() if cols else torch.zeros(rows, device=w.device)
-    _check_finite(amax, "weight")
-    scale = scale_from_amax(amax)
     out = torch.empty(rows, cols, dtype=torch.float8_e4m3fn, device=w.device)
+    scale = torch.empty(rows, dtype=torch.float32, device=w.device)
 
     def one(sl: slice, part: ErrorStats | None) -> None:
-        out[sl] = _quantize_rows(w[sl], scale[sl], part)
+        rows_ = w[sl]
+        # Quark's observer reduces in float32; the max of |x| is exact in any float dtype
+        amax = rows_.abs().amax(dim=1).float() if cols else torch.zeros(
+            rows_.shape[0], device=w.device)
+        _check_finite(amax, "weight")
+        scale[sl] = scale_from_amax(amax)
+        out[sl] = _quantize_rows(rows_, scale[sl], part)
 
     run_chunks(w, one, stats=stats, chunk_elems=chunk_elems)
     return out, scale
@@ -71,10 +74,17 @@ def quantize_per_tensor(w, *, stats: ErrorStats | None = None, chunk_elems: int 
     import torch
 
     w = w.contiguous()
-    amax = w.abs().amax().float() if w.numel() else torch.zeros((), device=w.device)
+    flat = w.view(w.shape[0], -1) if w.dim() > 1 else w.view(1, -1)
+    maxes = torch.zeros(flat.shape[0], dtype=torch.float32, device=w.device)
+
+    def row_max(sl: slice, _part) -> None:
+        if flat.shape[1]:
+            maxes[sl] = flat[sl].abs().amax(dim=1).float()
+
+    run_chunks(flat, row_max, stats=None, chunk_elems=chunk_elems)
+    amax = maxes.max() if maxes.numel() else torch.zeros((), device=w.device)
     _check_finite(amax, "weight")
     scale = scale_from_amax(amax)
-    flat = w.view(w.shape[0], -1) if w.dim() > 1 else w.view(1, -1)
     out = torch.empty(flat.shape, dtype=torch.float8_e4m3fn, device=w.device)
 
     def one(sl: slice, part: ErrorStats | None) -> None:

@@ -7,66 +7,12 @@ nibble) and one E8M0 scale byte per 32 inputs; tests/test_quant_numerics.py prov
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+
+from speckit.quant.chunks import ErrorStats, run_chunks
 
 GROUP = 32
 FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
-# rows of a tensor processed at once. On CPU each chunk runs single-threaded in its own worker
-# (chunk-level parallelism): thousands of small intra-op parallel regions stall at OpenMP
-# barriers as soon as the cores are shared, one chunk per thread never waits for another.
-CPU_CHUNK_ELEMS = 1 << 20
-CUDA_CHUNK_ELEMS = 1 << 26
-
-
-@dataclass
-class ErrorStats:
-    """Running sums for |W - dequant(Q(W))|, accumulated chunk by chunk."""
-
-    abs_sum: float = 0.0
-    abs_max: float = 0.0
-    sq_sum: float = 0.0
-    ref_abs_sum: float = 0.0
-    ref_abs_max: float = 0.0
-    ref_sq_sum: float = 0.0
-    count: int = 0
-
-    def merge(self, other: ErrorStats) -> None:
-        self.abs_sum += other.abs_sum
-        self.abs_max = max(self.abs_max, other.abs_max)
-        self.sq_sum += other.sq_sum
-        self.ref_abs_sum += other.ref_abs_sum
-        self.ref_abs_max = max(self.ref_abs_max, other.ref_abs_max)
-        self.ref_sq_sum += other.ref_sq_sum
-        self.count += other.count
-
-    def add(self, diff, ref) -> None:
-        """diff, ref: float32 tensors of the same chunk (diff = ref - dequantized)."""
-        d = diff.reshape(-1).abs()
-        r = ref.reshape(-1).abs()
-        if not d.numel():
-            return
-        self.abs_sum += float(d.sum(dtype=_f64()))
-        self.abs_max = max(self.abs_max, float(d.max()))
-        self.sq_sum += float(d.dot(d))
-        self.ref_abs_sum += float(r.sum(dtype=_f64()))
-        self.ref_abs_max = max(self.ref_abs_max, float(r.max()))
-        self.ref_sq_sum += float(r.dot(r))
-        self.count += d.numel()
-
-    def relative(self) -> dict[str, float]:
-        """max|dW|/max|W|, mean|dW|/mean|W| and ||dW||_F/||W||_F (0 when W and dW are both 0)."""
-        def ratio(a: float, b: float) -> float:
-            return 0.0 if a == 0 else (a / b if b else float("inf"))
-
-        return {"rel_err_max": ratio(self.abs_max, self.ref_abs_max),
-                "rel_err_mean": ratio(self.abs_sum, self.ref_abs_sum),
-                "rel_err_fro": ratio(self.sq_sum ** 0.5, self.ref_sq_sum ** 0.5)}
-
-
-def _f64():
-    import torch
-
-    return torch.float64
+__all__ = ["FP4_VALUES", "GROUP", "ErrorStats", "dequantize", "quantize"]
 
 
 def shared_exponent(amax):
@@ -121,6 +67,17 @@ def _bf16_code_table(device: str):
 
 
 @functools.cache
+def _bf16_abs_error_table(device: str):
+    """|v - E2M1(v)| for every bf16 pattern v: the rounding error in the scaled domain."""
+    import torch
+
+    pats = torch.arange(65536, dtype=torch.int32).to(torch.int16).view(torch.bfloat16).float()
+    pats = torch.nan_to_num(pats, nan=0.0, posinf=6.0, neginf=-6.0)
+    codes = _codes_from_f32(pats)
+    return (pats - _value_table("cpu")[codes.to(torch.int32)]).abs().to(device)
+
+
+@functools.cache
 def _value_table(device: str):
     import torch
 
@@ -157,47 +114,18 @@ def _quantize_rows(x, stats: ErrorStats | None):
         y = blocks.float() / scale
         codes = _codes_from_f32(y)
     if stats is not None:
-        # error as vLLM will see it: dequantized with the stored scale byte
-        stored = torch.exp2(exp.clamp(min=-126).float()).unsqueeze(-1)
-        deq = _value_table(str(x.device))[codes.to(torch.int32)] * stored
-        ref = blocks.float()
-        stats.add(ref - deq, ref)
+        if x.dtype == torch.bfloat16 and not bool((exp == -127).any()):
+            # the error is a function of the table index: one gather and one scaling
+            stats.add_abs(_bf16_abs_error_table(str(x.device))[idx] * scale, x)
+        else:
+            # error as vLLM will see it: dequantized with the stored scale byte (2^-126 for the
+            # blocks Quark scaled by 2^-127)
+            stored = torch.exp2(exp.clamp(min=-126).float()).unsqueeze(-1)
+            deq = _value_table(str(x.device))[codes.to(torch.int32)] * stored
+            stats.add(blocks.float() - deq, x)
     pairs = codes.view(rows, cols // 2, 2)
     packed = pairs[..., 0] | (pairs[..., 1] << 4)
     return packed, scale_bytes(exp)
-
-
-def run_chunks(w, fn, *, stats: ErrorStats | None, chunk_elems: int | None) -> None:
-    """Call ``fn(row_slice, chunk_stats)`` over row chunks of the 2-D ``w``.
-
-    CUDA: one chunk after the other (the GPU parallelises). CPU: the chunks are spread over as many
-    Python threads as torch has intra-op threads, each running torch single-threaded; ``fn``
-    writes disjoint output rows, so no locking is needed.
-    """
-    import torch
-
-    rows, cols = w.shape
-    budget = chunk_elems or (CUDA_CHUNK_ELEMS if w.is_cuda else CPU_CHUNK_ELEMS)
-    step = max(1, budget // max(cols, 1))
-    spans = [slice(r, min(r + step, rows)) for r in range(0, rows, step)]
-    workers = 1 if w.is_cuda else min(torch.get_num_threads(), len(spans))
-    if workers <= 1:
-        for sl in spans:
-            fn(sl, stats)
-        return
-    from concurrent.futures import ThreadPoolExecutor
-
-    parts = [ErrorStats() if stats is not None else None for _ in spans]
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(workers, thread_name_prefix="speckit-quant") as pool:
-            list(pool.map(fn, spans, parts))
-    finally:
-        torch.set_num_threads(before)
-    if stats is not None:
-        for part in parts:
-            stats.merge(part)
 
 
 def quantize(w, *, stats: ErrorStats | None = None, chunk_elems: int | None = None):
