@@ -142,7 +142,7 @@ def child(src: str, tgt: str, dst: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--dir", help="work directory (default: a temp dir, removed afterwards)")
-    ap.add_argument("--rounds", type=int, default=5, help="cp/convert pairs (default 5)")
+    ap.add_argument("--rounds", type=int, default=9, help="cp/convert pairs (default 9)")
     ap.add_argument("--child", nargs=3, metavar=("SRC", "TARGET", "OUT"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -157,9 +157,9 @@ def main() -> None:
         print(f"source: synthetic SpecForge EAGLE-3 draft (Llama-3.1-8B shape), "
               f"{size / 1e9:.2f} GB in {len(list(src.glob('*.safetensors')))} shards, "
               f"generated in {time.perf_counter() - t:.1f}s")
-        print("page cache: cannot be dropped here; the source was just written (warm), and cp and "
-              "convert alternate, cp first in each round, so both read it warm; os.sync() before "
-              "each timed run so neither pays for the other's writeback")
+        print("page cache: cannot be dropped here; the source was just written, so both read it "
+              "warm; cp and convert alternate which goes first, with os.sync() before each timed "
+              "run so neither pays for the other's writeback")
         print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start")
         print("round 1 is the first conversion of these bytes (convert sha256-hashes the source "
               "for its provenance file); later rounds find the digests in speckit's hash memo "
@@ -170,10 +170,19 @@ def main() -> None:
         cps, convs, rss = [], [], []
         for i in range(args.rounds):
             a, b = root / f"cp-{i}", root / f"conv-{i}"
-            os.sync()  # start each timed copy with no dirty pages queued for writeback
-            cps.append(run_cp(src, a))
-            os.sync()
-            wall, info = run_convert(src, tgt, b)
+            # os.sync() before each timed run: nobody pays for the other's writeback; the order
+            # alternates (cp first in odd rounds, convert first in even ones) so neither is
+            # systematically first after the sync
+            if i % 2 == 0:
+                os.sync()
+                cps.append(run_cp(src, a))
+                os.sync()
+                wall, info = run_convert(src, tgt, b)
+            else:
+                os.sync()
+                wall, info = run_convert(src, tgt, b)
+                os.sync()
+                cps.append(run_cp(src, a))
             convs.append(wall)
             rss.append(info["peak_rss"])
             assert _dir_bytes(b) > 0.99 * size

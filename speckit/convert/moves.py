@@ -174,7 +174,12 @@ def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
     so resident memory stays flat whatever the tensor size); pickled inputs, already loaded by
     torch, are written from their storage in chunks.
     """
+    from concurrent.futures import ThreadPoolExecutor
+
     fds: dict[tuple[str, str], int] = {}
+    # kernel copies of large tensors run in parallel pieces (copy_file_range releases the GIL)
+    pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
+                              thread_name_prefix="speckit-copy")
     try:
         for move in moves:
             parts: list[Any] = []
@@ -188,10 +193,11 @@ def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
                     if key not in fds:
                         fds[key] = os.open(ck.path / info.file, os.O_RDONLY)
                     parts.append((fds[key], info.offsets[0] + off, length))
-            writer.write_bytes(move.out, parts)
+            writer.write_bytes(move.out, parts, pool=pool)
             if on_tensor is not None:
                 on_tensor(move)
     finally:
+        pool.shutdown(wait=True)
         for fd in fds.values():
             os.close(fd)
 
