@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 # SpecForge LlamaForCausalLMEagle3 export of a Llama-3.1-8B draft (FORMATS.md 2.1.3)
-H, I, HEADS, KV, HD = 4096, 14336, 32, 8, 128
+H, INTER, HEADS, KV, HD = 4096, 14336, 32, 8, 128
 V, VD = 128256, 32000
 GOAL_TIME, GOAL_RSS = 1.3, 0.5 * 2**30
 CHUNK = 16 * 2**20
@@ -33,9 +33,9 @@ def _specs() -> list[tuple[str, str, tuple[int, ...]]]:
           (f"{p}.self_attn.k_proj.weight", "BF16", (KV * HD, 2 * H)),
           (f"{p}.self_attn.v_proj.weight", "BF16", (KV * HD, 2 * H)),
           (f"{p}.self_attn.o_proj.weight", "BF16", (H, HEADS * HD)),
-          (f"{p}.mlp.gate_proj.weight", "BF16", (I, H)),
-          (f"{p}.mlp.up_proj.weight", "BF16", (I, H)),
-          (f"{p}.mlp.down_proj.weight", "BF16", (H, I))]
+          (f"{p}.mlp.gate_proj.weight", "BF16", (INTER, H)),
+          (f"{p}.mlp.up_proj.weight", "BF16", (INTER, H)),
+          (f"{p}.mlp.down_proj.weight", "BF16", (H, INTER))]
     s += [(f"{p}.{n}.weight", "BF16", (H,)) for n in
           ("hidden_norm", "input_layernorm", "post_attention_layernorm")]
     s += [("fc.weight", "BF16", (H, 3 * H)), ("norm.weight", "BF16", (H,)),
@@ -70,7 +70,7 @@ def make_source(root: Path) -> tuple[Path, Path]:
         n = _nbytes(dtype, shape)
         w.write_bytes(name, _chunks(noise, n))
     w.close()
-    layer = {"hidden_size": H, "intermediate_size": I, "num_attention_heads": HEADS,
+    layer = {"hidden_size": H, "intermediate_size": INTER, "num_attention_heads": HEADS,
              "num_key_value_heads": KV, "head_dim": HD, "hidden_act": "silu",
              "rms_norm_eps": 1e-5, "max_position_embeddings": 131072, "vocab_size": V,
              "rope_theta": 500000.0, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0,

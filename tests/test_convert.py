@@ -156,7 +156,7 @@ def test_renamed_tensors_are_byte_identical(targets, tmp_path):
     assert cfg["norm_before_residual"] is False
 
 
-# ---- EAGLE-3 sources -------------------------------------------------------------------------------
+# ---- EAGLE-3 sources -----------------------------------------------------------------------------
 
 def test_safeailab_pickle_needs_the_flag_and_refuses_objects(targets, tmp_path):
     src = F.make_safeailab_eagle3(tmp_path / "src")
@@ -308,7 +308,7 @@ def test_peagle_mask_token_and_mask_hidden(targets, tmp_path):
                 mask_token_id=5)
 
 
-# ---- DFlash family ----------------------------------------------------------------------------------
+# ---- DFlash family -------------------------------------------------------------------------------
 
 def test_zlab_dflash_old_and_new(targets, tmp_path):
     r, _, cfg, _ = run(F.make_zlab_dflash(tmp_path / "old", style="old"), targets["qwen3"],
@@ -392,13 +392,14 @@ def test_dflash2_codebooks_stay_bare_parameters(targets, tmp_path):
                        s["candidate_selector.predecessor_codebook"])
 
 
-# ---- DSpark ------------------------------------------------------------------------------------------
+# ---- DSpark --------------------------------------------------------------------------------------
 
 def test_specforge_dspark_heads(targets, tmp_path):
     src = F.make_specforge_dspark(tmp_path / "src", legacy_prefix=True)
     _, t, cfg, _ = run(src, targets["qwen3"], tmp_path / "out")
     s = tensors(src)
-    assert torch.equal(t["markov_head.markov_w1.weight"], s["logit_head.markov_head.markov_w1.weight"])
+    assert torch.equal(t["markov_head.markov_w1.weight"],
+                       s["logit_head.markov_head.markov_w1.weight"])
     assert torch.equal(t["confidence_head.proj.bias"], s["logit_head.confidence_head.proj.bias"])
     assert (cfg["markov_head_type"], cfg["markov_rank"], cfg["enable_confidence_head"],
             cfg["confidence_head_with_markov"], cfg["sample_from_anchor"]) == \
@@ -433,7 +434,7 @@ def test_markov_heads_vllm_cannot_run_are_refused(kind, targets, tmp_path):
             convert(src, target=targets["qwen3"], out=tmp_path / f"out-{name}")
 
 
-# ---- MTP and Gemma-4 ----------------------------------------------------------------------------------
+# ---- MTP and Gemma-4 -----------------------------------------------------------------------------
 
 def test_native_mtp_reads_only_the_mtp_shard(tmp_path):
     src = F.make_native_mtp(tmp_path / "src")
@@ -441,7 +442,8 @@ def test_native_mtp_reads_only_the_mtp_shard(tmp_path):
     s = tensors(src)
     assert all(n.startswith("mtp_layers.0.") for n in t) and len(t) == 19
     assert torch.equal(t["mtp_layers.0.input_proj.weight"], s["mtp.fc.weight"])
-    gate_up, down = t["mtp_layers.0.mlp.experts.gate_up_proj"], t["mtp_layers.0.mlp.experts.down_proj"]
+    gate_up = t["mtp_layers.0.mlp.experts.gate_up_proj"]
+    down = t["mtp_layers.0.mlp.experts.down_proj"]
     for e in range(4):
         p = f"mtp.layers.0.mlp.experts.{e}"
         assert torch.equal(gate_up[e], torch.cat([s[f"{p}.gate_proj.weight"],
@@ -474,7 +476,7 @@ def test_gemma4_assistant_kept_native_and_paired(targets, tmp_path):
         convert(src, target=targets["llama"], out=tmp_path / "o3")
 
 
-# ---- speculators input ---------------------------------------------------------------------------------
+# ---- speculators input ---------------------------------------------------------------------------
 
 def test_speculators_input_is_verified_and_normalised(targets, tmp_path):
     src = FC.add_code_artifacts(F.make_spec_eagle3(tmp_path / "src"))
@@ -520,7 +522,7 @@ def test_verifier_name_prefers_a_repo_id(targets, tmp_path):
     assert "org/tiny-llama" in r.serve_command
 
 
-# ---- strictness, files, sharding -------------------------------------------------------------------------
+# ---- strictness, files, sharding -----------------------------------------------------------------
 
 def test_unplaced_source_tensors_are_errors_unless_dropped(targets, tmp_path):
     src = F.make_specforge_eagle3(tmp_path / "src")
@@ -618,7 +620,7 @@ def test_method_flag_must_match_the_layout(targets, tmp_path):
         convert(targets["llama"], target=targets["llama"], out=tmp_path / "o2")
 
 
-# ---- Hub ids and the CLI -----------------------------------------------------------------------------------
+# ---- Hub ids and the CLI -------------------------------------------------------------------------
 
 def test_hub_source_and_config_only_hub_target(hub, tmp_path):
     """SRC and TARGET as Hub ids (local Hub server): the draft is fetched, of the target only
@@ -632,7 +634,8 @@ def test_hub_source_and_config_only_hub_target(hub, tmp_path):
     _write(tmp_path / "t2", json.loads((tgt / "config.json").read_text()), t, shards=2,
            shard_of=lambda n: 1 if n in ("lm_head.weight", "model.norm.weight") else 0)
     hub.server.add_commit("org/draft", {p.name: p.read_bytes() for p in draft.iterdir()})
-    hub.server.add_commit("org/target", {p.name: p.read_bytes() for p in (tmp_path / "t2").iterdir()})
+    hub.server.add_commit("org/target",
+                          {p.name: p.read_bytes() for p in (tmp_path / "t2").iterdir()})
 
     r = convert("org/draft", target="org/target", out=tmp_path / "out")
     assert r.verifier == "org/target" and not any("local" in w for w in r.warnings)

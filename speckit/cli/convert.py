@@ -59,7 +59,8 @@ def _size(ctx, param, value: str | None) -> int | None:
               help="Read pytorch_model*.bin / mask_embedding.pt (torch.load weights_only=True).")
 @click.option("--max-shard-size", callback=_size, metavar="SIZE",
               help="Largest output shard (default 5GB).")
-@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON; no progress bar.")
+@click.option("--json", "json_mode", is_flag=True,
+              help="Print the result as JSON; no progress bar.")
 @handle_errors
 def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, mask_token_id, drop,
                 force, allow_pickle, max_shard_size, json_mode):

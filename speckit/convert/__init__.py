@@ -164,7 +164,8 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
         writer = CheckpointWriter(tmp, [(m.out, m.dtype, m.shape) for m in moves],
                                   max_shard_bytes=max_shard_bytes)
         try:
-            with _progress(progress, total, label=f"convert {layout.name} -> {plan.method}") as tick:
+            label = f"convert {layout.name} -> {plan.method}"
+            with _progress(progress, total, label=label) as tick:
                 execute(moves, inputs, writer, on_tensor=lambda m: tick(m.nbytes))
         except BaseException:
             _close(writer)
@@ -199,16 +200,18 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                  f"{shlex.quote(json.dumps(spec))}")
     dtypes = {m.dtype for m in moves if m.dtype in FLOAT_DTYPES}
     return ConvertResult(
-        out=out_dir.resolve(), method=plan.method, source_layout=layout.name, output_layout=plan.layout,
+        out=out_dir.resolve(), method=plan.method, source_layout=layout.name,
+        output_layout=plan.layout,
         source=s.ref, target=t_res.ref if t_res else None, verifier=plan.verifier,
         num_speculative_tokens=plan.k, k_rule=plan.k_rule, aux_layers=plan.aux_layers,
         dtype=dtypes.pop() if len(dtypes) == 1 else None, tensors=len(moves), bytes=total,
-        files=sorted(files), speculative_config=spec, serve_command=serve, dropped=dropped, omitted=dict(plan.omitted),
+        files=sorted(files), speculative_config=spec, serve_command=serve, dropped=dropped,
+        omitted=dict(plan.omitted),
         warnings=list(plan.warnings), notes=list(plan.notes),
         seconds=round(time.monotonic() - started, 3))
 
 
-# ---- resolution ------------------------------------------------------------------------------------
+# ---- resolution ----------------------------------------------------------------------------------
 
 def _resolve(ref: str, *, what: str, allow_pickle: bool, progress: bool) -> _Resolved:
     """A local directory is used as is; anything else is a registry id or Hub id for hub.fetch."""
@@ -339,7 +342,7 @@ def _check_out(out: Path, *, force: bool, protect: list[Path]) -> None:
         raise UsageError(f"{out} exists and is not a directory")
 
 
-# ---- strictness ------------------------------------------------------------------------------------
+# ---- strictness ----------------------------------------------------------------------------------
 
 def _apply_drops(plan: ConversionPlan, src: Checkpoint, patterns) -> dict[str, str]:
     """--drop NAME|GLOB: remove those source tensors, and every output built from them."""
@@ -438,7 +441,8 @@ def _check_mask_embedding(path: Path, plan: ConversionPlan) -> None:
     try:
         data = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises many types for refused pickles
-        raise FormatError(f"{path}: cannot be loaded with weights_only=True ({e.__class__.__name__})",
+        raise FormatError(f"{path}: cannot be loaded with weights_only=True "
+                          f"({e.__class__.__name__})",
                           hint="it holds non-tensor objects; remove it or rebuild it") from e
     emb = data.get("embedding") if isinstance(data, dict) else data
     if not isinstance(emb, torch.Tensor) or emb.dim() != 1:
@@ -484,7 +488,7 @@ def _verify_output(out: Path, plan: ConversionPlan, *, target_config: dict | Non
                           hint="nothing was written; this is a bug in speckit or the source")
 
 
-# ---- provenance -------------------------------------------------------------------------------------
+# ---- provenance ----------------------------------------------------------------------------------
 
 def _files_read(src: Checkpoint, plan: ConversionPlan) -> list[str]:
     """The source files whose bytes the conversion reads (for MTP: only the MTP shards)."""
@@ -585,7 +589,7 @@ def _provenance(plan: ConversionPlan, *, layout, s: _Resolved, t: _Resolved | No
     }
 
 
-# ---- small helpers -----------------------------------------------------------------------------------
+# ---- small helpers -------------------------------------------------------------------------------
 
 _HEAD = ("architectures", "speculators_model_type", "speculators_version", "speculators_config")
 _TAIL = ("transformer_layer_config", "dtype", "tie_word_embeddings")

@@ -133,8 +133,8 @@ class Target:
         name = self.find("lm_head.weight", "model.lm_head.weight", "language_model.lm_head.weight")
         if name is None and self.text.get("tie_word_embeddings",
                                            self.config.get("tie_word_embeddings", False)):
-            name = self.find("model.embed_tokens.weight", "model.language_model.embed_tokens.weight",
-                             "embed_tokens.weight")
+            name = self.find("model.embed_tokens.weight",
+                             "model.language_model.embed_tokens.weight", "embed_tokens.weight")
         if name is None:
             raise FormatError(f"{self.path}: the target has no lm_head.weight (and its embeddings "
                               f"are not tied)", hint="is TARGET the verifier checkpoint?")
@@ -189,7 +189,8 @@ def dtype_note(ctx: ReadContext, code: str, plan: ConversionPlan) -> None:
     declared = ctx.src.config.get("dtype") or ctx.src.config.get("torch_dtype")
     if declared is not None and declared != CONFIG_DTYPE[code]:
         plan.warnings.append(f"source config says dtype {declared!r} but its tensors are "
-                             f"{CONFIG_DTYPE[code]}; the output keeps the tensors' dtype and says so")
+                             f"{CONFIG_DTYPE[code]}; the output keeps the tensors' dtype and "
+                             f"says so")
 
 
 def check_ids(ids: list[int], *, target: Target, what: str) -> list[int]:
@@ -331,7 +332,7 @@ def order_moves(moves: list[TensorMove], inputs: dict[str, Checkpoint]) -> list[
     return sorted(moves, key=key)
 
 
-# ---- vocabulary maps ------------------------------------------------------------------------------
+# ---- vocabulary maps -----------------------------------------------------------------------------
 
 @dataclass
 class Vocab:
@@ -450,7 +451,8 @@ def vocab_moves(ctx: ReadContext, plan: ConversionPlan, vocab: Vocab, *, dtype: 
         raise FormatError(f"{ctx.tgt.path}: target {tname} is {list(info.shape)}, expected "
                           f"[{vocab.target}, {hidden}] to borrow draft lm_head rows")
     if info.dtype != dtype:
-        raise FormatError(f"{ctx.tgt.path}: target {tname} is {info.dtype} but the draft is {dtype}",
+        raise FormatError(f"{ctx.tgt.path}: target {tname} is {info.dtype} but the draft is "
+                          f"{dtype}",
                           hint="speckit never casts; convert the draft's dtype first")
     moves.append(TensorMove("lm_head.weight", dtype, (vocab.draft, hidden),
                             (Slab(tname, origin="target"),), gather=tuple(vocab.selected),

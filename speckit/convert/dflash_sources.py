@@ -153,7 +153,7 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
             f"it; acceptance may be lower than the source reports (kept, as vLLM's own z-lab "
             f"loader does; measure with speckit validate)")
 
-    # ---- block size and mask token -----------------------------------------------------------------
+    # ---- block size and mask token ---------------------------------------------------------------
     block = take("block_size")
     if block is None:
         raise FormatError(f"{ctx.where()}: no block_size (top level or dflash_config)",
@@ -175,14 +175,14 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
     if flag is not None:
         out.notes.append(f"mask_token_id {flag} from --mask-token-id")
 
-    # ---- vocabulary ---------------------------------------------------------------------------------
+    # ---- vocabulary ------------------------------------------------------------------------------
     draft_vocab = src.tensors["lm_head.weight"].shape[0] if "lm_head.weight" in src.tensors else V
     if cfg.get("draft_vocab_size") is not None and int(cfg["draft_vocab_size"]) != draft_vocab:
         raise FormatError(f"{ctx.where('draft_vocab_size')} is {cfg['draft_vocab_size']} but the "
                           f"draft head has {draft_vocab} rows")
     vocab = check_vocab_maps(ctx, out, draft_vocab=draft_vocab)
 
-    # ---- dflash_config fields vLLM would lose -------------------------------------------------------
+    # ---- dflash_config fields vLLM would lose ----------------------------------------------------
     for key in sorted((dc_left & set(_NEUTRAL)) - set(variant_keys)):
         if dc[key] not in _NEUTRAL[key]:
             raise FormatError(
@@ -193,7 +193,7 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
         dc_left.discard(key)
         out.config_fields[f"dflash_config.{key}"] = f"neutral value {dc[key]!r}, not needed"
 
-    # ---- layer config and causality ----------------------------------------------------------------
+    # ---- layer config and causality --------------------------------------------------------------
     layer_cfg = carry_layer_config(cfg, out, consumed={**_CONSUMED, **(consumed or {})})
     snc = _non_causal(ctx, layer_cfg, n_layers, out)
     layer_cfg.update(model_type="qwen3", architectures=tgt.architectures, vocab_size=V,
@@ -218,7 +218,7 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
         "tie_word_embeddings": False,
     }
 
-    # ---- tensors ------------------------------------------------------------------------------------
+    # ---- tensors ---------------------------------------------------------------------------------
     moves: list[TensorMove] = []
     unmapped: list[str] = []
     heads, kv, hd = _heads(layer_cfg)
@@ -228,7 +228,8 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
             moves += _split_qkv(src, name, heads=heads, kv=kv, hd=hd)
             out.notes.append(f"{name} split into q/k/v rows")
         elif (m and (_LAYER_PART.match(m.group(2)) or m.group(2).startswith(layer_extras))) \
-                or name in ("fc.weight", "hidden_norm.weight", "norm.weight", "embed_tokens.weight"):
+                or name in ("fc.weight", "hidden_norm.weight", "norm.weight",
+                            "embed_tokens.weight"):
             moves.append(rename(src, name, name))
         elif name not in ("lm_head.weight", "d2t", "t2d"):
             unmapped.append(name)
@@ -274,7 +275,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     return finish(ctx, bb, architecture="DFlashDraftModel", consumed_dc=consumed)
 
 
-# ---- DFlash2 --------------------------------------------------------------------------------------
+# ---- DFlash2 -------------------------------------------------------------------------------------
 
 _DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
 _CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
@@ -353,7 +354,8 @@ def _split_qkv(src, name: str, *, heads: int, kv: int, hd: int) -> list[TensorMo
                           f"{q} + 2*{k} for {heads} heads / {kv} KV heads of {hd}")
     base, suffix = name.rsplit(".qkv_proj.", 1)
     out = []
-    for part, (a, b) in (("q_proj", (0, q)), ("k_proj", (q, q + k)), ("v_proj", (q + k, q + 2 * k))):
+    for part, (a, b) in (("q_proj", (0, q)), ("k_proj", (q, q + k)),
+                         ("v_proj", (q + k, q + 2 * k))):
         out.append(TensorMove(f"{base}.{part}.{suffix}", info.dtype, (b - a, *info.shape[1:]),
                               (Slab(name, a, b),), how="split"))
     return out

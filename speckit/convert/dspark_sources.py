@@ -83,7 +83,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     else:
         raise FormatError(f"{src.path}: {w2} is {list(i2.shape)}, expected [{Vd}, {rank}]")
 
-    # ---- confidence head ---------------------------------------------------------------------------
+    # ---- confidence head -------------------------------------------------------------------------
     cw = _find(names, "confidence_head.proj.weight")
     cb = _find(names, "confidence_head.proj.bias")
     enable = setting("enable_confidence_head")

@@ -115,9 +115,10 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     if "embed_tokens.weight" in src.tensors and \
             src.tensors["embed_tokens.weight"].shape != (V, hidden):
         raise FormatError(f"{src.path}: embed_tokens.weight is "
-                          f"{list(src.tensors['embed_tokens.weight'].shape)}, expected [{V}, {hidden}]")
+                          f"{list(src.tensors['embed_tokens.weight'].shape)}, expected "
+                          f"[{V}, {hidden}]")
 
-    # ---- vocabulary -------------------------------------------------------------------------------
+    # ---- vocabulary ------------------------------------------------------------------------------
     if "lm_head.weight" in src.tensors:
         draft_vocab = src.tensors["lm_head.weight"].shape[0]
     elif cfg.get("draft_vocab_size") is not None:
@@ -131,7 +132,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                           f"lm_head.weight has {draft_vocab} rows")
     vocab = check_vocab_maps(ctx, out, draft_vocab=draft_vocab)
 
-    # ---- flags ------------------------------------------------------------------------------------
+    # ---- flags -----------------------------------------------------------------------------------
     fc_norm_n = sorted(int(_FC_NORM.match(n).group(1)) for n in src.tensors if _FC_NORM.match(n))
     fc_norm = _flag(ctx, "fc_norm", bool(fc_norm_n), tensors="fc_norm.*.weight")
     norm_before_fc = _flag(ctx, "norm_before_fc", "input_norm.weight" in src.tensors,
@@ -156,7 +157,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
         raise FormatError(f"{src.path}: a P-EAGLE draft needs mask_hidden",
                           hint="vLLM refuses parallel drafting without it")
 
-    # ---- config -----------------------------------------------------------------------------------
+    # ---- config ----------------------------------------------------------------------------------
     aux_recorded, aux_from = _recorded_aux(cfg)
     aux = resolve_aux(ctx, count=n_aux, recorded=aux_recorded, recorded_from=aux_from, plan=out)
     layer_cfg = carry_layer_config(cfg, out, consumed=_CONSUMED)
@@ -190,7 +191,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                                             verifier=verifier_name(ctx, out))
     out.config = config
 
-    # ---- tensors ----------------------------------------------------------------------------------
+    # ---- tensors ---------------------------------------------------------------------------------
     moves: list[TensorMove] = [rename(src, n, new) for n, new in renames.items()
                                if n not in ("lm_head.weight",)]
     moves += vocab_moves(ctx, out, vocab, dtype=dtype, hidden=hidden)
@@ -222,7 +223,8 @@ def _layer_type(ctx: ReadContext, plan: ConversionPlan) -> str:
     if said is not None and said != layer:
         if said in ("llama", "qwen3"):
             raise FormatError(f"{ctx.where('model_type')} is {said!r} but the layers on disk are "
-                              f"{layer}-style ({'with' if has_qk_norm else 'without'} q_norm/k_norm)")
+                              f"{layer}-style ({'with' if has_qk_norm else 'without'} "
+                              f"q_norm/k_norm)")
         plan.notes.append(f"decoder model_type {said!r} written as {layer!r} (its layers are "
                           f"{layer}-style; vLLM builds EAGLE-3 heads from llama or qwen3 only)")
     return layer
@@ -230,7 +232,8 @@ def _layer_type(ctx: ReadContext, plan: ConversionPlan) -> str:
 
 def _recorded_aux(cfg: dict[str, Any]) -> tuple[list[int] | None, str]:
     if cfg.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return list(cfg["eagle_aux_hidden_state_layer_ids"]), "source eagle_aux_hidden_state_layer_ids"
+        return (list(cfg["eagle_aux_hidden_state_layer_ids"]),
+                "source eagle_aux_hidden_state_layer_ids")
     eagle = cfg.get("eagle_config") or {}
     if eagle.get("eagle_aux_hidden_state_layer_ids") is not None:
         return (list(eagle["eagle_aux_hidden_state_layer_ids"]),

@@ -104,7 +104,7 @@ def _row_bytes(info: TensorInfo) -> int:
 
 
 def check_move(move: TensorMove, inputs: dict[str, Checkpoint]) -> None:
-    """Dtype and byte-count agreement between a move and the tensors it reads; cheap, header-only."""
+    """Dtype and byte-count agreement between a move and the tensors it reads (headers only)."""
     total = 0
     for s in move.slabs:
         ck = inputs[s.origin]
@@ -119,7 +119,8 @@ def check_move(move: TensorMove, inputs: dict[str, Checkpoint]) -> None:
         rows = info.shape[0] if info.shape else 1
         stop = rows if s.stop is None else s.stop
         if not 0 <= s.start <= stop <= rows:
-            raise FormatError(f"plan slices rows [{s.start}:{stop}] of {s.name!r}, which has {rows}")
+            raise FormatError(f"plan slices rows [{s.start}:{stop}] of {s.name!r}, which has "
+                              f"{rows}")
         if move.gather is not None:
             g = move.gather
             if g and (g[0] < 0 or g[-1] >= rows or any(b <= a for a, b in itertools.pairwise(g))):

@@ -43,7 +43,8 @@ def plan(ctx: ReadContext) -> ConversionPlan:
             f"{src.path}: no mtp.* tensors; MTP layers stored inside model.layers (DeepSeek-V3 "
             f"style) are not a speculators layout", hint="vLLM serves native MTP from the target "
             "itself: --speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'")
-    quant = [n for n in mtp if n.rsplit(".", 1)[-1] in _QUANT or src.tensors[n].dtype.startswith("F8")]
+    quant = [n for n in mtp
+             if n.rsplit(".", 1)[-1] in _QUANT or src.tensors[n].dtype.startswith("F8")]
     if quant:
         raise FormatError(f"{src.path}: the MTP head is quantized ({', '.join(quant[:4])}...)",
                           hint="the speculators MTP layout holds unquantized weights; extract "
@@ -114,7 +115,8 @@ def _stack_experts(src, experts: dict[int, dict[str, str]]) -> list[TensorMove]:
     """Per-expert [Ie, H] / [H, Ie] matrices -> fused [E, 2*Ie, H] and [E, H, Ie] (byte concat)."""
     n = len(experts)
     if sorted(experts) != list(range(n)):
-        raise FormatError(f"{src.path}: MTP experts on disk are {sorted(experts)}, expected 0..{n - 1}")
+        raise FormatError(f"{src.path}: MTP experts on disk are {sorted(experts)}, expected "
+                          f"0..{n - 1}")
     first = experts[0]
     for e, parts in experts.items():
         if set(parts) != {"gate", "up", "down"}:
