@@ -142,57 +142,57 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
                                   draft_config=cfg, tp=tp)
 
     starts = 0
-    try:
-        with bar:
-            base_job = EngineJob("baseline", messages=[p.as_messages() for p in prompts.prompts],
-                                 probe_tokens=sorted({1, k_max + 1}), **common)
-            if baseline is not None:
-                _check_reusable(baseline, base_job)
-                base = baseline
-            else:
-                base = bar.run(base_job, workdir=workdir, timeout_s=timeout_s)
-                starts += 1
-            ids = base.prompt_token_ids
-            primary_label = f"{mod.NAME}-k{k_max}"
-            main = bar.run(EngineJob(primary_label, prompt_token_ids=ids,
-                                     speculative_config=spec_cfg(dpath, dcfg, k_max), **common),
-                           workdir=workdir, timeout_s=timeout_s)
+    with bar:
+        base_job = EngineJob("baseline", messages=[p.as_messages() for p in prompts.prompts],
+                             probe_tokens=sorted({1, k_max + 1}), **common)
+        if baseline is not None:
+            _check_reusable(baseline, base_job)
+            base = baseline
+        else:
+            base = bar.run(base_job, workdir=workdir, timeout_s=timeout_s)
             starts += 1
-            runs = [_spec_report(main, base, role="speculative", k=k_max, draft=dname,
-                                 temperature=temperature)]
-            sweep_rep = None
-            final_k = k_max
-            if sweep:
-                sweep_rep = _sweep(base, main, runs[0], mod, ks, warnings)
-                final_k = sweep_rep.recommended_k
-                if confirm and final_k != k_max:
-                    conf = bar.run(EngineJob(f"{mod.NAME}-k{final_k}", prompt_token_ids=ids,
-                                             speculative_config=spec_cfg(dpath, dcfg, final_k),
-                                             **common), workdir=workdir, timeout_s=timeout_s)
-                    starts += 1
-                    crep = _spec_report(conf, base, role="confirm", k=final_k, draft=dname,
-                                        temperature=temperature)
-                    runs.append(crep)
-                    pred = next(p for p in sweep_rep.predictions if p.k == final_k)
-                    sweep_rep.confirmation = Confirmation(final_k, pred.acceptance_length,
-                                                          crep.acceptance_length,
-                                                          pred.throughput_ratio,
-                                                          crep.throughput_ratio)
-                    _calibrate(sweep_rep, base, main, conf)
-            compare_rep = None
-            if cpath is not None:
-                other = bar.run(EngineJob(f"compare-k{final_k}", prompt_token_ids=ids,
-                                          speculative_config=spec_cfg(cpath, ccfg, final_k),
-                                          **common), workdir=workdir, timeout_s=timeout_s)
+        ids = base.prompt_token_ids
+        primary_label = f"{mod.NAME}-k{k_max}"
+        main = bar.run(EngineJob(primary_label, prompt_token_ids=ids,
+                                 speculative_config=spec_cfg(dpath, dcfg, k_max), **common),
+                       workdir=workdir, timeout_s=timeout_s)
+        starts += 1
+        runs = [_spec_report(main, base, role="speculative", k=k_max, draft=dname,
+                             temperature=temperature)]
+        sweep_rep = None
+        final_k = k_max
+        if sweep:
+            sweep_rep = _sweep(base, main, runs[0], mod, ks, warnings)
+            final_k = sweep_rep.recommended_k
+            if confirm and final_k != k_max:
+                conf = bar.run(EngineJob(f"{mod.NAME}-k{final_k}", prompt_token_ids=ids,
+                                         speculative_config=spec_cfg(dpath, dcfg, final_k),
+                                         **common), workdir=workdir, timeout_s=timeout_s)
                 starts += 1
-                orep = _spec_report(other, base, role="compare", k=final_k, draft=cname,
+                crep = _spec_report(conf, base, role="confirm", k=final_k, draft=dname,
                                     temperature=temperature)
-                runs.append(orep)
-                prim = next(r for r in runs if r.run.k == final_k and r.run.role != "compare")
-                compare_rep = CompareReport(dname or "-", cname or "-", final_k, prim, orep)
-    finally:
-        if outdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+                runs.append(crep)
+                pred = next(p for p in sweep_rep.predictions if p.k == final_k)
+                sweep_rep.confirmation = Confirmation(final_k, pred.acceptance_length,
+                                                      crep.acceptance_length,
+                                                      pred.throughput_ratio,
+                                                      crep.throughput_ratio)
+                _calibrate(sweep_rep, base, main, conf)
+        compare_rep = None
+        if cpath is not None:
+            other = bar.run(EngineJob(f"compare-k{final_k}", prompt_token_ids=ids,
+                                      speculative_config=spec_cfg(cpath, ccfg, final_k),
+                                      **common), workdir=workdir, timeout_s=timeout_s)
+            starts += 1
+            orep = _spec_report(other, base, role="compare", k=final_k, draft=cname,
+                                temperature=temperature)
+            runs.append(orep)
+            prim = next(r for r in runs if r.run.k == final_k and r.run.role != "compare")
+            compare_rep = CompareReport(dname or "-", cname or "-", final_k, prim, orep)
+    if outdir is None:  # no --out: leave nothing behind (a failure above keeps its logs)
+        shutil.rmtree(workdir, ignore_errors=True)
+        for r in runs:
+            r.run.log = ""
 
     # -- figures, warnings, serve line --------------------------------------------------------------
     for s in runs:
@@ -227,7 +227,8 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
                      "platform": base.platform, "dtype": base.dtype,
                      "speckit_version": _version("speckit"), "python": _platform.python_version(),
                      "torch": _version("torch")},
-        baseline=_summary(base, role="baseline", k=None, draft=None),
+        baseline=_summary(base, role="baseline", k=None, draft=None,
+                          keep_log=outdir is not None or baseline is not None),
         runs=runs, sweep=sweep_rep, compare=compare_rep, spec_config=final_cfg,
         serve_command=serve.command, serve_notes=serve.notes, plan=plan_info,
         warnings=warnings, engine_starts=starts, seconds=time.monotonic() - t_start,
@@ -460,11 +461,12 @@ def _check_tokenizers(tpath: Path, dpath: Path, mod, *, name: str | None) -> Non
                     "model family")
 
 
-def _summary(run: EngineRun, *, role: str, k: int | None, draft: str | None) -> RunSummary:
+def _summary(run: EngineRun, *, role: str, k: int | None, draft: str | None,
+             keep_log: bool = True) -> RunSummary:
     t = run.timing
     return RunSummary(run.label, role, k, draft, run.speculative_config, t.output_tokens,
                       t.wall_s, t.tokens_per_s, t.prefill_s, t.decode_s, run.engine_start_s,
-                      run.seconds, str(run.log_path))
+                      run.seconds, str(run.log_path) if keep_log else "")
 
 
 def _spec_report(run: EngineRun, base: EngineRun, *, role: str, k: int, draft: str | None,

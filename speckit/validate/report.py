@@ -202,6 +202,10 @@ def _pos(xs: list[float]) -> str:
     return " / ".join(f"{x:.3f}" for x in xs)
 
 
+def _thinking(value: Any) -> str:
+    return "no switch in the chat template" if value is None else ("on" if value else "off")
+
+
 def to_markdown(r: ValidationReport) -> str:
     env, st, ds = r.environment, r.settings, r.dataset
     lines = [
@@ -342,7 +346,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     console.print(f"vLLM {env.get('vllm_version')} · {env.get('device')} · {env.get('dtype')} · "
                   f"{r.dataset.get('name')} x{r.dataset.get('prompts')} · max_tokens "
                   f"{st.get('max_tokens')} · T={st.get('temperature')} · thinking "
-                  f"{st.get('thinking')}")
+                  f"{_thinking(st.get('thinking'))}")
     t = Table(title="acceptance and speed")
     for col in ("run", "k", "AL", "accept rate", "per position", "tok/s", "ratio", "lossless"):
         t.add_column(col, justify="right" if col not in ("run", "lossless") else "left")
