@@ -194,13 +194,37 @@ def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
                     if key not in fds:
                         fds[key] = os.open(ck.path / info.file, os.O_RDONLY)
                     parts.append((fds[key], info.offsets[0] + off, length))
-            writer.write_bytes(move.out, parts, pool=pool)
+            writer.write_bytes(move.out, _coalesce(parts), pool=pool)
             if on_tensor is not None:
                 on_tensor(move)
     finally:
         pool.shutdown(wait=True)
         for fd in fds.values():
             os.close(fd)
+
+
+def _coalesce(parts: list[Any], *, small: int = 1 << 20) -> Iterator[Any]:
+    """Gathers produce many short file ranges (one per row run): read those through one
+    CHUNK_BYTES buffer instead of one kernel copy each; long ranges stay kernel copies."""
+    buf = bytearray()
+    for part in parts:
+        if isinstance(part, tuple) and part[2] < small:
+            fd, off, length = part
+            data = os.pread(fd, length, off)
+            if len(data) != length:
+                raise FormatError(f"unexpected end of input file at byte {off}",
+                                  hint="the source file is truncated; re-fetch it")
+            buf += data
+            if len(buf) >= CHUNK_BYTES:
+                yield bytes(buf)
+                buf.clear()
+            continue
+        if buf:
+            yield bytes(buf)
+            buf.clear()
+        yield part
+    if buf:
+        yield bytes(buf)
 
 
 def _pickle_bytes(ck: Checkpoint, name: str, off: int, length: int) -> Iterator[memoryview]:
