@@ -13,11 +13,15 @@ EPS = 2.0 ** -23  # float32 eps: Quark's scale for an all-zero row or tensor
 
 
 def scale_from_amax(amax):
-    """float32 scale = amax / 448, with Quark's eps for amax == 0."""
+    """float32 scale = amax / 448, with Quark's eps for amax == 0.
+
+    Divided on the CPU whatever the device: CUDA turns a division by a scalar into a
+    multiplication by its reciprocal, which is not Quark's (CPU) rounding.
+    """
     import torch
 
-    scale = amax.to(torch.float32) / FP8_MAX
-    return scale.masked_fill(scale == 0.0, EPS)
+    scale = amax.to(device="cpu", dtype=torch.float32) / FP8_MAX
+    return scale.masked_fill(scale == 0.0, EPS).to(amax.device)
 
 
 def _quantize_rows(w, scale_rows, stats: ErrorStats | None):
