@@ -252,25 +252,32 @@ def test_resume_continues_the_step_count(tiny_target, trained, tmp_path):
     import shutil
 
     work = tmp_path / "work"
-    shutil.copytree(next(trained.work_dir.glob("data-*")),
-                    work / next(trained.work_dir.glob("data-*")).name)
+    shutil.copytree(trained.work_dir, work)  # shards + the checkpoint after epoch 3
     kw = {"target": str(tiny_target), "samples": 40, "max_tokens": 24, "draft_vocab": 96,
           "aux_layers": AUX, "ttt_steps": 3, "device": "cpu", "engine": "transformers",
           "lr": 3e-3, "batch_tokens": 384, "holdout": 0, "val_fraction": 0.0, "seed": 0,
           "work_dir": work, "log": lambda m: None}
-    one = train_eagle3(out=tmp_path / "a", epochs=2, **kw)
-    assert one.data_reused
-    per_epoch = one.steps // 2
-    # the same run asked for 3 epochs resumes at the end of epoch 2
-    two = train_eagle3(out=tmp_path / "b", epochs=3, resume=True, **kw)
-    assert two.resumed_from == one.steps and two.steps == one.steps + per_epoch
-    state = json.loads((work / "checkpoints" / "latest.json").read_text())
-    assert state["step"] == two.steps
-    ck = Checkpoint.open(work / "checkpoints" / state["dir"], require_config=False)
-    assert "fc.weight" in ck and "embed_tokens.weight" not in ck
     # without --resume an existing checkpoint directory is an error, not silently reused
     with pytest.raises(UsageError, match="resume"):
-        train_eagle3(out=tmp_path / "c", epochs=1, **kw)
+        train_eagle3(out=tmp_path / "a", epochs=4, **kw)
+    per_epoch = trained.steps // 3
+    more = train_eagle3(out=tmp_path / "b", epochs=4, resume=True, **kw)
+    assert more.data_reused and more.resumed_from == trained.steps
+    assert more.steps == trained.steps + per_epoch
+    assert [h["epoch"] for h in more.history] == [1, 2, 3, 4]
+    assert more.history[:3] == trained.history  # the earlier epochs come back from state.json
+    state = json.loads((work / "checkpoints" / "latest.json").read_text())
+    assert state["step"] == more.steps
+    ck = Checkpoint.open(work / "checkpoints" / state["dir"], require_config=False)
+    assert "fc.weight" in ck and "embed_tokens.weight" not in ck
+    opt = Checkpoint.open(work / "checkpoints" / state["dir"], require_config=False)
+    assert opt.tensors["fc.weight"].dtype == "F32"
+    from safetensors import safe_open
+
+    with safe_open(str(work / "checkpoints" / state["dir"] / "optimizer.safetensors"), "pt") as f:
+        keys = set(f.keys())
+        assert {"fc.weight::exp_avg", "fc.weight::exp_avg_sq", "fc.weight::step"} <= keys
+        assert float(f.get_tensor("fc.weight::step")) == more.steps
 
 
 def test_default_aux_layers():
@@ -295,16 +302,32 @@ def test_cli_validates_aux_layers(tiny_target, tmp_path):
 # ---- vLLM --------------------------------------------------------------------------------------
 
 @pytest.mark.vllm
-def test_export_serves_in_vllm_next_to_the_target(trained, tiny_target):
+def test_export_serves_in_vllm_next_to_the_target(trained, tiny_target, tmp_path):
     pytest.importorskip("vllm")
-    from speckit.train.engine import run_engine
+    from speckit.validate.engine import EngineJob, run_engine
 
-    prompts = [[3, 10, 20, 30, 40, 5], [3, 50, 60, 70, 5]]
-    res = run_engine({"mode": "accept", "target": str(tiny_target), "draft": str(trained.out),
-                      "k": 3, "prompt_token_ids": prompts, "max_tokens": 16, "seed": 0,
-                      "max_model_len": 256, "kv_cache_memory_bytes": 1 << 26})
-    c = res["counters"]
-    assert c["vllm:spec_decode_num_drafts"] > 0
-    assert c["vllm:spec_decode_num_draft_tokens"] == 3 * c["vllm:spec_decode_num_drafts"]
-    assert len(res["accepted_per_pos"]) == 3
-    assert all(len(o) > 0 for o in res["outputs"])
+    job = EngineJob(label="eagle3", model=str(tiny_target), tokenizer=str(tiny_target),
+                    max_tokens=16, prompt_token_ids=[[3, 10, 20, 30, 40, 5], [3, 50, 60, 70, 5]],
+                    speculative_config={"method": "eagle3", "model": str(trained.out),
+                                        "num_speculative_tokens": 3},
+                    concurrency=2, cpu_kv_bytes=1 << 26)
+    run = run_engine(job, workdir=tmp_path / "logs")
+    c = run.counters
+    assert c.num_drafts > 0 and c.num_draft_tokens == 3 * c.num_drafts
+    assert len(c.accepted_per_pos) == 3 and not c.problems(3)
+    assert all(len(t) > 0 for t in run.token_ids)
+
+
+def test_max_minutes_cuts_epochs_to_what_fits():
+    from speckit.train.loop import LoopConfig, _fit_epochs, al_proxy, lr_at
+
+    cfg = LoopConfig(epochs=12, ttt_steps=3, max_train_s=60.0)
+    # 30 steps done at 0.1 s/step with 5 s left: 50 more steps fit, so 8 epochs of 10
+    n, total = _fit_epochs(cfg, [10] * 12, 2, 30, 0.1, 5.0, 12, 120, None)
+    assert (n, total) == (8, 80)
+    # never below the epoch in progress
+    assert _fit_epochs(cfg, [10] * 12, 2, 30, 0.1, 0.0, 12, 120, None)[0] == 3
+    # the cosine schedule ends at min_lr_ratio * lr on the (possibly shortened) total
+    assert lr_at(79, 80, cfg) == pytest.approx(cfg.lr * cfg.min_lr_ratio, rel=0.01)
+    assert lr_at(0, 80, cfg) < lr_at(3, 80, cfg) <= cfg.lr
+    assert al_proxy([0.5, 0.5, 0.5]) == pytest.approx(1.875)

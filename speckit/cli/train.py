@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import shlex
 import sys
 
@@ -111,6 +112,8 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
         save_every=save_every, val_fraction=val_fraction, gen_batch=gen_batch,
         max_minutes=max_minutes, data_only=data_only, progress=progress_enabled(json_mode),
         command=command)
+    if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job
+        return
     if json_mode:
         print_json(result)
         return

@@ -94,7 +94,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
 
     from speckit.checkpoint import load_config
     from speckit.train import data as D
-    from speckit.train.engine import vllm_available
+    from speckit.train.data import vllm_available
     from speckit.train.export import export_draft, verifier_name
     from speckit.train.loop import LoopConfig, init_distributed, train_loop
     from speckit.train.model import Eagle3Head, head_config_from_target
@@ -112,6 +112,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     rank, world = 0, 1
     if fsdp:
         rank, world, device = init_distributed(device)
+        if rank != 0:
+            say = lambda m: None  # one log, from rank 0
     out = Path(out)
     if out.exists() and not force and not resume:
         raise UsageError(f"{out} already exists", hint="pass --force to replace it")
@@ -166,9 +168,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
 
     counts = manifest.token_counts()
     dvocab = build_draft_vocab(counts, vd) if vd < vocab_size else full_vocab(vocab_size)
-    say(f"draft vocabulary: {dvocab.size} of {vocab_size} tokens, covering "
-        f"{dvocab.coverage:.2%} of the {manifest.num_loss_tokens} answer tokens")
     if data_only:
+        say(vocab_summary(counts))
         return TrainResult(
             out=out, work_dir=work, target=str(target), aux_layers=aux,
             draft_vocab_size=dvocab.size, vocab_coverage=round(dvocab.coverage, 5),
@@ -178,6 +179,9 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
             resumed_from=None, history=[], final_loss=[], final_acc=[],
             acceptance_length=None, data_reused=reused,
             wall_s=round(time.monotonic() - t_start, 1), stage_s=stage)
+
+    say(f"draft vocabulary: {dvocab.size} of {vocab_size} tokens, covering "
+        f"{dvocab.coverage:.2%} of the {manifest.num_loss_tokens} answer tokens")
 
     # head init needs three target tensors only; read them from the checkpoint, not the model
     embed, lm_head, final_norm = _target_tensors(target_dir, target_cfg)
@@ -262,15 +266,17 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
     tmp = data_dir.parent / f".{data_dir.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    model, tok = D.load_target(target_dir, device=device)
+    tok = D.load_tokenizer(target_dir)
     prompt_ids = [D.chat_prompt_ids(tok, p.messages()) for p in pset.train]
-    max_len = max(len(p) for p in prompt_ids) + max_tokens + 8
     t = time.monotonic()
     say(f"generating {len(prompt_ids)} answers with {engine} (greedy, <= {max_tokens} tokens)")
     if engine == "vllm":
+        # the vLLM child holds its own copy of the target; ours is loaded after it exits
         answers = D.generate_vllm(target_dir, prompt_ids, max_tokens=max_tokens, seed=seed,
-                                  max_model_len=max_len)
+                                  workdir=tmp / "logs")
+        model = D.load_target(target_dir, device=device)
     else:
+        model = D.load_target(target_dir, device=device)
         torch.manual_seed(seed)
         bar = _counter("generate", len(prompt_ids))
         answers = D.generate_transformers(model, tok, prompt_ids, max_tokens=max_tokens,
@@ -301,6 +307,18 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
     os.replace(tmp, data_dir)
 
 
+def vocab_summary(counts) -> str:
+    """How many distinct answer tokens there are and what a few --draft-vocab sizes cover."""
+    import torch
+
+    c = torch.sort(counts, descending=True).values
+    total = int(c.sum()) or 1
+    distinct = int((c > 0).sum())
+    parts = [f"top-{n} {float(c[:n].sum()) / total:.2%}" for n in (4096, 8192, 16384, 32768)
+             if n < c.numel()]
+    return f"answer tokens use {distinct} distinct ids; coverage " + ", ".join(parts)
+
+
 def _target_tensors(target_dir: Path, target_cfg: dict):
     """(embed [V,H], lm_head [V,H], final norm [H]) straight from the target's safetensors."""
     from speckit.checkpoint import Checkpoint
@@ -329,11 +347,9 @@ def _target_tensors(target_dir: Path, target_cfg: dict):
 def _heldout_ids(target_dir: Path, heldout) -> list[list[int]]:
     if not heldout:
         return []
-    from transformers import AutoTokenizer
+    from speckit.train.data import chat_prompt_ids, load_tokenizer
 
-    from speckit.train.data import chat_prompt_ids
-
-    tok = AutoTokenizer.from_pretrained(str(target_dir), local_files_only=True)
+    tok = load_tokenizer(target_dir)
     return [chat_prompt_ids(tok, p.messages()) for p in heldout]
 
 
@@ -343,26 +359,27 @@ def _acceptance(weights, hcfg, dvocab, *, aux, target_dir, target_cfg, verifier,
     import shutil
 
     from speckit.errors import EngineError
-    from speckit.train.engine import run_engine
     from speckit.train.export import export_draft
+    from speckit.validate.engine import EngineJob, run_engine
 
     tmp = work / f"eval-epoch-{epoch}"
     export_draft(weights, hcfg, dvocab, out=tmp, aux_layers=aux, ttt_steps=k,
                  target_cfg=target_cfg, verifier=verifier, force=True)
-    max_len = max(len(p) for p in prompt_ids) + max_tokens + 8
+    job = EngineJob(label=f"accept-epoch-{epoch}", model=str(target_dir),
+                    tokenizer=str(target_dir), max_tokens=max_tokens, prompt_token_ids=prompt_ids,
+                    speculative_config={"method": "eagle3", "model": str(tmp),
+                                        "num_speculative_tokens": k},
+                    temperature=0.0, seed=seed, concurrency=len(prompt_ids), cpu_kv_bytes=1 << 29)
     try:
-        res = run_engine({"mode": "accept", "target": str(target_dir), "draft": str(tmp),
-                          "k": k, "prompt_token_ids": prompt_ids, "max_tokens": max_tokens,
-                          "seed": seed, "max_model_len": max_len,
-                          "kv_cache_memory_bytes": 1 << 29})
+        run = run_engine(job, workdir=work / "logs")
     except EngineError as e:
         return {"acceptance_error": e.message.splitlines()[0]}
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    drafts = res["counters"]["vllm:spec_decode_num_drafts"]
-    per_pos = [round(a / drafts, 4) for a in res["accepted_per_pos"]] if drafts else []
-    return {"acceptance_length": res["mean_acceptance_length"], "acceptance_k": k,
-            "acceptance_per_pos": per_pos, "acceptance_prompts": len(prompt_ids)}
+    c = run.counters
+    return {"acceptance_length": round(c.acceptance_length, 4), "acceptance_k": k,
+            "acceptance_per_pos": [round(x, 4) for x in c.per_position],
+            "acceptance_prompts": len(prompt_ids)}
 
 
 def _target_identity(target_dir: Path) -> dict[str, Any]:

@@ -74,23 +74,33 @@ def recipe_hash(recipe: dict[str, Any]) -> str:
 
 # ---- the target ------------------------------------------------------------------------------
 
-def load_target(path: Path, *, device: str, dtype: str = "bfloat16"):
-    """(model, tokenizer) from a local HF checkpoint, eval mode, no remote code."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def load_tokenizer(path: Path):
+    """The target's tokenizer, which must carry a chat template (answers are on-policy chat)."""
+    from transformers import AutoTokenizer
 
     try:
         tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{path}: transformers cannot load this target's tokenizer ({e})",
+                          hint="the target directory needs tokenizer files") from e
+    if not getattr(tok, "chat_template", None):
+        raise FormatError(f"{path}: the tokenizer has no chat template",
+                          hint="on-policy data uses the target's chat template; add one")
+    return tok
+
+
+def load_target(path: Path, *, device: str, dtype: str = "bfloat16"):
+    """The target as a HF causal LM in eval mode (local files only, no remote code)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype),
                                                      local_files_only=True)
     except (OSError, ValueError) as e:
         raise FormatError(f"{path}: transformers cannot load this target ({e})",
                           hint="pass a Hugging Face causal-LM checkpoint directory") from e
-    if not getattr(tok, "chat_template", None):
-        raise FormatError(f"{path}: the tokenizer has no chat template",
-                          hint="on-policy data uses the target's chat template; add one")
-    model.to(device).eval()
-    return model, tok
+    return model.to(device).eval()
 
 
 def decoder_parts(model):
@@ -162,13 +172,21 @@ def _cut_at_eos(ids: list[int], eos: list[int]) -> list[int]:
     return ids
 
 
-def generate_vllm(target: Path, prompts: list[list[int]], *, max_tokens: int, seed: int,
-                  max_model_len: int) -> list[list[int]]:
-    from speckit.train.engine import run_engine
+def vllm_available() -> bool:
+    import importlib.util
 
-    res = run_engine({"mode": "generate", "target": str(target), "prompt_token_ids": prompts,
-                      "max_tokens": max_tokens, "seed": seed, "max_model_len": max_model_len})
-    return res["outputs"]
+    return importlib.util.find_spec("vllm") is not None
+
+
+def generate_vllm(target: Path, prompts: list[list[int]], *, max_tokens: int, seed: int,
+                  workdir: Path) -> list[list[int]]:
+    """Greedy answers from vLLM in a child process (validate's engine runner), all in flight."""
+    from speckit.validate.engine import EngineJob, run_engine
+
+    job = EngineJob(label="generate", model=str(target), tokenizer=str(target),
+                    max_tokens=max_tokens, prompt_token_ids=prompts, temperature=0.0, seed=seed,
+                    concurrency=min(256, len(prompts)))
+    return run_engine(job, workdir=workdir, timeout_s=24 * 3600.0).token_ids
 
 
 # ---- hidden-state capture --------------------------------------------------------------------

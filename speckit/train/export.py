@@ -99,6 +99,10 @@ def export_draft(weights: dict[str, Any], cfg: HeadConfig, vocab: DraftVocab, *,
                                                      verifier=verifier))
         if provenance is not None:
             write_json(tmp / PROVENANCE, provenance)
+        # the temp dir and JSON files are created private; a draft is meant to be shared
+        tmp.chmod(0o755)
+        for f in tmp.iterdir():
+            f.chmod(0o644)
     return Path(out)
 
 

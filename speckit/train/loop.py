@@ -107,7 +107,7 @@ def ttt_loss(head: Eagle3Head, batch: Batch, *, steps: int, decay: float,
     the draft vocabulary cannot be proposed: it is left out of the loss but counted as a miss.
     """
     total = torch.zeros((), device=batch.input_ids.device)
-    for j, logits in head.unroll(batch.input_ids, batch.aux, steps):
+    for j, logits in enumerate(head(batch.input_ids, batch.aux, steps)):
         labels_t = shift_left(batch.target_ids, 1 + j)
         mask = shift_left(batch.loss_mask, 1 + j, fill=False)
         labels_d = target_to_draft[labels_t]
@@ -200,7 +200,7 @@ def train_loop(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, work_di
     epoch_stats = StepStats(cfg.ttt_steps)
     head.train()
     n_epochs = cfg.epochs
-    t_loop = time.monotonic()
+    t_loop = t_rate = time.monotonic()
     steps_at_start = step
     try:
         for epoch in range(start_epoch, cfg.epochs):
@@ -224,10 +224,14 @@ def train_loop(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, work_di
                     torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
                 opt.step()
                 step += 1
-                if cfg.max_train_s and step - steps_at_start == 20:
-                    n_epochs, total_steps = _fit_epochs(cfg, per_epoch, epoch, step - steps_at_start,
-                                                        time.monotonic() - t_loop, n_epochs,
-                                                        total_steps, log)
+                done = step - steps_at_start
+                if cfg.max_train_s and done == 10:
+                    t_rate = time.monotonic()  # the first steps carry CUDA/allocator warm-up
+                elif cfg.max_train_s and done == 30:
+                    rate = (time.monotonic() - t_rate) / 20
+                    left = cfg.max_train_s - (time.monotonic() - t_loop)
+                    n_epochs, total_steps = _fit_epochs(cfg, per_epoch, epoch, step, rate, left,
+                                                        n_epochs, total_steps, log)
                     bar.total(total_steps)
                 if step % cfg.log_every == 0 or bi == len(mine) - 1:
                     window.reduce()
@@ -274,11 +278,13 @@ def _line(loss: list, acc: list) -> str:
     return f"loss/step [{ls}] top-1/step [{ac}]"
 
 
-def _fit_epochs(cfg: LoopConfig, per_epoch: list[int], epoch: int, done: int, elapsed: float,
-                n_epochs: int, total_steps: int, log) -> tuple[int, int]:
-    """Cut the epoch count so the rest of the run fits in cfg.max_train_s (at least one)."""
-    rate = elapsed / max(1, done)
-    fits = int(cfg.max_train_s / rate)
+def _fit_epochs(cfg: LoopConfig, per_epoch: list[int], epoch: int, step: int, rate: float,
+                left_s: float, n_epochs: int, total_steps: int, log) -> tuple[int, int]:
+    """Cut the epoch count so the rest of the run fits in the time left (at least one epoch).
+
+    ``rate`` is seconds per step measured after warm-up; evaluation passes are not counted.
+    """
+    fits = step + int(max(0.0, left_s) / rate)
     while n_epochs > epoch + 1 and sum(per_epoch[:n_epochs]) > fits:
         n_epochs -= 1
     new_total = sum(per_epoch[:n_epochs])
@@ -480,7 +486,7 @@ def init_distributed(device: str) -> tuple[int, int, str]:
 
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise UsageError("--fsdp needs torchrun (RANK/WORLD_SIZE are not set)",
-                         hint="torchrun --nproc-per-node N -m speckit.cli train eagle3 ... --fsdp")
+                         hint="torchrun --nproc-per-node N --no-python speckit train eagle3 ... --fsdp")
     if not dist.is_initialized():
         backend = "nccl" if device.startswith("cuda") else "gloo"
         dist.init_process_group(backend=backend)
@@ -494,9 +500,8 @@ def init_distributed(device: str) -> tuple[int, int, str]:
 def _shard(head: Eagle3Head) -> None:
     from torch.distributed.fsdp import fully_shard
 
-    # the decoder layer is its own unit; the root unit holds fc, norm, lm_head and the frozen
-    # embedding (FSDP2 keeps frozen parameters sharded too and never builds their grads)
-    fully_shard(head.layers[0])
+    # one unit: the head is small, and its decoder layer runs S times per forward (TTT), which
+    # a separate unit would all-gather S times; the frozen embedding is sharded too, no grads
     fully_shard(head)
 
 

@@ -210,6 +210,11 @@ class Eagle3Head(nn.Module):
     def trainable(self) -> dict[str, nn.Parameter]:
         return {n: p for n, p in self.named_parameters() if p.requires_grad}
 
+    def forward(self, input_ids: torch.Tensor, aux: torch.Tensor, steps: int
+                ) -> list[torch.Tensor]:
+        """Logits [B, T, Vd] of every TTT step (a module call, so FSDP2's hooks gather params)."""
+        return [logits for _, logits in self.unroll(input_ids, aux, steps)]
+
     def unroll(self, input_ids: torch.Tensor, aux: torch.Tensor, steps: int):
         """Yield (j, logits [B, T, Vd]) for TTT steps j = 0..steps-1.
 
