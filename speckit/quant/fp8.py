@@ -10,6 +10,9 @@ from speckit.quant.chunks import ErrorStats, run_chunks
 
 FP8_MAX = 448.0
 EPS = 2.0 ** -23  # float32 eps: Quark's scale for an all-zero row or tensor
+# below this |amax| a row's arithmetic touches subnormal float32 values, which a GPU may flush
+# to zero: such rows are quantized on the CPU, so the bytes never depend on the device
+_TINY = 2.0 ** -100
 
 
 def scale_from_amax(amax):
@@ -70,6 +73,11 @@ def quantize_per_channel(w, *, stats: ErrorStats | None = None, chunk_elems: int
         out[sl] = _quantize_rows(rows_, scale[sl], part)
 
     run_chunks(w, one, stats=stats, chunk_elems=chunk_elems)
+    if w.is_cuda:
+        edge = (scale <= _TINY / FP8_MAX).nonzero().flatten()
+        if edge.numel():
+            q, s = quantize_per_channel(w[edge].cpu())
+            out[edge], scale[edge] = q.to(w.device), s.to(w.device)
     return out, scale
 
 
@@ -88,6 +96,9 @@ def quantize_per_tensor(w, *, stats: ErrorStats | None = None, chunk_elems: int 
     run_chunks(flat, row_max, stats=None, chunk_elems=chunk_elems)
     amax = maxes.max() if maxes.numel() else torch.zeros((), device=w.device)
     _check_finite(amax, "weight")
+    if w.is_cuda and float(amax) <= _TINY:  # see _TINY
+        q, s = quantize_per_tensor(w.cpu(), stats=stats, chunk_elems=chunk_elems)
+        return q.to(w.device), s.to(w.device)
     scale = scale_from_amax(amax)
     out = torch.empty(flat.shape, dtype=torch.float8_e4m3fn, device=w.device)
 
