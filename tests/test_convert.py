@@ -599,6 +599,49 @@ def test_source_hashes_are_memoised_by_file_identity(targets, tmp_path, monkeypa
         hashlib.sha256((src / "config.json").read_bytes()).hexdigest()
 
 
+def test_resident_memory_stays_below_the_largest_tensor(targets, tmp_path):
+    """A 256 MiB embedding is copied file to file: the converting process never holds it."""
+    import subprocess
+    import sys
+
+    from speckit.checkpoint import CheckpointWriter
+
+    vocab = 1 << 21  # embed_tokens: 2**21 x 64 bf16 = 256 MiB; lm_head borrowed from the target
+    src = F.make_specforge_eagle3(tmp_path / "small", export="sglang")
+    small = Checkpoint.open(src)
+    big = tmp_path / "big"
+    big.mkdir()
+    specs = [(n, i.dtype, i.shape) for n, i in small.tensors.items()
+             if n not in ("d2t", "t2d", "lm_head.weight")]
+    specs.append(("embed_tokens.weight", "BF16", (vocab, H)))
+    w = CheckpointWriter(big, specs)
+    zeros = bytes(16 << 20)
+    for name, _, _ in specs:
+        if name == "embed_tokens.weight":
+            w.write_bytes(name, [zeros] * (vocab * H * 2 // len(zeros)))
+        else:
+            w.write(name, small.get(name))
+    w.close()
+    cfg = json.loads((src / "config.json").read_text())
+    (big / "config.json").write_text(json.dumps({**cfg, "vocab_size": vocab,
+                                                 "draft_vocab_size": vocab}))
+    tgt = tmp_path / "target"
+    tgt.mkdir()  # convert reads nothing of the target but its config here
+    tcfg = json.loads((targets["llama"] / "config.json").read_text())
+    (tgt / "config.json").write_text(json.dumps({**tcfg, "vocab_size": vocab}))
+    code = ("import sys, json; from speckit.convert import convert; "
+            "r = convert(sys.argv[1], target=sys.argv[2], out=sys.argv[3], "
+            "num_speculative_tokens=3); "
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]; "
+            "print(json.dumps({'hwm_kib': int(hwm.split()[1]), 'torch': 'torch' in sys.modules}))")
+    proc = subprocess.run([sys.executable, "-c", code, str(big), str(tgt), str(tmp_path / "out")],
+                          capture_output=True, text=True, check=True)
+    info = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert info["hwm_kib"] < 128 * 1024, info  # half the largest tensor, all of speckit included
+    assert not info["torch"]  # the safetensors path never imports torch
+    assert Checkpoint.open(tmp_path / "out").tensors["embed_tokens.weight"].shape == (vocab, H)
+
+
 def test_mask_embedding_file_needs_the_pickle_flag(targets, tmp_path):
     src = F.make_zlab_dflash(tmp_path / "src", style="old")
     torch.save({"embedding": torch.randn(H), "mask_token_id": V - 1}, src / "mask_embedding.pt")
