@@ -194,6 +194,15 @@ def test_flag_conflicts_and_k_rules(tiny):
         validate(target=t, method="ngram", engine_args={"speculative_config": {}})
 
 
+def test_target_without_chat_template_refused(tmp_path):
+    t = factories.make_target(tmp_path / "base", with_tokenizer=True)
+    cfg = json.loads((t / "tokenizer_config.json").read_text())
+    del cfg["chat_template"]
+    (t / "tokenizer_config.json").write_text(json.dumps(cfg))
+    with pytest.raises(UsageError, match="no chat template"):
+        validate(target=str(t), method="ngram", k=2)
+
+
 def test_cli_exit_codes_before_any_engine(tiny, tmp_path):
     runner = CliRunner()
     r = runner.invoke(main, ["validate", "--help"])

@@ -88,6 +88,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     # -- what to run ------------------------------------------------------------------------------
     tpath, tname = _resolve(target, role="target")
     tcfg = _config(tpath, what="target")
+    _check_chat_template(tpath, name=tname)
     dpath = dname = None
     dcfg: dict[str, Any] = {}
     if draft is not None:
@@ -281,6 +282,21 @@ def _resolve(ref: str | Path, *, role: str) -> tuple[Path, str]:
                          hint="validate needs the target's tokenizer and chat template: pass a "
                          "local directory with them, or fetch the draft with --with-target")
     return path, str(ref)
+
+
+def _check_chat_template(path: Path, *, name: str) -> None:
+    """Every prompt goes through the target's chat template; say so before any engine starts."""
+    if (path / "chat_template.jinja").is_file() or (path / "chat_template.json").is_file():
+        return
+    try:
+        tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        tok_cfg = {}
+    if not tok_cfg.get("chat_template"):
+        raise UsageError(f"target {name} ({path}) has no chat template (no chat_template.jinja, "
+                         "no chat_template in tokenizer_config.json)",
+                         hint="validate renders every prompt with the target's chat template; use "
+                         "the instruct/chat variant of the model, or add its template")
 
 
 def _config(path: Path, *, what: str) -> dict[str, Any]:
