@@ -435,13 +435,10 @@ class CheckpointWriter:
             fh.write(memoryview(raw))
         self._written.add(name)
 
-    def write_bytes(self, name: str, parts, *, pool=None, chunk: int = 64 * 2**20) -> None:
+    def write_bytes(self, name: str, parts) -> None:
         """Write a declared tensor from raw parts, in order: bytes-like buffers, or
         ``(fd, offset, length)`` ranges of an open file copied in the kernel (os.copy_file_range),
-        so a tensor larger than RAM streams without being materialised. No dtype conversion.
-
-        With ``pool`` (a concurrent.futures executor) file ranges are copied in ``chunk``-sized
-        pieces in parallel; the call still returns only once every byte is written."""
+        so a tensor larger than RAM streams without being materialised. No dtype conversion."""
         slot = self.slots.get(name)
         if slot is None:
             raise FormatError(f"writer: tensor {name!r} was not declared")
@@ -452,19 +449,13 @@ class CheckpointWriter:
         out_fd = fh.fileno()
         pos = data_start + slot.begin
         end = pos + slot.info.nbytes
-        jobs = []
         for part in parts:
             if isinstance(part, tuple):
                 src_fd, off, length = part
                 if pos + length > end:
                     raise FormatError(f"writer: tensor {name!r} given more than "
                                       f"{slot.info.nbytes} bytes")
-                if pool is None:
-                    _copy_range(src_fd, off, out_fd, pos, length)
-                else:
-                    for d in range(0, length, chunk):
-                        jobs.append(pool.submit(_copy_range, src_fd, off + d, out_fd, pos + d,
-                                                min(chunk, length - d)))
+                _copy_range(src_fd, off, out_fd, pos, length)
                 pos += length
             else:
                 view = memoryview(part).cast("B")
@@ -475,8 +466,6 @@ class CheckpointWriter:
                 while done < len(view):
                     done += os.pwrite(out_fd, view[done:], pos + done)
                 pos += len(view)
-        for job in jobs:
-            job.result()  # re-raises a failed copy here
         if pos != end:
             raise FormatError(f"writer: tensor {name!r} got {pos - data_start - slot.begin} bytes, "
                               f"declared {slot.info.nbytes}")

@@ -175,12 +175,7 @@ def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
     so resident memory stays flat whatever the tensor size); pickled inputs, already loaded by
     torch, are written from their storage in chunks.
     """
-    from concurrent.futures import ThreadPoolExecutor
-
     fds: dict[tuple[str, str], int] = {}
-    # kernel copies of large tensors run in parallel pieces (copy_file_range releases the GIL)
-    pool = ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1)),
-                              thread_name_prefix="speckit-copy")
     try:
         for move in moves:
             parts: list[Any] = []
@@ -194,11 +189,10 @@ def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
                     if key not in fds:
                         fds[key] = os.open(ck.path / info.file, os.O_RDONLY)
                     parts.append((fds[key], info.offsets[0] + off, length))
-            writer.write_bytes(move.out, _coalesce(parts), pool=pool)
+            writer.write_bytes(move.out, _coalesce(parts))
             if on_tensor is not None:
                 on_tensor(move)
     finally:
-        pool.shutdown(wait=True)
         for fd in fds.values():
             os.close(fd)
 
