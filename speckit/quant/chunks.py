@@ -39,25 +39,23 @@ class ErrorStats:
         self.ref_sq_sum += other.ref_sq_sum
         self.count += other.count
 
-    def add(self, diff, ref) -> None:
-        """diff: ref - dequantized (any sign, float32); ref: the original chunk (any float)."""
-        self.add_abs(diff.abs(), ref)
-
-    def add_abs(self, dabs, ref) -> None:
-        """dabs: |ref - dequantized| as float32; ref: the original chunk (any float dtype)."""
+    def add(self, diff, ref, *, ref_max: float | None = None) -> None:
+        """diff: ref - dequantized (or its absolute value), float32; ref: the original chunk in
+        its own dtype; ref_max: max|ref| when the caller already has it. Vector norms read each
+        tensor once and make no temporaries."""
         import torch
 
-        d = dabs.reshape(-1)
-        if not d.numel():
+        norm = torch.linalg.vector_norm
+        if not diff.numel():
             return
-        r = ref.reshape(-1)
-        self.abs_sum += float(d.sum(dtype=_f64()))
-        self.abs_max = max(self.abs_max, float(d.max()))
-        self.sq_sum += float(d.dot(d))
-        # norms straight from the weight dtype: no float32 copy of the chunk
-        self.ref_abs_sum += float(torch.linalg.vector_norm(r, 1, dtype=torch.float32))
-        self.ref_abs_max = max(self.ref_abs_max, float(r.abs().max()))
-        self.ref_sq_sum += float(torch.linalg.vector_norm(r, 2, dtype=torch.float32)) ** 2
+        d, r = diff.reshape(-1), ref.reshape(-1)
+        self.abs_sum += float(norm(d, 1))
+        self.abs_max = max(self.abs_max, float(norm(d, float("inf"))))
+        self.sq_sum += float(norm(d, 2)) ** 2
+        self.ref_abs_sum += float(norm(r, 1, dtype=torch.float32))
+        self.ref_abs_max = max(self.ref_abs_max, ref_max if ref_max is not None else
+                               float(norm(r, float("inf"), dtype=torch.float32)))
+        self.ref_sq_sum += float(norm(r, 2, dtype=torch.float32)) ** 2
         self.count += d.numel()
 
     def relative(self) -> dict[str, float]:
@@ -68,12 +66,6 @@ class ErrorStats:
         return {"rel_err_max": ratio(self.abs_max, self.ref_abs_max),
                 "rel_err_mean": ratio(self.abs_sum, self.ref_abs_sum),
                 "rel_err_fro": ratio(self.sq_sum ** 0.5, self.ref_sq_sum ** 0.5)}
-
-
-def _f64():
-    import torch
-
-    return torch.float64
 
 
 @contextlib.contextmanager

@@ -39,9 +39,8 @@ def _quantize_rows(w, scale_rows, stats: ErrorStats | None):
         q = (w.float() / scale_rows).to(w.dtype)
     q = q.clamp_(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     if stats is not None:
-        ref = w.float()
         sr = scale_rows[:, None] if scale_rows.dim() else scale_rows
-        stats.add(ref - q.float() * sr, ref)
+        stats.add(torch.addcmul(w.float(), q.float(), sr, value=-1), w)
     return q
 
 
@@ -65,9 +64,9 @@ def quantize_per_channel(w, *, stats: ErrorStats | None = None, chunk_elems: int
 
     def one(sl: slice, part: ErrorStats | None) -> None:
         rows_ = w[sl]
-        # Quark's observer reduces in float32; the max of |x| is exact in any float dtype
-        amax = rows_.abs().amax(dim=1).float() if cols else torch.zeros(
-            rows_.shape[0], device=w.device)
+        # Quark's observer reduces in float32; max |x| is exact in any float dtype
+        amax = torch.linalg.vector_norm(rows_, float("inf"), dim=1, dtype=torch.float32) \
+            if cols else torch.zeros(rows_.shape[0], device=w.device)
         _check_finite(amax, "weight")
         scale[sl] = scale_from_amax(amax)
         out[sl] = _quantize_rows(rows_, scale[sl], part)
@@ -91,7 +90,8 @@ def quantize_per_tensor(w, *, stats: ErrorStats | None = None, chunk_elems: int 
 
     def row_max(sl: slice, _part) -> None:
         if flat.shape[1]:
-            maxes[sl] = flat[sl].abs().amax(dim=1).float()
+            maxes[sl] = torch.linalg.vector_norm(flat[sl], float("inf"), dim=1,
+                                                 dtype=torch.float32)
 
     run_chunks(flat, row_max, stats=None, chunk_elems=chunk_elems)
     amax = maxes.max() if maxes.numel() else torch.zeros((), device=w.device)

@@ -126,13 +126,14 @@ def _quantize_rows(x, stats: ErrorStats | None):
     if stats is not None:
         if x.dtype == torch.bfloat16 and not bool((exp == -127).any()):
             # the error is a function of the table index: one gather and one scaling
-            stats.add_abs(_bf16_abs_error_table(str(x.device))[idx] * scale, x)
+            stats.add(_bf16_abs_error_table(str(x.device))[idx] * scale, x,
+                      ref_max=float(amax.max()))
         else:
             # error as vLLM will see it: dequantized with the stored scale byte (2^-126 for the
             # blocks Quark scaled by 2^-127)
             stored = pow2(exp.clamp(min=-126)).unsqueeze(-1)
             deq = _value_table(str(x.device))[codes.to(torch.int32)] * stored
-            stats.add(blocks.float() - deq, x)
+            stats.add(blocks.float() - deq, x, ref_max=float(amax.max()))
     pairs = codes.view(rows, cols // 2, 2)
     packed = pairs[..., 0] | (pairs[..., 1] << 4)
     return packed, scale_bytes(exp)
