@@ -306,7 +306,8 @@ def test_static_fp8_calibrates_eagle3_on_target_hidden_states(tmp_path):
     assert len(quantized) == 8
     for name in quantized:
         module = name.removesuffix(".weight")
-        assert out[f"{name}_scale"].shape == () and out[f"{name}_scale"].dtype == torch.float32
+        rows = out[name].shape[0]
+        assert out[f"{name}_scale"].shape == (rows,) and out[f"{name}_scale"].dtype == torch.float32
         s = out[f"{module}.input_scale"]
         assert s.shape == () and s.dtype == torch.float32 and 0 < float(s) < 1e3
     # fc reads the concatenated aux hidden states: its scale is their max |value| / 448

@@ -134,6 +134,9 @@ def quark_ref():
     from quark.torch.quantization.file2file_quantization import _single_stage_quantize_weight
 
     specs = {s.kind: QTensorConfig.from_dict(s.weight) for s in schemes.SCHEMES.values()}
+    # per-tensor weights: no scheme writes them any more, fp8.quantize_per_tensor still exists
+    specs["fp8-tensor"] = QTensorConfig.from_dict(
+        {**schemes.SCHEMES["fp8-static"].input_tensors})
 
     def run(kind: str, w: torch.Tensor):
         out: dict[str, torch.Tensor] = {}
@@ -177,7 +180,7 @@ def test_quantization_config_is_quarks():
     layer = {"mxfp4": QLayerConfig(weight=mx_w), "mxfp4-w4a4": QLayerConfig(weight=mx_w,
                                                                           input_tensors=mx_a),
              "fp8": QLayerConfig(weight=pc, input_tensors=tok),
-             "fp8-static": QLayerConfig(weight=pt, input_tensors=pt)}
+             "fp8-static": QLayerConfig(weight=pc, input_tensors=pt)}
     for name, lc in layer.items():
         excl = ["lm_head", "model.fc"]
         want = QConfig(global_quant_config=lc, exclude=list(excl)).to_dict()

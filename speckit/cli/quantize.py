@@ -30,8 +30,9 @@ def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, static: bool) -> str:
 @click.option("--fp8", is_flag=True,
               help="FP8 E4M3 per-channel weights + dynamic per-token activations (no data needed).")
 @click.option("--per-tensor-static", "static", is_flag=True,
-              help="With --fp8: per-tensor weights + static activation scales, calibrated on the "
-              "draft's real inputs (needs --calib-target).")
+              help="With --fp8: static per-tensor activation scales (per-channel weights), "
+              "calibrated on the draft's real inputs: target hidden states for EAGLE-3 / P-EAGLE "
+              "(--calib-target), the draft's own forward for a plain causal LM.")
 @click.option("--calib-target", type=click.Path(file_okay=False, exists=True), metavar="T",
               help="Local target checkpoint whose hidden states calibrate --per-tensor-static.")
 @click.option("-o", "--out", type=click.Path(file_okay=False),

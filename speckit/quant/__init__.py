@@ -628,7 +628,7 @@ def _quantize_one(it: _Item, w, sch: Scheme, writer: _Writer,
     writer.write(name, q.cpu())
     writer.write(f"{name}_scale", s.cpu())
     out_bytes = q.numel() * q.element_size() + s.numel() * s.element_size()
-    if sch.kind == "fp8-tensor":
+    if sch.needs_calibration:
         import torch
 
         amax = input_amax[it.module]

@@ -89,11 +89,11 @@ class Scheme:
         out_f, in_f = shape
         if self.kind == "mxfp4":
             return [(name, "U8", (out_f, in_f // 2)), (f"{name}_scale", "U8", (out_f, in_f // 32))]
-        if self.kind == "fp8-channel":
-            return [(name, "F8_E4M3", shape), (f"{name}_scale", "F32", (out_f,))]
         module = name.removesuffix(".weight")
-        return [(name, "F8_E4M3", shape), (f"{name}_scale", "F32", ()),
-                (f"{module}.input_scale", "F32", ())]
+        static = [(f"{module}.input_scale", "F32", ())] if self.needs_calibration else []
+        if self.kind == "fp8-channel":
+            return [(name, "F8_E4M3", shape), (f"{name}_scale", "F32", (out_f,)), *static]
+        return [(name, "F8_E4M3", shape), (f"{name}_scale", "F32", ()), *static]
 
 
 SCHEMES: dict[str, Scheme] = {s.name: s for s in (
@@ -110,9 +110,9 @@ SCHEMES: dict[str, Scheme] = {s.name: s for s in (
            weight=_fp8("per_channel", ch_axis=0, dynamic=False, scale_type="float32"),
            input_tensors=_fp8("per_channel", ch_axis=1, dynamic=True, scale_type="float"),
            vllm_scheme="QuarkW8A8Fp8"),
-    Scheme("fp8-static", "fp8-tensor",
-           "FP8 E4M3 per-tensor weights + static per-tensor FP8 activations (calibrated)",
-           weight=_fp8("per_tensor", ch_axis=None, dynamic=False, scale_type="float32"),
+    Scheme("fp8-static", "fp8-channel",
+           "FP8 E4M3 per-channel weights + static per-tensor FP8 activations (calibrated)",
+           weight=_fp8("per_channel", ch_axis=0, dynamic=False, scale_type="float32"),
            input_tensors=_fp8("per_tensor", ch_axis=None, dynamic=False, scale_type="float32"),
            vllm_scheme="QuarkW8A8Fp8", needs_calibration=True),
 )}
