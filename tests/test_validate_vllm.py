@@ -186,7 +186,7 @@ def test_eagle3_draft_counters_are_consistent(session):
           f"{[round(x, 3) for x in run.per_position]}")
 
 
-# ---- failures ---------------------------------------------------------------------------------------
+# ---- failures ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def tiny_target(tmp_path_factory):

@@ -1,4 +1,4 @@
-"""`speckit validate`: a short real vLLM run that measures a draft against a no-speculation baseline.
+"""`speckit validate`: a short real vLLM run measuring a draft against a no-speculation baseline.
 
 A thin click shell over speckit.validate.validate; --json prints the ValidationReport.
 """
@@ -68,13 +68,16 @@ def _parse_engine_args(items: tuple[str, ...]) -> dict:
               help="Write spec-config.json, serve-command.sh, report.json, report.md, plots, logs.")
 @click.option("--force", is_flag=True, help="Start vLLM even when speckit plan says it won't fit.")
 @click.option("--no-confirm", is_flag=True, help="With --sweep: skip the confirmation run.")
+@click.option("--cpu-threads", type=int, default=1, show_default=True,
+              help="OpenMP threads of a CPU engine when OMP_NUM_THREADS is not set (0: all "
+              "cores; spin-waiting threads are slow on a shared machine).")
 @click.option("--timeout", type=float, default=1200, show_default=True,
               help="Seconds allowed per engine run.")
 @click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
 @handle_errors
 def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_tokens, temperature,
                  seed, thinking, concurrency, tp, engine_arg, compare_draft, out, force,
-                 no_confirm, timeout, json_mode):
+                 no_confirm, cpu_threads, timeout, json_mode):
     """Measure acceptance (AL, per position), throughput vs baseline and losslessness on vLLM.
 
     Writes the --speculative-config and the `vllm serve` line for the measured (or best) k.
@@ -86,7 +89,8 @@ def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_toke
                       temperature=temperature, seed=seed, thinking=thinking,
                       concurrency=concurrency, tp=tp, engine_args=_parse_engine_args(engine_arg),
                       compare_draft=compare_draft, out=out, force=force, confirm=not no_confirm,
-                      timeout_s=timeout, progress=progress_enabled(json_mode))
+                      timeout_s=timeout, cpu_threads=cpu_threads or None,
+                      progress=progress_enabled(json_mode))
     if json_mode:
         print_json(report.to_dict())
     else:

@@ -58,7 +58,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
              concurrency: int = 1, tp: int = 1, engine_args: Mapping[str, Any] | None = None,
              compare_draft: str | None = None, out: str | Path | None = None,
              force: bool = False, confirm: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
-             cpu_kv_bytes: int = 1 << 30, progress: bool = False,
+             cpu_kv_bytes: int = 1 << 30, cpu_threads: int | None = 1, progress: bool = False,
              baseline: EngineRun | None = None,
              on_event: Callable[[str, dict[str, Any]], None] | None = None) -> ValidationReport:
     """Validate ``draft`` (or a draft-free method such as ngram) for ``target`` on vLLM.
@@ -68,6 +68,8 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     is derived for the smaller ones, the best k is predicted and confirmed with one more run.
     ``baseline``: the ``baseline_run`` of an earlier report on the same target, prompts and
     settings; reusing it saves one engine start (checked field by field).
+    ``cpu_threads``: OMP_NUM_THREADS of a CPU engine unless the environment sets it (None: the
+    OpenMP default, all cores; spin-waiting threads are very slow on a shared machine).
     """
     t_start = time.monotonic()
     if k is not None and sweep:
@@ -85,7 +87,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
             raise UsageError(f"--engine-arg {bad} is set by speckit validate", hint=f"use {flag}")
     warnings: list[str] = []
 
-    # -- what to run ------------------------------------------------------------------------------
+    # -- what to run -----------------------------------------------------------------------------
     tpath, tname = _resolve(target, role="target")
     tcfg = _config(tpath, what="target")
     _check_chat_template(tpath, name=tname)
@@ -107,7 +109,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     if prompts.skipped:
         warnings.append(f"{len(prompts.skipped)} prompt rows skipped; first: {prompts.skipped[0]}")
 
-    # -- refuse what will not start (pairing, memory) before any engine ----------------------------
+    # -- refuse what will not start (pairing, memory) before any engine --------------------------
     cpath = cname = None
     ccfg: dict[str, Any] = {}
     if compare_draft is not None:
@@ -123,7 +125,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
                    concurrency=concurrency, cpu=cpu, cpu_kv_bytes=cpu_kv_bytes, force=force,
                    warnings=warnings, name=cname)
 
-    # -- engine runs ------------------------------------------------------------------------------
+    # -- engine runs -----------------------------------------------------------------------------
     outdir = Path(out).expanduser() if out is not None else None
     if outdir is not None:
         outdir.mkdir(parents=True, exist_ok=True)
@@ -131,9 +133,10 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     else:
         workdir = Path(tempfile.mkdtemp(prefix="speckit-validate-"))
     bar = _Progress(progress, on_event)
-    common = {"model": str(tpath), "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
-                  "thinking": thinking, "concurrency": concurrency, "tp": tp, "engine_args": eargs,
-                  "cpu_kv_bytes": cpu_kv_bytes}
+    common = {"model": str(tpath), "max_tokens": max_tokens, "temperature": temperature,
+              "seed": seed, "thinking": thinking, "concurrency": concurrency, "tp": tp,
+              "engine_args": eargs, "cpu_kv_bytes": cpu_kv_bytes,
+              "cpu_threads": cpu_threads if cpu else None}
 
     def spec_cfg(draft_path: Path | None, cfg: dict[str, Any], kk: int) -> dict[str, Any]:
         from speckit.specconfig import speculative_config
@@ -195,7 +198,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
         for r in runs:
             r.run.log = ""
 
-    # -- figures, warnings, serve line --------------------------------------------------------------
+    # -- figures, warnings, serve line -----------------------------------------------------------
     for s in runs:
         if s.problems:
             warnings.append(f"{s.run.label}: vLLM's counters are inconsistent: "
@@ -226,6 +229,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
                   "chat_template_sha256": base.chat_template_sha256, "ks": ks},
         environment={"vllm_version": base.vllm_version, "device": base.device,
                      "platform": base.platform, "dtype": base.dtype,
+                     "omp_num_threads": base.omp_num_threads,
                      "speckit_version": _version("speckit"), "python": _platform.python_version(),
                      "torch": _version("torch")},
         baseline=_summary(base, role="baseline", k=None, draft=None,
@@ -260,7 +264,7 @@ def write_outputs(rep: ValidationReport, outdir: Path) -> None:
     (outdir / "report.md").write_text(to_markdown(rep))
 
 
-# ---- steps ---------------------------------------------------------------------------------------
+# ---- steps ------------------------------------------------------------------------------------
 
 def _resolve(ref: str | Path, *, role: str) -> tuple[Path, str]:
     """A local directory for a path, registry id or Hub repo id (fetched, pinned, offline-safe)."""
@@ -529,7 +533,8 @@ def _sweep(base: EngineRun, main: EngineRun, mrep: SpecRunReport, mod, ks: list[
         notes.append("greedy outputs diverge early at the largest k: confirming at k=1 first "
                      "(correctness before speed)")
     elif best.throughput_ratio < 1.0:
-        notes.append(f"no k is predicted to beat the baseline here (best {best.throughput_ratio:.2f}x"
+        notes.append(f"no k is predicted to beat the baseline here (best "
+                     f"{best.throughput_ratio:.2f}x"
                      f" at k={best.k}); the draft costs too much relative to the target on this "
                      "hardware")
     for kk in ks:
@@ -559,7 +564,7 @@ def _check_reusable(run: EngineRun, want: EngineJob) -> None:
     if have is None:
         raise UsageError("the baseline to reuse does not record what it ran")
     fields = ("model", "max_tokens", "temperature", "seed", "thinking", "concurrency", "tp",
-              "engine_args", "messages", "tokenizer")
+              "engine_args", "messages", "tokenizer", "cpu_threads")
     diff = [f for f in fields if getattr(have, f) != getattr(want, f)]
     if diff:
         raise UsageError("the baseline to reuse was measured with different " + ", ".join(diff),

