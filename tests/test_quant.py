@@ -359,3 +359,16 @@ def test_static_fp8_says_what_is_missing(tmp_path):
     with pytest.raises(UsageError, match="not available for dflash"):
         quantize(dflash, scheme="fp8-static", out=tmp_path / "o", calib_target=tmp_path)
     assert not (tmp_path / "o").exists()
+
+
+def test_output_is_readable_like_any_new_directory(tmp_path):
+    import os
+    import stat
+
+    src = F.make_spec_eagle3(tmp_path / "src")
+    quantize(src, scheme="fp8", out=tmp_path / "out")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o777 & ~mask
+    for p in (tmp_path / "out").iterdir():
+        assert stat.S_IMODE(p.stat().st_mode) == 0o666 & ~mask, p.name
