@@ -234,3 +234,85 @@ def test_engine_arg_values_are_json_or_strings():
     assert _parse_sweep("7, 1,3") == [7, 1, 3]
     with pytest.raises(UsageError):
         _parse_sweep("0,2")
+
+
+# ---- renderings of a full report (synthetic numbers, no engine) ------------------------------------
+
+def _synthetic_report(tmp_path):
+    from speckit.validate.metrics import (
+        RunTiming,
+        SpecCounters,
+        calibrate_costs,
+        fit_step_costs,
+        lossless_check,
+        predict_sweep,
+    )
+    from speckit.validate.report import (
+        CompareReport,
+        Confirmation,
+        RunSummary,
+        SpecRunReport,
+        SweepReport,
+        ValidationReport,
+    )
+
+    base_t = RunTiming(12.0, 2.0, 10.0, 104, 4)
+    spec_t = RunTiming(11.5, 2.5, 8.75, 104, 4)
+    cnt = SpecCounters(25, 75, 50, [20, 17, 13])
+    costs = fit_step_costs(base=base_t, spec=spec_t, counters=cnt, k=3, parallel=False,
+                           verify_slope_s=0.01)
+    preds = predict_sweep(base=base_t, spec=spec_t, counters=cnt, costs=costs, ks=[1, 2, 3])
+    k1_t, k1_c = RunTiming(13.0, 2.5, 10.5, 104, 4), SpecCounters(50, 50, 40, [40])
+    cal = calibrate_costs(costs, k=1, spec=k1_t, counters=k1_c)
+
+    def summary(label, role, k, t):
+        return RunSummary(label, role, k, "d", None, t.output_tokens, t.wall_s, t.tokens_per_s,
+                          t.prefill_s, t.decode_s, 1.0, 2.0, "")
+
+    def spec(label, role, k, t, c):
+        ll = lossless_check([[1, 2, 3]], [[1, 2, 3]], temperature=0)
+        return SpecRunReport(summary(label, role, k, t), c, c.acceptance_length,
+                             c.acceptance_rate, c.per_position, [], 0.1, [], 0.9, ll,
+                             c.problems(k))
+
+    r3 = spec("dm-k3", "speculative", 3, spec_t, cnt)
+    r1 = spec("dm-k1", "confirm", 1, k1_t, k1_c)
+    other = spec("compare-k1", "compare", 1, k1_t, SpecCounters(50, 50, 30, [30]))
+    sw = SweepReport([1, 2, 3], 3, costs, preds, 1, Confirmation(1, 1.8, 1.8, 1.03, 0.92),
+                     ["a note"], cal, predict_sweep(base=base_t, spec=spec_t, counters=cnt,
+                                                    costs=cal, ks=[1, 2, 3]))
+    return ValidationReport(
+        target="t", draft="d", method="draft_model", vllm_method="draft_model", k=1,
+        mode="sweep", dataset={"name": "mixed", "prompts": 4, "sha256": "0" * 64},
+        settings={"max_tokens": 32, "temperature": 0.0, "tp": 1, "thinking": None,
+                  "chat_template_sha256": "1" * 64, "concurrency": 1},
+        environment={"vllm_version": "0.32.0", "device": "cpu", "dtype": "bfloat16"},
+        baseline=summary("baseline", "baseline", None, base_t), runs=[r3, r1, other],
+        sweep=sw, compare=CompareReport("d", "d-fp8", 1, r1, other),
+        spec_config={"method": "draft_model", "model": "d", "num_speculative_tokens": 1},
+        serve_command="vllm serve t --speculative-config '{}'", serve_notes=[], plan=None,
+        warnings=["w"], engine_starts=4, seconds=60.0, chat_template="tpl")
+
+
+def test_report_renderings(tmp_path):
+    from rich.console import Console
+
+    from speckit.validate import write_outputs
+
+    rep = _synthetic_report(tmp_path)
+    assert rep.final.run.label == "dm-k1"
+    assert rep.compare.al_drop == pytest.approx(1.8 - 1.6)
+    write_outputs(rep, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "| 1 **recommended** |" in md and "calibrated ratio" in md
+    assert "Confirmed at k=1" in md and "AL drop +0.200" in md
+    d = json.loads((tmp_path / "report.json").read_text())
+    assert d["summary"]["k"] == 1 and d["compare"]["al_drop"] == pytest.approx(0.2)
+    assert d["sweep"]["confirmation"]["ratio_error"] == pytest.approx((1.03 - 0.92) / 0.92)
+    assert json.loads((tmp_path / "spec-config.json").read_text())["num_speculative_tokens"] == 1
+    console = Console(record=True, width=120)
+    from speckit.validate import print_report
+
+    print_report(rep, console=console)
+    text = console.export_text()
+    assert "k sweep" in text and "compare at k=1" in text and "vllm serve" in text

@@ -249,9 +249,9 @@ def to_markdown(r: ValidationReport) -> str:
         cal = {p.k: p for p in sw.calibrated}
         for p in sw.predictions:
             star = " **recommended**" if p.k == sw.recommended_k else ""
-            c = f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-"
+            cal_ratio = f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-"
             lines.append(f"| {p.k}{star} | {p.acceptance_length:.3f} | "
-                         f"{p.spec_step_s * 1e3:.2f} | {p.throughput_ratio:.3f} | {c} |")
+                         f"{p.spec_step_s * 1e3:.2f} | {p.throughput_ratio:.3f} | {cal_ratio} |")
         if sw.confirmation is not None:
             cf = sw.confirmation
             lines += ["", (f"Confirmed at k={cf.k}: AL predicted {cf.predicted_al:.3f} vs "
