@@ -6,7 +6,10 @@ sequence is Quark's own, so the stored bytes match it bit for bit (tests/test_qu
 
 from __future__ import annotations
 
+import functools
+
 from speckit.quant.chunks import ErrorStats, run_chunks
+from speckit.quant.mxfp4 import lookup
 
 FP8_MAX = 448.0
 EPS = 2.0 ** -23  # float32 eps: Quark's scale for an all-zero row or tensor
@@ -40,8 +43,18 @@ def _quantize_rows(w, scale_rows, stats: ErrorStats | None):
     q = q.clamp_(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     if stats is not None:
         sr = scale_rows[:, None] if scale_rows.dim() else scale_rows
-        stats.add(torch.addcmul(w.float(), q.float(), sr, value=-1), w)
+        # fp8 -> float32 through a 256-entry table: torch's elementwise conversion is slow on CPU
+        deq = lookup(_fp8_table(str(w.device)), q.view(torch.uint8).to(torch.int32)) * sr
+        stats.add(w.float() - deq, w)
     return q
+
+
+@functools.cache
+def _fp8_table(device: str):
+    import torch
+
+    return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(
+        torch.float8_e4m3fn).float().to(device)
 
 
 def _check_finite(amax, what: str) -> None:
@@ -65,8 +78,8 @@ def quantize_per_channel(w, *, stats: ErrorStats | None = None, chunk_elems: int
     def one(sl: slice, part: ErrorStats | None) -> None:
         rows_ = w[sl]
         # Quark's observer reduces in float32; max |x| is exact in any float dtype
-        amax = torch.linalg.vector_norm(rows_, float("inf"), dim=1, dtype=torch.float32) \
-            if cols else torch.zeros(rows_.shape[0], device=w.device)
+        amax = rows_.abs().amax(dim=1).float() if cols else torch.zeros(
+            rows_.shape[0], device=w.device)
         _check_finite(amax, "weight")
         scale[sl] = scale_from_amax(amax)
         out[sl] = _quantize_rows(rows_, scale[sl], part)
@@ -90,8 +103,7 @@ def quantize_per_tensor(w, *, stats: ErrorStats | None = None, chunk_elems: int 
 
     def row_max(sl: slice, _part) -> None:
         if flat.shape[1]:
-            maxes[sl] = torch.linalg.vector_norm(flat[sl], float("inf"), dim=1,
-                                                 dtype=torch.float32)
+            maxes[sl] = flat[sl].abs().amax(dim=1).float()
 
     run_chunks(flat, row_max, stats=None, chunk_elems=chunk_elems)
     amax = maxes.max() if maxes.numel() else torch.zeros((), device=w.device)

@@ -66,6 +66,15 @@ def _codes_from_f32(y):
     return (mag | (neg.to(i32) << 3)).to(torch.uint8)
 
 
+def lookup(table, idx):
+    """table[idx] for an integer index tensor of any shape; index_select is several times faster
+    than advanced indexing on CPU."""
+    return table.index_select(0, idx.reshape(-1)).view(idx.shape)
+
+
+_lookup = lookup
+
+
 @functools.cache
 def _bf16_code_table(device: str):
     """E2M1 code for every bf16 bit pattern (index = pattern as uint16)."""
@@ -118,7 +127,7 @@ def _quantize_rows(x, stats: ErrorStats | None):
         # x * 2^-e is exact and bf16-representable (or tiny), so its top 16 bits index a table
         y = blocks * pow2(-exp).unsqueeze(-1)
         idx = (y.view(torch.int32) >> 16) & 0xFFFF
-        codes = _bf16_code_table(str(x.device))[idx]
+        codes = _lookup(_bf16_code_table(str(x.device)), idx)
     else:
         # Quark divides by the power-of-two scale in float32 (fp16/fp32 inputs)
         y = blocks.float() / scale
@@ -126,13 +135,13 @@ def _quantize_rows(x, stats: ErrorStats | None):
     if stats is not None:
         if x.dtype == torch.bfloat16 and not bool((exp == -127).any()):
             # the error is a function of the table index: one gather and one scaling
-            stats.add(_bf16_abs_error_table(str(x.device))[idx] * scale, x,
-                      ref_max=float(amax.max()))
+            stats.add(_lookup(_bf16_abs_error_table(str(x.device)), idx) * scale, x,
+                      ref_max=float(amax.max()), diff_is_abs=True)
         else:
             # error as vLLM will see it: dequantized with the stored scale byte (2^-126 for the
             # blocks Quark scaled by 2^-127)
             stored = pow2(exp.clamp(min=-126)).unsqueeze(-1)
-            deq = _value_table(str(x.device))[codes.to(torch.int32)] * stored
+            deq = _lookup(_value_table(str(x.device)), codes.to(torch.int32)) * stored
             stats.add(blocks.float() - deq, x, ref_max=float(amax.max()))
     pairs = codes.view(rows, cols // 2, 2)
     packed = pairs[..., 0] | (pairs[..., 1] << 4)
@@ -175,7 +184,7 @@ def dequantize(packed, scales, *, dtype=None):
 
     rows, half = packed.shape
     codes = torch.stack([packed & 0xF, packed >> 4], dim=-1).view(rows, half * 2)
-    vals = _value_table(str(packed.device))[codes.to(torch.int32)]
+    vals = _lookup(_value_table(str(packed.device)), codes.to(torch.int32))
     exp = scales.to(torch.float32) - 127.0
     out = vals.view(rows, -1, GROUP) * torch.exp2(exp).unsqueeze(-1)
     return out.view(rows, half * 2).to(dtype or torch.float32)
