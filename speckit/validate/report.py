@@ -218,7 +218,7 @@ def to_markdown(r: ValidationReport) -> str:
         f"`{str(ds.get('sha256'))[:16]}`), max tokens {st.get('max_tokens')}, temperature "
         f"{st.get('temperature')}, concurrency {st.get('concurrency')}"),
         (f"- chat template sha256 `{str(st.get('chat_template_sha256'))[:16]}`, thinking: "
-        f"{st.get('thinking')}"),
+        f"{_thinking(st.get('thinking'))}"),
         "",
         "## Result",
         "",
