@@ -157,7 +157,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     if rank == 0 and not reused:
         _prepare_data(target_dir, pset, recipe, data_dir, device=device, engine=engine,
                       max_tokens=max_tokens, seed=seed, aux=aux, cuda=cuda,
-                      gen_batch_size=gen_batch, stage=stage, say=say)
+                      gen_batch_size=gen_batch, stage=stage, say=say, progress=progress)
     elif reused and rank == 0:
         say(f"reusing captured data in {data_dir}")
     if fsdp:
@@ -255,7 +255,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
 
 def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, device: str,
                   engine: str, max_tokens: int, seed: int, aux: list[int], cuda: bool,
-                  gen_batch_size: int | None, stage: dict, say) -> None:
+                  gen_batch_size: int | None, stage: dict, say, progress: bool) -> None:
     """Generate the target's answers, then capture its hidden states into shards."""
     import shutil
 
@@ -278,7 +278,7 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
     else:
         model = D.load_target(target_dir, device=device)
         torch.manual_seed(seed)
-        bar = _counter("generate", len(prompt_ids))
+        bar = _counter("generate", len(prompt_ids), enabled=progress)
         answers = D.generate_transformers(model, tok, prompt_ids, max_tokens=max_tokens,
                                           batch_size=gen_batch_size or (512 if cuda else 16),
                                           progress=bar.advance)
@@ -294,7 +294,7 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
         f" {cut} cut at --max-tokens) in {stage['generate']:.0f} s; capturing aux hidden states "
         f"{aux}")
     t = time.monotonic()
-    bar = _counter("capture", len(samples))
+    bar = _counter("capture", len(samples), enabled=progress)
     D.capture_hidden_states(model, samples, aux_layers=aux, out_dir=tmp,
                             batch_tokens=65536 if cuda else 4096,
                             shard_tokens=262144 if cuda else 32768, recipe=recipe,
@@ -399,11 +399,11 @@ def _wait_for(path: Path, timeout_s: float = 6 * 3600) -> None:
 
 
 class _counter:
-    """A rich progress bar on a TTY, nothing otherwise."""
+    """A rich progress bar when enabled (a TTY, not --json), nothing otherwise."""
 
-    def __init__(self, name: str, total: int):
+    def __init__(self, name: str, total: int, *, enabled: bool):
         self.progress = None
-        if sys.stderr.isatty():
+        if enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
             self.progress = Progress(TextColumn(name), BarColumn(), MofNCompleteColumn())
