@@ -405,7 +405,7 @@ def _plan_gate(tpath: Path, dpath: Path | None, mod, k: int, *, tcfg, dcfg, tp: 
                force: bool, warnings: list[str], name: str | None) -> dict[str, Any] | None:
     """Pairing errors always stop here; a plan that says 'will not start' stops unless force."""
     try:
-        from speckit import plan as planmod
+        planmod = importlib.import_module("speckit.plan")
     except ImportError:
         warnings.append("speckit plan is not available in this build: the memory check before "
                         "starting vLLM was skipped")
