@@ -741,37 +741,7 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-class _NoProgress:
-    def __enter__(self):
-        return lambda n: None
-
-    def __exit__(self, *exc):
-        return False
-
-
-class _RichProgress:
-    def __init__(self, total: int, label: str):
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        self.p = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                          TransferSpeedColumn(), TimeRemainingColumn(), transient=True)
-        self.task = self.p.add_task(label, total=total)
-
-    def __enter__(self):
-        self.p.start()
-        return lambda n: self.p.advance(self.task, n)
-
-    def __exit__(self, *exc):
-        self.p.stop()
-        return False
-
-
 def _progress(enabled: bool, total: int, label: str):
-    return _RichProgress(total, label) if enabled else _NoProgress()
+    from speckit.progress import byte_progress
+
+    return byte_progress(enabled, total, label=label)
