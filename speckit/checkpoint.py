@@ -526,6 +526,7 @@ def write_json(path: Path, data: Any) -> None:
         with os.fdopen(fd, "w") as f:
             json.dump(data, f, indent=2, sort_keys=False)
             f.write("\n")
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a config must read like any file
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -546,6 +547,7 @@ def atomic_output_dir(out: str | os.PathLike, *, force: bool = False) -> Iterato
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    normal_modes(tmp)
     if out.exists():
         old = out.parent / f".{out.name}.old-{os.getpid()}"
         os.replace(out, old)
@@ -553,3 +555,23 @@ def atomic_output_dir(out: str | os.PathLike, *, force: bool = False) -> Iterato
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, out)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def normal_modes(root: Path) -> None:
+    """Give a finished output directory the modes a user's own files get (mkdtemp/mkstemp make
+    0700/0600, which a serving process running as another user could not read)."""
+    mask = _umask()
+    os.chmod(root, 0o777 & ~mask)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for d in dirnames:
+            os.chmod(os.path.join(dirpath, d), 0o777 & ~mask)
+        for f in filenames:
+            p = os.path.join(dirpath, f)
+            if not os.path.islink(p):
+                os.chmod(p, 0o666 & ~mask)

@@ -5,13 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import speckit
-
 
 def test_public_functions_survive_submodule_imports():
-    import speckit.convert  # noqa: F401  (Python would normally rebind speckit.convert to this)
-    import speckit.plan  # noqa: F401
-    import speckit.validate  # noqa: F401
+    import speckit.convert
+    import speckit.plan
+    import speckit.validate
     from speckit.convert import convert
     from speckit.plan import plan_from_refs
     from speckit.validate import validate

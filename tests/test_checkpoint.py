@@ -354,3 +354,20 @@ def test_write_json_atomic(tmp_path):
         write_json(p, {"a": object()})
     assert json.loads(p.read_text()) == {"a": 1}  # the old file survives a failed write
     assert [q.name for q in tmp_path.iterdir()] == ["x.json"]
+
+
+def test_atomic_output_gets_the_users_modes_not_mkdtemp_0700(tmp_path):
+    import os
+
+    from speckit.checkpoint import atomic_output_dir, write_json
+
+    out = tmp_path / "out"
+    with atomic_output_dir(out) as tmp:
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "a.bin").write_bytes(b"x")
+        write_json(tmp / "config.json", {"a": 1})
+    mask = os.umask(0)
+    os.umask(mask)
+    assert (out.stat().st_mode & 0o777) == 0o777 & ~mask
+    assert ((out / "config.json").stat().st_mode & 0o777) == 0o666 & ~mask
+    assert ((out / "sub" / "a.bin").stat().st_mode & 0o777) == 0o666 & ~mask

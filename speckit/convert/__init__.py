@@ -28,6 +28,7 @@ from speckit.checkpoint import (
 from speckit.convert.common import Options, ReadContext, Target, order_moves, selected_ids
 from speckit.convert.moves import SOURCE, TARGET, ConversionPlan, check_move, execute, read_ints
 from speckit.errors import FormatError, SpeckitError, UsageError
+from speckit.progress import byte_progress
 
 PROVENANCE = "speckit-provenance.json"
 DEFAULT_SHARD_BYTES = 5 * 10**9
@@ -165,7 +166,7 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                                   max_shard_bytes=max_shard_bytes)
         try:
             label = f"convert {layout.name} -> {plan.method}"
-            with _progress(progress, total, label=label) as tick:
+            with byte_progress(progress, total, label=label) as tick:
                 execute(moves, inputs, writer, on_tensor=lambda m: tick(m.nbytes))
         except BaseException:
             _close(writer)
@@ -610,37 +611,6 @@ def _close(writer) -> None:
             fh.close()
         except OSError:
             pass
-
-
-class _progress:
-    """A rich progress bar over bytes on a TTY; a no-op otherwise."""
-
-    def __init__(self, enabled: bool, total: int, *, label: str):
-        self.enabled, self.total, self.label = enabled, total, label
-        self._bar = None
-
-    def __enter__(self):
-        if not self.enabled:
-            return lambda n: None
-        from rich.progress import (
-            BarColumn,
-            DownloadColumn,
-            Progress,
-            TextColumn,
-            TimeRemainingColumn,
-            TransferSpeedColumn,
-        )
-
-        self._bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(),
-                             TransferSpeedColumn(), TimeRemainingColumn(), transient=True)
-        self._bar.start()
-        task = self._bar.add_task(self.label, total=self.total)
-        return lambda n: self._bar.advance(task, n)
-
-    def __exit__(self, *exc):
-        if self._bar is not None:
-            self._bar.stop()
-        return False
 
 
 __all__ = ["ConvertResult", "SpeckitError", "convert"]

@@ -187,7 +187,6 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
         write_json(tmp / PROVENANCE, _provenance(result, ckpt, layout, exclude=list(exclude),
                                                  strict=strict, config=config))
         _verify_output(tmp, items)
-        _normal_modes(tmp)
     result.seconds = round(time.monotonic() - started, 3)
     return result
 
@@ -710,17 +709,6 @@ def _provenance(r: QuantizeResult, ckpt: Checkpoint, layout, *, exclude: list[st
         "requantized_from": r.requantized_from,
         "warnings": r.warnings,
     }
-
-
-def _normal_modes(out: Path) -> None:
-    """mkdtemp/mkstemp create 0700/0600 entries; a served checkpoint must be readable like any
-    directory the user creates (umask applies)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    os.chmod(out, 0o777 & ~mask)
-    for p in out.iterdir():
-        if p.is_file():
-            os.chmod(p, 0o666 & ~mask)
 
 
 def _verify_output(out: Path, items: list[_Item]) -> None:
