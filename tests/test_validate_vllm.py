@@ -157,8 +157,9 @@ def test_fp8_copy_compared_against_bf16(session):
     cp = dm.compare
     assert cp.k == dm.k
     _consistent(cp.other, cp.k)
-    # the bf16 copy is the target itself; FP8 rounding makes the draft disagree sometimes
-    assert cp.al_drop > 0, (cp.primary.acceptance_length, cp.other.acceptance_length)
+    # the bf16 copy is the target itself (AL at its maximum); FP8 rounding can only lose
+    assert cp.primary.acceptance_length >= 0.95 * (cp.k + 1)
+    assert cp.al_drop >= 0, (cp.primary.acceptance_length, cp.other.acceptance_length)
     assert len(cp.per_position_drop) == cp.k
     print(f"\nFP8 vs BF16 draft at k={cp.k}: AL {cp.primary.acceptance_length:.3f} -> "
           f"{cp.other.acceptance_length:.3f} (drop {cp.al_drop_pct:.1f}%), per-pos "
