@@ -297,11 +297,13 @@ def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
         xs = [j + 1 + (i - (len(r.runs) - 1) / 2) * width for j in range(len(s.per_position))]
         ax.bar(xs, s.per_position, width=width,
                label=f"{s.run.label} (AL {s.acceptance_length:.2f})")
+    positions = max((len(s.per_position) for s in r.runs), default=1)
+    ax.set_xticks(range(1, positions + 1))
     ax.set_xlabel("draft position")
     ax.set_ylabel("share of steps accepted up to here")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(0, 1.25)  # headroom for the legend above the bars
     ax.set_title("Acceptance per position")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper right", ncol=2)
     p = out / "acceptance-per-position.png"
     fig.tight_layout()
     fig.savefig(p, dpi=110)
@@ -317,6 +319,10 @@ def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
         ax2 = ax1.twinx()
         ax2.plot(ks, [p.throughput_ratio for p in sw.predictions], "s--", color="tab:orange",
                  label="predicted throughput ratio")
+        if sw.calibrated:
+            ax2.plot(ks, [p.throughput_ratio for p in sw.calibrated], "^:", color="tab:green",
+                     label="calibrated after confirmation")
+        ax1.set_xticks(ks)
         ax2.axhline(1.0, color="grey", lw=0.8)
         ax2.set_ylabel("throughput ratio vs baseline")
         for s in r.runs:
