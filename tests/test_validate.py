@@ -316,3 +316,23 @@ def test_report_renderings(tmp_path):
     print_report(rep, console=console)
     text = console.export_text()
     assert "k sweep" in text and "compare at k=1" in text and "vllm serve" in text
+
+
+def test_hub_dataset_offline_is_a_hub_error():
+    import importlib.util
+    import os
+    import subprocess
+    import sys
+
+    if importlib.util.find_spec("datasets") is None:
+        with pytest.raises(UsageError, match="datasets"):
+            load_prompts("gsm8k", num_prompts=2)
+        return
+    # datasets reads HF_HUB_OFFLINE at import time: check in a fresh interpreter
+    code = ("from speckit.errors import HubError\n"
+            "from speckit.validate.prompts import load_prompts\n"
+            "try:\n    load_prompts('gsm8k', num_prompts=2)\n"
+            "except HubError as e:\n    print('HUBERROR', e.hint)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120, check=False)
+    assert "HUBERROR" in out.stdout and "offline set" in out.stdout, out.stderr[-2000:]
