@@ -96,7 +96,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     if draft is not None:
         dpath, dname = _resolve(draft, role="draft")
         dcfg = _config(dpath, what="draft")
-    mod = _pick_method(method, dcfg if draft else None, draft, tcfg)
+    mod = _pick_method(method, dcfg if draft else None, draft)
     if mod.HAS_CHECKPOINT and dpath is None and not _draft_in_target(mod):
         raise UsageError(f"method {mod.NAME} needs a draft checkpoint", hint="pass --draft")
     cpu = _is_cpu_platform()
@@ -310,8 +310,7 @@ def _config(path: Path, *, what: str) -> dict[str, Any]:
     return cfg
 
 
-def _pick_method(method: str | None, dcfg: dict[str, Any] | None, draft: str | None,
-                 tcfg: dict[str, Any]):
+def _pick_method(method: str | None, dcfg: dict[str, Any] | None, draft: str | None):
     if method:
         return _methods.get(method)
     if dcfg is None:
