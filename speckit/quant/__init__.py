@@ -666,7 +666,8 @@ def _output_config(config: dict[str, Any], sch: Scheme, exclude: list[str]) -> d
     return out
 
 
-_SKIP_EXTRA = {"config.json", INDEX_NAME, PROVENANCE}
+# speckit-target.json describes the bf16 target speckit built; it would be false for the quantized copy
+_SKIP_EXTRA = {"config.json", INDEX_NAME, PROVENANCE, "speckit-target.json"}
 
 
 def _copy_extra_files(src: Path, dst: Path) -> list[str]:
