@@ -628,10 +628,10 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
         raise UsageError(f"cannot tell which speculative method {draft_name or 'the draft'} "
                          f"uses (no speculators_model_type, not a Gemma-4 assistant)",
                          hint="pass --method (" + ", ".join(_methods.METHOD_NAMES) + ")")
-    if mod is not None and dcfg is None and mod.NAME not in ("mtp", "ngram"):
+    if mod is not None and dcfg is None and mod.HAS_CHECKPOINT and not getattr(mod, "WEIGHTS_IN_TARGET", False):
         raise UsageError(f"method {mod.NAME} needs a draft checkpoint", hint="pass --draft")
     mtp_names: frozenset[str] = frozenset()
-    if mod is not None and mod.NAME == "mtp" and dcfg is None:
+    if mod is not None and getattr(mod, "WEIGHTS_IN_TARGET", False) and dcfg is None:
         from speckit.methods.mtp import target_tensor_names
 
         mtp_names = frozenset(target_tensor_names(target_config, [t.name for t in tinfos]))
@@ -804,8 +804,8 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
                         f"(vLLM hybrid KV manager); per-token bytes count every layer")
     if t_kv_heads and t_kv_heads < st.tp and not mla:
         kv_notes.append(f"{t_kv_heads} KV heads < TP {st.tp}: each rank keeps one replicated head")
-    if mod is not None and mod.NAME == "gemma4_assistant":
-        kv_notes.append("Gemma-4 assistant shares the target's KV cache: no draft KV")
+    if mod is not None and getattr(mod, "SHARES_TARGET_KV", False):
+        kv_notes.append(f"{mod.NAME}: the Gemma-4 assistant shares the target's KV cache: no draft KV")
 
     # -- the rest ---------------------------------------------------------------------------
     om = ctx.overhead
@@ -857,7 +857,7 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
     requested = math.ceil(ctx.gpu.memory_bytes * st.util)
     # vLLM max_in_flight_tokens: async scheduling keeps two batches in flight; the CPU platform
     # and CPU-side ngram drafting turn async scheduling off (platforms/cpu.py, config/vllm.py)
-    async_sched = ctx.platform != "cpu" and not (mod is not None and mod.NAME == "ngram")
+    async_sched = ctx.platform != "cpu" and not (mod is not None and getattr(mod, "PROPOSES_ON_CPU", False))
     in_flight = (2 if async_sched else 1) * T
 
     def scenario(weights: int, over: int, groups: _Groups, la: int, draft_on: bool) -> Scenario:
@@ -955,8 +955,9 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
     if st.max_model_len > int(_text(tcfg).get("max_position_embeddings") or st.max_model_len):
         checks.append(f"max_model_len {st.max_model_len} exceeds the target's "
                       f"max_position_embeddings; vLLM refuses it without rope scaling")
-    if mod is not None and mod.NAME == "dspark" and ctx.platform == "cpu":
-        checks.append("dspark runs only on vLLM's V2 model runner (CUDA/ROCm), not on CPU")
+    if mod is not None and not getattr(mod, "CPU_SUPPORTED", True) and ctx.platform == "cpu":
+        checks.append(f"{mod.NAME} does not run on vLLM's CPU backend (V2 model runner or a "
+                      "target with native MTP layers is needed)")
     if st.kv_cache_dtype.startswith("fp8") and not ctx.gpu.fp8:
         checks.append(f"{ctx.gpu.name} has no native FP8; fp8 KV is stored at 8 bits but "
                       f"attention backends may not support it there")

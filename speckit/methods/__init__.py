@@ -79,6 +79,8 @@ class Method(Protocol):
     SPECULATORS_TYPE: str | None  # `speculators_model_type` of its speculators-format layout
     PARALLEL: bool  # drafts all k tokens in one forward (needs k+1 query slots per request)
     HAS_CHECKPOINT: bool  # False for ngram
+    # optional flags (absent = False/True as named): CPU_SUPPORTED (default True),
+    # WEIGHTS_IN_TARGET (mtp), SHARES_TARGET_KV (gemma4_assistant), PROPOSES_ON_CPU (ngram)
 
     def default_k(self, config: dict[str, Any]) -> int | None: ...
     def check_k(self, config: dict[str, Any], k: int) -> None: ...

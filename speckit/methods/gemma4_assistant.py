@@ -24,6 +24,7 @@ VLLM_METHOD = "mtp"
 SPECULATORS_TYPE = None
 PARALLEL = False
 HAS_CHECKPOINT = True
+SHARES_TARGET_KV = True  # K/V come from the target's cache
 
 
 def default_k(config: dict[str, Any]) -> int | None:

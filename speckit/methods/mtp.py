@@ -26,6 +26,7 @@ SPECULATORS_TYPE = "mtp"
 PARALLEL = False
 HAS_CHECKPOINT = True
 CPU_SUPPORTED = False
+WEIGHTS_IN_TARGET = True  # the draft is the target checkpoint's own mtp.* layers
 
 
 def n_predict(config: dict[str, Any]) -> int:

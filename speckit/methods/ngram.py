@@ -12,6 +12,7 @@ VLLM_METHOD = "ngram"
 SPECULATORS_TYPE = None
 PARALLEL = False
 HAS_CHECKPOINT = False
+PROPOSES_ON_CPU = True  # host-side proposer: vLLM turns async scheduling off
 
 
 def default_k(config: dict[str, Any]) -> int | None:
