@@ -427,6 +427,12 @@ def _full_state(head: Eagle3Head, opt, *, fsdp: bool):
 
 
 def _set_full_state(head: Eagle3Head, opt, model_sd, optim_sd, *, fsdp: bool) -> None:
+    trainable = {n for n, p in head.named_parameters() if p.requires_grad}
+    if set(model_sd) != trainable:
+        raise FormatError(
+            "training checkpoint does not match this head: missing "
+            f"{sorted(trainable - set(model_sd))[:5]}, unexpected {sorted(set(model_sd) - trainable)[:5]}",
+            hint="resume with the same version and flags")
     if fsdp:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
@@ -434,6 +440,8 @@ def _set_full_state(head: Eagle3Head, opt, model_sd, optim_sd, *, fsdp: bool) ->
             set_optimizer_state_dict,
         )
 
+        # strict=False only because checkpoints hold the trainable tensors (checked above): the
+        # frozen target embedding is deliberately absent
         opts = StateDictOptions(full_state_dict=True, strict=False)
         set_model_state_dict(head, model_sd, options=opts)
         set_optimizer_state_dict(head, opt, optim_sd, options=opts)
