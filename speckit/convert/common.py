@@ -460,3 +460,17 @@ def vocab_moves(ctx: ReadContext, plan: ConversionPlan, vocab: Vocab, *, dtype: 
     plan.notes.append(f"lm_head.weight: the source has none; taken as the target's {tname} rows "
                       f"selected by d2t (as speculators does)")
     return moves
+
+
+def check_hidden_sizes(ctx: ReadContext, src, cfg: dict[str, Any], tgt) -> tuple[int, int]:
+    """(draft hidden, target hidden): the draft's from norm.weight, both checked against the config."""
+    hidden = src.tensors["norm.weight"].shape[0]
+    if cfg.get("hidden_size") is not None and int(cfg["hidden_size"]) != hidden:
+        raise FormatError(f"{ctx.where('hidden_size')} is {cfg['hidden_size']} but norm.weight "
+                          f"is [{hidden}]")
+    t_hidden = tgt.hidden_size
+    if cfg.get("target_hidden_size") is not None and int(cfg["target_hidden_size"]) != t_hidden:
+        raise FormatError(f"{ctx.where('target_hidden_size')} is {cfg['target_hidden_size']} but "
+                          f"the target's hidden_size is {t_hidden}",
+                          hint="is TARGET the verifier this draft was trained for?")
+    return hidden, t_hidden

@@ -15,6 +15,7 @@ from speckit.convert.common import (
     ReadContext,
     Vocab,
     carry_layer_config,
+    check_hidden_sizes,
     check_vocab_maps,
     dtype_note,
     envelope,
@@ -117,14 +118,7 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
     for need in ("fc.weight", "hidden_norm.weight", "norm.weight"):
         if need not in src.tensors:
             raise FormatError(f"{src.path}: a DFlash-family draft needs {need}")
-    hidden = src.tensors["norm.weight"].shape[0]
-    if cfg.get("hidden_size") is not None and int(cfg["hidden_size"]) != hidden:
-        raise FormatError(f"{ctx.where('hidden_size')} is {cfg['hidden_size']} but norm.weight "
-                          f"is [{hidden}]")
-    t_hidden = tgt.hidden_size
-    if cfg.get("target_hidden_size") is not None and int(cfg["target_hidden_size"]) != t_hidden:
-        raise FormatError(f"{ctx.where('target_hidden_size')} is {cfg['target_hidden_size']} but "
-                          f"the target's hidden_size is {t_hidden}")
+    hidden, t_hidden = check_hidden_sizes(ctx, src, cfg, tgt)
     n_target = cfg.get("num_target_layers")
     if n_target is not None and int(n_target) != tgt.num_layers:
         raise FormatError(f"{ctx.where('num_target_layers')} is {n_target} but TARGET has "

@@ -14,6 +14,7 @@ from speckit.convert.common import (
     SPECULATORS_FORMAT_VERSION,
     ReadContext,
     carry_layer_config,
+    check_hidden_sizes,
     check_vocab_maps,
     dtype_note,
     envelope,
@@ -92,15 +93,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     # ---- dims ---------------------------------------------------------------------------------
     if "norm.weight" not in src.tensors or "fc.weight" not in src.tensors:
         raise FormatError(f"{src.path}: an EAGLE-3 head needs fc.weight and norm.weight")
-    hidden = src.tensors["norm.weight"].shape[0]
-    if cfg.get("hidden_size") is not None and int(cfg["hidden_size"]) != hidden:
-        raise FormatError(f"{ctx.where('hidden_size')} is {cfg['hidden_size']} but norm.weight "
-                          f"is [{hidden}]")
-    t_hidden = tgt.hidden_size
-    if cfg.get("target_hidden_size") is not None and int(cfg["target_hidden_size"]) != t_hidden:
-        raise FormatError(f"{ctx.where('target_hidden_size')} is {cfg['target_hidden_size']} but "
-                          f"the target's hidden_size is {t_hidden}",
-                          hint="is TARGET the verifier this draft was trained for?")
+    hidden, t_hidden = check_hidden_sizes(ctx, src, cfg, tgt)
     fc_in = src.tensors["fc.weight"].shape[1]
     if fc_in % t_hidden:
         raise FormatError(f"{src.path}: fc.weight reads {fc_in} features, not a multiple of the "
