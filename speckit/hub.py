@@ -25,7 +25,8 @@ LOCK_NAME = "speckit-lock.json"
 LOCK_VERSION = 1
 HASH_CHUNK = 8 * 1024 * 1024
 # a file changed within this long of being hashed may keep its mtime (coarse clocks): not memoized
-RACY_WINDOW_NS = 2_000_000_000
+RACY_WINDOW_NS = 2_000_000_000  # coarse timestamps (FAT's 2 s, 1 s network mounts)
+FINE_RACY_WINDOW_NS = 50_000_000  # ns timestamps (ext4, xfs, btrfs): they tick every <= 10 ms
 
 DRAFT_FILES = ("config.json", "generation_config.json")
 TOKENIZER_FILES = (
@@ -205,6 +206,14 @@ class _Remote:
     lfs_sha256: str | None = None
 
 
+def _racy_window_ns(st: os.stat_result) -> int:
+    """How long after its last change a file could change again without moving its timestamps.
+    Filesystems with sub-millisecond timestamps tick per jiffy or finer; anything else (round
+    values) gets the 2 s of the coarsest filesystems."""
+    fine = st.st_mtime_ns % 1_000_000 or st.st_ctime_ns % 1_000_000
+    return FINE_RACY_WINDOW_NS if fine else RACY_WINDOW_NS
+
+
 class _Sidecar:
     """Per-commit speckit facts kept beside the HF cache: the Hub listing and a hash memo.
 
@@ -230,18 +239,29 @@ class _Sidecar:
         self.listing = listing
         self.dirty = True
 
+    def known(self, path: Path) -> str | None:
+        """The remembered sha256 of ``path`` if the file has not changed since, else None."""
+        real = os.path.realpath(path)
+        st = os.stat(real)
+        memo = self.hashes.get(real)
+        if memo and memo.get("stamp") == [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]:
+            return memo["sha256"]
+        return None
+
     def sha256(self, path: Path, *, trust_memo: bool = True) -> str:
+        if trust_memo and (digest := self.known(path)) is not None:
+            return digest
         real = os.path.realpath(path)
         st = os.stat(real)
         stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-        memo = self.hashes.get(real)
-        if trust_memo and memo and memo.get("stamp") == stamp:
-            return memo["sha256"]
         started = time.time_ns()
         digest = sha256_file(Path(real))
         # a file written within the clock granularity of this hash could change without moving
         # its mtime ("racy" in git's words): only remember hashes of files older than that
-        if max(st.st_mtime_ns, st.st_ctime_ns) < started - RACY_WINDOW_NS:
+        # (and only if it did not change while being hashed)
+        after = os.stat(real)
+        if max(st.st_mtime_ns, st.st_ctime_ns) < started - _racy_window_ns(st) and stamp == [
+                after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino]:
             self.hashes[real] = {"stamp": stamp, "sha256": digest}
             self.dirty = True
         else:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.metadata
 import importlib.util
 import json
 import os
@@ -267,7 +266,9 @@ def _fix_tokenizer_config(path: Path) -> None:
 
 
 def _dist_version(dist: str) -> str | None:
+    from importlib import metadata  # ~20 ms: only when a target is materialised
+
     try:
-        return importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
         return None

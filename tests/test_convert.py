@@ -693,6 +693,41 @@ def test_hub_source_and_config_only_hub_target(hub, tmp_path):
     assert prov["source"]["commit"] and prov["target"]["commit"]
 
 
+def test_snapshot_path_of_a_fetched_draft_reuses_fetch_digests(hub, targets, tmp_path,
+                                                              monkeypatch):
+    """SRC given as the HF-cache snapshot directory `speckit fetch` left: provenance names the
+    repo and commit, and the digests fetch verified against the Hub are reused, not recomputed;
+    a file changed since the fetch is hashed again."""
+    import speckit.hub as hubmod
+    from speckit.hub import fetch
+
+    draft = F.make_specforge_eagle3(tmp_path / "d", export="sglang")
+    commit = hub.server.add_commit("org/draft", {p.name: p.read_bytes() for p in draft.iterdir()})
+    monkeypatch.setattr(hubmod, "FINE_RACY_WINDOW_NS", -10**15)  # memoise the fresh downloads
+    monkeypatch.setattr(hubmod, "RACY_WINDOW_NS", -10**15)
+    snap = fetch("org/draft").path
+    assert Path(snap).name == commit
+    calls = []
+    real = hubmod.sha256_file
+    monkeypatch.setattr(hubmod, "sha256_file", lambda p: calls.append(Path(p).name) or real(p))
+    _, _, _, prov = run(snap, targets["llama"], tmp_path / "o1", num_speculative_tokens=3)
+    assert calls == []
+    src = prov["source"]
+    assert src["kind"] == "path" and src["repo"] == "org/draft" and src["commit"] == commit
+    files = src["files"]
+    assert {n: f["from"] for n, f in files.items()} == {n: "fetch" for n in files}
+    for name, rec in files.items():
+        assert rec["sha256"] == hashlib.sha256((draft / name).read_bytes()).hexdigest()
+    # a blob edited after the fetch no longer matches fetch's stamp: hashed, not trusted
+    blob = (Path(snap) / "config.json").resolve()
+    blob.write_text(blob.read_text().replace('"rms_norm_eps": 1e-05', '"rms_norm_eps": 1e-06'))
+    _, _, _, prov = run(snap, targets["llama"], tmp_path / "o2", num_speculative_tokens=3)
+    assert calls == [blob.name]  # the memo hashes the blob the snapshot links to
+    assert prov["source"]["files"]["config.json"]["sha256"] == \
+        hashlib.sha256(blob.read_bytes()).hexdigest()
+    assert "from" not in prov["source"]["files"]["config.json"]
+
+
 def test_registry_draft_brings_its_target_and_published_k(hub, tmp_path, monkeypatch):
     draft = F.make_specforge_eagle3(tmp_path / "d", export="sglang")
     hub.server.add_commit("org/draft", {p.name: p.read_bytes() for p in draft.iterdir()})

@@ -266,6 +266,7 @@ def test_hash_memo_skips_rehash_but_not_tampering(hub, monkeypatch):
     r = fetch(DRAFT)
     assert len(hashed) == 2  # each downloaded file hashed exactly once (fresh: not memoized)
     monkeypatch.setattr(hubmod, "RACY_WINDOW_NS", -10**15)  # now treat every file as old enough
+    monkeypatch.setattr(hubmod, "FINE_RACY_WINDOW_NS", -10**15)
     fetch(DRAFT)
     hashed.clear()
     assert fetch(DRAFT).from_cache and hashed == []  # unchanged files: memo, no re-hash

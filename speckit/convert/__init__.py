@@ -9,6 +9,7 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import os
+import re
 import shutil
 import threading
 import time
@@ -31,6 +32,7 @@ from speckit.errors import FormatError, SpeckitError, UsageError
 from speckit.progress import byte_progress
 
 PROVENANCE = "speckit-provenance.json"
+_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 DEFAULT_SHARD_BYTES = 5 * 10**9
 METHOD_CHOICES = ("auto", "eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp",
                   "gemma4_assistant")
@@ -91,6 +93,7 @@ class _Resolved:
     commit: str | None = None
     sha256: dict[str, str] = field(default_factory=dict)  # file -> sha256 known from the fetch
     registry_id: str | None = None
+    fetch_memos: list[Path] = field(default_factory=list)  # speckit fetch's per-commit sidecars
 
 
 def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
@@ -218,7 +221,7 @@ def _resolve(ref: str, *, what: str, allow_pickle: bool, progress: bool) -> _Res
     """A local directory is used as is; anything else is a registry id or Hub id for hub.fetch."""
     p = Path(ref).expanduser()
     if p.is_dir():
-        return _Resolved(ref, p, "path")
+        return _local_source(ref, p)
     if ref.startswith(("/", "./", "../", "~")) or p.exists():
         raise UsageError(f"{what} {ref}: no such directory",
                          hint="pass a checkpoint directory, a registry id or a Hub id (owner/name)")
@@ -233,6 +236,21 @@ def _resolve(ref: str, *, what: str, allow_pickle: bool, progress: bool) -> _Res
     sha = {f.name: f.sha256 for f in getattr(res, "files", []) if getattr(f, "sha256", None)}
     return _Resolved(ref, Path(res.path), res.kind, repo=res.repo, revision=res.revision,
                      commit=res.commit, sha256=sha, registry_id=getattr(res, "registry_id", None))
+
+
+def _local_source(ref: str, p: Path) -> _Resolved:
+    """A local directory; when it is a snapshot that `speckit fetch` left (an HF cache snapshot or a
+    --local-dir), its repo and commit are recorded and the digests fetch verified against the Hub
+    are reused for unchanged files instead of hashing them again."""
+    real = p.resolve()
+    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--") \
+            and _COMMIT_RE.fullmatch(real.name):
+        storage = real.parent.parent
+        repo = storage.name[len("models--"):].replace("--", "/")
+        return _Resolved(ref, p, "path", repo=repo, commit=real.name,
+                         fetch_memos=[storage / "speckit" / f"{real.name}.json"])
+    return _Resolved(ref, p, "path",
+                     fetch_memos=sorted((real / ".cache" / "speckit").glob("*.json")))
 
 
 def _registry_defaults(s: _Resolved) -> tuple[str | None, tuple[int, str] | None]:
@@ -518,11 +536,14 @@ class _Hasher:
         self.memo = _Sidecar(cache_root() / "convert" / "hash-memo.json")
         self.result: dict[str, dict[str, Any]] = {}
         self._errors: list[BaseException] = []
+        fetched = [_Sidecar(m) for m in s.fetch_memos if m.is_file()]
         todo = []
         for name in files:
             size = (s.path / name).stat().st_size
-            if s.sha256.get(name):
-                self.result[name] = {"size": size, "sha256": s.sha256[name], "from": "fetch"}
+            known = s.sha256.get(name) or next(
+                (d for f in fetched if (d := f.known(s.path / name)) is not None), None)
+            if known:
+                self.result[name] = {"size": size, "sha256": known, "from": "fetch"}
             else:
                 todo.append((size, name))
         # biggest files first, spread over the workers

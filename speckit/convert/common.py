@@ -5,7 +5,9 @@ Readers call these so that each rule (and its error message) exists once.
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -398,22 +400,23 @@ def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
             f"{where}: d2t is all zeros: vLLM would map the {n} draft ids to target ids "
             f"0..{n - 1} (SafeAILab/EAGLE#222)",
             hint="rebuild d2t from t2d: d2t = nonzero(t2d) - arange(Vd)")
-    sel = [i + o for i, o in enumerate(offsets)]
-    bad = [(i, s) for i, s in enumerate(sel) if not 0 <= s < vocab]
-    if bad:
-        i, s = bad[0]
+    # C-level passes (map/compress): V is 128k-256k for current targets, and this runs twice
+    # per conversion (source check, re-inspection of the output)
+    sel = list(map(operator.add, range(n), offsets))
+    if n and not (0 <= min(sel) and max(sel) < vocab):
+        i, s = next((i, s) for i, s in enumerate(sel) if not 0 <= s < vocab)
         raise FormatError(f"{where}: d2t maps draft id {i} to target id {s}, outside [0, {vocab})",
                           hint="d2t holds offsets: target_id = draft_id + d2t[draft_id]")
-    for i in range(1, n):
-        if sel[i] <= sel[i - 1]:
-            raise FormatError(
-                f"{where}: d2t maps draft ids {i - 1} and {i} to target ids {sel[i - 1]} and "
-                f"{sel[i]}, which are not strictly increasing",
-                hint="d2t must list distinct target ids in ascending order (FORMATS 1.6)")
+    if not all(map(operator.lt, sel, itertools.islice(sel, 1, None))):
+        i = next(i for i in range(1, n) if sel[i] <= sel[i - 1])
+        raise FormatError(
+            f"{where}: d2t maps draft ids {i - 1} and {i} to target ids {sel[i - 1]} and "
+            f"{sel[i]}, which are not strictly increasing",
+            hint="d2t must list distinct target ids in ascending order (FORMATS 1.6)")
     if mask is not None:
         if len(mask) != vocab:
             raise FormatError(f"{where}: t2d has {len(mask)} entries, the vocabulary {vocab}")
-        marked = [i for i, v in enumerate(mask) if v]
+        marked = list(itertools.compress(range(vocab), mask))
         if len(marked) != n:
             raise FormatError(f"{where}: t2d marks {len(marked)} target ids but the draft "
                               f"vocabulary (d2t, lm_head) has {n}",
