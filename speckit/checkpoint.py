@@ -377,7 +377,12 @@ class CheckpointWriter:
     """
 
     def __init__(self, out_dir: Path, specs: list[tuple[str, str, tuple[int, ...]]], *,
-                 max_shard_bytes: int = 5 * 10**9, metadata: dict[str, str] | None = None):
+                 max_shard_bytes: int = 5 * 10**9, metadata: dict[str, str] | None = None,
+                 copied_from: dict[str, int] | None = None):
+        """``copied_from``: for tensors that will be copied whole from another file, the byte
+        offset they start at there. The header is then padded (with spaces, as safetensors allows)
+        so that most of those bytes keep their offset within a 4 KiB page: the kernel copies
+        page-aligned ranges faster (~10% for a plain copy)."""
         self.out_dir = Path(out_dir)
         self.metadata = {"format": "pt", **(metadata or {})}
         names = [s[0] for s in specs]
@@ -409,6 +414,9 @@ class CheckpointWriter:
                 off += info.nbytes
             hb = json.dumps(header, separators=(",", ":")).encode()
             hb += b" " * ((8 - len(hb) % 8) % 8)  # keep the data section 8-byte aligned
+            start = _page_phase(group, self.slots, copied_from or {})
+            if start is not None:
+                hb += b" " * ((start - 8 - len(hb)) % PAGE)
             fh = open(self.out_dir / fname, "wb")  # noqa: SIM115 (closed in close())
             fh.write(struct.pack("<Q", len(hb)))
             fh.write(hb)
@@ -484,6 +492,26 @@ class CheckpointWriter:
             (self.out_dir / INDEX_NAME).write_text(json.dumps(index, indent=2) + "\n")
             return [*self.files, INDEX_NAME]
         return list(self.files)
+
+
+PAGE = 4096
+
+
+def _page_phase(group: list[TensorInfo], slots: dict[str, _Slot],
+                copied_from: dict[str, int]) -> int | None:
+    """The data-section start (mod PAGE, 8-byte aligned) that page-aligns the most copied bytes
+    with their source, or None when nothing is copied whole."""
+    weight: dict[int, int] = {}
+    for info in group:
+        src = copied_from.get(info.name)
+        if src is None:
+            continue
+        phase = (src - slots[info.name].begin) % PAGE
+        if phase % 8 == 0:
+            weight[phase] = weight.get(phase, 0) + info.nbytes
+    if not weight:
+        return None
+    return max(weight, key=lambda ph: (weight[ph], -ph))
 
 
 def _copy_range(src_fd: int, src_off: int, dst_fd: int, dst_off: int, length: int) -> None:

@@ -604,3 +604,12 @@ def test_cli_json_and_exit_codes(hub):
     assert runner.invoke(main, ["fetch", "./nope"]).exit_code == UsageError.exit_code
     conflict = runner.invoke(main, ["fetch", DRAFT, "--verify", "--dry-run"])
     assert conflict.exit_code == UsageError.exit_code
+
+
+def test_repo_folder_matches_huggingface_hub():
+    from huggingface_hub.file_download import repo_folder_name
+
+    from speckit.hub import _repo_folder
+
+    for repo in ("org/name", "a-b/c.d_e", "single"):
+        assert _repo_folder(repo) == repo_folder_name(repo_id=repo, repo_type="model")

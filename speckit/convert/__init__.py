@@ -27,7 +27,15 @@ from speckit.checkpoint import (
     write_json,
 )
 from speckit.convert.common import Options, ReadContext, Target, order_moves, selected_ids
-from speckit.convert.moves import SOURCE, TARGET, ConversionPlan, check_move, execute, read_ints
+from speckit.convert.moves import (
+    SOURCE,
+    TARGET,
+    ConversionPlan,
+    check_move,
+    copied_from,
+    execute,
+    read_ints,
+)
 from speckit.errors import FormatError, SpeckitError, UsageError
 from speckit.progress import byte_progress
 
@@ -164,13 +172,14 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
     read_files = _files_read(src_ckpt, plan)
     with atomic_output_dir(out_dir, force=force) as tmp:
         hasher = _Hasher(s, read_files)
-        hasher.start()
         writer = CheckpointWriter(tmp, [(m.out, m.dtype, m.shape) for m in moves],
-                                  max_shard_bytes=max_shard_bytes)
+                                  max_shard_bytes=max_shard_bytes,
+                                  copied_from=copied_from(moves, inputs))
         try:
             label = f"convert {layout.name} -> {plan.method}"
             with byte_progress(progress, total, label=label) as tick:
-                execute(moves, inputs, writer, on_tensor=lambda m: tick(m.nbytes))
+                execute(moves, inputs, writer, on_tensor=lambda m: tick(m.nbytes),
+                        on_open=lambda origin, f: origin == SOURCE and hasher.opened(f))
         except BaseException:
             _close(writer)
             raise
@@ -520,15 +529,21 @@ def _files_read(src: Checkpoint, plan: ConversionPlan) -> list[str]:
 
 
 class _Hasher:
-    """sha256 of the source files read, computed beside the copy: one thread per file (up to the
-    CPU count), since hashlib and file reads release the GIL while the kernel copies.
+    """sha256 of the source files read, computed beside the copy on up to CPU-count threads
+    (hashlib releases the GIL; the copy runs in the kernel).
 
-    Known digests are reused: hub.fetch's (checked against the Hub's LFS sha256) and a memo keyed
-    like git's index (real path, size, mtime, ctime, inode), so converting the same bytes again
-    does not hash them again.
+    A file is queued for hashing when the copy opens it, so the hash reads pages the copy has
+    just brought in (one stream of disk reads, not one per shard) and files are hashed in copy
+    order; the rest (config, index, files the copy never opens) are queued at join().
+
+    Known digests are reused: hub.fetch's (checked against the Hub's LFS sha256, also for a
+    snapshot directory fetch left) and a memo keyed like git's index (real path, size, mtime,
+    ctime, inode), so converting the same bytes again does not hash them again.
     """
 
     def __init__(self, s: _Resolved, files: list[str]):
+        import queue
+
         from speckit.hub import _Sidecar  # the hash memo speckit fetch keeps, reused
         from speckit.targets import cache_root
 
@@ -537,36 +552,50 @@ class _Hasher:
         self.result: dict[str, dict[str, Any]] = {}
         self._errors: list[BaseException] = []
         fetched = [_Sidecar(m) for m in s.fetch_memos if m.is_file()]
-        todo = []
+        self._todo: set[str] = set()
         for name in files:
-            size = (s.path / name).stat().st_size
-            known = s.sha256.get(name) or next(
-                (d for f in fetched if (d := f.known(s.path / name)) is not None), None)
-            if known:
+            path = s.path / name
+            size = path.stat().st_size
+            if known := s.sha256.get(name) or next(
+                    (d for f in fetched if (d := f.known(path)) is not None), None):
                 self.result[name] = {"size": size, "sha256": known, "from": "fetch"}
+            elif known := self.memo.known(path):
+                self.result[name] = {"size": size, "sha256": known, "from": "memo"}
             else:
-                todo.append((size, name))
-        # biggest files first, spread over the workers
-        todo.sort(reverse=True)
-        n = max(1, min(len(todo), os.cpu_count() or 1))
-        self._threads = [threading.Thread(target=self._work, args=([t[1] for t in todo[i::n]],),
-                                          daemon=True, name=f"speckit-hash-{i}")
-                         for i in range(n) if todo[i::n]]
+                self._todo.add(name)
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._queued: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._max = max(1, os.cpu_count() or 1)
 
-    def start(self) -> None:
-        for t in self._threads:
+    def opened(self, name: str) -> None:
+        """The copy opened source file ``name``: hash it now, beside the copy."""
+        if name not in self._todo or name in self._queued:
+            return
+        self._queued.add(name)
+        self._queue.put(name)
+        if len(self._threads) < min(self._max, len(self._todo)):
+            t = threading.Thread(target=self._work, daemon=True,
+                                 name=f"speckit-hash-{len(self._threads)}")
+            self._threads.append(t)
             t.start()
 
-    def _work(self, names: list[str]) -> None:
-        try:
-            for name in names:
+    def _work(self) -> None:
+        while (name := self._queue.get()) is not None:
+            try:
                 path = self.s.path / name
                 self.result[name] = {"size": path.stat().st_size,
                                      "sha256": self.memo.sha256(path)}
-        except Exception as e:  # noqa: BLE001 (re-raised by join in the main thread)
-            self._errors.append(e)
+            except Exception as e:  # noqa: BLE001 (re-raised by join in the main thread)
+                self._errors.append(e)
 
     def join(self) -> dict[str, dict[str, Any]]:
+        rest = sorted(self._todo - self._queued,
+                      key=lambda n: -(self.s.path / n).stat().st_size)
+        for name in rest:
+            self.opened(name)
+        for _ in self._threads:
+            self._queue.put(None)
         for t in self._threads:
             t.join()
         if self._errors:

@@ -167,13 +167,27 @@ def _slab_ranges(move: TensorMove, inputs: dict[str, Checkpoint]) -> Iterator[tu
         yield ck, info, s.start * rb, (stop - s.start) * rb
 
 
+def copied_from(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint]) -> dict[str, int]:
+    """For each output tensor copied as one contiguous range of a safetensors input: the file
+    offset it starts at (CheckpointWriter page-aligns its header against these)."""
+    out: dict[str, int] = {}
+    for move in moves:
+        ranges = list(_slab_ranges(move, inputs)) if move.gather is None else []
+        if len(ranges) == 1 and ranges[0][0].format != "pickle":
+            _ck, info, off, _length = ranges[0]
+            out[move.out] = info.offsets[0] + off
+    return out
+
+
 def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
-            *, on_tensor: Callable[[TensorMove], None] | None = None) -> None:
+            *, on_tensor: Callable[[TensorMove], None] | None = None,
+            on_open: Callable[[str, str], Any] | None = None) -> None:
     """Stream every move into ``writer`` (a CheckpointWriter whose specs match ``moves``).
 
     safetensors inputs are copied file-to-file with os.copy_file_range (no user-space buffer,
     so resident memory stays flat whatever the tensor size); pickled inputs, already loaded by
-    torch, are written from their storage in chunks.
+    torch, are written from their storage in chunks. ``on_open(origin, file)`` is called when
+    an input file is first read.
     """
     fds: dict[tuple[str, str], int] = {}
     try:
@@ -188,6 +202,9 @@ def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
                     key = (str(ck.path), info.file)
                     if key not in fds:
                         fds[key] = os.open(ck.path / info.file, os.O_RDONLY)
+                        _sequential(fds[key])
+                        if on_open is not None:
+                            on_open(_origin_of(ck, inputs), info.file)
                     parts.append((fds[key], info.offsets[0] + off, length))
             writer.write_bytes(move.out, _coalesce(parts))
             if on_tensor is not None:
@@ -195,6 +212,20 @@ def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
     finally:
         for fd in fds.values():
             os.close(fd)
+
+
+def _origin_of(ck: Checkpoint, inputs: dict[str, Checkpoint]) -> str:
+    return next(k for k, v in inputs.items() if v is ck)
+
+
+def _sequential(fd: int) -> None:
+    """Tell the kernel the file is read front to back (what cp does): a larger readahead window
+    when the bytes are not in the page cache yet."""
+    if hasattr(os, "posix_fadvise"):
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        except OSError:
+            pass
 
 
 def _coalesce(parts: list[Any], *, small: int = 1 << 20) -> Iterator[Any]:
