@@ -212,9 +212,10 @@ def can_drop_caches() -> bool:
 
 
 def _prepare(state: str, warm: list[Path]) -> None:
-    """Before every timed run: flush dirty pages (nobody pays for the previous run's writeback),
+    """Before every timed run: flush dirty pages (nobody pays for the previous run's writeback);
     then either drop the page cache (cold: every byte comes from the disk, as for a checkpoint
-    downloaded yesterday) or make sure the inputs are cached (warm: the bytes were just read)."""
+    downloaded yesterday) or read the run's inputs once (warm: they sit in the page cache, as
+    right after a download)."""
     os.sync()
     if state == "cold":
         DROP.write_text("1\n")
@@ -239,9 +240,9 @@ def main() -> None:
         {"convert": child_convert, "fetch": child_fetch, "hash": child_hash}[kind](*rest)
         return
     states = ["cold", "warm"] if args.cache == "both" else [args.cache]
-    if "cold" in states and not can_drop_caches():
-        print("cold cache: cannot write /proc/sys/vm/drop_caches (needs root); warm only")
-        states = ["warm"]
+    if not can_drop_caches():
+        sys.exit("bench/convert.py drops the page cache between runs (echo 1 > "
+                 "/proc/sys/vm/drop_caches): run it as root")
     root = Path(args.dir or tempfile.mkdtemp(prefix="speckit-bench-"))
     root.mkdir(parents=True, exist_ok=True)
     try:
@@ -267,8 +268,8 @@ def main() -> None:
                   f"{info['seconds']:.1f}s, untimed; it verified and remembered the digests")
             for state in states:
                 print(f"-- page cache {state}: " + (
-                    "dropped before every run (echo 1 > /proc/sys/vm/drop_caches)"
-                    if state == "cold" else "the inputs are read once before every run"))
+                    "sync + drop_caches before every run" if state == "cold" else
+                    "sync, then the run's inputs are read once, before every run"))
                 results = _rounds(args.rounds, root, src, tgt, snap, shards, env, state)
                 _report(results, size, state)
     finally:
@@ -311,7 +312,7 @@ def _rounds(n: int, root: Path, src: Path, tgt: Path, snap: Path, shards: list[P
                 res["digests"].append((key, tuple(info["digests"])))
             if d.exists():
                 assert _dir_bytes(d) > 0.99 * _dir_bytes(src)
-                shutil.rmtree(d)  # every run starts with the same free memory
+                shutil.rmtree(d)  # every run starts with the same free memory and disk
         shutil.rmtree(memo)
         print(f"{state} round {i + 1}: cp -r {res['cp'][-1]:.2f}s, cp -rL snapshot "
               f"{res['cp_hub'][-1]:.2f}s | convert hub {res['hub'][-1]:.2f}s, "

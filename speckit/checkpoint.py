@@ -378,11 +378,14 @@ class CheckpointWriter:
 
     def __init__(self, out_dir: Path, specs: list[tuple[str, str, tuple[int, ...]]], *,
                  max_shard_bytes: int = 5 * 10**9, metadata: dict[str, str] | None = None,
-                 copied_from: dict[str, int] | None = None):
-        """``copied_from``: for tensors that will be copied whole from another file, the byte
-        offset they start at there. The header is then padded (with spaces, as safetensors allows)
-        so that most of those bytes keep their offset within a 4 KiB page: the kernel copies
-        page-aligned ranges faster (~10% for a plain copy)."""
+                 copied_from: dict[str, tuple[str, int]] | None = None):
+        """``copied_from``: for tensors that will be copied whole from another file, that file
+        and the byte offset they start at there. Each header is then padded (with spaces, as
+        safetensors allows) so that most copied bytes keep their offset within a 4 KiB page,
+        and a new shard starts where the source file changes once the current shard holds
+        ALIGNED_SHARD_MIN bytes (a sharded source keeps its boundaries, within the size limit):
+        the kernel copies page-aligned ranges ~10-15% faster."""
+        copied_from = copied_from or {}
         self.out_dir = Path(out_dir)
         self.metadata = {"format": "pt", **(metadata or {})}
         names = [s[0] for s in specs]
@@ -391,13 +394,17 @@ class CheckpointWriter:
             raise FormatError(f"output would hold duplicate tensor names: {', '.join(dup)}")
         groups: list[list[TensorInfo]] = [[]]
         size = 0
+        last_file = None
         for name, dtype, shape in specs:
             info = TensorInfo(name, dtype, tuple(shape), "")
-            if groups[-1] and size + info.nbytes > max_shard_bytes:
+            src_file = copied_from[name][0] if name in copied_from else last_file
+            if groups[-1] and (size + info.nbytes > max_shard_bytes or (
+                    src_file != last_file and size >= ALIGNED_SHARD_MIN)):
                 groups.append([])
                 size = 0
             groups[-1].append(info)
             size += info.nbytes
+            last_file = src_file
         n = len(groups)
         self.files = (["model.safetensors"] if n == 1 else
                       [f"model-{i + 1:05d}-of-{n:05d}.safetensors" for i in range(n)])
@@ -414,7 +421,7 @@ class CheckpointWriter:
                 off += info.nbytes
             hb = json.dumps(header, separators=(",", ":")).encode()
             hb += b" " * ((8 - len(hb) % 8) % 8)  # keep the data section 8-byte aligned
-            start = _page_phase(group, self.slots, copied_from or {})
+            start = _page_phase(group, self.slots, copied_from)
             if start is not None:
                 hb += b" " * ((start - 8 - len(hb)) % PAGE)
             fh = open(self.out_dir / fname, "wb")  # noqa: SIM115 (closed in close())
@@ -495,18 +502,18 @@ class CheckpointWriter:
 
 
 PAGE = 4096
+ALIGNED_SHARD_MIN = 512 * 2**20
 
 
 def _page_phase(group: list[TensorInfo], slots: dict[str, _Slot],
-                copied_from: dict[str, int]) -> int | None:
+                copied_from: dict[str, tuple[str, int]]) -> int | None:
     """The data-section start (mod PAGE, 8-byte aligned) that page-aligns the most copied bytes
     with their source, or None when nothing is copied whole."""
     weight: dict[int, int] = {}
     for info in group:
-        src = copied_from.get(info.name)
-        if src is None:
+        if info.name not in copied_from:
             continue
-        phase = (src - slots[info.name].begin) % PAGE
+        phase = (copied_from[info.name][1] - slots[info.name].begin) % PAGE
         if phase % 8 == 0:
             weight[phase] = weight.get(phase, 0) + info.nbytes
     if not weight:

@@ -289,6 +289,48 @@ def test_writer_round_trip_several_shards(tmp_path):
     assert torch.equal(ckpt.get("d2t"), tensors["d2t"])
 
 
+def test_writer_page_aligns_copied_tensors_and_keeps_source_shards(tmp_path, monkeypatch):
+    """Tensors copied whole from two source files: the header padding puts each output tensor at
+    the same offset within a 4 KiB page as in its source (kernel copies run faster), and a new
+    shard starts where the source file changes once the shard holds ALIGNED_SHARD_MIN bytes.
+    safetensors (Rust) still opens the padded files and reads the right bytes."""
+    import speckit.checkpoint as ck
+
+    monkeypatch.setattr(ck, "ALIGNED_SHARD_MIN", 10_000)
+    a = {"a.big": torch.arange(4000, dtype=torch.int32), "a.small": torch.ones(4)}
+    b = {"b.big": torch.arange(6000, dtype=torch.int16), "b.norm": torch.ones(6),
+         "b.tiny": torch.zeros(2, dtype=torch.int64)}
+    save_file(a, str(tmp_path / "a.safetensors"))
+    save_file(b, str(tmp_path / "b.safetensors"))
+    src = {}
+    for fname in ("a.safetensors", "b.safetensors"):
+        infos, _ = read_safetensors_header(tmp_path / fname)
+        src.update({n: (fname, i.offsets[0]) for n, i in infos.items()})
+    tensors = {**a, **b}
+    specs = [(n, {torch.int32: "I32", torch.int16: "I16", torch.int64: "I64",
+                  torch.float32: "F32"}[t.dtype], tuple(t.shape)) for n, t in tensors.items()]
+    out = tmp_path / "out"
+    out.mkdir()
+    w = CheckpointWriter(out, specs, copied_from=src)
+    assert len(w.files) == 2  # split at the source-file change (a.* is over the minimum)
+    for n, t in tensors.items():
+        w.write(n, t)
+    w.close()
+    for fname in w.files:
+        infos, _ = read_safetensors_header(out / fname)
+        for n, info in infos.items():
+            if info.nbytes >= 4096:  # the big ones carry the weight of the choice
+                assert info.offsets[0] % 4096 == src[n][1] % 4096, n
+        with safe_open(str(out / fname), framework="pt") as f:
+            for n in f.keys():  # noqa: SIM118
+                assert torch.equal(f.get_tensor(n), tensors[n])
+    # under the minimum, the source boundary does not split the output
+    monkeypatch.setattr(ck, "ALIGNED_SHARD_MIN", 10**9)
+    out2 = tmp_path / "out2"
+    out2.mkdir()
+    assert CheckpointWriter(out2, specs, copied_from=src).files == ["model.safetensors"]
+
+
 def test_writer_single_file_has_no_index(tmp_path):
     w = CheckpointWriter(tmp_path, [("x", "F32", (3,))])
     w.write("x", torch.ones(3))

@@ -167,15 +167,16 @@ def _slab_ranges(move: TensorMove, inputs: dict[str, Checkpoint]) -> Iterator[tu
         yield ck, info, s.start * rb, (stop - s.start) * rb
 
 
-def copied_from(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint]) -> dict[str, int]:
-    """For each output tensor copied as one contiguous range of a safetensors input: the file
-    offset it starts at (CheckpointWriter page-aligns its header against these)."""
-    out: dict[str, int] = {}
+def copied_from(moves: Sequence[TensorMove],
+                inputs: dict[str, Checkpoint]) -> dict[str, tuple[str, int]]:
+    """For each output tensor copied as one contiguous range of a safetensors input: that file
+    and the offset it starts at (CheckpointWriter page-aligns and shards against these)."""
+    out: dict[str, tuple[str, int]] = {}
     for move in moves:
         ranges = list(_slab_ranges(move, inputs)) if move.gather is None else []
         if len(ranges) == 1 and ranges[0][0].format != "pickle":
-            _ck, info, off, _length = ranges[0]
-            out[move.out] = info.offsets[0] + off
+            ck, info, off, _length = ranges[0]
+            out[move.out] = (str(ck.path / info.file), info.offsets[0] + off)
     return out
 
 
