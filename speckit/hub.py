@@ -6,7 +6,6 @@ or git blob id) and against speckit-lock.json, and a bad cached file is re-fetch
 
 from __future__ import annotations
 
-import contextlib
 import datetime
 import difflib
 import glob
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.checkpoint import INDEX_NAME, safe_relpath, write_json
+from speckit.checkpoint import INDEX_NAME, advise_sequential, safe_relpath, write_json
 from speckit.errors import FormatError, HubError, IntegrityError, SpeckitError, UsageError
 
 LOCK_NAME = "speckit-lock.json"
@@ -194,9 +193,7 @@ def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:
         size = os.fstat(f.fileno()).st_size
-        if hasattr(os, "posix_fadvise"):
-            with contextlib.suppress(OSError):
-                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        advise_sequential(f.fileno())
         pos = 0
         while pos < size:
             n = min(HASH_WINDOW, size - pos)
@@ -236,6 +233,11 @@ class _Remote:
     lfs_sha256: str | None = None
 
 
+def _memo_stamp(st: os.stat_result) -> list[int]:
+    """What the hash memo keys a file's bytes by (git's index uses the same fields)."""
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
 def _racy_window_ns(st: os.stat_result) -> int:
     """How long after its last change a file could change again without moving its timestamps.
     Filesystems with sub-millisecond timestamps tick per jiffy or finer; anything else (round
@@ -272,9 +274,8 @@ class _Sidecar:
     def known(self, path: Path) -> str | None:
         """The remembered sha256 of ``path`` if the file has not changed since, else None."""
         real = os.path.realpath(path)
-        st = os.stat(real)
         memo = self.hashes.get(real)
-        if memo and memo.get("stamp") == [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]:
+        if memo and memo.get("stamp") == _memo_stamp(os.stat(real)):
             return memo["sha256"]
         return None
 
@@ -291,15 +292,14 @@ class _Sidecar:
             # this file does not hash it again
             time.sleep(wait / 1e9)
             st = os.stat(real)
-        stamp = [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+        stamp = _memo_stamp(st)
         started = time.time_ns()
         digest = sha256_file(Path(real))
         # a file written within the clock granularity of this hash could change without moving
         # its mtime ("racy" in git's words): only remember hashes of files older than that
         # (and only if it did not change while being hashed)
-        after = os.stat(real)
-        if max(st.st_mtime_ns, st.st_ctime_ns) <= started - _racy_window_ns(st) and stamp == [
-                after.st_size, after.st_mtime_ns, after.st_ctime_ns, after.st_ino]:
+        if max(st.st_mtime_ns, st.st_ctime_ns) <= started - window and \
+                stamp == _memo_stamp(os.stat(real)):
             self.hashes[real] = {"stamp": stamp, "sha256": digest}
             self.dirty = True
         else:
@@ -633,6 +633,19 @@ def _repo_folder(repo: str) -> str:
     """huggingface_hub's cache folder name of a model repo (its repo_folder_name, written out:
     importing file_download costs 0.2 s; tests/test_hub.py checks the two agree)."""
     return "models--" + repo.replace("/", "--")
+
+
+def fetch_sidecars(path: Path) -> tuple[str | None, str | None, list[Path]]:
+    """For a directory `speckit fetch` may have filled: (repo, commit, its sidecar files). An HF
+    cache snapshot (``models--org--name/snapshots/<commit>``) names its repo and commit; a
+    --local-dir keeps its sidecars under ``.cache/speckit`` (see _sidecar_path)."""
+    real = path.resolve()
+    storage = real.parent.parent
+    if real.parent.name == "snapshots" and storage.name.startswith("models--") \
+            and _SHA_RE.match(real.name):
+        repo = storage.name[len("models--"):].replace("--", "/")
+        return repo, real.name, [storage / "speckit" / f"{real.name}.json"]
+    return None, None, sorted((real / ".cache" / "speckit").glob("*.json"))
 
 
 def _read_ref(storage: Path, rev: str) -> str | None:

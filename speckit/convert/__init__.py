@@ -9,7 +9,6 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import os
-import re
 import shutil
 import threading
 import time
@@ -40,7 +39,6 @@ from speckit.errors import FormatError, SpeckitError, UsageError
 from speckit.progress import byte_progress
 
 PROVENANCE = "speckit-provenance.json"
-_COMMIT_RE = re.compile(r"[0-9a-f]{40}")
 DEFAULT_SHARD_BYTES = 5 * 10**9
 METHOD_CHOICES = ("auto", "eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp",
                   "gemma4_assistant")
@@ -179,7 +177,7 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
             label = f"convert {layout.name} -> {plan.method}"
             with byte_progress(progress, total, label=label) as tick:
                 execute(moves, inputs, writer, on_tensor=lambda m: tick(m.nbytes),
-                        on_open=lambda origin, f: origin == SOURCE and hasher.opened(f))
+                        on_open=lambda ck, f: ck is src_ckpt and hasher.opened(f))
         except BaseException:
             _close(writer)
             raise
@@ -251,15 +249,10 @@ def _local_source(ref: str, p: Path) -> _Resolved:
     """A local directory; when it is a snapshot that `speckit fetch` left (an HF cache snapshot or a
     --local-dir), its repo and commit are recorded and the digests fetch verified against the Hub
     are reused for unchanged files instead of hashing them again."""
-    real = p.resolve()
-    if real.parent.name == "snapshots" and real.parent.parent.name.startswith("models--") \
-            and _COMMIT_RE.fullmatch(real.name):
-        storage = real.parent.parent
-        repo = storage.name[len("models--"):].replace("--", "/")
-        return _Resolved(ref, p, "path", repo=repo, commit=real.name,
-                         fetch_memos=[storage / "speckit" / f"{real.name}.json"])
-    return _Resolved(ref, p, "path",
-                     fetch_memos=sorted((real / ".cache" / "speckit").glob("*.json")))
+    from speckit.hub import fetch_sidecars
+
+    repo, commit, sidecars = fetch_sidecars(p)
+    return _Resolved(ref, p, "path", repo=repo, commit=commit, fetch_memos=sidecars)
 
 
 def _registry_defaults(s: _Resolved) -> tuple[str | None, tuple[int, str] | None]:

@@ -10,9 +10,8 @@ from speckit.convert.common import ReadContext, rename
 from speckit.convert.dflash_sources import backbone, finish
 from speckit.convert.moves import ConversionPlan, Slab, TensorMove
 from speckit.errors import FormatError
+from speckit.methods.dspark import SUPPORTED_MARKOV_HEADS
 
-# Markov-head types vLLM's Qwen3DSparkModel implements (gated/rnn heads would be unknown tensors)
-VLLM_MARKOV_HEADS = ("vanilla",)
 _SETTINGS = ("markov_rank", "markov_head_type", "enable_confidence_head",
              "confidence_head_with_markov", "sample_from_anchor")
 _TOP_CONSUMED = {
@@ -50,7 +49,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     if on_disk and on_disk[0] != head_type:
         raise FormatError(f"{ctx.where('markov_head_type')} is {head_type!r} but the checkpoint "
                           f"holds {_HEAD_TENSORS[on_disk[0]]}")
-    if head_type not in VLLM_MARKOV_HEADS:
+    if head_type not in SUPPORTED_MARKOV_HEADS:
         raise FormatError(
             f"{src.path}: markov_head_type is {head_type!r} ({_HEAD_TENSORS.get(head_type, '?')}); "
             f"vLLM's Qwen3DSparkModel implements only the vanilla Markov head and would refuse "

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from speckit.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo
+from speckit.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo, advise_sequential
 from speckit.errors import FormatError
 
 # biggest buffer the pread/pwrite paths hold at once (row gathers, pickled sources)
@@ -182,13 +182,13 @@ def copied_from(moves: Sequence[TensorMove],
 
 def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
             *, on_tensor: Callable[[TensorMove], None] | None = None,
-            on_open: Callable[[str, str], Any] | None = None) -> None:
+            on_open: Callable[[Checkpoint, str], Any] | None = None) -> None:
     """Stream every move into ``writer`` (a CheckpointWriter whose specs match ``moves``).
 
     safetensors inputs are copied file-to-file with os.copy_file_range (no user-space buffer,
     so resident memory stays flat whatever the tensor size); pickled inputs, already loaded by
-    torch, are written from their storage in chunks. ``on_open(origin, file)`` is called when
-    an input file is first read.
+    torch, are written from their storage in chunks. ``on_open(checkpoint, file)`` is called
+    when an input file is first read.
     """
     fds: dict[tuple[str, str], int] = {}
     try:
@@ -203,9 +203,9 @@ def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
                     key = (str(ck.path), info.file)
                     if key not in fds:
                         fds[key] = os.open(ck.path / info.file, os.O_RDONLY)
-                        _sequential(fds[key])
+                        advise_sequential(fds[key])
                         if on_open is not None:
-                            on_open(_origin_of(ck, inputs), info.file)
+                            on_open(ck, info.file)
                     parts.append((fds[key], info.offsets[0] + off, length))
             writer.write_bytes(move.out, _coalesce(parts))
             if on_tensor is not None:
@@ -213,20 +213,6 @@ def execute(moves: Sequence[TensorMove], inputs: dict[str, Checkpoint], writer,
     finally:
         for fd in fds.values():
             os.close(fd)
-
-
-def _origin_of(ck: Checkpoint, inputs: dict[str, Checkpoint]) -> str:
-    return next(k for k, v in inputs.items() if v is ck)
-
-
-def _sequential(fd: int) -> None:
-    """Tell the kernel the file is read front to back (what cp does): a larger readahead window
-    when the bytes are not in the page cache yet."""
-    if hasattr(os, "posix_fadvise"):
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_SEQUENTIAL)
-        except OSError:
-            pass
 
 
 def _coalesce(parts: list[Any], *, small: int = 1 << 20) -> Iterator[Any]:

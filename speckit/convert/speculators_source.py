@@ -21,7 +21,6 @@ from speckit.convert.common import (
     verifier_name,
     vocab_moves,
 )
-from speckit.convert.dspark_sources import VLLM_MARKOV_HEADS
 from speckit.convert.moves import ConversionPlan
 from speckit.errors import FormatError, UsageError
 
@@ -115,7 +114,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                                eagle_default=method in _EAGLE)
         if method in _EAGLE and layer_cfg.get("model_type") == "llama":
             layer_cfg.setdefault("num_aux_hidden_states", n_aux)
-    if method in ("peagle", *_DFLASH):  # vLLM fills the draft's parallel slots with it
+    if methods.get(method).PARALLEL:  # vLLM fills the draft's parallel slots with it
         flag, said = ctx.opts.mask_token_id, cfg.get("mask_token_id")
         if flag is not None and said is not None and int(flag) != int(said):
             raise UsageError(f"--mask-token-id {flag} contradicts mask_token_id {said} in "
@@ -126,7 +125,8 @@ def plan(ctx: ReadContext) -> ConversionPlan:
         if said is None:
             cfg["mask_token_id"] = int(flag)
             out.notes.append(f"mask_token_id {flag} from --mask-token-id")
-    if method == "dspark" and cfg.get("markov_head_type") not in VLLM_MARKOV_HEADS:
+    heads = getattr(methods.get(method), "SUPPORTED_MARKOV_HEADS", None)
+    if heads is not None and cfg.get("markov_head_type") not in heads:
         raise FormatError(f"{ctx.where('markov_head_type')} is {cfg['markov_head_type']!r}: vLLM's "
                           f"Qwen3DSparkModel implements only the vanilla Markov head",
                           hint="speckit refuses to produce a checkpoint no vLLM can load")
