@@ -266,7 +266,8 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                               f"not plain DFlash", hint="pass --method for that projector, or "
                               "report the checkpoint")
         consumed["projector_type"] = f"{proj!r}: plain DFlash"
-    return finish(ctx, bb, architecture="DFlashDraftModel", consumed_dc=consumed)
+    return finish(ctx, bb, architecture=methods.get("dflash").SPECULATORS_ARCHITECTURE,
+                  consumed_dc=consumed)
 
 
 # ---- DFlash2 -------------------------------------------------------------------------------------
@@ -327,7 +328,7 @@ def _plan_dflash2(ctx: ReadContext) -> ConversionPlan:
             if new != name:
                 bb.plan.notes.append(f"{name} renamed to {new} (vLLM's bare codebook parameter)")
             bb.unmapped.remove(name)
-    return finish(ctx, bb, architecture="DFlash2DraftModel",
+    return finish(ctx, bb, architecture=methods.get("dflash2").SPECULATORS_ARCHITECTURE,
                   consumed_dc={k: f"top-level {k}" for k in _DFLASH2_KEYS
                                if k in bb.dflash_config})
 

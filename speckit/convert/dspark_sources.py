@@ -10,7 +10,7 @@ from speckit.convert.common import ReadContext, rename
 from speckit.convert.dflash_sources import backbone, finish
 from speckit.convert.moves import ConversionPlan, Slab, TensorMove
 from speckit.errors import FormatError
-from speckit.methods.dspark import SUPPORTED_MARKOV_HEADS
+from speckit.methods import dspark
 
 _SETTINGS = ("markov_rank", "markov_head_type", "enable_confidence_head",
              "confidence_head_with_markov", "sample_from_anchor")
@@ -49,7 +49,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     if on_disk and on_disk[0] != head_type:
         raise FormatError(f"{ctx.where('markov_head_type')} is {head_type!r} but the checkpoint "
                           f"holds {_HEAD_TENSORS[on_disk[0]]}")
-    if head_type not in SUPPORTED_MARKOV_HEADS:
+    if head_type not in dspark.SUPPORTED_MARKOV_HEADS:
         raise FormatError(
             f"{src.path}: markov_head_type is {head_type!r} ({_HEAD_TENSORS.get(head_type, '?')}); "
             f"vLLM's Qwen3DSparkModel implements only the vanilla Markov head and would refuse "
@@ -124,7 +124,8 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                              "vLLM's speculators loader would assume false)")
     bb.plan.moves += moves
     arch = next((a for a in cfg.get("architectures") or []
-                 if a in ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")), "DSparkDraftModel")
+                 if a in ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")),
+                dspark.SPECULATORS_ARCHITECTURE)
     return finish(ctx, bb, architecture=arch,
                   consumed_dc={k: v for k, v in _TOP_CONSUMED.items() if k in dc})
 

@@ -160,7 +160,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                      # vLLM's Llama EAGLE-3 head sizes fc from this (else assumes 3)
                      num_aux_hidden_states=n_aux)
     config: dict[str, Any] = {
-        "architectures": ["PEagleDraftModel" if method == "peagle" else "Eagle3DraftModel"],
+        "architectures": [methods.get(method).SPECULATORS_ARCHITECTURE],
         "speculators_model_type": method,
         "speculators_version": SPECULATORS_FORMAT_VERSION,
         "draft_vocab_size": draft_vocab,

@@ -38,8 +38,6 @@ SPECULATORS_DEFAULTS: dict[str, dict[str, Any]] = {
                "confidence_head_with_markov": True},
     "mtp": {},
 }
-_EAGLE = ("eagle3", "peagle")
-_DFLASH = ("dflash", "dflash2", "dspark")
 
 
 def plan(ctx: ReadContext) -> ConversionPlan:
@@ -85,7 +83,9 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                              f"would read a missing key differently)")
 
     moves = []
-    if method in _EAGLE + _DFLASH:
+    key = getattr(mod, "AUX_LAYERS_KEY", None)
+    eagle = getattr(mod, "TRAINER_AUX_DEFAULT", False)
+    if key is not None:
         hidden = int(layer_cfg.get("hidden_size") or 0)
         if "lm_head.weight" in src.tensors:
             draft_vocab = src.tensors["lm_head.weight"].shape[0]
@@ -106,15 +106,13 @@ def plan(ctx: ReadContext) -> ConversionPlan:
             raise FormatError(f"{src.path}: fc.weight is {list(fc.shape) if fc else 'missing'}; "
                               f"its input must be a multiple of the target hidden size {t_hidden}")
         n_aux = fc.shape[1] // t_hidden
-        key = "eagle_aux_hidden_state_layer_ids" if method in _EAGLE else \
-            "aux_hidden_state_layer_ids"
         recorded = cfg.get(key)
         cfg[key] = resolve_aux(ctx, count=n_aux, recorded=recorded,
                                recorded_from=f"source {key}", plan=out,
-                               eagle_default=method in _EAGLE)
-        if method in _EAGLE and layer_cfg.get("model_type") == "llama":
+                               eagle_default=eagle)
+        if eagle and layer_cfg.get("model_type") == "llama":
             layer_cfg.setdefault("num_aux_hidden_states", n_aux)
-    if methods.get(method).PARALLEL:  # vLLM fills the draft's parallel slots with it
+    if mod.PARALLEL:  # vLLM fills the draft's parallel slots with it
         flag, said = ctx.opts.mask_token_id, cfg.get("mask_token_id")
         if flag is not None and said is not None and int(flag) != int(said):
             raise UsageError(f"--mask-token-id {flag} contradicts mask_token_id {said} in "
@@ -125,7 +123,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
         if said is None:
             cfg["mask_token_id"] = int(flag)
             out.notes.append(f"mask_token_id {flag} from --mask-token-id")
-    heads = getattr(methods.get(method), "SUPPORTED_MARKOV_HEADS", None)
+    heads = getattr(mod, "SUPPORTED_MARKOV_HEADS", None)
     if heads is not None and cfg.get("markov_head_type") not in heads:
         raise FormatError(f"{ctx.where('markov_head_type')} is {cfg['markov_head_type']!r}: vLLM's "
                           f"Qwen3DSparkModel implements only the vanilla Markov head",

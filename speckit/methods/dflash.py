@@ -30,8 +30,11 @@ from speckit.methods.common import (
 NAME = "dflash"
 VLLM_METHOD = "dflash"
 SPECULATORS_TYPE = "dflash"
+SPECULATORS_ARCHITECTURE = "DFlashDraftModel"  # "architectures" of the speculators config
 PARALLEL = True
 HAS_CHECKPOINT = True
+# speculators config key of the target layers whose hidden states feed the draft's fc
+AUX_LAYERS_KEY = "aux_hidden_state_layer_ids"
 
 
 def block_size(config: dict[str, Any]) -> int:

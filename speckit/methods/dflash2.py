@@ -14,8 +14,11 @@ from speckit.methods.common import first, layer_config, offset_layer_runtime_nam
 NAME = "dflash2"
 VLLM_METHOD = "dflash"
 SPECULATORS_TYPE = "dflash2"
+SPECULATORS_ARCHITECTURE = "DFlash2DraftModel"  # "architectures" of the speculators config
 PARALLEL = True
 HAS_CHECKPOINT = True
+# speculators config key of the target layers whose hidden states feed the draft's fc
+AUX_LAYERS_KEY = "aux_hidden_state_layer_ids"
 
 block_size = _dflash.block_size
 max_k = _dflash.max_k

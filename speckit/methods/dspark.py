@@ -15,8 +15,11 @@ from speckit.methods.common import check_k_range, first, offset_layer_runtime_na
 NAME = "dspark"
 VLLM_METHOD = "dspark"
 SPECULATORS_TYPE = "dspark"
+SPECULATORS_ARCHITECTURE = "DSparkDraftModel"  # "architectures" of the speculators config
 PARALLEL = True
 HAS_CHECKPOINT = True
+# speculators config key of the target layers whose hidden states feed the draft's fc
+AUX_LAYERS_KEY = "aux_hidden_state_layer_ids"
 CPU_SUPPORTED = False
 SUPPORTED_MARKOV_HEADS = ("vanilla",)  # vLLM's qwen3_dspark implements only the vanilla head
 

@@ -28,8 +28,12 @@ from speckit.methods.common import (
 NAME = "eagle3"
 VLLM_METHOD = "eagle3"
 SPECULATORS_TYPE = "eagle3"
+SPECULATORS_ARCHITECTURE = "Eagle3DraftModel"  # "architectures" of the speculators config
 PARALLEL = False
 HAS_CHECKPOINT = True
+# speculators config key of the target layers whose hidden states feed the draft's fc
+AUX_LAYERS_KEY = "eagle_aux_hidden_state_layer_ids"
+TRAINER_AUX_DEFAULT = True  # three aux layers default to [2, L//2, L-3] (trainers, vLLM)
 
 
 def default_k(config: dict[str, Any]) -> int | None:

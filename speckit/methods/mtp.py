@@ -23,6 +23,7 @@ from speckit.methods.common import (
 NAME = "mtp"
 VLLM_METHOD = "mtp"
 SPECULATORS_TYPE = "mtp"
+SPECULATORS_ARCHITECTURE = "MTPDraftModel"  # "architectures" of the speculators config
 PARALLEL = False
 HAS_CHECKPOINT = True
 CPU_SUPPORTED = False

@@ -22,8 +22,12 @@ from speckit.methods.common import (
 NAME = "peagle"
 VLLM_METHOD = "eagle3"
 SPECULATORS_TYPE = "peagle"
+SPECULATORS_ARCHITECTURE = "PEagleDraftModel"  # "architectures" of the speculators config
 PARALLEL = True
 HAS_CHECKPOINT = True
+# speculators config key of the target layers whose hidden states feed the draft's fc
+AUX_LAYERS_KEY = "eagle_aux_hidden_state_layer_ids"
+TRAINER_AUX_DEFAULT = True  # three aux layers default to [2, L//2, L-3] (trainers, vLLM)
 
 
 def default_k(config: dict[str, Any]) -> int | None:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.checkpoint import CheckpointWriter, atomic_output_dir, write_json
+from speckit.methods import eagle3
 from speckit.train.model import HeadConfig
 from speckit.train.vocab import DraftVocab, check_draft_vocab
 
@@ -45,7 +46,7 @@ def draft_config(cfg: HeadConfig, *, aux_layers: list[int], ttt_steps: int,
         if target_cfg.get(key) is not None:
             layer[key] = target_cfg[key]
     return {
-        "architectures": ["Eagle3DraftModel"],
+        "architectures": [eagle3.SPECULATORS_ARCHITECTURE],
         "speculators_model_type": "eagle3",
         "speculators_version": SPECULATORS_VERSION,
         "speculators_config": {
