@@ -15,24 +15,13 @@ import sys
 import time
 import traceback
 
+from speckit.validate.metrics import metric_snapshot
+
 # the worker inspection below ships a function to the engine process
 os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
 
 PROMPTS = ["the quick brown fox jumps over the lazy dog. the quick brown fox",
            "def add(a, b): return a + b. def add(a, b):"]
-
-
-def _counters(metrics) -> dict:
-    out: dict = {}
-    for m in metrics:
-        name = getattr(m, "name", "")
-        if not name.startswith("vllm:spec_decode"):
-            continue
-        if hasattr(m, "values"):
-            out[name] = [int(v) for v in m.values]
-        elif hasattr(m, "value"):
-            out[name] = int(m.value)
-    return out
 
 
 def _draft_linears(worker) -> dict:
@@ -68,7 +57,7 @@ def run_one(target: str, run: dict) -> dict:
     outs = llm.generate(PROMPTS, params, use_tqdm=False)
     result = {"ok": True, "texts": [o.outputs[0].text for o in outs],
               "num_tokens": [len(o.outputs[0].token_ids) for o in outs],
-              "counters": _counters(llm.get_metrics()),
+              "counters": metric_snapshot(llm),
               "modules": llm.collective_rpc(_draft_linears)[0],
               "seconds": round(time.monotonic() - started, 1)}
     del llm

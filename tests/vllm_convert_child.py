@@ -23,21 +23,10 @@ import time
 import traceback
 from pathlib import Path
 
+from speckit.validate.metrics import metric_snapshot
+
 PROMPTS = ["the quick brown fox jumps over the lazy dog. the quick brown fox",
            "def add(a, b): return a + b. def add(a, b):"]
-
-
-def _counters(metrics) -> dict:
-    out: dict = {}
-    for m in metrics:
-        name = getattr(m, "name", "")
-        if not name.startswith("vllm:spec_decode"):
-            continue
-        if hasattr(m, "values"):  # vector (per position)
-            out[name] = [int(v) for v in m.values]
-        elif hasattr(m, "value"):
-            out[name] = int(m.value)
-    return out
 
 
 def generate(run: dict) -> dict:
@@ -51,7 +40,7 @@ def generate(run: dict) -> dict:
     params = SamplingParams(temperature=0.0, max_tokens=run.get("max_tokens", 8), ignore_eos=True)
     outs = llm.generate(PROMPTS, params, use_tqdm=False)
     result = {"ok": True, "token_ids": [list(o.outputs[0].token_ids) for o in outs],
-              "counters": _counters(llm.get_metrics()),
+              "counters": metric_snapshot(llm),
               "seconds": round(time.monotonic() - started, 1)}
     del llm
     gc.collect()

@@ -19,6 +19,8 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from speckit.validate.metrics import metric_snapshot
+
 PROBE_REPEATS = 7
 
 
@@ -63,24 +65,6 @@ class _Bar:
 
     def close(self) -> None:
         pass
-
-
-def _metric_snapshot(llm) -> dict[str, Any]:
-    """Spec-decode counters summed over labels (engines, model names)."""
-    from vllm.v1.metrics.reader import Counter, Vector
-
-    out: dict[str, Any] = {}
-    for m in llm.get_metrics():
-        if not m.name.startswith("vllm:spec_decode"):
-            continue
-        if isinstance(m, Counter):
-            out[m.name] = out.get(m.name, 0) + int(m.value)
-        elif isinstance(m, Vector):
-            prev, vals = out.get(m.name) or [], [int(v) for v in m.values]
-            n = max(len(prev), len(vals))
-            out[m.name] = [(prev[i] if i < len(prev) else 0) + (vals[i] if i < len(vals) else 0)
-                           for i in range(n)]
-    return out
 
 
 def _device_name(current_platform) -> str:
@@ -235,11 +219,11 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     llm.generate(prompts[:1], warm, use_tqdm=False)  # first-call kernel set-up is not timed
     events.emit(phase="generate", done=0, total=len(prompts))
 
-    before = _metric_snapshot(llm)
+    before = metric_snapshot(llm)
     t0 = time.perf_counter()
     outputs = llm.generate(prompts, sp, use_tqdm=lambda *a, **kw: _Bar(events, *a, **kw))
     wall = time.perf_counter() - t0
-    after = _metric_snapshot(llm)
+    after = metric_snapshot(llm)
 
     result: dict[str, Any] = {
         "ok": True,
