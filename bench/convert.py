@@ -61,7 +61,7 @@ def _specs() -> list[tuple[str, str, tuple[int, ...]]]:
 def make_source(root: Path) -> tuple[Path, Path]:
     """Write the draft (2 shards + index) and a config-only target, streaming: the biggest buffer
     is one 16 MiB chunk of noise, reused."""
-    from speckit.checkpoint import CheckpointWriter
+    from speckit.io.checkpoint import CheckpointWriter
 
     src, tgt = root / "draft", root / "target"
     src.mkdir()
@@ -147,7 +147,7 @@ def _peak_rss() -> int:
 
 def child_convert(src: str, tgt: str, dst: str) -> None:
     t0 = time.perf_counter()
-    from speckit.convert import convert
+    from speckit.ops.convert import convert
 
     t1 = time.perf_counter()
     r = convert(src, target=tgt, out=dst, num_speculative_tokens=3)
@@ -160,7 +160,7 @@ def child_convert(src: str, tgt: str, dst: str) -> None:
 
 
 def child_fetch(repo: str) -> None:
-    from speckit.hub import fetch
+    from speckit.io.hub import fetch
 
     t = time.perf_counter()
     r = fetch(repo)
@@ -173,7 +173,7 @@ def child_hash(*paths: str) -> None:
     (as convert does), no copy."""
     import threading
 
-    from speckit.hub import sha256_file
+    from speckit.io.hub import sha256_file
 
     t = time.perf_counter()
     threads = [threading.Thread(target=sha256_file, args=(Path(p),)) for p in paths]

@@ -99,7 +99,7 @@ def build_draft(path: Path, *, device: str = "cpu") -> Path:
     """Write the synthetic draft once (seeded); later runs reuse it."""
     import torch
 
-    from speckit.checkpoint import CheckpointWriter, write_json
+    from speckit.io.checkpoint import CheckpointWriter, write_json
 
     if (path / "config.json").exists():
         return path
@@ -165,7 +165,7 @@ def same_tensors(a: Path, b: Path) -> tuple[int, list[str]]:
     """Compare two checkpoints tensor by tensor, as bytes. Returns (count, differing names)."""
     import torch
 
-    from speckit.checkpoint import Checkpoint
+    from speckit.io.checkpoint import Checkpoint
 
     ca, cb = Checkpoint.open(a), Checkpoint.open(b)
     diff = sorted(set(ca.tensors) ^ set(cb.tensors))
@@ -279,7 +279,7 @@ def plain_copy(src: Path, dst: Path) -> float:
 def cuda_bench(data: Path, *, devices: tuple[str, ...] = ("cuda", "cpu")) -> str:
     import torch
 
-    from speckit.quant import quantize
+    from speckit.ops.quantize import quantize
 
     gpu = "cuda" in devices
     assert torch.cuda.is_available() or not gpu, "needs a CUDA device"
@@ -326,7 +326,7 @@ def device_identity() -> str:
     """The numerics themselves, GPU against CPU, on random and hostile tensors of each dtype."""
     import torch
 
-    from speckit.quant import fp8, mxfp4
+    from speckit.ops.quantize import fp8, mxfp4
 
     g = torch.Generator().manual_seed(0)
     bad, n = [], 0

@@ -58,10 +58,10 @@ def main() -> int:
     args = ap.parse_args()
     ks = [int(x) for x in args.ks.split(",")]
 
-    from speckit.targets import materialize_smollm2
-    from speckit.validate import validate
-    from speckit.validate.engine import EngineJob, run_engine
-    from speckit.validate.prompts import load_prompts
+    from speckit.io.engine import EngineJob, run_engine
+    from speckit.io.targets import materialize_smollm2
+    from speckit.ops.validate import validate
+    from speckit.ops.validate.prompts import load_prompts
 
     work = Path(tempfile.mkdtemp(prefix="speckit-bench-validate-"))
     target = materialize_smollm2(progress=True)
@@ -81,7 +81,7 @@ def main() -> int:
           f"recommended k={rep.k}", flush=True)
 
     # B: the naive loop, one engine per k, same prompts and runner
-    from speckit.specconfig import speculative_config
+    from speckit.core.specconfig import speculative_config
 
     prompts = load_prompts(args.dataset, num_prompts=args.num_prompts)
     common = {"model": str(target), "max_tokens": args.max_tokens, "cpu_threads": 1}

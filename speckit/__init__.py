@@ -7,21 +7,19 @@ stays fast: speckit.fetch, inspect, convert, quantize, plan, validate.
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import Any
 
 __version__ = "0.1.0"
 
 # public name -> (module, attribute)
 _API = {
-    "fetch": ("speckit.hub", "fetch"),
-    "inspect": ("speckit.inspect", "inspect"),
-    "convert": ("speckit.convert", "convert"),
-    "quantize": ("speckit.quant", "quantize"),
-    "plan": ("speckit.plan", "plan_from_refs"),
-    "validate": ("speckit.validate", "validate"),
-    "Checkpoint": ("speckit.checkpoint", "Checkpoint"),
+    "fetch": ("speckit.io.hub", "fetch"),
+    "inspect": ("speckit.ops.inspect", "inspect"),
+    "convert": ("speckit.ops.convert", "convert"),
+    "quantize": ("speckit.ops.quantize", "quantize"),
+    "plan": ("speckit.ops.plan", "plan_from_refs"),
+    "validate": ("speckit.ops.validate", "validate"),
+    "Checkpoint": ("speckit.io.checkpoint", "Checkpoint"),
     "SpeckitError": ("speckit.errors", "SpeckitError"),
 }
 
@@ -38,24 +36,3 @@ def __getattr__(name: str) -> Any:
     if name in _API:
         return _resolve(name)
     raise AttributeError(f"module 'speckit' has no attribute {name!r}")
-
-
-class _Package(types.ModuleType):
-    """Keeps `speckit.plan` (and convert, validate, inspect) the function, not the submodule.
-
-    Importing a submodule makes Python set it as an attribute of the package, which would shadow
-    the function of the same name; `from speckit.plan import ...` still reaches the module.
-    """
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if name in _API and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-    def __getattribute__(self, name: str) -> Any:
-        if name in _API:
-            return _resolve(name)
-        return super().__getattribute__(name)
-
-
-sys.modules[__name__].__class__ = _Package

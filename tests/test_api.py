@@ -7,12 +7,14 @@ import sys
 
 
 def test_public_functions_survive_submodule_imports():
-    import speckit.convert
-    import speckit.plan
-    import speckit.validate
-    from speckit.convert import convert
-    from speckit.plan import plan_from_refs
-    from speckit.validate import validate
+    import speckit.ops.convert
+    import speckit.ops.plan
+    import speckit.ops.validate
+    from speckit.ops.convert import convert
+    from speckit.ops.plan import plan_from_refs
+    from speckit.ops.validate import validate
+
+    import speckit
 
     assert speckit.convert is convert
     assert speckit.plan is plan_from_refs
@@ -20,7 +22,7 @@ def test_public_functions_survive_submodule_imports():
     for name in ("fetch", "inspect", "quantize"):
         assert callable(getattr(speckit, name))
     # the submodules themselves stay importable by name
-    assert sys.modules["speckit.plan"].plan_from_refs is plan_from_refs
+    assert sys.modules["speckit.ops.plan"].plan_from_refs is plan_from_refs
 
 
 def test_help_lists_every_command_without_heavy_imports():

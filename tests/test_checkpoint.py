@@ -13,7 +13,8 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from speckit.checkpoint import (
+from speckit.errors import FormatError, UsageError
+from speckit.io.checkpoint import (
     INDEX_NAME,
     Checkpoint,
     CheckpointWriter,
@@ -22,7 +23,6 @@ from speckit.checkpoint import (
     safe_relpath,
     write_json,
 )
-from speckit.errors import FormatError, UsageError
 from tests import factories as F
 
 
@@ -260,7 +260,7 @@ def _bytes(t: torch.Tensor) -> bytes:
 
 
 def test_writer_round_trip_several_shards(tmp_path):
-    from speckit.dtypes import torch_to_code
+    from speckit.core.dtypes import torch_to_code
 
     tensors = _tensors()
     specs = [(n, torch_to_code(t.dtype), tuple(t.shape)) for n, t in tensors.items()]
@@ -294,7 +294,7 @@ def test_writer_page_aligns_copied_tensors_and_keeps_source_shards(tmp_path, mon
     the same offset within a 4 KiB page as in its source (kernel copies run faster), and a new
     shard starts where the source file changes once the shard holds ALIGNED_SHARD_MIN bytes.
     safetensors (Rust) still opens the padded files and reads the right bytes."""
-    import speckit.checkpoint as ck
+    import speckit.io.checkpoint as ck
 
     monkeypatch.setattr(ck, "ALIGNED_SHARD_MIN", 10_000)
     a = {"a.big": torch.arange(4000, dtype=torch.int32), "a.small": torch.ones(4)}
@@ -401,7 +401,7 @@ def test_write_json_atomic(tmp_path):
 def test_atomic_output_gets_the_users_modes_not_mkdtemp_0700(tmp_path):
     import os
 
-    from speckit.checkpoint import atomic_output_dir, write_json
+    from speckit.io.checkpoint import atomic_output_dir, write_json
 
     out = tmp_path / "out"
     with atomic_output_dir(out) as tmp:

@@ -14,11 +14,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from speckit.checkpoint import Checkpoint
-from speckit.convert import PROVENANCE, convert
-from speckit.convert.detect import detect
+from speckit.core.detect import detect
 from speckit.errors import FormatError, UsageError
-from speckit.inspect import check_structure
+from speckit.io.checkpoint import Checkpoint
+from speckit.ops.convert import PROVENANCE, convert
+from speckit.ops.inspect import check_structure
 from tests import factories as F
 from tests import factories_convert as FC
 from tests import hubserver
@@ -578,7 +578,7 @@ def test_sharded_source_and_sharded_output(targets, tmp_path):
 
 
 def test_source_hashes_are_memoised_by_file_identity(targets, tmp_path, monkeypatch):
-    from speckit import hub
+    from speckit.io import hub
 
     # fresh files: hashing waits out the few ms of the racy window, then remembers the digest
     src = F.make_specforge_eagle3(tmp_path / "src", export="sglang")
@@ -606,7 +606,7 @@ def test_resident_memory_stays_below_the_largest_tensor(targets, tmp_path):
     import subprocess
     import sys
 
-    from speckit.checkpoint import CheckpointWriter
+    from speckit.io.checkpoint import CheckpointWriter
 
     vocab = 1 << 21  # embed_tokens: 2**21 x 64 bf16 = 256 MiB; lm_head borrowed from the target
     src = F.make_specforge_eagle3(tmp_path / "small", export="sglang")
@@ -631,7 +631,7 @@ def test_resident_memory_stays_below_the_largest_tensor(targets, tmp_path):
     tgt.mkdir()  # convert reads nothing of the target but its config here
     tcfg = json.loads((targets["llama"] / "config.json").read_text())
     (tgt / "config.json").write_text(json.dumps({**tcfg, "vocab_size": vocab}))
-    code = ("import sys, json; from speckit.convert import convert; "
+    code = ("import sys, json; from speckit.ops.convert import convert; "
             "r = convert(sys.argv[1], target=sys.argv[2], out=sys.argv[3], "
             "num_speculative_tokens=3); "
             "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]; "
@@ -700,8 +700,8 @@ def test_snapshot_path_of_a_fetched_draft_reuses_fetch_digests(hub, targets, tmp
     """SRC given as the HF-cache snapshot directory `speckit fetch` left: provenance names the
     repo and commit, and the digests fetch verified against the Hub are reused, not recomputed;
     a file changed since the fetch is hashed again."""
-    import speckit.hub as hubmod
-    from speckit.hub import fetch
+    import speckit.io.hub as hubmod
+    from speckit.io.hub import fetch
 
     draft = F.make_specforge_eagle3(tmp_path / "d", export="sglang")
     commit = hub.server.add_commit("org/draft", {p.name: p.read_bytes() for p in draft.iterdir()})

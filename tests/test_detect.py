@@ -9,10 +9,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from speckit import methods
-from speckit.checkpoint import Checkpoint
-from speckit.convert.detect import LAYOUTS, Layout, detect
+from speckit.core import methods
+from speckit.core.detect import LAYOUTS, Layout, detect
 from speckit.errors import FormatError
+from speckit.io.checkpoint import Checkpoint
 from tests import factories as F
 
 

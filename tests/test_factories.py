@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from speckit.checkpoint import Checkpoint
-from speckit.methods.common import aux_layer_ids, check_vocab_maps
+from speckit.core.methods.common import aux_layer_ids, check_vocab_maps
+from speckit.io.checkpoint import Checkpoint
 from tests import factories as F
 
 BROKEN = {

@@ -18,7 +18,7 @@ from safetensors.numpy import save as st_save
 
 from speckit.cli import main
 from speckit.errors import FormatError, HubError, IntegrityError, UsageError
-from speckit.hub import LOCK_NAME, fetch, select_files
+from speckit.io.hub import LOCK_NAME, fetch, select_files
 from tests import hubserver
 
 # the local Hub server (session) and the per-test isolated HF cache + HF_ENDPOINT
@@ -199,7 +199,7 @@ def test_sharded_checkpoint_fetches_only_indexed_shards(hub):
     assert "consolidated.safetensors" in r.skipped
     assert hub.server.body_gets("consolidated.safetensors") == []
     assert len(hub.server.body_gets("model.safetensors.index.json")) == 1  # reused from the dry run
-    from speckit.checkpoint import Checkpoint
+    from speckit.io.checkpoint import Checkpoint
 
     ckpt = Checkpoint.open(r.path)  # the cache layout (symlinks into blobs/) opens as a checkpoint
     assert set(ckpt.tensors) == set(_tensors(0))
@@ -256,7 +256,7 @@ def test_corrupted_cache_blob_is_detected_and_refetched(hub, damage):
 
 
 def test_hash_memo_skips_rehash_but_not_tampering(hub, monkeypatch):
-    import speckit.hub as hubmod
+    import speckit.io.hub as hubmod
 
     hashed: list[str] = []
     real = hubmod.sha256_file
@@ -609,7 +609,7 @@ def test_cli_json_and_exit_codes(hub):
 def test_repo_folder_matches_huggingface_hub():
     from huggingface_hub.file_download import repo_folder_name
 
-    from speckit.hub import _repo_folder
+    from speckit.io.hub import _repo_folder
 
     for repo in ("org/name", "a-b/c.d_e", "single"):
         assert _repo_folder(repo) == repo_folder_name(repo_id=repo, repo_type="model")

@@ -12,12 +12,12 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
-from speckit.checkpoint import Checkpoint
 from speckit.cli import main
-from speckit.convert.detect import detect
+from speckit.core.detect import detect
+from speckit.core.methods.common import check_vocab_maps
 from speckit.errors import FormatError
-from speckit.inspect import InspectReport, check_structure, inspect
-from speckit.methods.common import check_vocab_maps
+from speckit.io.checkpoint import Checkpoint
+from speckit.ops.inspect import InspectReport, check_structure, inspect
 from tests import factories as F
 from tests import hubserver
 
@@ -416,7 +416,7 @@ def test_cli_missing_directory_is_a_usage_error(tmp_path):
     assert res.exit_code == 2 and "no such directory" in res.output
 
 
-# ---- Hub ids, through speckit.hub and a local Hub-protocol server --------------------------------
+# ---- Hub ids, through speckit.io.hub and a local Hub-protocol server --------------------------------
 
 hub_server = hubserver.hub_server
 hub = hubserver.hub

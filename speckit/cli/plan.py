@@ -1,6 +1,6 @@
 """`speckit plan`: will target + draft fit on this GPU under vLLM, and what does the draft cost?
 
-A thin click shell over speckit.plan.plan_from_refs; --json prints the PlanResult. Exit status 1
+A thin click shell over speckit.ops.plan.plan_from_refs; --json prints the PlanResult. Exit status 1
 when the deployment will not start (0 when it does), so scripts can gate on it.
 """
 
@@ -57,9 +57,9 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
     max-model-len with the draft's lookahead slots), what the draft costs against the same
     deployment without it, a verdict, and "try" lines when it is tight.
     """
+    from speckit.core.gpus import get_gpu
     from speckit.errors import UsageError
-    from speckit.gpus import get_gpu
-    from speckit.plan import plan_from_refs
+    from speckit.ops.plan import plan_from_refs
 
     if gpu and gpu_mem_gib is not None:
         raise UsageError("--gpu and --gpu-mem-gib are exclusive", hint="pass one of them")

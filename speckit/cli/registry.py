@@ -1,6 +1,6 @@
 """`speckit registry list | show | resolve`: browse the curated draft checkpoints.
 
-A thin click shell over speckit.registry; rich renders the tables (imported only when a table is
+A thin click shell over speckit.core.registry; rich renders the tables (imported only when a table is
 printed) and --json prints the library's result object. Nothing here imports torch.
 """
 
@@ -29,7 +29,7 @@ registry_option = click.option(
 
 def load_from_cli(*registry_files: Path):
     """The registry as a command sees it: built-in < config dir < $SPECKIT_REGISTRY < --registry."""
-    from speckit.registry import load_registry
+    from speckit.core.registry import load_registry
 
     return load_registry(extra_files=list(registry_files))
 
@@ -61,7 +61,7 @@ def registry(ctx: click.Context, registry_files: tuple[Path, ...]) -> None:
 @handle_errors
 def list_cmd(ctx, provider, method, target, kind, show_all, registry_files, as_json):
     """List registry entries (drafts by default) with their best published figure."""
-    from speckit.registry import list_entries
+    from speckit.core.registry import list_entries
 
     reg = load_from_cli(*_files(ctx, registry_files))
     kind_filter = None if (show_all or kind == "all") else kind
@@ -97,7 +97,7 @@ def show_cmd(ctx, entry_id, registry_files, as_json):
 @handle_errors
 def resolve_cmd(ctx, target, method, registry_files, as_json):
     """Drafts for a target, best published figure first. Exit status 2 when there is none."""
-    from speckit.registry import resolve
+    from speckit.core.registry import resolve
 
     reg = load_from_cli(*_files(ctx, registry_files))
     result = resolve(reg, target=target, method=method)

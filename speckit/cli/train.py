@@ -1,4 +1,4 @@
-"""`speckit train`: train drafts. `speckit train eagle3` is a thin shell over speckit.train.train_eagle3.
+"""`speckit train`: train drafts. `speckit train eagle3` is a thin shell over speckit.ops.train.train_eagle3.
 
 --json prints the TrainResult; otherwise a progress bar on a TTY and a short summary.
 """
@@ -100,7 +100,7 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
     The target answers every prompt with its chat template; its aux hidden states are captured
     to disk shards; the head is trained with the TTT loss; OUT is ready for speckit validate.
     """
-    from speckit.train import train_eagle3
+    from speckit.ops.train import train_eagle3
 
     command = "speckit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     result = train_eagle3(

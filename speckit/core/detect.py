@@ -1,0 +1,212 @@
+"""Recognise which published layout a checkpoint is in, from its config keys and tensor names.
+
+The table below is the layout registry: one small recogniser per layout, tried in order; facts
+about each method's tensors live in speckit/methods/, not here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from speckit.errors import FormatError
+from speckit.io.checkpoint import Checkpoint
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A recognised on-disk layout and the speculative-decoding method it holds."""
+
+    name: str  # one of LAYOUTS
+    method: str  # a speckit method name (speckit.core.methods.METHOD_NAMES)
+    description: str
+    evidence: tuple[str, ...]  # the config keys / tensor names that decided it
+
+
+# name -> what it is; `speckit inspect` and errors list these
+LAYOUTS: dict[str, str] = {
+    "speculators": "speculators format (speculators_model_type); what vLLM loads",
+    "safeailab-eagle3": "SafeAILab EAGLE-3 (traineagle3: midlayer.*, d2t/t2d, usually a pickle)",
+    "specforge-eagle3": "SpecForge EAGLE-3 export (LlamaForCausalLMEagle3: midlayer.*)",
+    "specforge-peagle": "SpecForge P-EAGLE (PEagleDraftModel: mask_hidden, layers.*)",
+    "specforge-dflash": "SpecForge DFlash export (dflash_config, no auto_map)",
+    "specforge-dspark": "SpecForge DSpark (dflash_config.projector_type=dspark)",
+    "zlab-dflash": "z-lab DFlash (dflash_config + auto_map dflash.DFlashDraftModel)",
+    "zlab-dflash2": "z-lab DFlash2 (convolutions, bare selector codebooks)",
+    "laguna-dflash": "Laguna-style DFlash (fused qkv_proj, g_proj, aux_hidden_norms)",
+    "deepseek-dspark": "DeepSeek dense DSpark (flat target_layer_ids, markov head, no dflash_config)",
+    "native-mtp": "a target checkpoint carrying its own MTP layers (mtp.*)",
+    "gemma4-assistant": "Gemma-4 assistant (gemma4_assistant; KV shared with the target)",
+    "hf-causal-lm": "a plain Hugging Face causal LM (usable as a draft_model)",
+}
+
+_Found = tuple[str, str, list[str]]  # (layout name, method, evidence)
+
+
+def _archs(cfg: dict[str, Any]) -> list[str]:
+    a = cfg.get("architectures") or []
+    return [str(x) for x in a] if isinstance(a, list) else [str(a)]
+
+
+def _any_prefix(names: frozenset[str], *prefixes: str) -> str | None:
+    return next((n for n in sorted(names) if n.startswith(prefixes)), None)
+
+
+def _any_suffix(names: frozenset[str], *suffixes: str) -> str | None:
+    return next((n for n in sorted(names) if n.endswith(suffixes)), None)
+
+
+# ---- recognisers: (config, tensor names) -> (layout, method, evidence) or None -----------------
+
+def _speculators(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
+    stype = cfg.get("speculators_model_type")
+    if stype is None:
+        return None
+    from speckit.core import methods
+
+    mod = methods.for_speculators_type(str(stype))
+    if mod is None:
+        known = sorted(m for m in (getattr(methods.get(n), "SPECULATORS_TYPE", None)
+                                   for n in methods.METHOD_NAMES) if m)
+        raise FormatError(
+            f"config.json: speculators_model_type {stype!r} is not a method speckit supports "
+            f"(known: {', '.join(known)})",
+            hint="vLLM 0.33 serves eagle3, peagle, dflash, dflash2 and dspark speculators drafts")
+    ev = [f"config.speculators_model_type = {stype!r}"]
+    if "speculators_config" in cfg:
+        ev.append("config.speculators_config present")
+    return "speculators", mod.NAME, ev
+
+
+def _gemma4_assistant(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
+    mt = cfg.get("model_type")
+    if mt in ("gemma4_assistant", "gemma4_unified_assistant"):
+        return "gemma4-assistant", "gemma4_assistant", [f"config.model_type = {mt!r}"]
+    if any("Gemma4Assistant" in a for a in _archs(cfg)):
+        return "gemma4-assistant", "gemma4_assistant", [f"architectures = {_archs(cfg)}"]
+    return None
+
+
+def _native_mtp(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
+    mtp = [n for n in names if n.startswith("mtp.")]
+    if not mtp or not (_any_prefix(names, "model.") or "lm_head.weight" in names):
+        return None
+    ev = [f"{len(mtp)} tensors under mtp.* (e.g. {min(mtp)})",
+          "the target's own stack (model.*) in the same checkpoint"]
+    if cfg.get("num_nextn_predict_layers") is not None:
+        ev.append(f"config.num_nextn_predict_layers = {cfg['num_nextn_predict_layers']}")
+    return "native-mtp", "mtp", ev
+
+
+def _dflash_family(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
+    dc = cfg.get("dflash_config")
+    archs = _archs(cfg)
+    flat_dspark = dc is None and cfg.get("target_layer_ids") is not None and (
+        "markov_rank" in cfg or _any_prefix(names, "markov_head."))
+    if not isinstance(dc, dict) and not flat_dspark and not any(
+            "DFlash" in a or "DSpark" in a for a in archs):
+        return None
+    dc = dc if isinstance(dc, dict) else {}
+    ev = [f"architectures = {archs}"] if archs else []
+    if cfg.get("dflash_config") is not None:
+        ev.append("config.dflash_config present")
+    fused = _any_suffix(names, ".self_attn.qkv_proj.weight", ".self_attn.g_proj.weight") \
+        or _any_prefix(names, "aux_hidden_norms.")
+    if fused:
+        return "laguna-dflash", "dflash", [*ev, f"tensor {fused}"]
+    if flat_dspark:
+        return "deepseek-dspark", "dspark", [
+            *ev, f"top-level target_layer_ids = {cfg['target_layer_ids']}",
+            "no dflash_config", "Markov head (markov_rank / markov_head.*)"]
+    projector = dc.get("projector_type")
+    markov = _any_prefix(names, "markov_head.", "logit_head.")
+    if projector == "dspark" or (projector is None and markov) or any("DSpark" in a for a in archs):
+        why = ("dflash_config.projector_type = 'dspark'" if projector == "dspark"
+               else f"tensor {markov}" if markov else "a DSpark architecture")
+        return "specforge-dspark", "dspark", [*ev, why]
+    if projector not in (None, "dflash"):
+        return None  # Domino and other SpecForge projectors have no vLLM-loadable counterpart
+    selector = _any_prefix(names, "candidate_selector.") or _any_suffix(names, "conv.base_kernel")
+    if selector or any("DFlash2" in a for a in archs):
+        return "zlab-dflash2", "dflash2", [*ev, f"tensor {selector}" if selector
+                                           else "a DFlash2 architecture"]
+    auto_map = cfg.get("auto_map") or {}
+    if any("dflash" in str(v).lower() for v in (auto_map.values() if isinstance(auto_map, dict)
+                                                 else [auto_map])):
+        return "zlab-dflash", "dflash", [*ev, f"config.auto_map = {auto_map}"]
+    why = ["no auto_map (z-lab releases carry one)"]
+    if "mask_token_id" not in dc:
+        why.append("dflash_config has no mask_token_id")
+    return "specforge-dflash", "dflash", [*ev, *why]
+
+
+def _eagle3_family(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
+    archs = _archs(cfg)
+    if "fc.weight" not in names:
+        return None
+    if any("PEagle" in a for a in archs) or ("mask_hidden" in names
+                                             and _any_prefix(names, "layers.0.")):
+        return "specforge-peagle", "peagle", [f"architectures = {archs}", "tensor mask_hidden"
+                                              if "mask_hidden" in names else "no mask_hidden"]
+    mid = _any_prefix(names, "midlayer.")
+    if mid is None:
+        return None
+    if any("Eagle3" in a for a in archs):
+        return "specforge-eagle3", "eagle3", [f"architectures = {archs}", f"tensor {mid}"]
+    ev = [f"architectures = {archs}", f"tensor {mid}"]
+    if "d2t" in names:
+        ev.append("tensors d2t/t2d")
+    return "safeailab-eagle3", "eagle3", ev
+
+
+def _causal_lm(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
+    archs = _archs(cfg)
+    layer = _any_prefix(names, "model.layers.")
+    if layer is None or not any(a.endswith("ForCausalLM") for a in archs):
+        return None
+    return "hf-causal-lm", "draft_model", [f"architectures = {archs}", f"tensor {layer}"]
+
+
+RECOGNISERS: tuple[Callable[[dict[str, Any], frozenset[str]], _Found | None], ...] = (
+    _speculators, _gemma4_assistant, _native_mtp, _dflash_family, _eagle3_family, _causal_lm,
+)
+
+# config keys that tell layouts apart; listed when nothing matches
+_NOTABLE_KEYS = ("speculators_model_type", "speculators_config", "transformer_layer_config",
+                 "dflash_config", "target_layer_ids", "eagle_config",
+                 "eagle_aux_hidden_state_layer_ids", "draft_vocab_size", "block_size",
+                 "mask_token_id", "num_nextn_predict_layers", "backbone_hidden_size",
+                 "text_config", "auto_map", "quantization_config")
+
+
+def detect(ckpt: Checkpoint) -> Layout:
+    """The layout of ``ckpt``; FormatError listing what was seen when no recogniser matches."""
+    cfg, names = ckpt.config, frozenset(ckpt.tensors)
+    for recognise in RECOGNISERS:
+        found = recognise(cfg, names)
+        if found is not None:
+            name, method, evidence = found
+            return Layout(name, method, LAYOUTS[name], tuple(evidence))
+    raise FormatError(
+        f"{ckpt.path}: unrecognised checkpoint layout. Seen: {_seen(cfg, names)}",
+        hint="speckit knows these layouts: " + ", ".join(LAYOUTS) + " (docs/inspect.md describes "
+        "each); if this is another one, open an issue with its config.json and tensor names")
+
+
+def _prefix(name: str) -> str:
+    """A tensor name's family: 'layers.0.mlp.up_proj.weight' -> 'layers', 'fc_norm.0.w' ->
+    'fc_norm', 'markov_head.markov_w1.weight' -> 'markov_head.markov_w1'."""
+    parts = name.split(".")
+    return parts[0] if len(parts) < 3 or parts[1].isdigit() else ".".join(parts[:2])
+
+
+def _seen(cfg: dict[str, Any], names: frozenset[str]) -> str:
+    groups: dict[str, list[str]] = {}
+    for n in sorted(names):
+        groups.setdefault(_prefix(n), []).append(n)
+    shown = [f"{p}.* ({len(g)})" if len(g) > 1 else g[0] for p, g in sorted(groups.items())]
+    top = ", ".join(shown[:10]) + (f", ... ({len(shown) - 10} more)" if len(shown) > 10 else "")
+    keys = [k for k in _NOTABLE_KEYS if k in cfg]
+    return (f"architectures={_archs(cfg) or None}, model_type={cfg.get('model_type')!r}, "
+            f"notable config keys={keys or 'none'}, {len(names)} tensors: {top or 'none'}")

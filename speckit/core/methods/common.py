@@ -1,0 +1,402 @@
+"""Pieces shared by several method modules: decoder-layer dims, tensor lists and k rules.
+
+Pure functions over config dicts; no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.errors import FormatError, UsageError
+
+
+def layer_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The decoder-layer config of a draft: speculators keep it in transformer_layer_config."""
+    inner = config.get("transformer_layer_config")
+    if isinstance(inner, dict):
+        return inner
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        return text
+    return config
+
+
+def need(cfg: dict[str, Any], key: str, *, where: str = "config.json") -> Any:
+    if key not in cfg or cfg[key] is None:
+        raise FormatError(f"{where}: required field {key!r} is missing",
+                          hint="the checkpoint's config is incomplete; fix it or pass the value")
+    return cfg[key]
+
+
+def attn_dims(cfg: dict[str, Any], *, where: str = "config.json") -> tuple[int, int, int, int]:
+    """(hidden, num_heads, num_kv_heads, head_dim) with head_dim defaulting to hidden/heads."""
+    hidden = int(need(cfg, "hidden_size", where=where))
+    heads = int(need(cfg, "num_attention_heads", where=where))
+    kv = int(cfg.get("num_key_value_heads") or heads)
+    hd = cfg.get("head_dim")
+    if hd is None:
+        if hidden % heads:
+            raise FormatError(f"{where}: hidden_size {hidden} is not divisible by "
+                              f"num_attention_heads {heads} and head_dim is not set")
+        hd = hidden // heads
+    return hidden, heads, kv, int(hd)
+
+
+def draft_layer_kv(config: dict[str, Any], n_layers: int | None = None) -> list[KVLayer]:
+    """KV layers of a draft built from its own decoder config (EAGLE-3, DFlash family, ...)."""
+    cfg = layer_config(config)
+    _, _, kv, hd = attn_dims(cfg, where="transformer_layer_config")
+    n = int(n_layers if n_layers is not None else need(cfg, "num_hidden_layers"))
+    types = cfg.get("layer_types") or []
+    window = cfg.get("sliding_window")
+    out = []
+    for i in range(n):
+        sliding = i < len(types) and types[i] == "sliding_attention" and window
+        out.append(KVLayer(kv, hd, sliding_window=int(window) if sliding else None))
+    return out
+
+
+def decoder_layer_specs(prefix: str, cfg: dict[str, Any], *, in_features: int | None = None,
+                        qk_norm: bool = False, hidden_norm: bool = False) -> list[TensorSpec]:
+    """Tensors of one Llama/Qwen3-style decoder layer; q/k/v take ``in_features`` inputs."""
+    hidden, heads, kv, hd = attn_dims(cfg)
+    inter = int(need(cfg, "intermediate_size"))
+    fin = in_features or hidden
+    bias = bool(cfg.get("attention_bias"))
+    mlp_bias = bool(cfg.get("mlp_bias"))
+    specs = [
+        TensorSpec(f"{prefix}.self_attn.q_proj.weight", (heads * hd, fin)),
+        TensorSpec(f"{prefix}.self_attn.k_proj.weight", (kv * hd, fin)),
+        TensorSpec(f"{prefix}.self_attn.v_proj.weight", (kv * hd, fin)),
+        TensorSpec(f"{prefix}.self_attn.o_proj.weight", (hidden, heads * hd)),
+        TensorSpec(f"{prefix}.input_layernorm.weight", (hidden,)),
+        TensorSpec(f"{prefix}.post_attention_layernorm.weight", (hidden,)),
+        TensorSpec(f"{prefix}.mlp.gate_proj.weight", (inter, hidden)),
+        TensorSpec(f"{prefix}.mlp.up_proj.weight", (inter, hidden)),
+        TensorSpec(f"{prefix}.mlp.down_proj.weight", (hidden, inter)),
+    ]
+    if bias:
+        specs += [TensorSpec(f"{prefix}.self_attn.q_proj.bias", (heads * hd,)),
+                  TensorSpec(f"{prefix}.self_attn.k_proj.bias", (kv * hd,)),
+                  TensorSpec(f"{prefix}.self_attn.v_proj.bias", (kv * hd,))]
+    if mlp_bias:
+        specs += [TensorSpec(f"{prefix}.mlp.gate_proj.bias", (inter,)),
+                  TensorSpec(f"{prefix}.mlp.up_proj.bias", (inter,)),
+                  TensorSpec(f"{prefix}.mlp.down_proj.bias", (hidden,))]
+    if qk_norm:
+        specs += [TensorSpec(f"{prefix}.self_attn.q_norm.weight", (hd,)),
+                  TensorSpec(f"{prefix}.self_attn.k_norm.weight", (hd,))]
+    if hidden_norm:
+        specs.append(TensorSpec(f"{prefix}.hidden_norm.weight", (hidden,)))
+    return specs
+
+
+def check_k_range(method: str, k: int, *, lo: int = 1, hi: int | None = None,
+                  why: str = "") -> None:
+    if k < lo or (hi is not None and k > hi):
+        rng = f">= {lo}" if hi is None else (f"= {lo}" if lo == hi else f"in [{lo}, {hi}]")
+        raise UsageError(f"{method}: num_speculative_tokens={k} is not allowed; it must be {rng}",
+                         hint=why or None)
+
+
+def speculators_k(config: dict[str, Any]) -> int | None:
+    """speculative_tokens recorded in a speculators config, if any."""
+    try:
+        return int(config["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+_FUSED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
+          "gate_proj": "gate_up_proj", "up_proj": "gate_up_proj"}
+
+
+def offset_layer_runtime_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """The module name vLLM uses at run time for a draft tensor of an EAGLE-3/DFlash-style draft.
+
+    vLLM builds draft layer i as `model.layers.{target_num_layers + i}`, fuses q/k/v and gate/up,
+    and prefixes everything but lm_head with `model.`; Quark `exclude` must use these names.
+    """
+    module = ckpt_name.rsplit(".", 1)[0] if ckpt_name.endswith((".weight", ".bias")) else ckpt_name
+    parts = module.split(".")
+    if parts[0] == "midlayer":
+        parts = ["layers", "0", *parts[1:]]
+    if parts[0] == "layers" and len(parts) > 1 and parts[1].isdigit():
+        parts[1] = str(int(parts[1]) + target_num_layers)
+    if parts[-1] in _FUSED:
+        parts[-1] = _FUSED[parts[-1]]
+    if parts[0] == "lm_head":
+        return ".".join(parts)
+    return "model." + ".".join(parts)
+
+
+# ---- structure, description and pairing helpers (used by describe/expected_tensors/check_config)
+# A TensorSpec dimension of -1 means "any size" (a source layout whose width speckit cannot know).
+
+def first(*values: Any) -> Any:
+    """The first value that is not None (config fields may be present but null)."""
+    return next((v for v in values if v is not None), None)
+
+
+def config_dtype(config: dict[str, Any]) -> str | None:
+    cfg = layer_config(config)
+    return first(config.get("dtype"), config.get("torch_dtype"), cfg.get("dtype"),
+                 cfg.get("torch_dtype"))
+
+
+def base_dims(config: dict[str, Any]) -> dict[str, Any]:
+    """Decoder dims shared by every layout; missing fields are None (check_config reports them)."""
+    cfg = layer_config(config)
+    hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    head_dim = cfg.get("head_dim")
+    if head_dim is None and hidden and heads and hidden % heads == 0:
+        head_dim = hidden // heads
+    vocab = cfg.get("vocab_size")
+    return {
+        "model_type": cfg.get("model_type"),
+        "hidden": hidden,
+        "target_hidden": first(config.get("target_hidden_size"), cfg.get("target_hidden_size"),
+                               hidden),
+        "layers": cfg.get("num_hidden_layers"),
+        "heads": heads,
+        "kv_heads": first(cfg.get("num_key_value_heads"), heads),
+        "head_dim": head_dim,
+        "intermediate": cfg.get("intermediate_size"),
+        "target_vocab": vocab,
+        "draft_vocab": first(config.get("draft_vocab_size"), cfg.get("draft_vocab_size"), vocab),
+        "dtype": config_dtype(config),
+        "speculative_tokens": speculators_k(config),
+    }
+
+
+def aux_layer_ids(config: dict[str, Any]) -> tuple[list[int] | None, str | None]:
+    """Aux hidden-state ids in the speculators/vLLM convention, and the field they came from.
+
+    Id k is the residual stream entering target layer k (0 = embeddings, L = last layer's output).
+    z-lab/SpecForge `target_layer_ids` name the layer whose output is used, so they are shifted
+    by one; DeepSeek's -1 (the embedding output) becomes 0 by the same shift.
+    """
+    for key in ("eagle_aux_hidden_state_layer_ids", "aux_hidden_state_layer_ids"):
+        if config.get(key) is not None:
+            return [int(i) for i in config[key]], key
+    eagle = config.get("eagle_config") or {}
+    if eagle.get("eagle_aux_hidden_state_layer_ids") is not None:
+        return ([int(i) for i in eagle["eagle_aux_hidden_state_layer_ids"]],
+                "eagle_config.eagle_aux_hidden_state_layer_ids")
+    dflash = config.get("dflash_config") or {}
+    if dflash.get("target_layer_ids") is not None:
+        return [int(i) + 1 for i in dflash["target_layer_ids"]], "dflash_config.target_layer_ids"
+    if config.get("target_layer_ids") is not None:
+        return [int(i) + 1 for i in config["target_layer_ids"]], "target_layer_ids"
+    return None, None
+
+
+def target_dims(target_config: dict[str, Any]) -> dict[str, Any]:
+    """hidden, layers and vocab of a target (text_config for multimodal targets)."""
+    cfg = layer_config(target_config)
+    return {"hidden": cfg.get("hidden_size"), "layers": cfg.get("num_hidden_layers"),
+            "vocab": first(cfg.get("vocab_size"), target_config.get("vocab_size")),
+            "model_type": first(cfg.get("model_type"), target_config.get("model_type")),
+            "architectures": target_config.get("architectures") or []}
+
+
+def default_aux_ids(num_target_layers: int) -> list[int]:
+    """vLLM's and speculators' default when a draft names no aux layers: (2, L//2, L-3)."""
+    n = num_target_layers
+    return [2, n // 2, n - 3]
+
+
+def _err(code: str, message: str, subject: str = "") -> Problem:
+    return Problem("error", code, message, subject)
+
+
+def _warn(code: str, message: str, subject: str = "") -> Problem:
+    return Problem("warning", code, message, subject)
+
+
+def missing_fields(d: dict[str, Any], fields: dict[str, str]) -> list[Problem]:
+    """An error for each describe() key in ``fields`` (key -> config field name) that is None."""
+    return [_err("missing-field", f"config field {name!r} is missing; vLLM cannot size the draft "
+                 "without it", name) for key, name in fields.items() if d.get(key) is None]
+
+
+def pairing_problems(d: dict[str, Any], *, target_config: dict[str, Any] | None,
+                     aux_required: bool, aux_expected: bool = True) -> list[Problem]:
+    """Draft/target pairing: hidden size, vocab size and aux layer ids on the target's depth."""
+    out: list[Problem] = []
+    ids, field = d.get("aux_layer_ids"), d.get("aux_layer_ids_field")
+    t = target_dims(target_config) if target_config else {}
+    nt = t.get("layers")
+    if aux_expected and ids is None:
+        if aux_required:
+            out.append(_err("missing-field", "no aux hidden-state layer ids; vLLM needs "
+                            "aux_hidden_state_layer_ids for this method (speculators ids, i.e. "
+                            "z-lab target_layer_ids + 1)", "aux_hidden_state_layer_ids"))
+        elif nt:
+            dflt = default_aux_ids(int(nt))
+            if len(set(dflt)) < len(dflt) or min(dflt) < 0:
+                out.append(_err("aux-layer-default-collapses",
+                                f"no eagle_aux_hidden_state_layer_ids: vLLM's default {dflt} "
+                                f"collapses on a {nt}-layer target and fc no longer fits; write "
+                                "the ids into the draft config", "eagle_aux_hidden_state_layer_ids"))
+            else:
+                out.append(_warn("aux-layer-ids-unset",
+                                 f"no eagle_aux_hidden_state_layer_ids: vLLM will use its default "
+                                 f"{dflt}; write the ids the draft was trained with",
+                                 "eagle_aux_hidden_state_layer_ids"))
+        else:
+            out.append(_warn("aux-layer-ids-unset", "no eagle_aux_hidden_state_layer_ids: vLLM "
+                             "will use the target's default (2, L//2, L-3); write the ids the "
+                             "draft was trained with", "eagle_aux_hidden_state_layer_ids"))
+    if ids is not None:
+        field = field or "aux_hidden_state_layer_ids"
+        dups = sorted({i for i in ids if ids.count(i) > 1})
+        if dups:
+            out.append(_err("aux-layer-duplicate", f"aux layer ids {ids} repeat {dups}; vLLM "
+                            "de-duplicates them and fc then no longer fits", field))
+        low = [i for i in ids if i < 0]
+        high = [i for i in ids if nt is not None and i > int(nt)]
+        if low or high:
+            rng = f"0..{nt}" if nt is not None else ">= 0"
+            out.append(_err("aux-layer-out-of-range",
+                            f"aux layer ids {low + high} (speculators convention, from {field}) "
+                            f"are outside {rng}" + (f" for a {nt}-layer target" if nt else ""),
+                            field))
+    if t:
+        th, dh = t.get("hidden"), d.get("target_hidden")
+        if th is not None and dh is not None and int(th) != int(dh):
+            out.append(_err("hidden-size-mismatch",
+                            f"the draft expects target hidden states of width {dh} but the target "
+                            f"has hidden_size {th}", "target_hidden_size"))
+        tv, dv = t.get("vocab"), d.get("target_vocab")
+        if tv is not None and dv is not None and int(tv) != int(dv):
+            out.append(_err("vocab-size-mismatch",
+                            f"the draft's vocab_size is {dv} but the target's is {tv}; the "
+                            "draft must use the target vocabulary (vLLM compares them)",
+                            "vocab_size"))
+    return out
+
+
+def mask_token_problems(d: dict[str, Any], *, required: bool) -> list[Problem]:
+    mask, vocab = d.get("mask_token_id"), d.get("target_vocab")
+    if mask is None:
+        return [_err("missing-field", "mask_token_id is missing; vLLM needs it to fill the "
+                     "draft's masked slots (use the id the draft was trained with)",
+                     "mask_token_id")] if required else []
+    if int(mask) < 0 or (vocab is not None and int(mask) >= int(vocab)):
+        return [_err("mask-token-out-of-range",
+                     f"mask_token_id {mask} is not a token id of a vocab of {vocab}",
+                     "mask_token_id")]
+    return []
+
+
+def vocab_head_specs(vocab: int, draft_vocab: int, hidden: int) -> list[TensorSpec]:
+    """lm_head and the vocab maps: a reduced-vocab draft must ship its head, d2t and t2d."""
+    if draft_vocab == vocab:
+        return [TensorSpec("lm_head.weight", (vocab, hidden), required=False, borrowed=True)]
+    return [TensorSpec("lm_head.weight", (draft_vocab, hidden)),
+            TensorSpec("d2t", (draft_vocab,), dtype="I64"),
+            TensorSpec("t2d", (vocab,), dtype="BOOL")]
+
+
+def check_vocab_maps(d2t, t2d, *, target_vocab: int | None, draft_vocab: int | None,
+                     full_vocab_ok: bool = False) -> list[Problem]:
+    """FORMATS.md 1.6 invariants over the two small vocab-map tensors (torch tensors or None).
+
+    d2t is an offset table (target = draft + d2t[draft]); t2d a membership mask over target ids.
+    ``full_vocab_ok``: the layout ships identity maps for a full vocab (SpecForge), which a
+    converter drops; for a servable draft they are an error because vLLM refuses the tensor.
+    """
+    import torch
+
+    out: list[Problem] = []
+    if d2t is None and t2d is None:
+        return out
+    vd = draft_vocab if draft_vocab is not None else (d2t.numel() if d2t is not None else None)
+    v = target_vocab if target_vocab is not None else (t2d.numel() if t2d is not None else None)
+    if vd is not None and v is not None and int(vd) == int(v):
+        if not full_vocab_ok:
+            return [_err("vocab-maps-full-vocab",
+                         f"draft_vocab_size equals the vocab size ({v}) but d2t/t2d are "
+                         "present; vLLM creates no draft_id_to_target_id for a full-vocab draft "
+                         "and refuses the unknown tensor: drop d2t and t2d",
+                         "d2t" if d2t is not None else "t2d")]
+        if d2t is not None and d2t.numel() and bool(torch.count_nonzero(d2t)):
+            out.append(_err("d2t-not-identity", "full-vocab draft but d2t is not all zeros: "
+                            "draft ids are permuted and cannot simply be dropped", "d2t"))
+        if t2d is not None and not bool(t2d.to(torch.bool).all()):
+            out.append(_err("t2d-not-full", "full-vocab draft but t2d is not all True", "t2d"))
+        return out
+    d = None
+    if d2t is not None:
+        if d2t.dtype.is_floating_point or d2t.dtype == torch.bool:
+            out.append(_err("d2t-dtype", f"d2t is {d2t.dtype}, not an integer offset table",
+                            "d2t"))
+        elif d2t.dim() != 1 or (vd is not None and d2t.numel() != int(vd)):
+            out.append(_err("d2t-shape", f"d2t has shape {list(d2t.shape)}, expected "
+                            f"[{vd}] (draft_vocab_size)", "d2t"))
+        else:
+            d = d2t.to(torch.int64)
+            n = d.numel()
+            if n and not bool(d.any()):
+                out.append(_err("d2t-all-zero",
+                                f"d2t is all zeros: vLLM would map draft ids to target ids "
+                                f"0..{n - 1} (SafeAILab/EAGLE#222); rebuild d2t from t2d "
+                                "(d2t = nonzero(t2d) - arange(Vd))", "d2t"))
+            if bool((d < 0).any()):
+                out.append(_err("d2t-negative", "d2t has negative offsets; draft id i maps to "
+                                "target id i + d2t[i], which must be >= i", "d2t"))
+            if n > 1 and bool((d[1:] < d[:-1]).any()):
+                i = int(torch.nonzero(d[1:] < d[:-1])[0]) + 1
+                out.append(_err("d2t-decreasing", f"d2t decreases at draft id {i}: the selected "
+                                "target ids must be sorted ascending", "d2t"))
+            if n and v is not None and int((torch.arange(n) + d).max()) >= int(v):
+                out.append(_err("d2t-out-of-range", f"d2t maps a draft id to a target id >= the "
+                                f"vocab size {v}", "d2t"))
+    sel = None
+    if t2d is not None:
+        if t2d.dim() != 1 or (v is not None and t2d.numel() != int(v)):
+            out.append(_err("t2d-shape", f"t2d has shape {list(t2d.shape)}, expected [{v}] "
+                            "(the target vocab size)", "t2d"))
+        else:
+            sel = torch.nonzero(t2d.to(torch.bool)).flatten()
+            if vd is not None and sel.numel() != int(vd):
+                out.append(_err("t2d-sum", f"t2d marks {sel.numel()} target tokens but "
+                                f"draft_vocab_size is {vd}; t2d.sum() must equal the draft vocab",
+                                "t2d"))
+                sel = None
+    if d is not None and sel is not None and bool(d.any()) and sel.numel() == d.numel():
+        mapped = torch.arange(d.numel()) + d
+        if not torch.equal(mapped, sel):
+            i = int(torch.nonzero(mapped != sel)[0])
+            out.append(_err("vocab-map-mismatch",
+                            f"d2t and t2d disagree: draft id {i} maps to target id "
+                            f"{int(mapped[i])} but t2d's {i}-th selected id is {int(sel[i])}",
+                            "d2t"))
+    return out
+
+
+# ---- quantization (speckit quantize): which tensors vLLM builds as quantizable Linear layers ----
+
+# q/k/v/o and gate/up/down of a decoder layer whose index is the 2nd group
+_DECODER_LINEAR = r"self_attn\.[qkvo]_proj|mlp\.(?:gate|up|down)_proj"
+
+
+def is_decoder_linear(name: str, *, prefix: str = "layers", projections: str = _DECODER_LINEAR,
+                      extra: tuple[str, ...] = ()) -> bool:
+    """True for `{prefix}.N.<projection>.weight` and for the exact names in ``extra``."""
+    import re
+
+    if name in extra:
+        return True
+    return re.fullmatch(rf"{re.escape(prefix)}\.\d+\.(?:{projections})\.weight", name) is not None
+
+
+def fused_module_name(ckpt_name: str) -> str:
+    """Module name of a checkpoint tensor with vLLM's q/k/v -> qkv_proj and gate/up -> gate_up_proj
+    fusion (vLLM's Quark `exclude` sees the fused module)."""
+    module = ckpt_name.rsplit(".", 1)[0] if ckpt_name.endswith((".weight", ".bias")) else ckpt_name
+    parts = module.split(".")
+    parts[-1] = _FUSED.get(parts[-1], parts[-1])
+    return ".".join(parts)

@@ -1,0 +1,215 @@
+"""DFlash: a block-diffusion drafter that fills a block of masked slots in one forward.
+
+speculators layout `dflash`; z-lab and SpecForge sources convert to it. FORMATS.md 2.3.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods.common import (
+    attn_dims,
+    aux_layer_ids,
+    base_dims,
+    check_k_range,
+    decoder_layer_specs,
+    draft_layer_kv,
+    first,
+    layer_config,
+    mask_token_problems,
+    missing_fields,
+    need,
+    offset_layer_runtime_name,
+    pairing_problems,
+    speculators_k,
+    vocab_head_specs,
+)
+from speckit.errors import FormatError
+
+NAME = "dflash"
+VLLM_METHOD = "dflash"
+SPECULATORS_TYPE = "dflash"
+SPECULATORS_ARCHITECTURE = "DFlashDraftModel"  # "architectures" of the speculators config
+PARALLEL = True
+HAS_CHECKPOINT = True
+# speculators config key of the target layers whose hidden states feed the draft's fc
+AUX_LAYERS_KEY = "aux_hidden_state_layer_ids"
+
+
+def block_size(config: dict[str, Any]) -> int:
+    for src in (config, config.get("dflash_config") or {}):
+        if src.get("block_size"):
+            return int(src["block_size"])
+    raise FormatError("config.json: DFlash draft has no block_size (top level or dflash_config)",
+                      hint="add the block size the draft was trained with")
+
+
+def max_k(config: dict[str, Any]) -> int:
+    b = block_size(config)
+    return b if config.get("sample_from_anchor") else b - 1
+
+
+def default_k(config: dict[str, Any]) -> int | None:
+    return speculators_k(config) or max_k(config)
+
+
+def check_k(config: dict[str, Any], k: int) -> None:
+    check_k_range(NAME, k, lo=1, hi=max_k(config),
+                  why=f"a DFlash draft with block size {block_size(config)} fills at most "
+                  f"{max_k(config)} slots per step")
+
+
+def lookahead_slots(k: int) -> int:
+    return k + 1
+
+
+def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
+    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+
+
+def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
+    return draft_layer_kv(config)
+
+
+def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """vLLM's run-time module name for a checkpoint tensor (Quark `exclude` must use it)."""
+    return offset_layer_runtime_name(ckpt_name, target_num_layers=target_num_layers)
+
+
+# ---- structure, description and pairing checks ------------------------------------------------
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    """Dims of a DFlash-family draft: speculators layout, or z-lab/SpecForge/Laguna configs."""
+    d = base_dims(config)
+    dc = config.get("dflash_config") or {}
+    ids, field = aux_layer_ids(config)
+    cfg = layer_config(config)
+    d.update(
+        aux_layer_ids=ids, aux_layer_ids_field=field, num_aux=len(ids) if ids else None,
+        block_size=first(config.get("block_size"), dc.get("block_size")),
+        mask_token_id=first(dc.get("mask_token_id"), config.get("mask_token_id")),
+        sample_from_anchor=bool(first(config.get("sample_from_anchor"),
+                                      dc.get("sample_from_anchor"), False)),
+        sliding_window_non_causal=config.get("sliding_window_non_causal"),
+        layer_types=cfg.get("layer_types"), sliding_window=cfg.get("sliding_window"),
+        num_target_layers=config.get("num_target_layers"),
+    )
+    return d
+
+
+def _need_aux(config: dict[str, Any]) -> int:
+    ids, _ = aux_layer_ids(config)
+    if not ids:
+        raise FormatError("config.json: DFlash draft names no aux layers "
+                          "(aux_hidden_state_layer_ids or dflash_config.target_layer_ids)",
+                          hint="add the target layer ids the draft was trained with")
+    return len(ids)
+
+
+def body_specs(config: dict[str, Any], *, fused_qkv: bool = False) -> list[TensorSpec]:
+    """Qwen3-style layers, fc over the concatenated aux states, hidden_norm and the final norm."""
+    cfg = layer_config(config)
+    hidden, heads, kv, hd = attn_dims(cfg, where="transformer_layer_config")
+    target_hidden = int(first(config.get("target_hidden_size"), cfg.get("target_hidden_size"),
+                              hidden))
+    specs: list[TensorSpec] = []
+    for i in range(int(need(cfg, "num_hidden_layers"))):
+        layer = decoder_layer_specs(f"layers.{i}", cfg, qk_norm=True)
+        if fused_qkv:  # Laguna: one q|k|v matrix and an output gate g_proj
+            layer = [s for s in layer if not s.name.endswith(("q_proj.weight", "k_proj.weight",
+                                                              "v_proj.weight"))]
+            layer += [TensorSpec(f"layers.{i}.self_attn.qkv_proj.weight",
+                                 ((heads + 2 * kv) * hd, hidden)),
+                      TensorSpec(f"layers.{i}.self_attn.g_proj.weight", (-1, hidden))]
+            layer = [TensorSpec(s.name, s.shape, s.dtype, required=False)
+                     if s.name.endswith(("q_norm.weight", "k_norm.weight")) else s for s in layer]
+        specs += layer
+    specs += [TensorSpec("fc.weight", (hidden, _need_aux(config) * target_hidden)),
+              TensorSpec("hidden_norm.weight", (hidden,)),
+              TensorSpec("norm.weight", (hidden,))]
+    return specs
+
+
+def _vocab(config: dict[str, Any]) -> tuple[int, int, int]:
+    cfg = layer_config(config)
+    hidden = attn_dims(cfg, where="transformer_layer_config")[0]
+    vocab = int(need(cfg, "vocab_size", where="transformer_layer_config"))
+    return hidden, vocab, int(first(config.get("draft_vocab_size"), vocab))
+
+
+def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
+    """Tensors of a speculators-format DFlash draft (FORMATS.md 2.3.1)."""
+    hidden, vocab, draft_vocab = _vocab(config)
+    return [*body_specs(config),
+            TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
+            *vocab_head_specs(vocab, draft_vocab, hidden)]
+
+
+def source_tensors(layout: str, config: dict[str, Any], *,
+                   present: frozenset[str] = frozenset()) -> list[TensorSpec] | None:
+    """Tensors of z-lab, SpecForge and Laguna-style DFlash checkpoints (FORMATS.md 2.3.2)."""
+    if layout == "speculators":
+        return expected_tensors(config)
+    hidden, vocab, _ = _vocab(config)
+    if layout == "zlab-dflash":
+        return body_specs(config)
+    if layout == "specforge-dflash":
+        # SpecForge may keep a trained head and its vocab maps; the embedding comes from the target
+        return [*body_specs(config),
+                TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
+                TensorSpec("lm_head.weight", (-1, hidden), required=False),
+                TensorSpec("d2t", (-1,), dtype="I64", required=False),
+                TensorSpec("t2d", (vocab,), dtype="BOOL", required=False)]
+    if layout == "laguna-dflash":
+        n = _need_aux(config)
+        return [*body_specs(config, fused_qkv=True),
+                *[TensorSpec(f"aux_hidden_norms.{i}.weight", (hidden,)) for i in range(n)]]
+    return None
+
+
+def check_config(config: dict[str, Any], *,
+                 target_config: dict[str, Any] | None = None) -> list[Problem]:
+    """Config-level problems of a DFlash draft, and of its pairing with ``target_config``."""
+    d = describe(config)
+    out = family_checks(config, d, target_config=target_config)
+    if d["sample_from_anchor"]:
+        out.append(Problem("error", "dflash-sample-from-anchor",
+                           "sample_from_anchor is true: vLLM refuses it for DFlash "
+                           "(slot 0 must be the anchor)", "sample_from_anchor"))
+    return out
+
+
+def family_checks(config: dict[str, Any], d: dict[str, Any], *,
+                  target_config: dict[str, Any] | None) -> list[Problem]:
+    """Checks every DFlash-backbone method shares (DFlash, DFlash2, DSpark)."""
+    out = missing_fields(d, {"hidden": "hidden_size", "heads": "num_attention_heads",
+                             "intermediate": "intermediate_size", "target_vocab": "vocab_size",
+                             "layers": "num_hidden_layers", "block_size": "block_size"})
+    out += mask_token_problems(d, required=True)
+    out += pairing_problems(d, target_config=target_config, aux_required=True)
+    v, vd = d.get("target_vocab"), d.get("draft_vocab")
+    if v is not None and vd is not None and int(vd) > int(v):
+        out.append(Problem("error", "draft-vocab-too-large", f"draft_vocab_size {vd} exceeds "
+                           f"the vocab size {v}", "draft_vocab_size"))
+    types = d.get("layer_types") or []
+    n = d.get("layers")
+    if types and n is not None and len(types) != int(n):
+        out.append(Problem("error", "layer-types-length",
+                           f"layer_types has {len(types)} entries for {n} layers", "layer_types"))
+    if "sliding_attention" in types and not d.get("sliding_window"):
+        out.append(Problem("error", "sliding-window-missing", "a sliding-attention layer with "
+                           "no sliding_window: vLLM cannot size it", "sliding_window"))
+    if "sliding_attention" in types and "full_attention" in types:
+        out.append(Problem("warning", "mixed-attention-layers",
+                           "sliding and full attention layers mixed: vLLM needs its V2 model "
+                           "runner (VLLM_USE_V2_MODEL_RUNNER=1), which the CPU backend lacks",
+                           "layer_types"))
+    return out
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """fc and the decoder projections (qwen3_dflash.py builds them with the draft quant config)."""
+    from speckit.core.methods.common import is_decoder_linear
+
+    return is_decoder_linear(name, extra=("fc.weight",))

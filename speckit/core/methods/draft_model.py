@@ -1,0 +1,123 @@
+"""draft_model: a small causal LM of the same tokenizer drafting token by token.
+
+Any checkpoint vLLM can load as a causal LM; every draft layer adds KV.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods.common import (
+    base_dims,
+    check_k_range,
+    decoder_layer_specs,
+    draft_layer_kv,
+    layer_config,
+    missing_fields,
+    need,
+    pairing_problems,
+)
+
+NAME = "draft_model"
+VLLM_METHOD = "draft_model"
+SPECULATORS_TYPE = None
+PARALLEL = False
+HAS_CHECKPOINT = True
+
+
+def default_k(config: dict[str, Any]) -> int | None:
+    return None
+
+
+def check_k(config: dict[str, Any], k: int) -> None:
+    check_k_range(NAME, k, lo=1)
+
+
+def lookahead_slots(k: int) -> int:
+    return k
+
+
+def extra_query_slots(k: int) -> int:
+    return 1
+
+
+def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
+    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+
+
+def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
+    return draft_layer_kv(config)
+
+
+# ---- structure, description and pairing checks ------------------------------------------------
+
+# decoder families whose tensor names and shapes speckit knows; others are loaded by vLLM unchecked
+_KNOWN = {"llama": {}, "mistral": {}, "qwen3": {"qk_norm": True}, "qwen2": {"qkv_bias": True}}
+
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    d = base_dims(config)
+    # a draft model has its own hidden size: only the vocab must match the target's
+    d.update(target_hidden=None, draft_vocab=d["target_vocab"], aux_layer_ids=None,
+             aux_layer_ids_field=None, block_size=None, mask_token_id=None,
+             architectures=config.get("architectures"))
+    return d
+
+
+def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
+    """model.* and lm_head of a Llama/Mistral/Qwen2/Qwen3 causal LM; [] for other families."""
+    cfg = layer_config(config)
+    known = _KNOWN.get(cfg.get("model_type") or "")
+    if known is None:
+        return []
+    hidden = int(need(cfg, "hidden_size"))
+    vocab = int(need(cfg, "vocab_size"))
+    if known.get("qkv_bias"):
+        cfg = {**cfg, "attention_bias": True}
+    specs = [TensorSpec("model.embed_tokens.weight", (vocab, hidden))]
+    for i in range(int(need(cfg, "num_hidden_layers"))):
+        specs += decoder_layer_specs(f"model.layers.{i}", cfg, qk_norm=bool(known.get("qk_norm")))
+    specs.append(TensorSpec("model.norm.weight", (hidden,)))
+    tied = bool(cfg.get("tie_word_embeddings", config.get("tie_word_embeddings", False)))
+    specs.append(TensorSpec("lm_head.weight", (vocab, hidden), required=not tied))
+    return specs
+
+
+def source_tensors(layout: str, config: dict[str, Any], *,
+                   present: frozenset[str] = frozenset()) -> list[TensorSpec] | None:
+    return expected_tensors(config) if layout == "hf-causal-lm" else None
+
+
+def check_config(config: dict[str, Any], *,
+                 target_config: dict[str, Any] | None = None) -> list[Problem]:
+    d = describe(config)
+    out = missing_fields(d, {"hidden": "hidden_size", "target_vocab": "vocab_size",
+                             "layers": "num_hidden_layers"})
+    # vLLM: "Target and draft model should have the same vocabulary size"
+    out += pairing_problems(d, target_config=target_config, aux_required=False,
+                            aux_expected=False)
+    return out
+
+
+def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """vLLM loads a draft_model under the prefix `draft_model` (v1/spec_decode/draft_model.py) and
+    fuses q/k/v and gate/up. target_num_layers is unused."""
+    from speckit.core.methods.common import fused_module_name
+
+    return "draft_model." + fused_module_name(ckpt_name)
+
+
+def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
+                           config: dict[str, Any]) -> list[str]:
+    """The same module when the checkpoint is served as a main model (no `draft_model.`)."""
+    from speckit.core.methods.common import fused_module_name
+
+    return [fused_module_name(ckpt_name)]
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """The decoder projections of a dense causal LM (`model.layers.N.*`)."""
+    from speckit.core.methods.common import is_decoder_linear
+
+    return is_decoder_linear(name, prefix="model.layers")

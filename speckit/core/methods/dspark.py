@@ -1,0 +1,158 @@
+"""DSpark: a DFlash backbone plus a Markov head and a confidence head; k is the block size.
+
+speculators layout `dspark`; SpecForge and DeepSeek flat configs convert to it. FORMATS.md 2.5.
+vLLM runs it only on the V2 model runner (CUDA/ROCm), not on CPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import dflash as _dflash
+from speckit.core.methods.common import check_k_range, first, offset_layer_runtime_name
+
+NAME = "dspark"
+VLLM_METHOD = "dspark"
+SPECULATORS_TYPE = "dspark"
+SPECULATORS_ARCHITECTURE = "DSparkDraftModel"  # "architectures" of the speculators config
+PARALLEL = True
+HAS_CHECKPOINT = True
+# speculators config key of the target layers whose hidden states feed the draft's fc
+AUX_LAYERS_KEY = "aux_hidden_state_layer_ids"
+CPU_SUPPORTED = False
+SUPPORTED_MARKOV_HEADS = ("vanilla",)  # vLLM's qwen3_dspark implements only the vanilla head
+
+block_size = _dflash.block_size
+
+
+def default_k(config: dict[str, Any]) -> int | None:
+    return block_size(config)
+
+
+def check_k(config: dict[str, Any], k: int) -> None:
+    b = block_size(config)
+    check_k_range(NAME, k, lo=b, hi=b,
+                  why=f"DSpark drafts a whole block; use num_speculative_tokens = block size ({b})")
+
+
+def lookahead_slots(k: int) -> int:
+    return k + 1
+
+
+def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
+    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+
+
+def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
+    return _dflash.draft_kv_layers(config)
+
+
+def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """vLLM's run-time module name for a checkpoint tensor (Quark `exclude` must use it)."""
+    return offset_layer_runtime_name(ckpt_name, target_num_layers=target_num_layers)
+
+
+# ---- structure, description and pairing checks ------------------------------------------------
+
+MARKOV_HEAD_TYPES = ("vanilla", "gated", "rnn")
+
+
+def _is_specforge(config: dict[str, Any]) -> bool:
+    return (config.get("dflash_config") or {}).get("projector_type") == "dspark"
+
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    """DFlash dims plus the Markov and confidence heads (speculators, SpecForge or DeepSeek flat)."""
+    d = _dflash.describe(config)
+    dc = config.get("dflash_config") or {}
+
+    def get(key: str, default: Any) -> Any:
+        return first(config.get(key), dc.get(key), default)
+
+    # SpecForge's defaults differ from speculators' (SF modeling/draft/dspark.py)
+    sf = _is_specforge(config)
+    alpha = get("confidence_head_alpha", None)
+    d.update(
+        markov_rank=int(get("markov_rank", 256)),
+        markov_head_type=get("markov_head_type", "vanilla"),
+        enable_confidence_head=bool(get("enable_confidence_head",
+                                        (alpha or 0) > 0 if sf else True)),
+        confidence_head_with_markov=bool(get("confidence_head_with_markov", not sf)),
+        sample_from_anchor=bool(first(config.get("sample_from_anchor"), True)),
+    )
+    return d
+
+
+def head_specs(config: dict[str, Any], *, w2_rows: int, prefix: str = "") -> list[TensorSpec]:
+    """Markov head (vanilla/gated/rnn) and confidence head tensors (FORMATS.md 2.5.2)."""
+    d = describe(config)
+    hidden, vocab, r = int(d["hidden"]), int(d["target_vocab"]), d["markov_rank"]
+    kind = d["markov_head_type"]
+    m = f"{prefix}markov_head."
+    specs: list[TensorSpec] = []
+    if r > 0:
+        specs += [TensorSpec(m + "markov_w1.weight", (vocab, r)),
+                  TensorSpec(m + "markov_w2.weight", (w2_rows, r))]
+        if kind == "gated":
+            specs += [TensorSpec(m + "gate_proj.weight", (r, hidden + r)),
+                      TensorSpec(m + "gate_proj.bias", (r,))]
+        elif kind == "rnn":
+            specs += [TensorSpec(m + "joint_proj.weight", (3 * r, 2 * r + hidden)),
+                      TensorSpec(m + "joint_proj.bias", (3 * r,))]
+    if d["enable_confidence_head"]:
+        width = hidden + (r if d["confidence_head_with_markov"] and r > 0 else 0)
+        specs += [TensorSpec(f"{prefix}confidence_head.proj.weight", (1, width)),
+                  TensorSpec(f"{prefix}confidence_head.proj.bias", (1,))]
+    return specs
+
+
+def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
+    """DFlash's tensors plus the heads; markov_w2 has draft-vocab rows (FORMATS.md 2.5)."""
+    d = describe(config)
+    return [*_dflash.expected_tensors(config),
+            *head_specs(config, w2_rows=int(d["draft_vocab"]))]
+
+
+def source_tensors(layout: str, config: dict[str, Any], *,
+                   present: frozenset[str] = frozenset()) -> list[TensorSpec] | None:
+    """SpecForge (markov_w2 over the full vocab, maybe under logit_head.) and DeepSeek flat."""
+    if layout == "speculators":
+        return expected_tensors(config)
+    d = describe(config)
+    if layout == "specforge-dspark":
+        legacy = any(n.startswith("logit_head.") for n in present)
+        return [*_dflash.body_specs(config),
+                *head_specs(config, w2_rows=int(d["target_vocab"]),
+                            prefix="logit_head." if legacy else "")]
+    if layout == "deepseek-dspark":
+        return [*_dflash.body_specs(config), *head_specs(config, w2_rows=int(d["draft_vocab"]))]
+    return None
+
+
+def check_config(config: dict[str, Any], *,
+                 target_config: dict[str, Any] | None = None) -> list[Problem]:
+    d = describe(config)
+    out = _dflash.family_checks(config, d, target_config=target_config)
+    kind = d["markov_head_type"]
+    if kind not in MARKOV_HEAD_TYPES:
+        out.append(Problem("error", "dspark-markov-head", f"markov_head_type {kind!r} is not one "
+                           f"of {', '.join(MARKOV_HEAD_TYPES)}", "markov_head_type"))
+    elif kind not in SUPPORTED_MARKOV_HEADS and d["markov_rank"] > 0:
+        out.append(Problem("error", "dspark-markov-head",
+                           f"markov_head_type {kind!r}: vLLM's DSpark implements only the "
+                           f"{'/'.join(SUPPORTED_MARKOV_HEADS)} head and refuses the extra "
+                           "tensors", "markov_head_type"))
+    if d["markov_rank"] == 0 and d["confidence_head_with_markov"] and d["enable_confidence_head"]:
+        out.append(Problem("error", "dspark-confidence-markov", "confidence_head_with_markov is "
+                           "true but markov_rank is 0", "confidence_head_with_markov"))
+    if d["markov_rank"] < 0:
+        out.append(Problem("error", "dspark-markov-rank", f"markov_rank {d['markov_rank']} < 0",
+                           "markov_rank"))
+    return out
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """DFlash's Linears only: markov_w1 is an nn.Embedding, markov_w2 a ParallelLMHead and the
+    confidence head a ReplicatedLinear without quant config (qwen3_dspark.py)."""
+    return _dflash.quantizable(name, config)

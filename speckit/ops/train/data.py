@@ -1,0 +1,426 @@
+"""On-policy training data: the target answers the prompts, then its aux hidden states go to disk.
+
+Shards are safetensors (aux states bf16, input ids, target argmax ids, loss mask, sequence offsets),
+written as they fill, so RAM holds one shard at most; data.json is written last (= complete).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speckit.errors import FormatError, UsageError
+from speckit.io.checkpoint import write_json
+
+DATA_FORMAT = "speckit-eagle3-data"
+DATA_VERSION = 1
+MANIFEST = "data.json"
+
+
+@dataclass
+class Sample:
+    """One conversation: the chat-templated prompt and the target's own greedy answer."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    source: str = ""
+
+
+@dataclass
+class DataManifest:
+    path: Path
+    aux_layers: list[int]
+    hidden_size: int
+    vocab_size: int
+    num_sequences: int
+    num_tokens: int
+    num_loss_tokens: int
+    shards: list[dict[str, Any]]
+    recipe: dict[str, Any]
+
+    @classmethod
+    def load(cls, path: Path) -> DataManifest:
+        f = Path(path) / MANIFEST
+        try:
+            d = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise FormatError(f"{f}: cannot read training-data manifest ({e})",
+                              hint="delete the work directory's data/ and run again") from e
+        if d.get("format") != DATA_FORMAT or d.get("version") != DATA_VERSION:
+            raise FormatError(f"{f}: not a {DATA_FORMAT} v{DATA_VERSION} manifest")
+        return cls(path=Path(path), aux_layers=list(d["aux_layers"]),
+                   hidden_size=int(d["hidden_size"]), vocab_size=int(d["vocab_size"]),
+                   num_sequences=int(d["num_sequences"]), num_tokens=int(d["num_tokens"]),
+                   num_loss_tokens=int(d["num_loss_tokens"]), shards=list(d["shards"]),
+                   recipe=dict(d["recipe"]))
+
+    def token_counts(self):
+        """int64 [V]: how often each target id is the label of a loss-masked position."""
+        from safetensors.torch import load_file
+
+        return load_file(str(self.path / "counts.safetensors"))["counts"]
+
+
+def recipe_hash(recipe: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()[:16]
+
+
+# ---- the target ------------------------------------------------------------------------------
+
+def load_tokenizer(path: Path):
+    """The target's tokenizer, which must carry a chat template (answers are on-policy chat)."""
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{path}: transformers cannot load this target's tokenizer ({e})",
+                          hint="the target directory needs tokenizer files") from e
+    if not getattr(tok, "chat_template", None):
+        raise FormatError(f"{path}: the tokenizer has no chat template",
+                          hint="on-policy data uses the target's chat template; add one")
+    return tok
+
+
+def load_target(path: Path, *, device: str, dtype: str = "bfloat16"):
+    """The target as a HF causal LM in eval mode (local files only, no remote code)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=getattr(torch, dtype),
+                                                     local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{path}: transformers cannot load this target ({e})",
+                          hint="pass a Hugging Face causal-LM checkpoint directory") from e
+    return model.to(device).eval()
+
+
+def decoder_parts(model):
+    """(layers, final_norm, embed, lm_head) of a HF decoder-only model."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    norm = getattr(inner, "norm", None)
+    if layers is None or norm is None:
+        raise FormatError(f"{type(model).__name__}: expected .model.layers and .model.norm",
+                          hint="EAGLE-3 training supports Llama-style decoder targets")
+    return layers, norm, model.get_input_embeddings(), model.get_output_embeddings()
+
+
+def chat_prompt_ids(tok, messages: list[dict[str, str]]) -> list[int]:
+    ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):  # transformers 5 may return a BatchEncoding
+        ids = ids["input_ids"]
+    return [int(i) for i in ids]
+
+
+def eos_ids(model, tok) -> list[int]:
+    ids = model.generation_config.eos_token_id if model.generation_config else None
+    if ids is None:
+        ids = model.config.eos_token_id
+    if ids is None:
+        ids = tok.eos_token_id
+    return sorted({int(i) for i in (ids if isinstance(ids, list) else [ids]) if i is not None})
+
+
+# ---- generation ------------------------------------------------------------------------------
+
+def generate_transformers(model, tok, prompts: list[list[int]], *, max_tokens: int,
+                          batch_size: int, progress: Callable[[int], None] | None = None
+                          ) -> list[list[int]]:
+    """Greedy answers with transformers, batched by prompt length (left padding)."""
+    import torch
+
+    eos = eos_ids(model, tok)
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
+    out: list[list[int] | None] = [None] * len(prompts)
+    device = next(model.parameters()).device
+    for start in range(0, len(order), batch_size):
+        idx = order[start:start + batch_size]
+        width = max(len(prompts[i]) for i in idx)
+        ids = torch.full((len(idx), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(idx), width), dtype=torch.long)
+        for r, i in enumerate(idx):
+            p = prompts[i]
+            ids[r, width - len(p):] = torch.tensor(p)
+            mask[r, width - len(p):] = 1
+        with torch.inference_mode():
+            gen = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device),
+                                 max_new_tokens=max_tokens, do_sample=False, num_beams=1,
+                                 eos_token_id=eos, pad_token_id=pad, temperature=None,
+                                 top_p=None, top_k=None)
+        for r, i in enumerate(idx):
+            resp = gen[r, width:].tolist()
+            out[i] = _cut_at_eos(resp, eos)
+        if progress:
+            progress(len(idx))
+    return [o or [] for o in out]
+
+
+def _cut_at_eos(ids: list[int], eos: list[int]) -> list[int]:
+    for n, t in enumerate(ids):
+        if t in eos:
+            return ids[:n + 1]  # keep the end token: the draft must learn to propose it too
+    return ids
+
+
+def vllm_available() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None
+
+
+def generate_vllm(target: Path, prompts: list[list[int]], *, max_tokens: int, seed: int,
+                  workdir: Path) -> list[list[int]]:
+    """Greedy answers from vLLM in a child process (validate's engine runner), all in flight."""
+    from speckit.io.engine import EngineJob, run_engine
+
+    job = EngineJob(label="generate", model=str(target), tokenizer=str(target),
+                    max_tokens=max_tokens, prompt_token_ids=prompts, temperature=0.0, seed=seed,
+                    concurrency=min(256, len(prompts)))
+    return run_engine(job, workdir=workdir, timeout_s=24 * 3600.0).token_ids
+
+
+# ---- hidden-state capture --------------------------------------------------------------------
+
+class ShardWriter:
+    """Accumulate sequences; write a safetensors shard each time ``shard_tokens`` is reached."""
+
+    def __init__(self, out_dir: Path, *, shard_tokens: int, vocab_size: int):
+        import torch
+
+        self.out_dir = Path(out_dir)
+        self.shard_tokens = shard_tokens
+        self.shards: list[dict[str, Any]] = []
+        self.counts = torch.zeros(vocab_size, dtype=torch.int64)
+        self.num_tokens = self.num_loss = self.num_seqs = 0
+        self._buf: list[tuple] = []
+        self._buf_tokens = 0
+
+    def add(self, input_ids, aux, target_ids, loss_mask) -> None:
+        import torch
+
+        self._buf.append((input_ids.to(torch.int32), aux.to(torch.bfloat16).contiguous(),
+                          target_ids.to(torch.int32), loss_mask.to(torch.bool)))
+        self.counts += torch.bincount(target_ids[loss_mask].long(),
+                                      minlength=self.counts.numel())
+        n = int(input_ids.numel())
+        self._buf_tokens += n
+        self.num_tokens += n
+        self.num_loss += int(loss_mask.sum())
+        self.num_seqs += 1
+        if self._buf_tokens >= self.shard_tokens:
+            self.flush()
+
+    def flush(self) -> None:
+        import torch
+        from safetensors.torch import save_file
+
+        if not self._buf:
+            return
+        lengths = torch.tensor([b[0].numel() for b in self._buf], dtype=torch.int64)
+        offsets = torch.zeros(len(self._buf) + 1, dtype=torch.int64)
+        offsets[1:] = lengths.cumsum(0)
+        tensors = {
+            "input_ids": torch.cat([b[0] for b in self._buf]),
+            "aux": torch.cat([b[1] for b in self._buf]),
+            "target_ids": torch.cat([b[2] for b in self._buf]),
+            "loss_mask": torch.cat([b[3] for b in self._buf]),
+            "offsets": offsets,
+        }
+        name = f"shard-{len(self.shards):05d}.safetensors"
+        tmp = self.out_dir / f".{name}.tmp"
+        save_file(tensors, str(tmp), metadata={"format": DATA_FORMAT})
+        os.replace(tmp, self.out_dir / name)
+        self.shards.append({"file": name, "sequences": len(self._buf),
+                            "tokens": int(offsets[-1])})
+        self._buf, self._buf_tokens = [], 0
+
+
+def capture_hidden_states(model, samples: list[Sample], *, aux_layers: list[int], out_dir: Path,
+                          batch_tokens: int, shard_tokens: int, recipe: dict[str, Any],
+                          progress: Callable[[int], None] | None = None) -> DataManifest:
+    """Forward every (prompt + answer) through the target and stream the training tensors.
+
+    Aux id k is the residual stream entering decoder layer k (k = num_layers: the final pre-norm
+    state), read with forward pre-hooks, which is exactly what vLLM hands the draft at serve time.
+    Labels are the target's own argmax at each position (its next-token choice).
+    """
+    import torch
+
+    layers, norm, _, _ = decoder_parts(model)
+    n_layers = len(layers)
+    for k in aux_layers:
+        if not 0 <= k <= n_layers:
+            raise UsageError(f"--aux-layers id {k} is outside [0, {n_layers}] for this "
+                             f"{n_layers}-layer target")
+    captured: dict[int, Any] = {}
+    hooks = []
+
+    def grab(k):
+        def hook(_mod, args, kwargs):
+            captured[k] = args[0] if args else kwargs["hidden_states"]
+        return hook
+
+    for k in aux_layers:
+        mod = norm if k == n_layers else layers[k]
+        hooks.append(mod.register_forward_pre_hook(grab(k), with_kwargs=True))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    writer = ShardWriter(out_dir, shard_tokens=shard_tokens, vocab_size=vocab)
+    device = next(model.parameters()).device
+    order = sorted(range(len(samples)),
+                   key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
+    try:
+        for batch in _token_batches(order, samples, batch_tokens):
+            seqs = [samples[i].prompt_ids + samples[i].response_ids for i in batch]
+            width = max(len(s) for s in seqs)
+            ids = torch.zeros((len(seqs), width), dtype=torch.long)
+            mask = torch.zeros((len(seqs), width), dtype=torch.long)
+            for r, s in enumerate(seqs):
+                ids[r, :len(s)] = torch.tensor(s)
+                mask[r, :len(s)] = 1
+            captured.clear()
+            with torch.inference_mode():
+                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
+                labels = logits.argmax(-1).cpu()
+                del logits
+                aux = torch.cat([captured[k] for k in sorted(aux_layers)], dim=-1)
+                aux = aux.to(torch.bfloat16).cpu()
+            for r, i in enumerate(batch):
+                n = len(seqs[r])
+                p = len(samples[i].prompt_ids)
+                pos = torch.arange(n)
+                # position t predicts token t+1: learn answer tokens, not the turn after the end
+                loss_mask = (pos >= p - 1) & (pos <= n - 2)
+                writer.add(ids[r, :n], aux[r, :n], labels[r, :n], loss_mask)
+            if progress:
+                progress(len(batch))
+        writer.flush()
+    finally:
+        for h in hooks:
+            h.remove()
+    from safetensors.torch import save_file
+
+    save_file({"counts": writer.counts}, str(out_dir / "counts.safetensors"))
+    manifest = {
+        "format": DATA_FORMAT, "version": DATA_VERSION,
+        "aux_layers": sorted(aux_layers), "hidden_size": int(aux.shape[-1]) // len(aux_layers),
+        "vocab_size": vocab, "num_sequences": writer.num_seqs, "num_tokens": writer.num_tokens,
+        "num_loss_tokens": writer.num_loss, "shards": writer.shards, "recipe": recipe,
+        "recipe_hash": recipe_hash(recipe), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+    write_json(out_dir / MANIFEST, manifest)
+    return DataManifest.load(out_dir)
+
+
+def _token_batches(order: list[int], samples: list[Sample], budget: int) -> Iterator[list[int]]:
+    """Consecutive (length-sorted) samples whose padded size stays within ``budget`` tokens."""
+    batch: list[int] = []
+    width = 0
+    for i in order:
+        n = len(samples[i].prompt_ids) + len(samples[i].response_ids)
+        if batch and max(width, n) * (len(batch) + 1) > budget:
+            yield batch
+            batch, width = [], 0
+        batch.append(i)
+        width = max(width, n)
+    if batch:
+        yield batch
+
+
+# ---- reading shards for training -------------------------------------------------------------
+
+@dataclass
+class Batch:
+    input_ids: Any  # int64 [B, T]
+    aux: Any  # bf16 [B, T, A*H]
+    target_ids: Any  # int64 [B, T]
+    loss_mask: Any  # bool [B, T]
+
+
+class ShardDataset:
+    """Deterministic, resumable batches over the shards: epoch e's order depends on (seed, e)."""
+
+    def __init__(self, manifest: DataManifest, *, batch_tokens: int, max_seq_len: int | None = None,
+                 val_fraction: float = 0.0, seed: int = 0):
+        from safetensors import safe_open
+
+        self.manifest = manifest
+        self.batch_tokens = batch_tokens
+        self.max_seq_len = max_seq_len
+        self._lengths: list[list[int]] = []
+        self._val: list[set[int]] = []
+        pick = random.Random(f"val/{seed}")
+        for shard in manifest.shards:
+            with safe_open(str(manifest.path / shard["file"]), framework="pt") as f:
+                offsets = f.get_tensor("offsets")
+            lens = (offsets[1:] - offsets[:-1]).tolist()
+            self._lengths.append(lens)
+            # a fixed slice of conversations never trained on: the loss/top-1 we report on it
+            # is an honest estimate, unlike the training window's
+            self._val.append({i for i in range(len(lens)) if pick.random() < val_fraction})
+
+    @property
+    def num_val(self) -> int:
+        return sum(len(v) for v in self._val)
+
+    def plan(self, epoch: int, seed: int, *, split: str = "train") -> list[tuple[int, list[int]]]:
+        """[(shard index, [sequence indices])] for one epoch, shuffled by (seed, epoch)."""
+        rng = random.Random(f"{seed}/{epoch}")
+        shard_order = list(range(len(self._lengths)))
+        rng.shuffle(shard_order)
+        plan = []
+        for s in shard_order:
+            lens = self._lengths[s]
+            val = self._val[s]
+            idx = [i for i in range(len(lens)) if (i in val) == (split == "val")]
+            rng.shuffle(idx)  # ties in length land in random batches
+            idx.sort(key=lambda i: lens[i])
+            batches, cur, width = [], [], 0
+            for i in idx:
+                n = min(lens[i], self.max_seq_len or lens[i])
+                if cur and max(width, n) * (len(cur) + 1) > self.batch_tokens:
+                    batches.append(cur)
+                    cur, width = [], 0
+                cur.append(i)
+                width = max(width, n)
+            if cur:
+                batches.append(cur)
+            rng.shuffle(batches)
+            plan += [(s, b) for b in batches]
+        return plan
+
+    def load(self, shard: int, seqs: list[int]) -> Batch:
+        import torch
+        from safetensors import safe_open
+
+        path = self.manifest.path / self.manifest.shards[shard]["file"]
+        with safe_open(str(path), framework="pt") as f:
+            offsets = f.get_tensor("offsets")
+            spans = [(int(offsets[i]), int(offsets[i + 1])) for i in seqs]
+            if self.max_seq_len:
+                spans = [(a, min(b, a + self.max_seq_len)) for a, b in spans]
+            width = max(b - a for a, b in spans)
+            aux_sl, ids_sl = f.get_slice("aux"), f.get_slice("input_ids")
+            tgt_sl, msk_sl = f.get_slice("target_ids"), f.get_slice("loss_mask")
+            dim = aux_sl.get_shape()[1]
+            ids = torch.zeros((len(seqs), width), dtype=torch.int64)
+            tgt = torch.zeros((len(seqs), width), dtype=torch.int64)
+            msk = torch.zeros((len(seqs), width), dtype=torch.bool)
+            aux = torch.zeros((len(seqs), width, dim), dtype=torch.bfloat16)
+            for r, (a, b) in enumerate(spans):
+                n = b - a
+                ids[r, :n] = ids_sl[a:b].to(torch.int64)
+                tgt[r, :n] = tgt_sl[a:b].to(torch.int64)
+                msk[r, :n] = msk_sl[a:b]
+                aux[r, :n] = aux_sl[a:b]
+        return Batch(ids, aux, tgt, msk)

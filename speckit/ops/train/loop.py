@@ -1,0 +1,552 @@
+"""The TTT training loop: S unrolled draft steps per batch, decaying step weights, resumable.
+
+Single process by default; under torchrun with --fsdp the head is sharded with FSDP2 (fully_shard)
+and each rank takes every world-th batch. Checkpoints are safetensors + JSON, never pickles.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from speckit.errors import FormatError, UsageError
+from speckit.io.checkpoint import write_json
+from speckit.ops.train.data import Batch, ShardDataset
+from speckit.ops.train.model import Eagle3Head, shift_left
+
+CKPT_DIR = "checkpoints"
+LATEST = "latest.json"
+
+
+@dataclass
+class LoopConfig:
+    epochs: int
+    ttt_steps: int
+    lr: float = 1e-3
+    min_lr_ratio: float = 0.1
+    warmup_steps: int = 50
+    weight_decay: float = 0.0
+    step_decay: float = 0.8  # weight of TTT step j is step_decay ** j
+    grad_clip: float = 1.0
+    batch_tokens: int = 8192
+    seed: int = 0
+    save_every: int = 0  # optimizer steps between checkpoints; 0 = at each epoch end only
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    # wall-clock cap on the loop: after a few steps the epoch count is cut to what fits, and
+    # the cosine schedule is laid over the shorter run (0 = no cap)
+    max_train_s: float = 0.0
+
+
+@dataclass
+class StepStats:
+    """Running sums of loss / top-1 accuracy for each TTT step."""
+
+    steps: int
+    loss_sum: list[float] = field(default_factory=list)
+    correct: list[float] = field(default_factory=list)
+    total: list[float] = field(default_factory=list)
+
+    def __post_init__(self):
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss_sum = [0.0] * self.steps
+        self.correct = [0.0] * self.steps
+        self.total = [0.0] * self.steps
+
+    def add(self, j: int, loss_sum: float, correct: float, total: float) -> None:
+        self.loss_sum[j] += loss_sum
+        self.correct[j] += correct
+        self.total[j] += total
+
+    def reduce(self) -> None:
+        """Sum across ranks (FSDP); a no-op in a single process."""
+        if _dist_on():
+            import torch.distributed as dist
+
+            t = torch.tensor(self.loss_sum + self.correct + self.total, dtype=torch.float64,
+                             device=_dist_device())
+            dist.all_reduce(t)
+            v = t.tolist()
+            s = self.steps
+            self.loss_sum, self.correct, self.total = v[:s], v[s:2 * s], v[2 * s:]
+
+    def loss(self) -> list[float]:
+        return [ls / t if t else float("nan") for ls, t in zip(self.loss_sum, self.total)]
+
+    def acc(self) -> list[float]:
+        return [c / t if t else float("nan") for c, t in zip(self.correct, self.total)]
+
+
+@dataclass
+class LoopResult:
+    steps: int
+    epochs_done: int
+    resumed_from: int | None
+    history: list[dict[str, Any]]  # one entry per epoch: loss/acc per TTT step (+ acceptance)
+    wall_s: float
+
+
+def ttt_loss(head: Eagle3Head, batch: Batch, *, steps: int, decay: float,
+             target_to_draft: torch.Tensor, draft_to_target: torch.Tensor,
+             stats: StepStats | None = None) -> torch.Tensor:
+    """Weighted sum over TTT steps of the cross-entropy to the target's argmax token.
+
+    Step j at anchor a is scored on the target's choice at position a + 1 + j. A label outside
+    the draft vocabulary cannot be proposed: it is left out of the loss but counted as a miss.
+    """
+    total = torch.zeros((), device=batch.input_ids.device)
+    for j, logits in enumerate(head(batch.input_ids, batch.aux, steps)):
+        labels_t = shift_left(batch.target_ids, 1 + j)
+        mask = shift_left(batch.loss_mask, 1 + j, fill=False)
+        labels_d = target_to_draft[labels_t]
+        learnable = mask & (labels_d >= 0)
+        n = int(mask.sum())
+        if n == 0:
+            continue
+        logits_m = logits[learnable].float()
+        ce = F.cross_entropy(logits_m, labels_d[learnable], reduction="sum")
+        total = total + (decay ** j) * ce / n
+        if stats is not None:
+            with torch.no_grad():
+                pred_t = draft_to_target[logits[mask].argmax(-1)]
+                correct = (pred_t == labels_t[mask]).sum()
+            stats.add(j, float(ce.detach()), float(correct), float(n))
+    return total
+
+
+@torch.no_grad()
+def evaluate(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, device: str,
+             target_to_draft: torch.Tensor, draft_to_target: torch.Tensor) -> StepStats:
+    """Loss and top-1 per TTT step on the held-out conversations (summed over ranks)."""
+    rank, world = _rank_world()
+    stats = StepStats(cfg.ttt_steps)
+    head.eval()
+    for shard, seqs in data.plan(0, cfg.seed, split="val")[rank::world]:
+        batch = _to(data.load(shard, seqs), device)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
+            ttt_loss(head, batch, steps=cfg.ttt_steps, decay=cfg.step_decay,
+                     target_to_draft=target_to_draft, draft_to_target=draft_to_target,
+                     stats=stats)
+    head.train()
+    stats.reduce()
+    return stats
+
+
+def al_proxy(acc: list[float]) -> float:
+    """1 + sum_i prod_{j<=i} acc_j: the acceptance length if top-1 per TTT step were the
+    conditional acceptance rate (it is measured with verified inputs, so it is optimistic)."""
+    total, run = 1.0, 1.0
+    for a in acc:
+        if math.isnan(a):
+            break
+        run *= a
+        total += run
+    return total
+
+
+def lr_at(step: int, total: int, cfg: LoopConfig) -> float:
+    """Linear warmup (at most 5% of the run), then cosine down to min_lr_ratio * lr."""
+    warm = max(1, min(cfg.warmup_steps, total // 20))
+    if step < warm:
+        return cfg.lr * (step + 1) / warm
+    span = max(1, total - warm)
+    t = min(1.0, (step - warm) / span)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def train_loop(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, work_dir: Path,
+               device: str, target_to_draft: torch.Tensor, draft_to_target: torch.Tensor,
+               resume: bool, fsdp: bool = False, progress: bool = False,
+               on_epoch_end: Callable[[int, dict, bool], dict[str, Any] | None] | None = None,
+               log: Callable[[str], None] | None = None) -> LoopResult:
+    t0 = time.monotonic()
+    rank, world = _rank_world()
+    head.to(device)
+    if fsdp:
+        _shard(head)
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    t2d, d2t = target_to_draft.to(device), draft_to_target.to(device)
+    plans = [data.plan(e, cfg.seed) for e in range(cfg.epochs)]
+    if rank == 0 and log and data.num_val:
+        log(f"{data.num_val} conversations held out for validation loss/top-1")
+    per_epoch = [len(p[rank::world]) for p in plans]
+    total_steps = sum(per_epoch)
+    ckpt_root = Path(work_dir) / CKPT_DIR
+    step, start_epoch, start_batch, history, resumed = 0, 0, 0, [], None
+    if resume:
+        state = load_checkpoint(ckpt_root, head, opt, fsdp=fsdp)
+        if state is not None:
+            step, start_epoch, start_batch = state["step"], state["epoch"], state["batch"]
+            history = state.get("history", [])
+            resumed = step
+            if log:
+                log(f"resumed from step {step} (epoch {start_epoch + 1}, batch {start_batch})")
+    autocast = device.startswith("cuda")
+    bar = _Bar(total_steps, enabled=progress and rank == 0, steps=cfg.ttt_steps, done=step)
+    window = StepStats(cfg.ttt_steps)
+    epoch_stats = StepStats(cfg.ttt_steps)
+    head.train()
+    n_epochs = cfg.epochs
+    t_loop = t_rate = time.monotonic()
+    steps_at_start = step
+    try:
+        for epoch in range(start_epoch, cfg.epochs):
+            if epoch >= n_epochs:
+                break
+            mine = plans[epoch][rank::world]
+            first = start_batch if epoch == start_epoch else 0
+            if first == 0:
+                epoch_stats.reset()
+            for bi in range(first, len(mine)):
+                shard, seqs = mine[bi]
+                batch = _to(data.load(shard, seqs), device)
+                for g in opt.param_groups:
+                    g["lr"] = lr_at(step, total_steps, cfg)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
+                    loss = ttt_loss(head, batch, steps=cfg.ttt_steps, decay=cfg.step_decay,
+                                    target_to_draft=t2d, draft_to_target=d2t, stats=window)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                if cfg.grad_clip:
+                    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
+                opt.step()
+                step += 1
+                done = step - steps_at_start
+                if cfg.max_train_s and done == 10:
+                    t_rate = time.monotonic()  # the first steps carry CUDA/allocator warm-up
+                elif cfg.max_train_s and done == 30:
+                    rate = (time.monotonic() - t_rate) / 20
+                    left = cfg.max_train_s - (time.monotonic() - t_loop)
+                    n_epochs, total_steps = _fit_epochs(cfg, per_epoch, epoch, step, rate, left,
+                                                        n_epochs, total_steps, log)
+                    bar.total(total_steps)
+                if step % cfg.log_every == 0 or bi == len(mine) - 1:
+                    window.reduce()
+                    bar.update(step, epoch, window)
+                    if log and not bar.enabled and step % (cfg.log_every * 10) == 0:
+                        log(f"step {step}/{total_steps} epoch {epoch + 1}: "
+                            + _line(window.loss(), window.acc()))
+                    for j in range(cfg.ttt_steps):
+                        epoch_stats.add(j, window.loss_sum[j], window.correct[j],
+                                        window.total[j])
+                    window.reset()
+                if cfg.save_every and step % cfg.save_every == 0 and bi < len(mine) - 1:
+                    save_checkpoint(ckpt_root, head, opt, step=step, epoch=epoch, batch=bi + 1,
+                                    history=history, keep=cfg.keep_checkpoints, fsdp=fsdp)
+            entry: dict[str, Any] = {"epoch": epoch + 1, "step": step,
+                                     "loss": _round(epoch_stats.loss()),
+                                     "acc": _round(epoch_stats.acc())}
+            if data.num_val:
+                val = evaluate(head, data, cfg=cfg, device=device, target_to_draft=t2d,
+                               draft_to_target=d2t)
+                entry.update({"val_loss": _round(val.loss()), "val_acc": _round(val.acc()),
+                              "val_al_proxy": round(al_proxy(val.acc()), 4)})
+            if on_epoch_end is not None:
+                weights = full_model_state(head, fsdp=fsdp)  # collective under FSDP
+                last = epoch + 1 == n_epochs
+                extra = on_epoch_end(epoch + 1, weights, last) if rank == 0 else None
+                if extra:
+                    entry.update(extra)
+            history.append(entry)
+            if log:
+                log(_describe(entry))
+            save_checkpoint(ckpt_root, head, opt, step=step, epoch=epoch + 1, batch=0,
+                            history=history, keep=cfg.keep_checkpoints, fsdp=fsdp)
+    finally:
+        bar.close()
+    head.eval()
+    return LoopResult(steps=step, epochs_done=n_epochs, resumed_from=resumed,
+                      history=history, wall_s=round(time.monotonic() - t0, 1))
+
+
+def _line(loss: list, acc: list) -> str:
+    ls = " ".join("nan" if x is None or math.isnan(x) else f"{x:.3f}" for x in loss)
+    ac = " ".join("nan" if x is None or math.isnan(x) else f"{x:.3f}" for x in acc)
+    return f"loss/step [{ls}] top-1/step [{ac}]"
+
+
+def _fit_epochs(cfg: LoopConfig, per_epoch: list[int], epoch: int, step: int, rate: float,
+                left_s: float, n_epochs: int, total_steps: int, log) -> tuple[int, int]:
+    """Cut the epoch count so the rest of the run fits in the time left (at least one epoch).
+
+    ``rate`` is seconds per step measured after warm-up; evaluation passes are not counted.
+    """
+    fits = step + int(max(0.0, left_s) / rate)
+    while n_epochs > epoch + 1 and sum(per_epoch[:n_epochs]) > fits:
+        n_epochs -= 1
+    new_total = sum(per_epoch[:n_epochs])
+    if n_epochs < cfg.epochs and log:
+        log(f"--max-minutes: {rate * 1000:.0f} ms/step, so {n_epochs} of {cfg.epochs} epochs "
+            f"({new_total} steps) fit")
+    return n_epochs, new_total
+
+
+def _describe(entry: dict[str, Any]) -> str:
+    msg = f"epoch {entry['epoch']} (step {entry['step']}): " + _line(entry["loss"], entry["acc"])
+    if entry.get("val_acc"):
+        msg += f"; held-out {_line(entry['val_loss'], entry['val_acc'])}"
+    if entry.get("acceptance_length") is not None:
+        msg += f"; vLLM AL@k={entry.get('acceptance_k')} {entry['acceptance_length']:.3f}"
+    return msg
+
+
+def _round(xs: list[float]) -> list[float]:
+    return [None if math.isnan(x) else round(x, 4) for x in xs]
+
+
+def _to(b: Batch, device: str) -> Batch:
+    nb = device.startswith("cuda")
+    return Batch(b.input_ids.to(device, non_blocking=nb), b.aux.to(device, non_blocking=nb),
+                 b.target_ids.to(device, non_blocking=nb), b.loss_mask.to(device, non_blocking=nb))
+
+
+def full_model_state(head: Eagle3Head, *, fsdp: bool) -> dict[str, torch.Tensor]:
+    """Every exportable tensor of the head, unsharded, on CPU (all ranks must call it)."""
+    if fsdp:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+        )
+
+        sd = get_model_state_dict(head, options=StateDictOptions(full_state_dict=True,
+                                                                  cpu_offload=True))
+    else:
+        sd = head.state_dict()
+    return {k: v.detach().cpu() for k, v in sd.items() if not k.startswith("embed_tokens.")}
+
+
+# ---- checkpoints -----------------------------------------------------------------------------
+
+def save_checkpoint(root: Path, head: Eagle3Head, opt, *, step: int, epoch: int, batch: int,
+                    history: list, keep: int, fsdp: bool) -> Path | None:
+    """step-N/{model,optimizer}.safetensors + state.json, then latest.json points at it."""
+    from safetensors.torch import save_file
+
+    model_sd, optim_sd = _full_state(head, opt, fsdp=fsdp)
+    if _rank_world()[0] != 0:
+        return None
+    root.mkdir(parents=True, exist_ok=True)
+    name = f"step-{step:08d}"
+    final = root / name
+    tmp = root / f".{name}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    save_file({k: v.detach().float().contiguous().cpu() for k, v in model_sd.items()},
+              str(tmp / "model.safetensors"))
+    tensors, groups = {}, []
+    for fqn, st in optim_sd["state"].items():
+        for key, val in st.items():
+            tensors[f"{fqn}::{key}"] = torch.as_tensor(val).detach().float().contiguous().cpu()
+    for g in optim_sd["param_groups"]:
+        groups.append({k: v for k, v in g.items()})
+    tensors["rng::torch_cpu"] = torch.get_rng_state()
+    save_file(tensors, str(tmp / "optimizer.safetensors"))
+    write_json(tmp / "state.json", {"step": step, "epoch": epoch, "batch": batch,
+                                    "param_groups": groups, "history": history,
+                                    "saved": time.strftime("%Y-%m-%dT%H:%M:%S")})
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    write_json(root / LATEST, {"dir": name, "step": step})
+    olds = sorted(p for p in root.glob("step-*") if p.is_dir() and p.name != name)
+    for p in olds[:max(0, len(olds) - (keep - 1))]:
+        shutil.rmtree(p, ignore_errors=True)
+    return final
+
+
+def load_checkpoint(root: Path, head: Eagle3Head, opt, *, fsdp: bool) -> dict[str, Any] | None:
+    from safetensors.torch import load_file
+
+    latest = root / LATEST
+    if not latest.exists():
+        return None
+    try:
+        where = root / json.loads(latest.read_text())["dir"]
+        state = json.loads((where / "state.json").read_text())
+        model_sd = load_file(str(where / "model.safetensors"))
+        flat = load_file(str(where / "optimizer.safetensors"))
+    except (OSError, ValueError, KeyError) as e:
+        raise FormatError(f"{latest}: cannot resume from this checkpoint ({e})",
+                          hint="delete the checkpoints folder to start over") from e
+    trainable = {n for n, p in head.named_parameters() if p.requires_grad}
+    if set(model_sd) != trainable:
+        raise FormatError(f"{where}: checkpoint tensors {sorted(set(model_sd) ^ trainable)[:4]} "
+                          "do not match this head", hint="same flags as the run that saved it?")
+    optim_state: dict[str, dict[str, torch.Tensor]] = {}
+    rng = None
+    for key, val in flat.items():
+        fqn, _, k = key.partition("::")
+        if fqn == "rng":
+            rng = val
+            continue
+        optim_state.setdefault(fqn, {})[k] = val
+    optim_sd = {"state": optim_state, "param_groups": state["param_groups"]}
+    _set_full_state(head, opt, model_sd, optim_sd, fsdp=fsdp)
+    if rng is not None:
+        torch.set_rng_state(rng.to(torch.uint8))
+    return state
+
+
+def _full_state(head: Eagle3Head, opt, *, fsdp: bool):
+    """FQN-keyed model and optimizer state (trainable parameters only), full on rank 0."""
+    if fsdp:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        msd = get_model_state_dict(head, options=opts)
+        osd = get_optimizer_state_dict(head, opt, options=opts)
+        trainable = {n for n, p in head.named_parameters() if p.requires_grad}
+        return {k: v for k, v in msd.items() if k in trainable}, osd
+    names = {id(p): n for n, p in head.named_parameters()}
+    msd = {n: p for n, p in head.named_parameters() if p.requires_grad}
+    raw = opt.state_dict()
+    order = [names[id(p)] for g in opt.param_groups for p in g["params"]]
+    state = {order[i]: st for i, st in raw["state"].items()}
+    groups = []
+    for g in raw["param_groups"]:
+        gg = dict(g)
+        gg["params"] = [order[i] for i in g["params"]]
+        groups.append(gg)
+    return msd, {"state": state, "param_groups": groups}
+
+
+def _set_full_state(head: Eagle3Head, opt, model_sd, optim_sd, *, fsdp: bool) -> None:
+    trainable = {n for n, p in head.named_parameters() if p.requires_grad}
+    if set(model_sd) != trainable:
+        raise FormatError(
+            "training checkpoint does not match this head: missing "
+            f"{sorted(trainable - set(model_sd))[:5]}, unexpected {sorted(set(model_sd) - trainable)[:5]}",
+            hint="resume with the same version and flags")
+    if fsdp:
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            set_model_state_dict,
+            set_optimizer_state_dict,
+        )
+
+        # strict=False only because checkpoints hold the trainable tensors (checked above): the
+        # frozen target embedding is deliberately absent
+        opts = StateDictOptions(full_state_dict=True, strict=False)
+        set_model_state_dict(head, model_sd, options=opts)
+        set_optimizer_state_dict(head, opt, optim_sd, options=opts)
+        return
+    params = dict(head.named_parameters())
+    with torch.no_grad():
+        for n, t in model_sd.items():
+            params[n].copy_(t.to(params[n].dtype))
+    order = [n for g in optim_sd["param_groups"] for n in g["params"]]
+    index = {n: i for i, n in enumerate(order)}
+    own = [n for n, p in head.named_parameters() if p.requires_grad]
+    if order != own:
+        raise FormatError("optimizer checkpoint lists parameters in another order than this head",
+                          hint="resume with the same version and flags")
+    groups = []
+    for g in optim_sd["param_groups"]:
+        gg = dict(g)
+        gg["params"] = [index[n] for n in g["params"]]
+        groups.append(gg)
+    state = {}
+    for n, st in optim_sd["state"].items():
+        dev = params[n].device
+        state[index[n]] = {k: (v.to(dev) if k != "step" else v) for k, v in st.items()}
+    opt.load_state_dict({"state": state, "param_groups": groups})
+
+
+# ---- distributed (torchrun + FSDP2) ----------------------------------------------------------
+
+def _dist_on() -> bool:
+    import torch.distributed as dist
+
+    return dist.is_available() and dist.is_initialized()
+
+
+def _dist_device() -> str:
+    return f"cuda:{torch.cuda.current_device()}" if torch.cuda.is_available() else "cpu"
+
+
+def _rank_world() -> tuple[int, int]:
+    if _dist_on():
+        import torch.distributed as dist
+
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def init_distributed(device: str) -> tuple[int, int, str]:
+    """Join the torchrun process group; return (rank, world, this rank's device)."""
+    import torch.distributed as dist
+
+    if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
+        raise UsageError("--fsdp needs torchrun (RANK/WORLD_SIZE are not set)",
+                         hint="torchrun --nproc-per-node N --no-python speckit train eagle3 ... --fsdp")
+    if not dist.is_initialized():
+        backend = "nccl" if device.startswith("cuda") else "gloo"
+        dist.init_process_group(backend=backend)
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device.startswith("cuda"):
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    return dist.get_rank(), dist.get_world_size(), device
+
+
+def _shard(head: Eagle3Head) -> None:
+    from torch.distributed.fsdp import fully_shard
+
+    # one unit: the head is small, and its decoder layer runs S times per forward (TTT), which
+    # a separate unit would all-gather S times; the frozen embedding is sharded too, no grads
+    fully_shard(head)
+
+
+# ---- progress --------------------------------------------------------------------------------
+
+class _Bar:
+    def __init__(self, total: int, *, enabled: bool, steps: int, done: int = 0):
+        self.enabled = enabled
+        self.progress = None
+        if enabled:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
+            self.progress = Progress(TextColumn("train"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), TimeRemainingColumn(),
+                                     TextColumn("{task.description}"), transient=False)
+            self.progress.start()
+            self.task = self.progress.add_task("", total=total, completed=done)
+
+    def update(self, step: int, epoch: int, stats: StepStats) -> None:
+        if not self.progress:
+            return
+        loss = "/".join(f"{x:.2f}" for x in stats.loss())
+        acc = "/".join(f"{x:.2f}" for x in stats.acc())
+        self.progress.update(self.task, completed=step,
+                             description=f"ep {epoch + 1} loss {loss} acc {acc}")
+
+    def total(self, n: int) -> None:
+        if self.progress:
+            self.progress.update(self.task, total=n)
+
+    def close(self) -> None:
+        if self.progress:
+            self.progress.stop()
