@@ -7,14 +7,13 @@ import sys
 
 
 def test_public_functions_survive_submodule_imports():
+    import speckit
     import speckit.ops.convert
     import speckit.ops.plan
     import speckit.ops.validate
     from speckit.ops.convert import convert
     from speckit.ops.plan import plan_from_refs
     from speckit.ops.validate import validate
-
-    import speckit
 
     assert speckit.convert is convert
     assert speckit.plan is plan_from_refs

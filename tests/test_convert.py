@@ -14,7 +14,7 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from speckit.core.detect import detect
+from speckit.core.methods.detect import detect
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import Checkpoint
 from speckit.ops.convert import PROVENANCE, convert

@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from speckit.core import methods
-from speckit.core.detect import LAYOUTS, Layout, detect
+from speckit.core.methods.detect import LAYOUTS, Layout, detect
 from speckit.errors import FormatError
 from speckit.io.checkpoint import Checkpoint
 from tests import factories as F

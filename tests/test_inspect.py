@@ -13,8 +13,8 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from speckit.cli import main
-from speckit.core.detect import detect
 from speckit.core.methods.common import check_vocab_maps
+from speckit.core.methods.detect import detect
 from speckit.errors import FormatError
 from speckit.io.checkpoint import Checkpoint
 from speckit.ops.inspect import InspectReport, check_structure, inspect

@@ -99,7 +99,7 @@ def test_draft_model_is_detected_and_needs_k(tmp_path, pair):
     target, _, _ = pair
     lm = make_causal_lm(tmp_path / "lm", arch="llama", num_layers=2, hidden=128, heads=2,
                         kv_heads=1, head_dim=64, intermediate=256, vocab=1000)
-    # a plain causal LM is detected as draft_model (speckit.core.detect), whose k is not
+    # a plain causal LM is detected as draft_model (speckit.core.methods.detect), whose k is not
     # recorded anywhere
     code, out = run("--target", str(target), "--draft", str(lm), "--gpu", "H200")
     assert code == 2 and "method draft_model" in out and "pass -k" in out

@@ -221,7 +221,7 @@ def test_every_figure_cites_a_source_and_is_plausible(builtin):
 def test_registry_methods_match_the_method_modules():
     from speckit.core import methods
 
-    vllm_strings = {methods.get(n).VLLM_METHOD for n in methods.METHOD_NAMES}
+    vllm_strings = {methods.get(n).vllm_method for n in methods.METHOD_NAMES}
     assert vllm_strings == set(VLLM_METHODS)
 
 

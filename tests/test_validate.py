@@ -127,7 +127,8 @@ def test_spec_config_fields_per_method(tmp_path):
 def test_serve_line_token_budget_for_parallel_drafters():
     # P-EAGLE adds k-1 drafting slots per request: 256 * (4 + 1 + 3)
     assert token_budget("peagle", 4) == 256 * 8
-    assert token_budget("dflash", 7, max_num_seqs=64) == 64 * 8
+    # DFlash: one bonus query then k mask queries (vLLM's max_num_new_slots_for_drafting = k)
+    assert token_budget("dflash", 7, max_num_seqs=64) == 64 * (7 + 1 + 7)
     cfg = speculative_config(method="peagle", k=4, draft="org/p")
     line = serve_line(target="org/t", spec_config=cfg, method="peagle", tp=2)
     assert shlex.split(line.command) == line.argv

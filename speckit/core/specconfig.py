@@ -34,13 +34,13 @@ def speculative_config(*, method: str, k: int, draft: str | None,
     cfg = dict(draft_config or {})
     mod.check_k(cfg, k)
     # MTP layers may live in the target checkpoint (the method lists them): no draft needed
-    if mod.HAS_CHECKPOINT and draft is None and not hasattr(mod, "target_tensor_names"):
-        raise UsageError(f"method {mod.NAME} needs a draft checkpoint", hint="pass --draft")
+    if mod.has_checkpoint and draft is None and not mod.weights_in_target:
+        raise UsageError(f"method {mod.name} needs a draft checkpoint", hint="pass --draft")
     out = mod.speculative_config(model=draft, k=k, config=cfg)
     out = {key: v for key, v in out.items() if v is not None}
     if draft_tp is not None and draft_tp not in (1, tp):
         raise UsageError(f"draft tensor parallel size {draft_tp} must be 1 or the target TP ({tp})")
-    if mod.HAS_CHECKPOINT and (tp > 1 or draft_tp is not None):
+    if mod.has_checkpoint and (tp > 1 or draft_tp is not None):
         # vLLM's default is the target TP; writing it makes the served layout explicit
         out["draft_tensor_parallel_size"] = int(draft_tp if draft_tp is not None else tp)
     return out
@@ -50,7 +50,7 @@ def token_budget(method: str, k: int, *, max_num_seqs: int = SERVE_MAX_NUM_SEQS)
     """max_num_batched_tokens that lets every running request schedule its k+1 verify slots plus
     the drafter's extra query slots in one step."""
     mod = _methods.get(method)
-    extra = int(getattr(mod, "extra_query_slots", lambda _k: 0)(k))
+    extra = int(mod.extra_query_slots(k))
     return max_num_seqs * (k + 1 + extra)
 
 
@@ -65,12 +65,12 @@ def serve_line(*, target: str, spec_config: Mapping[str, Any], method: str, tp: 
         argv += ["--tensor-parallel-size", str(tp)]
     mod = _methods.get(method)
     k = int(spec_config["num_speculative_tokens"])
-    if mod.PARALLEL and "max_num_batched_tokens" not in args:
+    if mod.parallel and "max_num_batched_tokens" not in args:
         seqs = int(args.get("max_num_seqs") or max_num_seqs or SERVE_MAX_NUM_SEQS)
         budget = token_budget(method, k, max_num_seqs=seqs)
         args.setdefault("max_num_seqs", seqs)
         args["max_num_batched_tokens"] = budget
-        notes.append(f"{mod.NAME} drafts in parallel: each request schedules k+1 verify slots "
+        notes.append(f"{mod.name} drafts in parallel: each request schedules k+1 verify slots "
                      f"plus {budget // seqs - k - 1} drafting slots per step, so "
                      f"--max-num-batched-tokens >= max-num-seqs x {budget // seqs}")
     for key, value in args.items():

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.core.detect import Layout, detect
 from speckit.core.methods import Problem, TensorSpec
+from speckit.core.methods.detect import Layout, detect
 from speckit.errors import FormatError, SpeckitError, UsageError
 from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint, load_config
 
@@ -105,7 +105,7 @@ def check_structure(ckpt: Checkpoint, layout: Layout, *,
             out += _envelope_problems(cfg)
     specs: list[TensorSpec] | None = None
     try:
-        if hasattr(mod, "source_tensors"):
+        if mod.source_tensors is not None:
             specs = mod.source_tensors(layout.name, cfg, present=frozenset(ckpt.tensors))
         elif layout.name == "speculators":
             specs = mod.expected_tensors(cfg)
@@ -116,7 +116,7 @@ def check_structure(ckpt: Checkpoint, layout: Layout, *,
         out.append(Problem("error", "config-incomplete", f"cannot list the expected tensors: "
                            f"config field {e} is missing or malformed", "config.json"))
     if specs:
-        scope = getattr(mod, "SOURCE_SCOPE", {}).get(layout.name, "")
+        scope = mod.scope_of(layout.name)
         out += compare_tensors(ckpt, specs, scope=scope, layout=layout.name)
     elif specs is not None or not any(p.code == "config-incomplete" for p in out):
         out.append(Problem("warning", "structure-unchecked",

@@ -570,7 +570,7 @@ def check_pairing(target_config: Mapping[str, Any], draft_config: Mapping[str, A
                   method: ModuleType | None, *, draft: str = "draft") -> list[str]:
     """The draft must fit the target (hidden size it reads, vocabulary, aux layers) before any
     math: raise PlanError with every pairing error. Returns the method's other findings."""
-    if draft_config is None or method is None or not hasattr(method, "check_config"):
+    if draft_config is None or method is None or method.check_config is None:
         return []
     problems = method.check_config(dict(draft_config), target_config=dict(target_config))
     pairing = [p for p in problems if p.is_error and p.code in _PAIRING_CODES]
@@ -623,16 +623,16 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
     detected = _detect_method(dcfg) if dcfg else None
     mod = _methods.get(method) if method else detected
     if detected is not None and mod is not None and mod is not detected \
-            and detected.VLLM_METHOD == mod.VLLM_METHOD:
+            and detected.vllm_method == mod.vllm_method:
         mod = detected  # e.g. vLLM's "mtp" for a Gemma-4 assistant, "eagle3" for P-EAGLE
     if dcfg is not None and mod is None:
         raise UsageError(f"cannot tell which speculative method {draft_name or 'the draft'} "
                          f"uses (no speculators_model_type, not a Gemma-4 assistant)",
                          hint="pass --method (" + ", ".join(_methods.METHOD_NAMES) + ")")
-    if mod is not None and dcfg is None and mod.HAS_CHECKPOINT and not getattr(mod, "WEIGHTS_IN_TARGET", False):
-        raise UsageError(f"method {mod.NAME} needs a draft checkpoint", hint="pass --draft")
+    if mod is not None and dcfg is None and mod.has_checkpoint and not mod.weights_in_target:
+        raise UsageError(f"method {mod.name} needs a draft checkpoint", hint="pass --draft")
     mtp_names: frozenset[str] = frozenset()
-    if mod is not None and getattr(mod, "WEIGHTS_IN_TARGET", False) and dcfg is None:
+    if mod is not None and mod.weights_in_target and dcfg is None:
         from speckit.core.methods.mtp import target_tensor_names
 
         mtp_names = frozenset(target_tensor_names(target_config, [t.name for t in tinfos]))
@@ -647,7 +647,7 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
         if k is None:
             k = mod.default_k(method_cfg)
             if k is None:
-                raise UsageError(f"method {mod.NAME}: the draft does not record k",
+                raise UsageError(f"method {mod.name}: the draft does not record k",
                                  hint="pass -k (num_speculative_tokens)")
         mod.check_k(method_cfg, k)
     elif k is not None:
@@ -679,7 +679,7 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
     plat = platform or {"amd": "rocm", "cpu": "cpu"}.get(g.vendor, "cuda")
 
     # -- checks before any math ---------------------------------------------------------------
-    found = check_pairing(target_config, dcfg if mod and mod.NAME != "mtp" else None, mod,
+    found = check_pairing(target_config, dcfg if mod and not mod.weights_in_target else None, mod,
                           draft=draft_name or "draft")
     name_dtype, mbytes = _model_dtype(target_config, tinfos)
     tlen = _text(target_config).get("max_position_embeddings")
@@ -723,9 +723,9 @@ def _is_tight(res: PlanResult) -> bool:
 def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
     mod = ctx.method
     tcfg, dcfg = ctx.target_config, ctx.draft_config
-    has_draft = mod is not None and mod.NAME != "ngram"
+    has_draft = mod is not None and mod.has_checkpoint
     check_tp(tcfg, st.tp, what=ctx.target_name)
-    if has_draft and dcfg is not None and mod.NAME != "mtp":
+    if has_draft and dcfg is not None and not mod.weights_in_target:
         check_tp(dcfg, st.draft_tp, what=ctx.draft_name or "draft")
     notes: list[str] = []
     assumptions: list[str] = []
@@ -746,7 +746,7 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
         skip = {n for n, same in ctx.draft_shares.items() if same and n in names}
         borrowed = sorted(skip)
         for key in ("embed_tokens", "lm_head"):
-            if not any(_is_top_level(n, key) for n in names) and mod.NAME != "mtp":
+            if not any(_is_top_level(n, key) for n in names) and not mod.weights_in_target:
                 borrowed.append(f"{key} (not in the draft; vLLM uses the target's)")
         t_shapes = {t.shape for t in ctx.target_tensors if _is_embed(t.name)}
         for t in ctx.draft_tensors:
@@ -805,8 +805,8 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
                         f"(vLLM hybrid KV manager); per-token bytes count every layer")
     if t_kv_heads and t_kv_heads < st.tp and not mla:
         kv_notes.append(f"{t_kv_heads} KV heads < TP {st.tp}: each rank keeps one replicated head")
-    if mod is not None and getattr(mod, "SHARES_TARGET_KV", False):
-        kv_notes.append(f"{mod.NAME}: the Gemma-4 assistant shares the target's KV cache: no draft KV")
+    if mod is not None and mod.shares_target_kv:
+        kv_notes.append(f"{mod.name}: the Gemma-4 assistant shares the target's KV cache: no draft KV")
 
     # -- the rest ---------------------------------------------------------------------------
     om = ctx.overhead
@@ -817,7 +817,7 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
     vocab = td.vocab  # logits are gathered to the full vocabulary before sampling
     sampler = S * vocab * om.sampler_bytes_per_logit
     act_d = sampler_d = buffers_d = 0.0
-    if has_draft and dcfg is not None and mod.NAME != "mtp":
+    if has_draft and dcfg is not None and not mod.weights_in_target:
         dd = _dims(dcfg, layers=len(d_layers) or None)
         act_d = _act_per_token(dd, tp=st.draft_tp, om=om) * T * ctx.model_bytes
         # the drafter keeps input buffers of max_num_batched_tokens rows (hidden, embeds,
@@ -840,7 +840,7 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
         graphs = om.graph_fixed_bytes + _act_per_token(td, tp=st.tp, om=om) * max_cap \
             * ctx.model_bytes
         if has_draft:
-            dd2 = _dims(dcfg, layers=len(d_layers) or None) if (dcfg and mod.NAME != "mtp") \
+            dd2 = _dims(dcfg, layers=len(d_layers) or None) if (dcfg and not mod.weights_in_target) \
                 else td
             graphs_d = om.draft_graph_fixed_bytes + _act_per_token(dd2, tp=st.draft_tp, om=om) \
                 * max_cap * ctx.model_bytes
@@ -858,7 +858,7 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
     requested = math.ceil(ctx.gpu.memory_bytes * st.util)
     # vLLM max_in_flight_tokens: async scheduling keeps two batches in flight; the CPU platform
     # and CPU-side ngram drafting turn async scheduling off (platforms/cpu.py, config/vllm.py)
-    async_sched = ctx.platform != "cpu" and not (mod is not None and getattr(mod, "PROPOSES_ON_CPU", False))
+    async_sched = ctx.platform != "cpu" and not (mod is not None and mod.proposes_on_cpu)
     in_flight = (2 if async_sched else 1) * T
 
     def scenario(weights: int, over: int, groups: _Groups, la: int, draft_on: bool) -> Scenario:
@@ -891,11 +891,11 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
             if T <= delta:
                 why.append(f"max_num_batched_tokens {T} <= the {delta} extra draft slots per "
                            f"request (vLLM: 'VllmConfig does not have enough slots')")
-            if mod.PARALLEL and T < S * (st.k + 1):
+            if mod.parallel and T < S * (st.k + 1):
                 # vLLM releases that take the draft slots out of the scheduling budget refuse to
                 # start (vllm#50708: 'max_num_scheduled_tokens is set to -1792'); the drafter
                 # sizes its query buffers for max_num_seqs x (k+1) (vllm#53970)
-                why.append(f"{mod.NAME} drafts k+1={st.k + 1} query slots per request: "
+                why.append(f"{mod.name} drafts k+1={st.k + 1} query slots per request: "
                            f"max_num_batched_tokens {T} < max_num_seqs {S} x {st.k + 1} = "
                            f"{S * (st.k + 1)} (vllm#50708/#53970); set --max-num-batched-tokens "
                            f"{S * (st.k + 1)} or --max-num-seqs {T // (st.k + 1)}")
@@ -956,8 +956,8 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
     if st.max_model_len > int(_text(tcfg).get("max_position_embeddings") or st.max_model_len):
         checks.append(f"max_model_len {st.max_model_len} exceeds the target's "
                       f"max_position_embeddings; vLLM refuses it without rope scaling")
-    if mod is not None and not getattr(mod, "CPU_SUPPORTED", True) and ctx.platform == "cpu":
-        checks.append(f"{mod.NAME} does not run on vLLM's CPU backend (V2 model runner or a "
+    if mod is not None and not mod.cpu_supported and ctx.platform == "cpu":
+        checks.append(f"{mod.name} does not run on vLLM's CPU backend (V2 model runner or a "
                       "target with native MTP layers is needed)")
     if st.kv_cache_dtype.startswith("fp8") and not ctx.gpu.fp8:
         checks.append(f"{ctx.gpu.name} has no native FP8; fp8 KV is stored at 8 bits but "
@@ -966,7 +966,7 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
     g = ctx.gpu
     return PlanResult(
         target=ctx.target_name, draft=ctx.draft_name if has_draft else None,
-        method=mod.NAME if mod else None, vllm_method=getattr(mod, "VLLM_METHOD", None),
+        method=mod.name if mod else None, vllm_method=mod.vllm_method if mod else None,
         k=st.k, lookahead_slots=lookahead,
         gpu={"name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes,
              "memory_source": g.memory_source, "fp8": g.fp8, "mxfp4": g.mxfp4},
@@ -989,9 +989,7 @@ def _evaluate(ctx: _Ctx, st: _Settings) -> PlanResult:
 
 def _new_slots(mod: ModuleType, k: int) -> int:
     """vLLM's max_num_new_slots_for_drafting: extra query slots per request while drafting."""
-    if hasattr(mod, "extra_query_slots"):
-        return int(mod.extra_query_slots(k))
-    return k if mod.VLLM_METHOD == "dflash" else 0
+    return int(mod.extra_query_slots(k))
 
 
 def _gib(n: float) -> str:
@@ -1026,12 +1024,12 @@ def _suggest(ctx: _Ctx, st: _Settings, base: PlanResult) -> list[Try]:
     mod = ctx.method
     b = base.with_draft
     also = ""
-    if mod is not None and mod.PARALLEL and st.k and \
+    if mod is not None and mod.parallel and st.k and \
             st.max_num_batched_tokens < st.max_num_seqs * (st.k + 1):
         need = st.max_num_seqs * (st.k + 1)
         fixed = run(replace(st, max_num_batched_tokens=need))
         add(f"--max-num-batched-tokens {need}", fixed, b,
-            f"{mod.NAME} needs max_num_seqs x (k+1) query slots")
+            f"{mod.name} needs max_num_seqs x (k+1) query slots")
         kmax = st.max_num_batched_tokens // st.max_num_seqs - 1
         if kmax >= 1:
             try:
@@ -1216,11 +1214,11 @@ def _shared_tensors(target: _Loaded, draft: _Loaded) -> dict[str, bool]:
 
 
 def _detect_local(loaded: _Loaded) -> str | None:
-    """Ask speckit.core.detect (if present) which method a local draft is."""
+    """Ask speckit.core.methods.detect (if present) which method a local draft is."""
     if loaded.local is None:
         return None
     try:
-        from speckit.core.detect import detect
+        from speckit.core.methods.detect import detect
         from speckit.io.checkpoint import Checkpoint
     except ImportError:
         return None

@@ -1,16 +1,16 @@
 """Everything speckit knows about each speculative-decoding method, one module per method.
 
-Generic stages (inspect, convert, quantize, plan, validate) ask these modules; they never test
-`method == "..."` themselves. A method module is a plain module exposing the names listed in
-`Method` below (data + small pure functions over a config dict; no torch at import time).
+Generic stages (inspect, convert, quantize, plan, validate) ask `get(name)` for a frozen
+`MethodSpec` and read its fields; they never test `method == "..."` themselves. Each method module
+builds its one ``SPEC`` from data and small pure functions over a config dict (no torch).
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from types import ModuleType
-from typing import Any, Protocol
+from typing import Any
 
 from speckit.errors import UsageError
 
@@ -71,27 +71,63 @@ class KVLayer:
         return heads * (self.head_dim + (self.head_dim_v or self.head_dim)) * dtype_bytes
 
 
-class Method(Protocol):
-    """What every method module provides (module-level names)."""
-
-    NAME: str  # speckit name
-    VLLM_METHOD: str  # the `method` string in --speculative-config
-    SPECULATORS_TYPE: str | None  # `speculators_model_type` of its speculators-format layout
-    PARALLEL: bool  # drafts all k tokens in one forward (needs k+1 query slots per request)
-    HAS_CHECKPOINT: bool  # False for ngram
-    # optional flags (absent = False/True as named): CPU_SUPPORTED (default True),
-    # WEIGHTS_IN_TARGET (mtp), SHARES_TARGET_KV (gemma4_assistant), PROPOSES_ON_CPU (ngram)
-
-    def default_k(self, config: dict[str, Any]) -> int | None: ...
-    def check_k(self, config: dict[str, Any], k: int) -> None: ...
-    def lookahead_slots(self, k: int) -> int: ...
-    def speculative_config(self, *, model: str | None, k: int,
-                           config: dict[str, Any]) -> dict[str, Any]: ...
-    def draft_kv_layers(self, config: dict[str, Any]) -> list[KVLayer]: ...
+def _no_extra_slots(k: int) -> int:
+    return 0
 
 
-def get(name: str) -> ModuleType:
-    """The method module for a speckit or vLLM method name (peagle, dflash2 ... included)."""
+@dataclass(frozen=True, kw_only=True)
+class MethodSpec:
+    """Everything a stage may ask of one method: typed facts and the method's pure functions.
+
+    One frozen instance per method module (``SPEC``); stages read fields, never probe modules.
+    Functions a method does not have are None (e.g. ngram has no tensors to check).
+    """
+
+    name: str  # speckit's name
+    vllm_method: str  # the `method` string in --speculative-config
+    has_checkpoint: bool = True  # False for ngram
+    parallel: bool = False  # drafts all k tokens in one forward
+    speculators_type: str | None = None  # `speculators_model_type` of its speculators layout
+    speculators_architecture: str | None = None  # "architectures" of that config
+    aux_layers_key: str | None = None  # speculators key of the target layers feeding the draft
+    trainer_aux_default: bool = False  # 3 aux layers default to [2, L//2, L-3] (EAGLE trainers)
+    cpu_supported: bool = True  # vLLM's CPU backend serves it
+    weights_in_target: bool = False  # vLLM may load the draft layers from the target (mtp)
+    shares_target_kv: bool = False  # attends to the target's KV cache, adds none (gemma4)
+    proposes_on_cpu: bool = False  # proposals computed on the host (ngram): no async scheduling
+    supported_markov_heads: tuple[str, ...] = ()  # DSpark head types vLLM builds
+    # how `quantize --per-tensor-static` feeds the draft: "causal-lm" (its own tokens),
+    # "eagle-head" (embeddings + the target's aux hidden states), None (not supported)
+    calibration: str | None = None
+    norm_before_residual_default: bool | None = None  # vLLM's value when the config omits it
+    reads_mask_embedding: bool = False  # vLLM reads a mask_embedding.pt next to the weights
+    source_scope: tuple[tuple[str, str], ...] = ()  # (layout, what of the source is the draft)
+    # k rules and the serve-time shape of a request
+    default_k: Callable[[dict[str, Any]], int | None]
+    check_k: Callable[[dict[str, Any], int], None]
+    lookahead_slots: Callable[[int], int]
+    # vLLM's max_num_new_slots_for_drafting (vllm/config/speculative.py)
+    extra_query_slots: Callable[[int], int] = _no_extra_slots
+    speculative_config: Callable[..., dict[str, Any]]
+    draft_kv_layers: Callable[[dict[str, Any]], list[KVLayer]]
+    describe: Callable[[dict[str, Any]], dict[str, Any]]
+    # checkpoint structure (None: the method has no such notion)
+    expected_tensors: Callable[[dict[str, Any]], list[TensorSpec]] | None = None
+    source_tensors: Callable[..., list[TensorSpec] | None] | None = None
+    check_config: Callable[..., list[Problem]] | None = None
+    target_tensor_names: Callable[..., list[str]] | None = None  # draft tensors inside the target
+    # quantization: which weights vLLM builds as quantizable Linear, under which run-time names
+    quantizable: Callable[[str, dict[str, Any]], bool] | None = None
+    runtime_module_name: Callable[..., str] | None = None
+    runtime_module_aliases: Callable[..., list[str]] | None = None
+
+    def scope_of(self, layout: str) -> str:
+        """What part of a source in ``layout`` is the draft ("" when the whole checkpoint is)."""
+        return dict(self.source_scope).get(layout, "")
+
+
+def get(name: str) -> MethodSpec:
+    """The spec of a speckit or vLLM method name (peagle, dflash2 ... included)."""
     key = name.strip().lower().replace("-", "_")
     aliases = {"eagle": "eagle3", "p_eagle": "peagle", "gemma4_mtp": "gemma4_assistant",
                "assistant": "gemma4_assistant", "draft": "draft_model"}
@@ -105,12 +141,17 @@ def get(name: str) -> ModuleType:
             hint=("did you mean " + ", ".join(close) + "? " if close else "")
             + "known methods: " + ", ".join(METHOD_NAMES),
         )
-    return importlib.import_module(_MODULES[key])
+    return importlib.import_module(_MODULES[key]).SPEC
 
 
-def for_speculators_type(stype: str) -> ModuleType | None:
+def for_speculators_type(stype: str) -> MethodSpec | None:
+    """The spec whose speculators layout has ``speculators_model_type == stype``."""
     for name in _MODULES:
-        mod = get(name)
-        if getattr(mod, "SPECULATORS_TYPE", None) == stype:
-            return mod
+        spec = get(name)
+        if spec.speculators_type == stype:
+            return spec
     return None
+
+
+def all_specs() -> list[MethodSpec]:
+    return [get(name) for name in _MODULES]

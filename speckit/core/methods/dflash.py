@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
 from speckit.core.methods.common import (
     attn_dims,
     aux_layer_ids,
@@ -26,15 +26,6 @@ from speckit.core.methods.common import (
     vocab_head_specs,
 )
 from speckit.errors import FormatError
-
-NAME = "dflash"
-VLLM_METHOD = "dflash"
-SPECULATORS_TYPE = "dflash"
-SPECULATORS_ARCHITECTURE = "DFlashDraftModel"  # "architectures" of the speculators config
-PARALLEL = True
-HAS_CHECKPOINT = True
-# speculators config key of the target layers whose hidden states feed the draft's fc
-AUX_LAYERS_KEY = "aux_hidden_state_layer_ids"
 
 
 def block_size(config: dict[str, Any]) -> int:
@@ -55,7 +46,7 @@ def default_k(config: dict[str, Any]) -> int | None:
 
 
 def check_k(config: dict[str, Any], k: int) -> None:
-    check_k_range(NAME, k, lo=1, hi=max_k(config),
+    check_k_range(SPEC.name, k, lo=1, hi=max_k(config),
                   why=f"a DFlash draft with block size {block_size(config)} fills at most "
                   f"{max_k(config)} slots per step")
 
@@ -64,8 +55,13 @@ def lookahead_slots(k: int) -> int:
     return k + 1
 
 
+def extra_query_slots(k: int) -> int:
+    """vLLM's max_num_new_slots_for_drafting: one bonus query followed by k mask queries."""
+    return k
+
+
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
@@ -213,3 +209,27 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
     from speckit.core.methods.common import is_decoder_linear
 
     return is_decoder_linear(name, extra=("fc.weight",))
+
+
+SPEC = MethodSpec(
+    name="dflash",
+    vllm_method="dflash",
+    speculators_type="dflash",
+    speculators_architecture="DFlashDraftModel",  # "architectures" of the speculators config
+    parallel=True,
+    has_checkpoint=True,  # speculators config key of the target layers whose hidden states feed the draft's fc
+    aux_layers_key="aux_hidden_state_layer_ids",
+    reads_mask_embedding=True,  # DFlash family: replaces the mask token's embedding
+    default_k=default_k,
+    check_k=check_k,
+    lookahead_slots=lookahead_slots,
+    extra_query_slots=extra_query_slots,
+    speculative_config=speculative_config,
+    draft_kv_layers=draft_kv_layers,
+    describe=describe,
+    expected_tensors=expected_tensors,
+    source_tensors=source_tensors,
+    check_config=check_config,
+    quantizable=quantizable,
+    runtime_module_name=runtime_module_name,
+)

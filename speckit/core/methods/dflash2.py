@@ -7,22 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
 from speckit.core.methods import dflash as _dflash
 from speckit.core.methods.common import first, layer_config, offset_layer_runtime_name
-
-NAME = "dflash2"
-VLLM_METHOD = "dflash"
-SPECULATORS_TYPE = "dflash2"
-SPECULATORS_ARCHITECTURE = "DFlash2DraftModel"  # "architectures" of the speculators config
-PARALLEL = True
-HAS_CHECKPOINT = True
-# speculators config key of the target layers whose hidden states feed the draft's fc
-AUX_LAYERS_KEY = "aux_hidden_state_layer_ids"
 
 block_size = _dflash.block_size
 max_k = _dflash.max_k
 default_k = _dflash.default_k
+extra_query_slots = _dflash.extra_query_slots
 
 
 def check_k(config: dict[str, Any], k: int) -> None:
@@ -34,7 +26,7 @@ def lookahead_slots(k: int) -> int:
 
 
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
@@ -126,3 +118,27 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
 
     return _dflash.quantizable(name, config) or is_decoder_linear(
         name, projections=r"(?:attention_conv|mlp_conv)\.kernel_projection")
+
+
+SPEC = MethodSpec(
+    name="dflash2",
+    vllm_method="dflash",
+    speculators_type="dflash2",
+    speculators_architecture="DFlash2DraftModel",  # "architectures" of the speculators config
+    parallel=True,
+    has_checkpoint=True,  # speculators config key of the target layers whose hidden states feed the draft's fc
+    aux_layers_key="aux_hidden_state_layer_ids",
+    reads_mask_embedding=True,  # DFlash family: replaces the mask token's embedding
+    default_k=default_k,
+    check_k=check_k,
+    lookahead_slots=lookahead_slots,
+    extra_query_slots=extra_query_slots,
+    speculative_config=speculative_config,
+    draft_kv_layers=draft_kv_layers,
+    describe=describe,
+    expected_tensors=expected_tensors,
+    source_tensors=source_tensors,
+    check_config=check_config,
+    quantizable=quantizable,
+    runtime_module_name=runtime_module_name,
+)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
 from speckit.core.methods.common import (
     base_dims,
     check_k_range,
@@ -19,19 +19,13 @@ from speckit.core.methods.common import (
     pairing_problems,
 )
 
-NAME = "draft_model"
-VLLM_METHOD = "draft_model"
-SPECULATORS_TYPE = None
-PARALLEL = False
-HAS_CHECKPOINT = True
-
 
 def default_k(config: dict[str, Any]) -> int | None:
     return None
 
 
 def check_k(config: dict[str, Any], k: int) -> None:
-    check_k_range(NAME, k, lo=1)
+    check_k_range(SPEC.name, k, lo=1)
 
 
 def lookahead_slots(k: int) -> int:
@@ -43,7 +37,7 @@ def extra_query_slots(k: int) -> int:
 
 
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
@@ -121,3 +115,26 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
     from speckit.core.methods.common import is_decoder_linear
 
     return is_decoder_linear(name, prefix="model.layers")
+
+
+SPEC = MethodSpec(
+    name="draft_model",
+    vllm_method="draft_model",
+    speculators_type=None,
+    parallel=False,
+    has_checkpoint=True,
+    calibration="causal-lm",
+    default_k=default_k,
+    check_k=check_k,
+    lookahead_slots=lookahead_slots,
+    extra_query_slots=extra_query_slots,
+    speculative_config=speculative_config,
+    draft_kv_layers=draft_kv_layers,
+    describe=describe,
+    expected_tensors=expected_tensors,
+    source_tensors=source_tensors,
+    check_config=check_config,
+    quantizable=quantizable,
+    runtime_module_name=runtime_module_name,
+    runtime_module_aliases=runtime_module_aliases,
+)

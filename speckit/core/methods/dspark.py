@@ -8,20 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
 from speckit.core.methods import dflash as _dflash
 from speckit.core.methods.common import check_k_range, first, offset_layer_runtime_name
-
-NAME = "dspark"
-VLLM_METHOD = "dspark"
-SPECULATORS_TYPE = "dspark"
-SPECULATORS_ARCHITECTURE = "DSparkDraftModel"  # "architectures" of the speculators config
-PARALLEL = True
-HAS_CHECKPOINT = True
-# speculators config key of the target layers whose hidden states feed the draft's fc
-AUX_LAYERS_KEY = "aux_hidden_state_layer_ids"
-CPU_SUPPORTED = False
-SUPPORTED_MARKOV_HEADS = ("vanilla",)  # vLLM's qwen3_dspark implements only the vanilla head
 
 block_size = _dflash.block_size
 
@@ -32,7 +21,7 @@ def default_k(config: dict[str, Any]) -> int | None:
 
 def check_k(config: dict[str, Any], k: int) -> None:
     b = block_size(config)
-    check_k_range(NAME, k, lo=b, hi=b,
+    check_k_range(SPEC.name, k, lo=b, hi=b,
                   why=f"DSpark drafts a whole block; use num_speculative_tokens = block size ({b})")
 
 
@@ -40,8 +29,13 @@ def lookahead_slots(k: int) -> int:
     return k + 1
 
 
+def extra_query_slots(k: int) -> int:
+    """vLLM's max_num_new_slots_for_drafting: the existing query is reused; k-1 masked queries need new slots."""
+    return k - 1
+
+
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
@@ -138,10 +132,10 @@ def check_config(config: dict[str, Any], *,
     if kind not in MARKOV_HEAD_TYPES:
         out.append(Problem("error", "dspark-markov-head", f"markov_head_type {kind!r} is not one "
                            f"of {', '.join(MARKOV_HEAD_TYPES)}", "markov_head_type"))
-    elif kind not in SUPPORTED_MARKOV_HEADS and d["markov_rank"] > 0:
+    elif kind not in SPEC.supported_markov_heads and d["markov_rank"] > 0:
         out.append(Problem("error", "dspark-markov-head",
                            f"markov_head_type {kind!r}: vLLM's DSpark implements only the "
-                           f"{'/'.join(SUPPORTED_MARKOV_HEADS)} head and refuses the extra "
+                           f"{'/'.join(SPEC.supported_markov_heads)} head and refuses the extra "
                            "tensors", "markov_head_type"))
     if d["markov_rank"] == 0 and d["confidence_head_with_markov"] and d["enable_confidence_head"]:
         out.append(Problem("error", "dspark-confidence-markov", "confidence_head_with_markov is "
@@ -156,3 +150,29 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
     """DFlash's Linears only: markov_w1 is an nn.Embedding, markov_w2 a ParallelLMHead and the
     confidence head a ReplicatedLinear without quant config (qwen3_dspark.py)."""
     return _dflash.quantizable(name, config)
+
+
+SPEC = MethodSpec(
+    name="dspark",
+    vllm_method="dspark",
+    speculators_type="dspark",
+    speculators_architecture="DSparkDraftModel",  # "architectures" of the speculators config
+    parallel=True,
+    has_checkpoint=True,  # speculators config key of the target layers whose hidden states feed the draft's fc
+    aux_layers_key="aux_hidden_state_layer_ids",
+    cpu_supported=False,
+    supported_markov_heads=("vanilla",),  # vLLM's qwen3_dspark implements only the vanilla head
+    reads_mask_embedding=True,  # DFlash family: replaces the mask token's embedding
+    default_k=default_k,
+    check_k=check_k,
+    lookahead_slots=lookahead_slots,
+    extra_query_slots=extra_query_slots,
+    speculative_config=speculative_config,
+    draft_kv_layers=draft_kv_layers,
+    describe=describe,
+    expected_tensors=expected_tensors,
+    source_tensors=source_tensors,
+    check_config=check_config,
+    quantizable=quantizable,
+    runtime_module_name=runtime_module_name,
+)

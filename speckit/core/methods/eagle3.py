@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
 from speckit.core.methods.common import (
     attn_dims,
     aux_layer_ids,
@@ -25,23 +25,13 @@ from speckit.core.methods.common import (
     vocab_head_specs,
 )
 
-NAME = "eagle3"
-VLLM_METHOD = "eagle3"
-SPECULATORS_TYPE = "eagle3"
-SPECULATORS_ARCHITECTURE = "Eagle3DraftModel"  # "architectures" of the speculators config
-PARALLEL = False
-HAS_CHECKPOINT = True
-# speculators config key of the target layers whose hidden states feed the draft's fc
-AUX_LAYERS_KEY = "eagle_aux_hidden_state_layer_ids"
-TRAINER_AUX_DEFAULT = True  # three aux layers default to [2, L//2, L-3] (trainers, vLLM)
-
 
 def default_k(config: dict[str, Any]) -> int | None:
     return speculators_k(config)
 
 
 def check_k(config: dict[str, Any], k: int) -> None:
-    check_k_range(NAME, k, lo=1)
+    check_k_range(SPEC.name, k, lo=1)
 
 
 def lookahead_slots(k: int) -> int:
@@ -49,7 +39,7 @@ def lookahead_slots(k: int) -> int:
 
 
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
@@ -198,3 +188,29 @@ def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
     if layer_config(config).get("model_type") == "qwen3" and name.endswith(".self_attn.qkv_proj"):
         return [name.replace(".self_attn.qkv_proj", ".qkv_proj")]
     return []
+
+
+SPEC = MethodSpec(
+    name="eagle3",
+    vllm_method="eagle3",
+    speculators_type="eagle3",
+    speculators_architecture="Eagle3DraftModel",  # "architectures" of the speculators config
+    parallel=False,
+    has_checkpoint=True,  # speculators config key of the target layers whose hidden states feed the draft's fc
+    aux_layers_key="eagle_aux_hidden_state_layer_ids",
+    trainer_aux_default=True,  # three aux layers default to [2, L//2, L-3] (trainers, vLLM)
+    calibration="eagle-head",
+    norm_before_residual_default=True,  # vLLM algos.py
+    default_k=default_k,
+    check_k=check_k,
+    lookahead_slots=lookahead_slots,
+    speculative_config=speculative_config,
+    draft_kv_layers=draft_kv_layers,
+    describe=describe,
+    expected_tensors=expected_tensors,
+    source_tensors=source_tensors,
+    check_config=check_config,
+    quantizable=quantizable,
+    runtime_module_name=runtime_module_name,
+    runtime_module_aliases=runtime_module_aliases,
+)

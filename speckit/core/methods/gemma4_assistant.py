@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
 from speckit.core.methods.common import (
     base_dims,
     check_k_range,
@@ -19,20 +19,13 @@ from speckit.core.methods.common import (
     pairing_problems,
 )
 
-NAME = "gemma4_assistant"
-VLLM_METHOD = "mtp"
-SPECULATORS_TYPE = None
-PARALLEL = False
-HAS_CHECKPOINT = True
-SHARES_TARGET_KV = True  # K/V come from the target's cache
-
 
 def default_k(config: dict[str, Any]) -> int | None:
     return None
 
 
 def check_k(config: dict[str, Any], k: int) -> None:
-    check_k_range(NAME, k, lo=1)
+    check_k_range(SPEC.name, k, lo=1)
 
 
 def lookahead_slots(k: int) -> int:
@@ -40,7 +33,7 @@ def lookahead_slots(k: int) -> int:
 
 
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k}
+    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
@@ -169,3 +162,24 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
     return is_decoder_linear(name, prefix="model.layers",
                              projections=r"self_attn\.[qo]_proj|mlp\.(?:gate|up|down)_proj",
                              extra=("pre_projection.weight", "post_projection.weight"))
+
+
+SPEC = MethodSpec(
+    name="gemma4_assistant",
+    vllm_method="mtp",
+    speculators_type=None,
+    parallel=False,
+    has_checkpoint=True,
+    shares_target_kv=True,  # K/V come from the target's cache
+    default_k=default_k,
+    check_k=check_k,
+    lookahead_slots=lookahead_slots,
+    speculative_config=speculative_config,
+    draft_kv_layers=draft_kv_layers,
+    describe=describe,
+    expected_tensors=expected_tensors,
+    source_tensors=source_tensors,
+    check_config=check_config,
+    quantizable=quantizable,
+    runtime_module_name=runtime_module_name,
+)

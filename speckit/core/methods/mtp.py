@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
 from speckit.core.methods.common import (
     attn_dims,
     base_dims,
@@ -19,15 +19,6 @@ from speckit.core.methods.common import (
     need,
     pairing_problems,
 )
-
-NAME = "mtp"
-VLLM_METHOD = "mtp"
-SPECULATORS_TYPE = "mtp"
-SPECULATORS_ARCHITECTURE = "MTPDraftModel"  # "architectures" of the speculators config
-PARALLEL = False
-HAS_CHECKPOINT = True
-CPU_SUPPORTED = False
-WEIGHTS_IN_TARGET = True  # the draft is the target checkpoint's own mtp.* layers
 
 
 def n_predict(config: dict[str, Any]) -> int:
@@ -41,9 +32,9 @@ def default_k(config: dict[str, Any]) -> int | None:
 
 def check_k(config: dict[str, Any], k: int) -> None:
     n = n_predict(config)
-    check_k_range(NAME, k, lo=1)
+    check_k_range(SPEC.name, k, lo=1)
     if k > n and k % n:
-        check_k_range(NAME, k, lo=n, hi=n,
+        check_k_range(SPEC.name, k, lo=n, hi=n,
                       why=f"vLLM requires k to be a multiple of the {n} MTP layers when k > {n}")
 
 
@@ -52,7 +43,7 @@ def lookahead_slots(k: int) -> int:
 
 
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {"method": VLLM_METHOD, "num_speculative_tokens": k}
+    out: dict[str, Any] = {"method": SPEC.vllm_method, "num_speculative_tokens": k}
     if model:
         out["model"] = model
     return out
@@ -72,8 +63,6 @@ def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
 
 # model types whose attention has an output gate folded into q_proj (2 * heads * head_dim rows)
 GATED_ATTENTION = ("qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text")
-# in a native checkpoint only these tensors belong to the MTP head; the rest is the target
-SOURCE_SCOPE = {"native-mtp": "mtp."}
 
 
 def describe(config: dict[str, Any]) -> dict[str, Any]:
@@ -209,3 +198,26 @@ def target_tensor_names(target_config: dict[str, Any], names: list[str]) -> list
         if m and n and int(m.group(1)) >= n:
             out.append(name)
     return out
+
+
+SPEC = MethodSpec(
+    name="mtp",
+    vllm_method="mtp",
+    speculators_type="mtp",
+    speculators_architecture="MTPDraftModel",  # "architectures" of the speculators config
+    parallel=False,
+    has_checkpoint=True,
+    cpu_supported=False,
+    weights_in_target=True,  # the draft is the target checkpoint's own mtp.* layers
+    source_scope=(("native-mtp", "mtp."),),
+    default_k=default_k,
+    check_k=check_k,
+    lookahead_slots=lookahead_slots,
+    speculative_config=speculative_config,
+    draft_kv_layers=draft_kv_layers,
+    describe=describe,
+    expected_tensors=expected_tensors,
+    source_tensors=source_tensors,
+    check_config=check_config,
+    target_tensor_names=target_tensor_names,
+)

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
 from speckit.core.methods.common import check_k_range
-
-NAME = "ngram"
-VLLM_METHOD = "ngram"
-SPECULATORS_TYPE = None
-PARALLEL = False
-HAS_CHECKPOINT = False
-PROPOSES_ON_CPU = True  # host-side proposer: vLLM turns async scheduling off
 
 
 def default_k(config: dict[str, Any]) -> int | None:
@@ -20,7 +13,7 @@ def default_k(config: dict[str, Any]) -> int | None:
 
 
 def check_k(config: dict[str, Any], k: int) -> None:
-    check_k_range(NAME, k, lo=1)
+    check_k_range(SPEC.name, k, lo=1)
 
 
 def lookahead_slots(k: int) -> int:
@@ -28,7 +21,7 @@ def lookahead_slots(k: int) -> int:
 
 
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": VLLM_METHOD, "num_speculative_tokens": k,
+    return {"method": SPEC.vllm_method, "num_speculative_tokens": k,
             "prompt_lookup_max": 5, "prompt_lookup_min": 2}
 
 
@@ -49,3 +42,21 @@ def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
 def check_config(config: dict[str, Any], *,
                  target_config: dict[str, Any] | None = None) -> list[Problem]:
     return []
+
+
+SPEC = MethodSpec(
+    name="ngram",
+    vllm_method="ngram",
+    speculators_type=None,
+    parallel=False,
+    has_checkpoint=False,
+    proposes_on_cpu=True,  # host-side proposer: vLLM turns async scheduling off
+    default_k=default_k,
+    check_k=check_k,
+    lookahead_slots=lookahead_slots,
+    speculative_config=speculative_config,
+    draft_kv_layers=draft_kv_layers,
+    describe=describe,
+    expected_tensors=expected_tensors,
+    check_config=check_config,
+)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec
+from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
 from speckit.core.methods import eagle3 as _eagle3
 from speckit.core.methods.common import (
     check_k_range,
@@ -19,23 +19,13 @@ from speckit.core.methods.common import (
     speculators_k,
 )
 
-NAME = "peagle"
-VLLM_METHOD = "eagle3"
-SPECULATORS_TYPE = "peagle"
-SPECULATORS_ARCHITECTURE = "PEagleDraftModel"  # "architectures" of the speculators config
-PARALLEL = True
-HAS_CHECKPOINT = True
-# speculators config key of the target layers whose hidden states feed the draft's fc
-AUX_LAYERS_KEY = "eagle_aux_hidden_state_layer_ids"
-TRAINER_AUX_DEFAULT = True  # three aux layers default to [2, L//2, L-3] (trainers, vLLM)
-
 
 def default_k(config: dict[str, Any]) -> int | None:
     return speculators_k(config)
 
 
 def check_k(config: dict[str, Any], k: int) -> None:
-    check_k_range(NAME, k, lo=1)
+    check_k_range(SPEC.name, k, lo=1)
 
 
 def lookahead_slots(k: int) -> int:
@@ -48,7 +38,7 @@ def extra_query_slots(k: int) -> int:
 
 
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": VLLM_METHOD, "model": model, "num_speculative_tokens": k,
+    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k,
             "parallel_drafting": True}
 
 
@@ -108,3 +98,30 @@ def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
                            config: dict[str, Any]) -> list[str]:
     return _eagle3.runtime_module_aliases(ckpt_name, target_num_layers=target_num_layers,
                                           config=config)
+
+
+SPEC = MethodSpec(
+    name="peagle",
+    vllm_method="eagle3",
+    speculators_type="peagle",
+    speculators_architecture="PEagleDraftModel",  # "architectures" of the speculators config
+    parallel=True,
+    has_checkpoint=True,  # speculators config key of the target layers whose hidden states feed the draft's fc
+    aux_layers_key="eagle_aux_hidden_state_layer_ids",
+    trainer_aux_default=True,  # three aux layers default to [2, L//2, L-3] (trainers, vLLM)
+    calibration="eagle-head",
+    norm_before_residual_default=False,  # vLLM algos.py
+    default_k=default_k,
+    check_k=check_k,
+    lookahead_slots=lookahead_slots,
+    extra_query_slots=extra_query_slots,
+    speculative_config=speculative_config,
+    draft_kv_layers=draft_kv_layers,
+    describe=describe,
+    expected_tensors=expected_tensors,
+    source_tensors=source_tensors,
+    check_config=check_config,
+    quantizable=quantizable,
+    runtime_module_name=runtime_module_name,
+    runtime_module_aliases=runtime_module_aliases,
+)

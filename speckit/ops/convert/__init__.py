@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core import methods
 from speckit.errors import FormatError, SpeckitError, UsageError
 from speckit.io.checkpoint import (
     FLOAT_DTYPES,
@@ -45,7 +46,7 @@ METHOD_CHOICES = ("auto", "eagle3", "peagle", "dflash", "dflash2", "dspark", "mt
 # speculators_model_type values vLLM 0.32/0.33 registers (transformers_utils/configs/speculators)
 VLLM_SPECULATORS_TYPES = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
 
-# source layout (speckit.core.detect) -> reader module
+# source layout (speckit.core.methods.detect) -> reader module
 _READERS = {
     "speculators": "speckit.ops.convert.speculators_source",
     "safeailab-eagle3": "speckit.ops.convert.eagle3_sources",
@@ -195,7 +196,6 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                      "allow_pickle": allow_pickle, "max_shard_bytes": max_shard_bytes}))
         _verify_output(tmp, plan, target_config=tgt.config if tgt else None)
 
-    from speckit.core import methods
 
     mod = methods.get(plan.method)
     spec = mod.speculative_config(model=str(out_dir.resolve()), k=plan.k or 1, config=plan.config)
@@ -329,11 +329,11 @@ def _resolve_target(ref: str) -> tuple[_Resolved, Any]:
 
 def _detect(ckpt: Checkpoint):
     try:
-        from speckit.core.detect import detect
+        from speckit.core.methods.detect import detect
     except ModuleNotFoundError as e:
-        if e.name != "speckit.core.detect":
+        if e.name != "speckit.core.methods.detect":
             raise
-        raise UsageError("speckit.core.detect is not available in this build") from e
+        raise UsageError("speckit.core.methods.detect is not available in this build") from e
     return detect(ckpt)
 
 
@@ -403,12 +403,11 @@ def _check_coverage(plan: ConversionPlan, src: Checkpoint, dropped: dict[str, st
 def _check_against_method(plan: ConversionPlan, *, target_config: dict | None) -> None:
     """Every output tensor must be one the method's vLLM model has, with its shape; every tensor
     it needs must be written (unless vLLM borrows it from the target)."""
-    from speckit.core import methods
 
     mod = methods.get(plan.method)
     outs = {m.out: m for m in plan.moves}
     problems: list[str] = []
-    expected_fn = getattr(mod, "expected_tensors", None)
+    expected_fn = mod.expected_tensors
     if expected_fn is not None:
         expected = {t.name: t for t in expected_fn(plan.config)}
         for name, spec in expected.items():
@@ -427,7 +426,7 @@ def _check_against_method(plan: ConversionPlan, *, target_config: dict | None) -
         extra = sorted(set(outs) - set(expected))
         for name in extra:
             problems.append(f"{name}: the {plan.method} layout has no such tensor")
-    check_fn = getattr(mod, "check_config", None)
+    check_fn = mod.check_config
     if check_fn is not None:  # its warnings come back from the post-write inspection
         for p in check_fn(plan.config, target_config=target_config):
             if getattr(p, "severity", "error") == "error":
@@ -443,7 +442,7 @@ def _extra_files(plan: ConversionPlan, src: Checkpoint, *, allow_pickle: bool) -
     files = list(plan.extra_files)
     if (src.path / "mask_embedding.pt").exists():
         # vLLM reads it for DFlash drafts (it replaces the mask token's embedding)
-        if plan.method not in ("dflash", "dflash2", "dspark"):
+        if not methods.get(plan.method).reads_mask_embedding:
             raise FormatError(f"{src.path}: mask_embedding.pt belongs to DFlash drafts only")
         if not allow_pickle:
             raise FormatError(f"{src.path / 'mask_embedding.pt'} is a pickle that vLLM reads",

@@ -157,7 +157,7 @@ class Options:
 @dataclass
 class ReadContext:
     src: Checkpoint
-    layout: Any  # speckit.core.detect.Layout
+    layout: Any  # speckit.core.methods.detect.Layout
     target: Target | None
     opts: Options
 
@@ -255,11 +255,11 @@ def resolve_k(ctx: ReadContext, mod, config: dict[str, Any], *, recorded: int | 
         k, rule = ctx.opts.registry_k
     else:
         k = mod.default_k(config)
-        rule = f"{mod.NAME} rule"
+        rule = f"{mod.name} rule"
         if k is None:
             raise UsageError(
                 f"{ctx.src.path}: the source does not record how many tokens to draft, and "
-                f"{mod.NAME} has no rule that fixes it",
+                f"{mod.name} has no rule that fixes it",
                 hint="pass --num-speculative-tokens K (speckit validate measures the best k)")
     mod.check_k(config, int(k))
     plan.k, plan.k_rule = int(k), rule

@@ -255,7 +255,7 @@ def finish(ctx: ReadContext, bb: Backbone, *, architecture: str,
 
 def plan(ctx: ReadContext) -> ConversionPlan:
     """z-lab / SpecForge / Laguna DFlash -> speculators dflash; z-lab DFlash2 -> dflash2."""
-    if ctx.layout.method == "dflash2":
+    if ctx.layout.name == "zlab-dflash2":
         return _plan_dflash2(ctx)
     bb = backbone(ctx, method="dflash")
     proj = bb.dflash_config.get("projector_type")
@@ -266,7 +266,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                               f"not plain DFlash", hint="pass --method for that projector, or "
                               "report the checkpoint")
         consumed["projector_type"] = f"{proj!r}: plain DFlash"
-    return finish(ctx, bb, architecture=methods.get("dflash").SPECULATORS_ARCHITECTURE,
+    return finish(ctx, bb, architecture=methods.get("dflash").speculators_architecture,
                   consumed_dc=consumed)
 
 
@@ -328,7 +328,7 @@ def _plan_dflash2(ctx: ReadContext) -> ConversionPlan:
             if new != name:
                 bb.plan.notes.append(f"{name} renamed to {new} (vLLM's bare codebook parameter)")
             bb.unmapped.remove(name)
-    return finish(ctx, bb, architecture=methods.get("dflash2").SPECULATORS_ARCHITECTURE,
+    return finish(ctx, bb, architecture=methods.get("dflash2").speculators_architecture,
                   consumed_dc={k: f"top-level {k}" for k in _DFLASH2_KEYS
                                if k in bb.dflash_config})
 

@@ -49,7 +49,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     if on_disk and on_disk[0] != head_type:
         raise FormatError(f"{ctx.where('markov_head_type')} is {head_type!r} but the checkpoint "
                           f"holds {_HEAD_TENSORS[on_disk[0]]}")
-    if head_type not in dspark.SUPPORTED_MARKOV_HEADS:
+    if head_type not in dspark.SPEC.supported_markov_heads:
         raise FormatError(
             f"{src.path}: markov_head_type is {head_type!r} ({_HEAD_TENSORS.get(head_type, '?')}); "
             f"vLLM's Qwen3DSparkModel implements only the vanilla Markov head and would refuse "
@@ -125,7 +125,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     bb.plan.moves += moves
     arch = next((a for a in cfg.get("architectures") or []
                  if a in ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")),
-                dspark.SPECULATORS_ARCHITECTURE)
+                dspark.SPEC.speculators_architecture)
     return finish(ctx, bb, architecture=arch,
                   consumed_dc={k: v for k, v in _TOP_CONSUMED.items() if k in dc})
 

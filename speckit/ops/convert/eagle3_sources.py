@@ -58,8 +58,8 @@ _CONSUMED = {
 
 def plan(ctx: ReadContext) -> ConversionPlan:
     """SafeAILab / SpecForge EAGLE-3 (and SpecForge P-EAGLE) -> speculators eagle3 / peagle."""
-    method = "peagle" if ctx.layout.method == "peagle" else "eagle3"
-    mod = methods.get(method)
+    mod = methods.get(ctx.layout.method)  # eagle3, or peagle (the parallel-drafting variant)
+    method = mod.name
     src, cfg = ctx.src, ctx.src.config
     tgt = ctx.tgt
     dtype = source_dtype(ctx)
@@ -146,7 +146,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
             hint="this draft cannot be served by vLLM as-is")
 
     model_type = _layer_type(ctx, out)
-    if method == "peagle" and "mask_hidden" not in src.tensors:
+    if mod.parallel and "mask_hidden" not in src.tensors:
         raise FormatError(f"{src.path}: a P-EAGLE draft needs mask_hidden",
                           hint="vLLM refuses parallel drafting without it")
 
@@ -160,7 +160,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                      # vLLM's Llama EAGLE-3 head sizes fc from this (else assumes 3)
                      num_aux_hidden_states=n_aux)
     config: dict[str, Any] = {
-        "architectures": [methods.get(method).SPECULATORS_ARCHITECTURE],
+        "architectures": [mod.speculators_architecture],
         "speculators_model_type": method,
         "speculators_version": SPECULATORS_FORMAT_VERSION,
         "draft_vocab_size": draft_vocab,
@@ -174,7 +174,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
         "dtype": CONFIG_DTYPE[dtype],
         "tie_word_embeddings": False,
     }
-    if method == "peagle":
+    if mod.parallel:
         config["mask_token_id"] = _mask_token(ctx, V)
         k_rec, k_from = recorded_k(cfg, ("speculative_tokens", "num_depths"))
     else:

@@ -95,7 +95,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
         raise FormatError(f"{src.path}: mtp.fc.weight is {list(fc.shape) if fc else 'missing'}, "
                           f"expected [{hidden}, {2 * hidden}] for hidden_size {hidden}")
     config: dict[str, Any] = {
-        "architectures": [methods.get("mtp").SPECULATORS_ARCHITECTURE],
+        "architectures": [methods.get("mtp").speculators_architecture],
         "speculators_model_type": "mtp",
         "speculators_version": SPECULATORS_FORMAT_VERSION,
         "num_nextn_predict_layers": 1,

@@ -48,7 +48,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     if mod is None:
         raise FormatError(f"{ctx.where('speculators_model_type')} is {stype!r}, which speckit "
                           f"does not know", hint="known: " + ", ".join(SPECULATORS_DEFAULTS))
-    method = mod.NAME
+    method = mod.name
     out = ConversionPlan(method=method, layout="speculators", config={}, moves=[])
     dtype = source_dtype(ctx)
     dtype_note(ctx, dtype, out)
@@ -83,8 +83,8 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                              f"would read a missing key differently)")
 
     moves = []
-    key = getattr(mod, "AUX_LAYERS_KEY", None)
-    eagle = getattr(mod, "TRAINER_AUX_DEFAULT", False)
+    key = mod.aux_layers_key
+    eagle = mod.trainer_aux_default
     if key is not None:
         hidden = int(layer_cfg.get("hidden_size") or 0)
         if "lm_head.weight" in src.tensors:
@@ -112,7 +112,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
                                eagle_default=eagle)
         if eagle and layer_cfg.get("model_type") == "llama":
             layer_cfg.setdefault("num_aux_hidden_states", n_aux)
-    if mod.PARALLEL:  # vLLM fills the draft's parallel slots with it
+    if mod.parallel:  # vLLM fills the draft's parallel slots with it
         flag, said = ctx.opts.mask_token_id, cfg.get("mask_token_id")
         if flag is not None and said is not None and int(flag) != int(said):
             raise UsageError(f"--mask-token-id {flag} contradicts mask_token_id {said} in "
@@ -123,8 +123,8 @@ def plan(ctx: ReadContext) -> ConversionPlan:
         if said is None:
             cfg["mask_token_id"] = int(flag)
             out.notes.append(f"mask_token_id {flag} from --mask-token-id")
-    heads = getattr(mod, "SUPPORTED_MARKOV_HEADS", None)
-    if heads is not None and cfg.get("markov_head_type") not in heads:
+    heads = mod.supported_markov_heads
+    if heads and cfg.get("markov_head_type") not in heads:
         raise FormatError(f"{ctx.where('markov_head_type')} is {cfg['markov_head_type']!r}: vLLM's "
                           f"Qwen3DSparkModel implements only the vanilla Markov head",
                           hint="speckit refuses to produce a checkpoint no vLLM can load")

@@ -31,7 +31,7 @@ from speckit.ops.quantize.schemes import SCHEMES, Scheme
 PROVENANCE = "speckit-provenance.json"
 DEFAULT_SHARD_BYTES = 5 * 10**9
 _COPY_CHUNK = 16 * 1024 * 1024
-# layouts quantize reads (speckit.core.detect names); others must be converted first
+# layouts quantize reads (speckit.core.methods.detect names); others must be converted first
 _LAYOUTS = ("speculators", "gemma4-assistant", "hf-causal-lm")
 _QUANT_DTYPES = {"U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0", "F4", "F6_E2M3", "F6_E3M2"}
 _QUANT_SUFFIXES = (".weight_scale", ".input_scale", ".weight_packed", ".qweight", ".scales",
@@ -137,7 +137,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
                                 target_layers=target_layers, requant=requant)
     n_quant = sum(1 for it in items if it.action == "quantize")
     if n_quant == 0:
-        raise UsageError(f"{src_path}: nothing to quantize (no Linear weight of the {mod.NAME} "
+        raise UsageError(f"{src_path}: nothing to quantize (no Linear weight of the {mod.name} "
                          "draft is left after the exclusions)",
                          hint="check --exclude; `speckit inspect` lists the tensors")
 
@@ -146,7 +146,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     if sch.needs_calibration:
         from speckit.ops.quantize import calibrate
 
-        cal = calibrate.collect(ckpt, mod.NAME, modules=[it.module for it in items
+        cal = calibrate.collect(ckpt, mod.name, modules=[it.module for it in items
                                                           if it.action == "quantize"],
                                 names={it.module: it.info.name for it in items
                                        if it.action == "quantize"},
@@ -161,7 +161,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     with atomic_output_dir(out_dir, force=force) as tmp:
         writer = _Writer(tmp, specs, max_shard_bytes=max_shard_bytes)
         try:
-            with _progress(progress, total_in, f"quantize {mod.NAME} -> {sch.name}") as tick, \
+            with _progress(progress, total_in, f"quantize {mod.name} -> {sch.name}") as tick, \
                     _threads(dev):
                 _execute(ckpt, items, sch, writer, dev, reports, input_amax, requant, tick)
         except BaseException:
@@ -173,7 +173,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
         extra = _copy_extra_files(ckpt.path, tmp)
         files += ["config.json", *extra]
         result = QuantizeResult(
-            out=out_dir, source=str(src_path), method=mod.NAME, scheme=sch.name,
+            out=out_dir, source=str(src_path), method=mod.name, scheme=sch.name,
             vllm_scheme=sch.vllm_scheme, device=dev, quantized=n_quant,
             kept_linear={r.name: r.reason for r in reports if r.action == "kept" and
                          _looks_linear(r.name, tuple(r.shape), r.dtype)},
@@ -219,7 +219,7 @@ def _open(path: Path) -> Checkpoint:
 
 def _method(ckpt: Checkpoint):
     from speckit.core import methods
-    from speckit.core.detect import detect
+    from speckit.core.methods.detect import detect
 
     layout = detect(ckpt)
     if layout.name not in _LAYOUTS:
@@ -229,8 +229,7 @@ def _method(ckpt: Checkpoint):
             "quantize its output")
     name = "draft_model" if layout.name == "hf-causal-lm" else layout.method
     mod = methods.get(name)
-    if getattr(mod, "quantizable", None) is None or \
-            getattr(mod, "runtime_module_name", None) is None:
+    if mod.quantizable is None or mod.runtime_module_name is None:
         raise UsageError(f"{ckpt.path}: speckit cannot quantize {name} checkpoints",
                          hint="vLLM serves MTP heads from inside the target checkpoint; quantize "
                          "the target instead")
@@ -328,7 +327,7 @@ def _runtime_names(mod, name: str, *, target_layers: int | None, config: dict[st
     """vLLM's module name(s) for a tensor; None when they depend on an unknown target depth."""
     def names(layers: int) -> list[str]:
         first = mod.runtime_module_name(name, target_num_layers=layers)
-        alias = getattr(mod, "runtime_module_aliases", None)
+        alias = mod.runtime_module_aliases
         more = alias(name, target_num_layers=layers, config=config) if alias else []
         return [first, *[a for a in more if a != first]]
 
@@ -361,7 +360,7 @@ def _plan(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: boo
             if schemes.module_of(name) == "lm_head":
                 reason = "lm_head: vLLM builds a ParallelLMHead, never quantized"
             elif linear:
-                reason = f"vLLM's {mod.NAME} model does not quantize this layer"
+                reason = f"vLLM's {mod.name} model does not quantize this layer"
             else:
                 reason = "not a Linear weight"
             items.append(_planned_keep(info, reason, was_quant, eff_shape, eff_dtype, ckpt))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core import methods
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import Checkpoint
 
@@ -28,7 +29,6 @@ PROMPTS = [
     "Translate to French: The meeting has been moved to Thursday afternoon.",
     "Q: What is the derivative of x^3 * sin(x)? A: Using the product rule,",
 ]
-_EAGLE_LIKE = ("eagle3", "peagle")
 
 
 @dataclass
@@ -59,9 +59,10 @@ def collect(ckpt: Checkpoint, method: str, *, modules: list[str], names: dict[st
                          hint="start from the unquantized checkpoint, or use --fp8 (dynamic "
                          "activations, no calibration)")
     prompts = list(prompts or PROMPTS)
-    if method == "draft_model":
+    spec = methods.get(method)
+    if spec.calibration == "causal-lm":
         cal = _causal_lm(ckpt, names, calib_target, prompts, device)
-    elif method in _EAGLE_LIKE:
+    elif spec.calibration == "eagle-head":
         if calib_target is None:
             raise UsageError(
                 f"--per-tensor-static needs the {method} draft's real inputs: the hidden states "
@@ -69,7 +70,7 @@ def collect(ckpt: Checkpoint, method: str, *, modules: list[str], names: dict[st
                 hint="pass --calib-target TARGET_DIR (a local Hugging Face checkpoint of the "
                 "target; it runs on a few built-in prompts), or use --fp8 (dynamic per-token "
                 "activations, no calibration)")
-        cal = _eagle3(ckpt, method, names, Path(calib_target), prompts, device)
+        cal = _eagle3(ckpt, spec, names, Path(calib_target), prompts, device)
     else:
         raise UsageError(
             f"--per-tensor-static calibration is not available for {method} drafts: speckit "
@@ -157,7 +158,7 @@ def _run_prompts(tok, prompts: list[str], fn) -> int:
 
 # ---- EAGLE-3 / P-EAGLE: replay the head's first step on the target's hidden states -------------
 
-def _eagle3(ckpt: Checkpoint, method: str, names: dict[str, str], target: Path,
+def _eagle3(ckpt: Checkpoint, spec: methods.MethodSpec, names: dict[str, str], target: Path,
             prompts: list[str], device: str) -> Calibration:
     import torch
     from transformers import AutoModelForCausalLM
@@ -183,7 +184,7 @@ def _eagle3(ckpt: Checkpoint, method: str, names: dict[str, str], target: Path,
     embed = w.get("embed_tokens.weight")
     if embed is None:
         embed = tgt.get_input_embeddings().weight.detach()
-    head = _Eagle3Head(w, lc, cfg, method=method)
+    head = _Eagle3Head(w, lc, cfg, spec=spec)
     by_module = {schemes_module(t): m for m, t in names.items()}
     amax: dict[str, float] = {}
 
@@ -202,7 +203,7 @@ def _eagle3(ckpt: Checkpoint, method: str, names: dict[str, str], target: Path,
         head.run(feats, emb, record)
 
     tokens = _run_prompts(tok, prompts, step)
-    return Calibration(amax, method, str(target), len(prompts), tokens,
+    return Calibration(amax, spec.name, str(target), len(prompts), tokens,
                        notes=[("target forward (transformers, bf16) -> aux hidden states "
                               f"{list(aux)} -> the head's first drafting step")])
 
@@ -212,7 +213,7 @@ class _Eagle3Head:
     qwen3_eagle3.py forward (fused residual RMSNorms), recording each Linear's input."""
 
     def __init__(self, w: dict[str, Any], lc: dict[str, Any], cfg: dict[str, Any], *,
-                 method: str):
+                 spec: methods.MethodSpec):
         from speckit.core.methods.common import attn_dims
 
         self.w = w
@@ -223,7 +224,7 @@ class _Eagle3Head:
         self.norm_before_fc = bool(cfg.get("norm_before_fc"))
         self.fc_norm = bool(cfg.get("fc_norm"))
         # vLLM's defaults when the key is absent: True for eagle3, False for peagle (algos.py)
-        self.norm_before_residual = bool(cfg.get("norm_before_residual", method == "eagle3"))
+        self.norm_before_residual = bool(cfg.get("norm_before_residual", spec.norm_before_residual_default))
         rope = lc.get("rope_parameters") or {}
         self.theta = float(rope.get("rope_theta", lc.get("rope_theta", 10000.0)))
         self.act = lc.get("hidden_act", "silu")

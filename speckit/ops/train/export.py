@@ -46,7 +46,7 @@ def draft_config(cfg: HeadConfig, *, aux_layers: list[int], ttt_steps: int,
         if target_cfg.get(key) is not None:
             layer[key] = target_cfg[key]
     return {
-        "architectures": [eagle3.SPECULATORS_ARCHITECTURE],
+        "architectures": [eagle3.SPEC.speculators_architecture],
         "speculators_model_type": "eagle3",
         "speculators_version": SPECULATORS_VERSION,
         "speculators_config": {

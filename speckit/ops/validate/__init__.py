@@ -97,11 +97,11 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
         dpath, dname = _resolve(draft, role="draft")
         dcfg = _config(dpath, what="draft")
     mod = _pick_method(method, dcfg if draft else None, draft)
-    if mod.HAS_CHECKPOINT and dpath is None and not _draft_in_target(mod):
-        raise UsageError(f"method {mod.NAME} needs a draft checkpoint", hint="pass --draft")
+    if mod.has_checkpoint and dpath is None and not _draft_in_target(mod):
+        raise UsageError(f"method {mod.name} needs a draft checkpoint", hint="pass --draft")
     cpu = _is_cpu_platform()
-    if cpu and getattr(mod, "CPU_SUPPORTED", True) is False:
-        raise PlanError(f"method {mod.NAME} cannot run on vLLM's CPU backend (it needs the V2 "
+    if cpu and mod.cpu_supported is False:
+        raise PlanError(f"method {mod.name} cannot run on vLLM's CPU backend (it needs the V2 "
                         "model runner on CUDA/ROCm)", hint="validate it on a GPU machine")
     ks = _k_plan(mod, dcfg, k=k, sweep=sweep, warnings=warnings)
     k_max = max(ks)
@@ -113,7 +113,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     cpath = cname = None
     ccfg: dict[str, Any] = {}
     if compare_draft is not None:
-        if not mod.HAS_CHECKPOINT:
+        if not mod.has_checkpoint:
             raise UsageError("--compare-draft needs a method with a draft checkpoint")
         cpath, cname = _resolve(compare_draft, role="draft")
         ccfg = _config(cpath, what="compare draft")
@@ -141,7 +141,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     def spec_cfg(draft_path: Path | None, cfg: dict[str, Any], kk: int) -> dict[str, Any]:
         from speckit.core.specconfig import speculative_config
 
-        return speculative_config(method=mod.NAME, k=kk,
+        return speculative_config(method=mod.name, k=kk,
                                   draft=str(draft_path) if draft_path else None,
                                   draft_config=cfg, tp=tp)
 
@@ -167,7 +167,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
             return run, _spec_report(run, base, role=role, k=kk, draft=name,
                                      temperature=temperature)
 
-        main, main_rep = spec_run(f"{mod.NAME}-k{k_max}", "speculative", dpath, dcfg, k_max,
+        main, main_rep = spec_run(f"{mod.name}-k{k_max}", "speculative", dpath, dcfg, k_max,
                                   dname)
         runs = [main_rep]
         sweep_rep = None
@@ -176,7 +176,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
             sweep_rep = _sweep(base, main, main_rep, mod, ks, warnings)
             final_k = sweep_rep.recommended_k
             if confirm and final_k != k_max:
-                conf, crep = spec_run(f"{mod.NAME}-k{final_k}", "confirm", dpath, dcfg, final_k,
+                conf, crep = spec_run(f"{mod.name}-k{final_k}", "confirm", dpath, dcfg, final_k,
                                       dname)
                 runs.append(crep)
                 pred = next(p for p in sweep_rep.predictions if p.k == final_k)
@@ -204,7 +204,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
         if s.lossless.status == "suspect":
             warnings.append(f"{s.run.label}: {s.lossless.note}")
         if s.counters.num_drafts and s.per_position and s.per_position[0] < BROKEN_POS0 \
-                and mod.HAS_CHECKPOINT:
+                and mod.has_checkpoint:
             warnings.append(f"{s.run.label}: position 0 is accepted in only "
                             f"{100 * s.per_position[0]:.1f}% of steps (AL "
                             f"{s.acceptance_length:.2f}): the draft is not predicting this "
@@ -212,10 +212,10 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     from speckit.core.specconfig import serve_line
 
     final_cfg = spec_cfg(dpath, dcfg, final_k)
-    serve = serve_line(target=str(tpath), spec_config=final_cfg, method=mod.NAME, tp=tp,
+    serve = serve_line(target=str(tpath), spec_config=final_cfg, method=mod.name, tp=tp,
                        engine_args=eargs)
     rep = ValidationReport(
-        target=tname, draft=dname, method=mod.NAME, vllm_method=mod.VLLM_METHOD, k=final_k,
+        target=tname, draft=dname, method=mod.name, vllm_method=mod.vllm_method, k=final_k,
         mode="sweep" if sweep else "single",
         dataset={"name": prompts.name, "source": prompts.source, "prompts": len(prompts.prompts),
                  "sha256": prompts.sha256, "skipped": prompts.skipped,
@@ -353,10 +353,10 @@ def _k_plan(mod, dcfg: dict[str, Any], *, k: int | None, sweep: Sequence[int] | 
             except UsageError as e:
                 refused.append(f"k={kk} ({e.message}{'; ' + e.hint if e.hint else ''})")
         if not ks:
-            raise UsageError(f"{mod.NAME}: no k in --sweep {','.join(map(str, wanted))} is "
+            raise UsageError(f"{mod.name}: no k in --sweep {','.join(map(str, wanted))} is "
                              "allowed: " + "; ".join(refused))
         if refused:
-            warnings.append(f"{mod.NAME}: left out of the sweep: " + "; ".join(refused))
+            warnings.append(f"{mod.name}: left out of the sweep: " + "; ".join(refused))
         return ks
     if k is None:
         k = mod.default_k(dcfg) or 3
@@ -366,7 +366,7 @@ def _k_plan(mod, dcfg: dict[str, Any], *, k: int | None, sweep: Sequence[int] | 
 
 def _draft_in_target(mod) -> bool:
     """Methods whose draft layers can live inside the target checkpoint (MTP) say which."""
-    return hasattr(mod, "target_tensor_names")
+    return mod.weights_in_target
 
 
 def _is_cpu_platform() -> bool:
@@ -412,7 +412,7 @@ def _plan_gate(tpath: Path, dpath: Path | None, mod, k: int, *, tcfg, dcfg, tp: 
         warnings.append("speckit plan is not available in this build: the memory check before "
                         "starting vLLM was skipped")
         return None
-    if dpath is not None and mod.HAS_CHECKPOINT:
+    if dpath is not None and mod.has_checkpoint:
         planmod.check_pairing(tcfg, dcfg, mod, draft=name or str(dpath))
         _check_tokenizers(tpath, dpath, name=name)
     gpu, plat = _local_gpu(cpu)
@@ -431,7 +431,7 @@ def _plan_gate(tpath: Path, dpath: Path | None, mod, k: int, *, tcfg, dcfg, tp: 
     kwargs.setdefault("max_model_len", 4096)  # validation prompts are short
     try:
         res = planmod.plan_from_refs(target=str(tpath), draft=str(dpath) if dpath else None,
-                                     method=mod.NAME, k=k, **kwargs)
+                                     method=mod.name, k=k, **kwargs)
     except PlanError:
         raise
     except SpeckitError as e:
@@ -523,7 +523,7 @@ def _sweep(base: EngineRun, main: EngineRun, mrep: SpecRunReport, mod, ks: list[
     if 1 in base.probe_s and longest > 1:
         slope = (base.probe_s[longest] - base.probe_s[1]) / (longest - 1)
     costs: StepCosts = fit_step_costs(base=base.timing, spec=main.timing, counters=c, k=k_max,
-                                      parallel=bool(mod.PARALLEL), verify_slope_s=slope)
+                                      parallel=bool(mod.parallel), verify_slope_s=slope)
     preds = predict_sweep(base=base.timing, spec=main.timing, counters=c, costs=costs, ks=ks)
     notes: list[str] = []
     best = best_k(preds)

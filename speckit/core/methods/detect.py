@@ -67,7 +67,7 @@ def _speculators(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
 
     mod = methods.for_speculators_type(str(stype))
     if mod is None:
-        known = sorted(m for m in (getattr(methods.get(n), "SPECULATORS_TYPE", None)
+        known = sorted(m for m in (methods.get(n).speculators_type
                                    for n in methods.METHOD_NAMES) if m)
         raise FormatError(
             f"config.json: speculators_model_type {stype!r} is not a method speckit supports "
@@ -76,7 +76,7 @@ def _speculators(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
     ev = [f"config.speculators_model_type = {stype!r}"]
     if "speculators_config" in cfg:
         ev.append("config.speculators_config present")
-    return "speculators", mod.NAME, ev
+    return "speculators", mod.name, ev
 
 
 def _gemma4_assistant(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
