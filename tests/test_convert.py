@@ -125,6 +125,13 @@ def test_every_layout_converts_to_what_vllm_loads(key, target, kw, method, layou
     if method in ("dflash", "dflash2", "dspark"):
         assert cfg["aux_hidden_state_layer_ids"] == r.aux_layers
         assert isinstance(cfg["mask_token_id"], int)
+    if r.serve_command:  # written by specconfig: parallel drafters carry their token budget
+        from speckit.core import methods
+        from speckit.core.specconfig import serve_line
+
+        assert r.serve_command == serve_line(target=r.verifier or "<target>", method=method,
+                                             spec_config=r.speculative_config).command
+        assert ("--max-num-batched-tokens" in r.serve_command) == methods.get(method).parallel
     # the source dtype is kept exactly
     src_dtypes = {x.dtype for n, x in tensors(src).items() if x.is_floating_point()
                   and (method != "mtp" or n.startswith(("mtp.", "mtp_layers.")))}

@@ -64,10 +64,10 @@ def serve_line(*, target: str, spec_config: Mapping[str, Any], method: str, tp: 
     if tp > 1:
         argv += ["--tensor-parallel-size", str(tp)]
     mod = _methods.get(method)
-    k = int(spec_config["num_speculative_tokens"])
-    if mod.parallel and "max_num_batched_tokens" not in args:
+    k = spec_config.get("num_speculative_tokens")  # a speculators draft may leave k to its config
+    if mod.parallel and k is not None and "max_num_batched_tokens" not in args:
         seqs = int(args.get("max_num_seqs") or max_num_seqs or SERVE_MAX_NUM_SEQS)
-        budget = token_budget(method, k, max_num_seqs=seqs)
+        budget = token_budget(method, int(k), max_num_seqs=seqs)
         args.setdefault("max_num_seqs", seqs)
         args["max_num_batched_tokens"] = budget
         notes.append(f"{mod.name} drafts in parallel: each request schedules k+1 verify slots "

@@ -1,17 +1,24 @@
 """Recognise which published layout a checkpoint is in, from its config keys and tensor names.
 
 The table below is the layout registry: one small recogniser per layout, tried in order; facts
-about each method's tensors live in speckit/methods/, not here.
+about each method's tensors live in the method modules beside this one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from speckit.errors import FormatError
-from speckit.io.checkpoint import Checkpoint
+
+
+class CheckpointView(Protocol):
+    """What detection reads of a checkpoint: its path (for messages), config and tensor names."""
+
+    path: Any
+    config: dict[str, Any]
+    tensors: Mapping[str, Any]
 
 
 @dataclass(frozen=True)
@@ -180,7 +187,7 @@ _NOTABLE_KEYS = ("speculators_model_type", "speculators_config", "transformer_la
                  "text_config", "auto_map", "quantization_config")
 
 
-def detect(ckpt: Checkpoint) -> Layout:
+def detect(ckpt: CheckpointView) -> Layout:
     """The layout of ``ckpt``; FormatError listing what was seen when no recogniser matches."""
     cfg, names = ckpt.config, frozenset(ckpt.tensors)
     for recognise in RECOGNISERS:

@@ -197,18 +197,7 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
         _verify_output(tmp, plan, target_config=tgt.config if tgt else None)
 
 
-    mod = methods.get(plan.method)
-    spec = mod.speculative_config(model=str(out_dir.resolve()), k=plan.k or 1, config=plan.config)
-    if plan.k is None:
-        spec.pop("num_speculative_tokens", None)
-    serve = None
-    if plan.layout != "speculators" or plan.config.get("speculators_model_type") in \
-            VLLM_SPECULATORS_TYPES:
-        import json
-        import shlex
-
-        serve = (f"vllm serve {shlex.quote(plan.verifier or '<target>')} --speculative-config "
-                 f"{shlex.quote(json.dumps(spec))}")
+    spec, serve = _serve(plan, out_dir)
     dtypes = {m.dtype for m in moves if m.dtype in FLOAT_DTYPES}
     return ConvertResult(
         out=out_dir.resolve(), method=plan.method, source_layout=layout.name,
@@ -220,6 +209,25 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
         omitted=dict(plan.omitted),
         warnings=list(plan.warnings), notes=list(plan.notes),
         seconds=round(time.monotonic() - started, 3))
+
+
+def _serve(plan: ConversionPlan, out_dir: Path) -> tuple[dict[str, Any], str | None]:
+    """The --speculative-config and `vllm serve` line of the output, written by specconfig (the one
+    place that knows the deployment fields, e.g. the token budget parallel drafters need)."""
+    from speckit.core import specconfig
+
+    mod = methods.get(plan.method)
+    spec = mod.speculative_config(model=str(out_dir.resolve()), k=plan.k or 1, config=plan.config)
+    spec = {key: v for key, v in spec.items() if v is not None}
+    if plan.k is None:
+        spec.pop("num_speculative_tokens", None)
+    servable = plan.layout != "speculators" or \
+        plan.config.get("speculators_model_type") in VLLM_SPECULATORS_TYPES
+    if not servable:
+        return spec, None
+    line = specconfig.serve_line(target=plan.verifier or "<target>", spec_config=spec,
+                                 method=plan.method)
+    return spec, line.command
 
 
 # ---- resolution ----------------------------------------------------------------------------------
