@@ -257,7 +257,7 @@ def _requirements(command: str) -> list[Requirement]:
 def _torch(warnings: list[str]) -> Any:
     try:
         import torch
-    except Exception as e:  # a broken install is worth a line, not a crash
+    except Exception as e:  # noqa: BLE001 (a broken install is worth a line, not a crash)
         warnings.append(f"torch is installed but does not import: {type(e).__name__}: {e}")
         return None
     return torch
@@ -329,7 +329,7 @@ def _vllm_source() -> Path | None:
         return None
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def _literal_values(tree: ast.Module, root: str) -> set[str]:
@@ -467,7 +467,7 @@ def _kernels(torch: Any, devices: list[Device], warnings: list[str]) -> list[Ker
     n = 2048 if devices else 256  # big enough that a GPU's launch overhead does not hide the math
     try:
         bf16 = _time_matmul(torch, dev, lambda: _bf16_operands(torch, dev, n), lambda a, b: a @ b)
-    except Exception as e:
+    except Exception as e:  # noqa: BLE001 (torch says why; doctor reports it and goes on)
         warnings.append(f"bf16 reference matmul failed on {dev}: {e}")
         return [KernelProbe(f, "unavailable", dev, detail=f"bf16 reference failed: {e}")
                 for f in ("fp8", "mxfp4")]
@@ -540,7 +540,7 @@ def _probe(torch: Any, dev: str, n: int, bf16: float, fmt: str, cases) -> Kernel
     for label, make, run in cases(dev, n):
         try:
             t = _time_matmul(torch, dev, make, run)
-        except Exception as e:  # the op refusing this device/layout is the finding itself
+        except Exception as e:  # noqa: BLE001 (the op refusing this device is the finding)
             errors.append(f"{label}: {str(e).splitlines()[0][:160]}")
             continue
         ratio = t / bf16 if bf16 > 0 else float("inf")
