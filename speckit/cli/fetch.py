@@ -20,8 +20,9 @@ from speckit.cli._common import handle_errors, print_json, progress_enabled
 @click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON; no progress bars.")
 @click.option("--cache-dir", type=click.Path(file_okay=False),
               help="Hugging Face cache to use (default: HF_HUB_CACHE, else HF_HOME/hub).")
-@click.option("--local-dir", type=click.Path(file_okay=False),
-              help="Place the files in this directory instead of the cache.")
+@click.option("-o", "--out", "--local-dir", "local_dir", type=click.Path(file_okay=False),
+              help="Place the files in this directory instead of the cache (old spelling: "
+              "--local-dir).")
 @click.option("--allow-pickle", is_flag=True,
               help="Fetch pytorch_model*.bin when a repo has no safetensors (loaded with "
               "weights_only=True).")
@@ -31,12 +32,13 @@ from speckit.cli._common import handle_errors, print_json, progress_enabled
               help="Re-hash the local files against the lock and report every mismatch; no network.")
 @click.option("--update-lock", is_flag=True,
               help="Ignore the lock's pin for this repo: resolve again and re-pin.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @click.option("--role", type=click.Choice(["draft", "target"]),
               help="What REF is (default: the registry's kind, else draft); targets also get "
               "tokenizer and chat-template files.")
 @handle_errors
 def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, allow_pickle,
-          lock_path, verify, update_lock, role):
+          lock_path, verify, update_lock, role, quiet):
     """Download only the files a draft needs, verify every byte and pin it in speckit-lock.json.
 
     ID is a registry id, REPO_ID a Hub repo (owner/name); a directory is used as is. Honours
@@ -49,7 +51,7 @@ def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, 
     result = run_fetch(ref, revision=revision, with_target=with_target, dry_run=dry_run,
                        cache_dir=cache_dir, local_dir=local_dir, allow_pickle=allow_pickle,
                        lock_path=lock_path, verify=verify, update_lock=update_lock,
-                       progress=progress_enabled(json_mode), role=role)
+                       progress=progress_enabled(json_mode or quiet), role=role)
     if json_mode:
         print_json(result)
     else:

@@ -16,7 +16,7 @@ from speckit.errors import FormatError
 
 @click.command("inspect")
 @click.argument("ref")
-@click.option("--target", "target", metavar="PATH|ID",
+@click.option("-t", "--target", "target", metavar="PATH|ID",
               help="Target model (directory, registry id or Hub id; only its config.json is "
               "read) to check the pairing: hidden size, vocab, aux layers on its depth.")
 @click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")

@@ -51,9 +51,10 @@ def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, static: bool) -> str:
               help="Replace OUT; re-quantize an already quantized input from its dequantized "
               "values (reported loudly).")
 @click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON; no progress bar.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def quantize_cmd(ckpt, mxfp4, w4a4, fp8, static, calib_target, out, exclude, target_layers,
-                 device, strict, force, json_mode):
+                 device, strict, force, json_mode, quiet):
     """Quantize the Linear weights of draft CKPT for vLLM (Quark format).
 
     Reads speculators drafts (eagle3, peagle, dflash, dflash2, dspark), Gemma-4 assistants and
@@ -67,7 +68,7 @@ def quantize_cmd(ckpt, mxfp4, w4a4, fp8, static, calib_target, out, exclude, tar
         raise click.UsageError("--calib-target is only used by --fp8 --per-tensor-static")
     r = quantize(ckpt, scheme=scheme, out=out, exclude=tuple(exclude), device=device,
                  force=force, strict=strict, target_layers=target_layers,
-                 calib_target=calib_target, progress=progress_enabled(json_mode))
+                 calib_target=calib_target, progress=progress_enabled(json_mode or quiet))
     if json_mode:
         print_json(r)
         return

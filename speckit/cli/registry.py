@@ -50,8 +50,8 @@ def registry(ctx: click.Context, registry_files: tuple[Path, ...]) -> None:
 
 @registry.command("list")
 @click.option("--provider", help="Only this provider (case-insensitive substring, e.g. 'redhat').")
-@click.option("--method", help="Only this vLLM method (eagle3, dflash, dspark, mtp, ...).")
-@click.option("--target", help="Only drafts whose target repo contains this (case-insensitive).")
+@click.option("-m", "--method", help="Only this vLLM method (eagle3, dflash, dspark, mtp, ...).")
+@click.option("-t", "--target", help="Only drafts whose target repo contains this (case-insensitive).")
 @click.option("--kind", type=click.Choice(["draft", "target", "all"]), default="draft",
               show_default=True, help="Which entries to list.")
 @click.option("--all", "show_all", is_flag=True, help="Same as --kind all.")
@@ -89,8 +89,9 @@ def show_cmd(ctx, entry_id, registry_files, as_json):
 
 
 @registry.command("resolve")
-@click.option("--target", required=True, help="Target repo id, e.g. Qwen/Qwen3-8B (exact match).")
-@click.option("--method", help="Only drafts of this vLLM method.")
+@click.option("-t", "--target", required=True,
+              help="Target repo id, e.g. Qwen/Qwen3-8B (exact match).")
+@click.option("-m", "--method", help="Only drafts of this vLLM method.")
 @registry_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context

@@ -31,7 +31,7 @@ def _int_list(value: str | None) -> list[int] | None:
 
 
 @train.command("eagle3")
-@click.option("--target", required=True, metavar="DIR|ID",
+@click.option("-t", "--target", required=True, metavar="DIR|ID",
               help="Target: a Hugging Face checkpoint directory or a built-in target id "
               "(smollm2-135m-instruct).")
 @click.option("--prompts", default="speckit-mix", show_default=True, metavar="SOURCES",
@@ -90,11 +90,12 @@ def _int_list(value: str | None) -> list[int] | None:
 @click.option("-o", "--out", required=True, type=click.Path(file_okay=False),
               help="Output draft directory (speculators layout).")
 @click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_steps, epochs, lr,
            batch_tokens, step_decay, seed, device, engine, holdout, eval_every, eval_k, work_dir,
            resume, save_every, fsdp, val_fraction, gen_batch, max_minutes, data_only, force, out,
-           json_mode):
+           json_mode, quiet):
     """Train a one-layer EAGLE-3 draft on the target's own greedy answers and export it.
 
     The target answers every prompt with its chat template; its aux hidden states are captured
@@ -110,7 +111,7 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
         seed=seed, holdout=holdout, eval_every=eval_every, eval_k=eval_k,
         step_decay=step_decay, work_dir=work_dir, resume=resume, force=force, fsdp=fsdp,
         save_every=save_every, val_fraction=val_fraction, gen_batch=gen_batch,
-        max_minutes=max_minutes, data_only=data_only, progress=progress_enabled(json_mode),
+        max_minutes=max_minutes, data_only=data_only, progress=progress_enabled(json_mode or quiet),
         command=command)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job
         return

@@ -42,9 +42,9 @@ def _parse_engine_args(items: tuple[str, ...]) -> dict:
 
 
 @click.command("validate")
-@click.option("--target", required=True, help="Target model: directory, registry id or Hub repo.")
-@click.option("--draft", help="Draft checkpoint: directory, registry id or Hub repo.")
-@click.option("--method", help="Speculative method (default: detected from the draft).")
+@click.option("-t", "--target", required=True, help="Target model: directory, registry id or Hub repo.")
+@click.option("-d", "--draft", help="Draft checkpoint: directory, registry id or Hub repo.")
+@click.option("-m", "--method", help="Speculative method (default: detected from the draft).")
 @click.option("-k", "--num-speculative-tokens", "k", type=int,
               help="k (num_speculative_tokens) for a single run.")
 @click.option("--sweep", help="Comma-separated k values: measure the largest, derive the rest, "
@@ -60,11 +60,11 @@ def _parse_engine_args(items: tuple[str, ...]) -> dict:
               help="enable_thinking for chat templates that have the switch (recorded).")
 @click.option("--concurrency", type=int, default=1, show_default=True,
               help="Requests in flight (vLLM max_num_seqs) during the timed runs.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallel size.")
+@click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True, help="Tensor parallel size.")
 @click.option("--engine-arg", "engine_arg", multiple=True, metavar="KEY=VALUE",
               help="Passed to vllm.LLM as is (repeatable), e.g. gpu_memory_utilization=0.85.")
 @click.option("--compare-draft", help="A second draft measured on the same prompts and k.")
-@click.option("--out", type=click.Path(file_okay=False),
+@click.option("-o", "--out", type=click.Path(file_okay=False),
               help="Write spec-config.json, serve-command.sh, report.json, report.md, plots, logs.")
 @click.option("--force", is_flag=True, help="Start vLLM even when speckit plan says it won't fit.")
 @click.option("--no-confirm", is_flag=True, help="With --sweep: skip the confirmation run.")
@@ -74,10 +74,11 @@ def _parse_engine_args(items: tuple[str, ...]) -> dict:
 @click.option("--timeout", type=float, default=1200, show_default=True,
               help="Seconds allowed per engine run.")
 @click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_tokens, temperature,
                  seed, thinking, concurrency, tp, engine_arg, compare_draft, out, force,
-                 no_confirm, cpu_threads, timeout, json_mode):
+                 no_confirm, cpu_threads, timeout, json_mode, quiet):
     """Measure acceptance (AL, per position), throughput vs baseline and losslessness on vLLM.
 
     Writes the --speculative-config and the `vllm serve` line for the measured (or best) k.
@@ -90,7 +91,7 @@ def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_toke
                       concurrency=concurrency, tp=tp, engine_args=_parse_engine_args(engine_arg),
                       compare_draft=compare_draft, out=out, force=force, confirm=not no_confirm,
                       timeout_s=timeout, cpu_threads=cpu_threads or None,
-                      progress=progress_enabled(json_mode))
+                      progress=progress_enabled(json_mode or quiet))
     if json_mode:
         print_json(report.to_dict())
     else:
