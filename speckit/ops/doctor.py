@@ -434,13 +434,13 @@ def _methods(vllm: Package, vplat: str, v1_only: bool, refusals: dict[str, dict[
             for n in methods.METHOD_NAMES]
 
 
-def _method_support(mod: Any, vllm: Package, vplat: str, v1_only: bool,
+def _method_support(mod: methods.MethodSpec, vllm: Package, vplat: str, v1_only: bool,
                     refusals: dict[str, dict[str, int]], accepted: set[str] | None) -> MethodSupport:
-    vm = mod.VLLM_METHOD
-    speckit_here = vplat != "cpu" or getattr(mod, "CPU_SUPPORTED", True)
+    vm = mod.vllm_method
+    speckit_here = vplat != "cpu" or mod.cpu_supported
 
     def result(served: bool | None, reason: str) -> MethodSupport:
-        return MethodSupport(mod.NAME, vm, served, reason, bool(speckit_here))
+        return MethodSupport(mod.name, vm, served, reason, bool(speckit_here))
 
     if not vllm.installed:
         return result(None, "vLLM is not installed")
