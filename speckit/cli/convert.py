@@ -10,8 +10,9 @@ import re
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.core import methods
 
-_METHODS = ("auto", "eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp", "gemma4_assistant")
+_METHODS = ("auto", *methods.convertible_names())
 
 
 def _ids(ctx, param, value: str | None) -> list[int] | None:

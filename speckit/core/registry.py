@@ -17,31 +17,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from speckit.core import PACKAGE_DIR
+from speckit.core import PACKAGE_DIR, methods
+from speckit.core.methods.detect import LAYOUTS
 from speckit.errors import FormatError, UsageError
 
 SCHEMA_VERSION = 1
 
-# The `method` strings vLLM's --speculative-config accepts for the drafts we curate. P-EAGLE is
-# "eagle3" plus parallel_drafting; DFlash2 is served as "dflash"; Gemma-4 assistants are "mtp".
-VLLM_METHODS = ("eagle3", "dflash", "dspark", "mtp", "draft_model", "ngram")
+# The `method` strings vLLM's --speculative-config accepts (from the method specs: P-EAGLE is
+# "eagle3" plus parallel_drafting, DFlash2 is served as "dflash", Gemma-4 assistants as "mtp").
+VLLM_METHODS = methods.vllm_method_names()
 
-# How a checkpoint is laid out on disk as published; convert/ has one reader per name.
-SOURCE_LAYOUTS = (
-    "speculators",
-    "safeailab-eagle3",
-    "specforge-eagle3",
-    "specforge-peagle",
-    "specforge-dflash",
-    "specforge-dspark",
-    "zlab-dflash",
-    "zlab-dflash2",
-    "deepseek-dspark",
-    "native-mtp",
-    "gemma4-assistant",
-    "hf-causal-lm",
-    "gguf",
-)
+# How a checkpoint is laid out on disk as published: every layout speckit detects (and convert
+# reads), plus the GGUF files packaged targets ship in.
+SOURCE_LAYOUTS = (*LAYOUTS, "gguf")
 
 KINDS = ("draft", "target")
 METRICS = ("throughput_ratio", "acceptance_length")

@@ -101,6 +101,9 @@ class MethodSpec:
     calibration: str | None = None
     norm_before_residual_default: bool | None = None  # vLLM's value when the config omits it
     reads_mask_embedding: bool = False  # vLLM reads a mask_embedding.pt next to the weights
+    # the layout `speckit convert` writes for it (None: nothing to convert, e.g. a plain LM)
+    convert_layout: str | None = None
+    vllm_loads_speculators: bool = False  # vLLM registers its speculators_model_type
     source_scope: tuple[tuple[str, str], ...] = ()  # (layout, what of the source is the draft)
     # k rules and the serve-time shape of a request
     default_k: Callable[[dict[str, Any]], int | None]
@@ -155,3 +158,13 @@ def for_speculators_type(stype: str) -> MethodSpec | None:
 
 def all_specs() -> list[MethodSpec]:
     return [get(name) for name in _MODULES]
+
+
+def vllm_method_names() -> tuple[str, ...]:
+    """The distinct `method` strings vLLM accepts for speckit's methods, in table order."""
+    return tuple(dict.fromkeys(s.vllm_method for s in all_specs()))
+
+
+def convertible_names() -> tuple[str, ...]:
+    """Methods `speckit convert` can write (those with a convert_layout)."""
+    return tuple(s.name for s in all_specs() if s.convert_layout)

@@ -171,6 +171,7 @@ SPEC = MethodSpec(
     parallel=False,
     has_checkpoint=True,
     shares_target_kv=True,  # K/V come from the target's cache
+    convert_layout="gemma4-assistant",
     default_k=default_k,
     check_k=check_k,
     lookahead_slots=lookahead_slots,

@@ -210,6 +210,7 @@ SPEC = MethodSpec(
     cpu_supported=False,
     weights_in_target=True,  # the draft is the target checkpoint's own mtp.* layers
     source_scope=(("native-mtp", "mtp."),),
+    convert_layout="speculators",
     default_k=default_k,
     check_k=check_k,
     lookahead_slots=lookahead_slots,

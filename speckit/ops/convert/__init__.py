@@ -41,10 +41,7 @@ from speckit.ops.convert.moves import (
 
 PROVENANCE = "speckit-provenance.json"
 DEFAULT_SHARD_BYTES = 5 * 10**9
-METHOD_CHOICES = ("auto", "eagle3", "peagle", "dflash", "dflash2", "dspark", "mtp",
-                  "gemma4_assistant")
-# speculators_model_type values vLLM 0.32/0.33 registers (transformers_utils/configs/speculators)
-VLLM_SPECULATORS_TYPES = ("eagle3", "peagle", "dflash", "dflash2", "dspark")
+METHOD_CHOICES = ("auto", *methods.convertible_names())
 
 # source layout (speckit.core.methods.detect) -> reader module
 _READERS = {
@@ -222,7 +219,7 @@ def _serve(plan: ConversionPlan, out_dir: Path) -> tuple[dict[str, Any], str | N
     if plan.k is None:
         spec.pop("num_speculative_tokens", None)
     servable = plan.layout != "speculators" or \
-        plan.config.get("speculators_model_type") in VLLM_SPECULATORS_TYPES
+        methods.get(plan.method).vllm_loads_speculators
     if not servable:
         return spec, None
     line = specconfig.serve_line(target=plan.verifier or "<target>", spec_config=spec,
