@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 REPO = "bench/llama-3.1-8b-eagle3-specforge"
 
-# SpecForge LlamaForCausalLMEagle3 export of a Llama-3.1-8B draft (FORMATS.md 2.1.3)
+# SpecForge LlamaForCausalLMEagle3 export of a Llama-3.1-8B draft (docs/formats.md#specforge-eagle3)
 H, INTER, HEADS, KV, HD = 4096, 14336, 32, 8, 128
 V, VD = 128256, 32000
 GOAL_TIME, GOAL_RSS = 1.3, 0.5 * 2**30

@@ -1,4 +1,4 @@
-"""Tiny but structurally faithful checkpoints of every layout speckit reads (FORMATS.md section 4).
+"""Tiny but structurally faithful checkpoints of every layout speckit reads (docs/formats.md#test-fixtures).
 
 Each factory writes config.json plus safetensors (metadata {"format": "pt"}) into ``path`` and
 returns it; names, shapes, dtypes and config keys follow the real layouts, values are seeded noise.
@@ -19,7 +19,7 @@ from safetensors.torch import save_file
 
 @dataclass(frozen=True)
 class Dims:
-    """FORMATS.md 4.1 dimensions; every factory takes ``dims=`` to change them."""
+    """docs/formats.md#fixture-dims dimensions; every factory takes ``dims=`` to change them."""
 
     hidden: int = 64
     heads: int = 2
@@ -40,7 +40,7 @@ class Dims:
 
 DIMS = Dims()
 TARGET_LAYERS = DIMS.target_layers
-VERIFIER = "speckit-tests/tiny-llama"  # looks like a repo id, as vLLM 0.33 requires (FORMATS 1.3)
+VERIFIER = "speckit-tests/tiny-llama"  # looks like a repo id, as vLLM 0.33 requires (docs/formats.md#speculators-config)
 EAGLE3_AUX = (1, 4, 7)  # not vLLM's default (2, 4, 5), so a loader that ignores them shows
 DFLASH_AUX = (2, 4, 6)
 ZLAB_TARGET_LAYERS = (1, 5)  # z-lab build_target_layer_ids(8, 2)
@@ -68,7 +68,7 @@ class _Rand:
         return (1.0 + 0.02 * torch.randn(n, generator=self.g)).to(self.dtype).contiguous()
 
     def vocab_maps(self, vocab: int, draft_vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """FORMATS.md 1.6: sorted selected target ids; d2t offsets and the t2d membership mask."""
+        """docs/formats.md#vocab-maps: sorted selected target ids; d2t offsets and the t2d membership mask."""
         sel = torch.randperm(vocab, generator=self.g)[:draft_vocab].sort().values
         d2t = (sel - torch.arange(draft_vocab)).to(torch.int64)
         t2d = torch.zeros(vocab, dtype=torch.bool)
@@ -164,7 +164,7 @@ def _decoder_layer(r: _Rand, prefix: str, d: Dims, *, in_features: int | None = 
 def _speculators_config(stype: str, arch: str, *, layer_cfg: dict[str, Any], k: int,
                         verifier: str, verifier_arch: str, dtype: torch.dtype,
                         **algo: Any) -> dict[str, Any]:
-    """FORMATS.md 1.2-1.3 envelope; never a top-level model_type (vLLM keys on its absence)."""
+    """docs/formats.md#speculators-envelope; never a top-level model_type (vLLM keys on its absence)."""
     return {
         "architectures": [arch],
         "speculators_model_type": stype,
@@ -314,7 +314,7 @@ def make_spec_eagle3(path: Path | str, *, dims: Dims = DIMS, arch: str = "llama"
                      ship_vocab_maps: bool | None = None, verifier: str = VERIFIER,
                      dtype: torch.dtype = torch.bfloat16, seed: int = 0,
                      config_overrides: dict[str, Any] | None = None) -> Path:
-    """speculators `eagle3` (FORMATS.md 2.1.1); the knobs also build the broken variants."""
+    """speculators `eagle3` (docs/formats.md#eagle3-speculators); the knobs also build the broken variants."""
     d = dims
     r = _Rand(seed, dtype)
     vd = d.draft_vocab if reduced_vocab else d.vocab
@@ -354,7 +354,7 @@ def make_spec_peagle(path: Path | str, *, dims: Dims = DIMS, arch: str = "llama"
                      aux_layer_ids: tuple[int, ...] = EAGLE3_AUX, k: int = 4,
                      mask_token_id: int | None = None, dtype: torch.dtype = torch.bfloat16,
                      seed: int = 0) -> Path:
-    """speculators `peagle` (FORMATS.md 2.2): EAGLE-3 plus mask_hidden [1,1,A*Ht]."""
+    """speculators `peagle` (docs/formats.md#peagle-speculators): EAGLE-3 plus mask_hidden [1,1,A*Ht]."""
     d = dims
     out = make_spec_eagle3(path, dims=d, arch=arch, num_layers=num_layers,
                            reduced_vocab=reduced_vocab, aux_layer_ids=aux_layer_ids, k=k,
@@ -401,7 +401,7 @@ def make_spec_dflash(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2
                      reduced_vocab: bool = False, aux_layer_ids: tuple[int, ...] = DFLASH_AUX,
                      mask_token_id: int | None = None, layer_types: list[str] | None = None,
                      dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """speculators `dflash` (FORMATS.md 2.3.1): no embed; lm_head/d2t/t2d only if reduced."""
+    """speculators `dflash` (docs/formats.md#dflash-speculators): no embed; lm_head/d2t/t2d only if reduced."""
     d = dims
     r = _Rand(seed, dtype)
     vd = d.draft_vocab if reduced_vocab else d.vocab
@@ -437,7 +437,7 @@ def make_spec_dflash2(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 
                       aux_layer_ids: tuple[int, ...] = DFLASH_AUX, conv_kernel_size: int = 2,
                       conv_group_size: int = 16, selector_top_k: int = 4,
                       dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """speculators `dflash2` (FORMATS.md 2.4): full vocab, convs and bare selector codebooks."""
+    """speculators `dflash2` (docs/formats.md#dflash2-speculators): full vocab, convs and bare selector codebooks."""
     d = dims
     r = _Rand(seed, dtype)
     t = _dflash_body(r, d, num_layers=num_layers, num_aux=len(aux_layer_ids))
@@ -478,7 +478,7 @@ def make_spec_dspark(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2
                      confidence_head_with_markov: bool = True,
                      aux_layer_ids: tuple[int, ...] = DFLASH_AUX,
                      dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """speculators `dspark` (FORMATS.md 2.5): DFlash body + Markov (vanilla/gated/rnn) + confidence."""
+    """speculators `dspark` (docs/formats.md#dspark-speculators): DFlash body + Markov (vanilla/gated/rnn) + confidence."""
     d = dims
     r = _Rand(seed, dtype)
     rank = d.rank if markov_rank is None else markov_rank
@@ -571,11 +571,11 @@ def make_native_mtp(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 4,
                     experts: int = 4, extra_mtp_layer: bool = False, fp8: bool = False,
                     n_predict: int | None = None, dtype: torch.dtype = torch.bfloat16,
                     seed: int = 0) -> Path:
-    """A Qwen3-Next-like target whose checkpoint carries `mtp.*` (FORMATS.md 2.7.2).
+    """A Qwen3-Next-like target whose checkpoint carries `mtp.*` (docs/formats.md#native-mtp).
 
     Two shards + index (main stack in shard 1, MTP in shard 2), per-expert MoE, gated q_proj.
     ``extra_mtp_layer`` adds mtp.layers.1.*; ``fp8`` stores the MTP linears as F8_E4M3 with
-    `weight_scale` companions (both exercise FORMATS.md W-M3).
+    `weight_scale` companions (both exercise docs/formats.md#native-mtp).
     """
     d = dims
     r = _Rand(seed, dtype)
@@ -609,7 +609,7 @@ def make_native_mtp(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 4,
 
 def make_spec_mtp(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 4, experts: int = 4,
                   k: int = 3, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """speculators `mtp` (FORMATS.md 2.7.1): mtp_layers.0.* with stacked experts, no embed/head."""
+    """speculators `mtp` (docs/formats.md#mtp-speculators): mtp_layers.0.* with stacked experts, no embed/head."""
     d = dims
     r = _Rand(seed, dtype)
     layer_cfg = _qwen3_next_config(d, num_layers=num_layers, experts=experts, n_predict=1,
@@ -645,7 +645,7 @@ def _flat_llama_config(d: Dims, *, arch: str, num_layers: int, vd: int, dtype: t
     if rope_style == "legacy":  # SpecForge's apply_legacy_rope_scaling mirrors both spellings
         cfg.update(rope_theta=ROPE_THETA, rope_scaling=None,
                    rope_parameters={"rope_theta": ROPE_THETA, "rope_type": "default"})
-    elif rope_style == "parameters":  # transformers-5 only (FORMATS.md W-E5)
+    elif rope_style == "parameters":  # transformers-5 only (docs/formats.md#rope-and-dtype)
         cfg["rope_parameters"] = {"rope_theta": ROPE_THETA, "rope_type": "default"}
     elif rope_style == "theta":
         cfg.update(rope_theta=ROPE_THETA, rope_scaling=None)
@@ -688,7 +688,7 @@ class _TrainingArgs:
 def make_safeailab_eagle3(path: Path | str, *, dims: Dims = DIMS, reduced_vocab: bool = True,
                           extra_object: str | None = None, dtype: torch.dtype = torch.float16,
                           seed: int = 0) -> Path:
-    """SafeAILab `traineagle3` output (FORMATS.md 2.1.2): pytorch_model.bin (a pickle), fp16.
+    """SafeAILab `traineagle3` output (docs/formats.md#safeailab-eagle3): pytorch_model.bin (a pickle), fp16.
 
     No embed_tokens (frozen, excluded by DeepSpeed). ``extra_object``: "object" adds a custom
     class instance (refused by weights_only=True), "int" a plain int (not a tensor).
@@ -717,7 +717,7 @@ def make_specforge_eagle3(path: Path | str, *, dims: Dims = DIMS, export: str = 
                           dtype_key: str = "torch_dtype", rope_style: str = "legacy",
                           shards: int = 1, dtype: torch.dtype = torch.bfloat16,
                           seed: int = 0) -> Path:
-    """SpecForge `LlamaForCausalLMEagle3` export (FORMATS.md 2.1.3).
+    """SpecForge `LlamaForCausalLMEagle3` export (docs/formats.md#specforge-eagle3).
 
     export="hf" keeps embed_tokens (to_hf); "sglang" drops it (to_sglang) and defaults to a full
     vocab, whose always-present buffers are t2d all True and d2t zeros. Layer 0 is `midlayer.*`;
@@ -747,7 +747,7 @@ def make_specforge_eagle3(path: Path | str, *, dims: Dims = DIMS, export: str = 
 def make_specforge_peagle(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2,
                           mask_token_id: int | None = None, dtype: torch.dtype = torch.bfloat16,
                           seed: int = 0) -> Path:
-    """SpecForge P-EAGLE (FORMATS.md 2.2): speculators-style names, mask_hidden [1,1,3*Ht]."""
+    """SpecForge P-EAGLE (docs/formats.md#specforge-peagle): speculators-style names, mask_hidden [1,1,3*Ht]."""
     d = dims
     r = _Rand(seed, dtype)
     t = {"embed_tokens.weight": r.w(d.vocab, d.hidden), "fc.weight": r.w(d.hidden, 3 * d.ht),
@@ -779,9 +779,9 @@ def make_zlab_dflash(path: Path | str, *, dims: Dims = DIMS, style: str = "new",
                      target_layer_ids: tuple[int, ...] = ZLAB_TARGET_LAYERS,
                      mask_token_id: int | None = None, dtype: torch.dtype = torch.bfloat16,
                      seed: int = 0) -> Path:
-    """z-lab DFlash (FORMATS.md 2.3.2): "old" has a top-level block_size; "new" nests it in
+    """z-lab DFlash (docs/formats.md#zlab-dflash): "old" has a top-level block_size; "new" nests it in
     dflash_config and mixes sliding and full layers. Pass target_layer_ids containing
-    target_layers-1 for the last-layer case (W-D2)."""
+    target_layers-1 for the last-layer case (docs/formats.md#aux-layer-ids)."""
     if style not in ("old", "new"):
         raise ValueError("style must be old or new")
     d = dims
@@ -804,7 +804,7 @@ def make_zlab_dflash(path: Path | str, *, dims: Dims = DIMS, style: str = "new",
 def make_laguna_dflash(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2,
                        target_layer_ids: tuple[int, ...] = (1, 4, 7),
                        dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """Laguna-style DFlash (FORMATS.md 2.3.2): fused qkv_proj, g_proj, aux_hidden_norms and an fc
+    """Laguna-style DFlash (docs/formats.md#laguna-dflash): fused qkv_proj, g_proj, aux_hidden_norms and an fc
     over every listed layer, including the target's last (wider than the speculators aux set)."""
     d = dims
     r = _Rand(seed, dtype)
@@ -823,8 +823,8 @@ def make_specforge_dflash(path: Path | str, *, dims: Dims = DIMS, num_layers: in
                           target_layer_ids: tuple[int, ...] = ZLAB_TARGET_LAYERS,
                           mask_token_id: int | None = DIMS.vocab - 1,
                           dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """SpecForge DFlash export (FORMATS.md 2.3.2): top-level block_size, layer_types, no auto_map;
-    ``mask_token_id=None`` leaves it out, as SpecForge exports may (W-D3)."""
+    """SpecForge DFlash export (docs/formats.md#specforge-dflash): top-level block_size, layer_types, no auto_map;
+    ``mask_token_id=None`` leaves it out, as SpecForge exports may (docs/formats.md#specforge-dflash)."""
     d = dims
     r = _Rand(seed, dtype)
     t = _dflash_body(r, d, num_layers=num_layers, num_aux=len(target_layer_ids))
@@ -842,7 +842,7 @@ def make_zlab_dflash2(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 
                       conv_kernel_size: int = 2, conv_group_size: int = 16,
                       selector_top_k: int = 4, dtype: torch.dtype = torch.bfloat16,
                       seed: int = 0) -> Path:
-    """z-lab DFlash2 (FORMATS.md 2.4): conv/selector sizes in dflash_config, bare codebooks."""
+    """z-lab DFlash2 (docs/formats.md#zlab-dflash2): conv/selector sizes in dflash_config, bare codebooks."""
     d = dims
     r = _Rand(seed, dtype)
     t = _dflash_body(r, d, num_layers=num_layers, num_aux=len(target_layer_ids))
@@ -865,7 +865,7 @@ def make_specforge_dspark(path: Path | str, *, dims: Dims = DIMS, num_layers: in
                           markov_head_type: str = "vanilla", legacy_prefix: bool = False,
                           confidence_head_with_markov: bool = False,
                           dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """SpecForge DSpark (FORMATS.md 2.5.3): dflash_config.projector_type=dspark, markov_w2 over
+    """SpecForge DSpark (docs/formats.md#specforge-dspark): dflash_config.projector_type=dspark, markov_w2 over
     the full vocab; ``legacy_prefix`` nests the heads under `logit_head.`."""
     d = dims
     r = _Rand(seed, dtype)
@@ -909,7 +909,7 @@ def make_gemma4_assistant(path: Path | str, *, dims: Dims = DIMS, num_layers: in
                           backbone_hidden: int | None = None, global_head_dim: int = 64,
                           use_ordered_embeddings: bool = True, num_centroids: int = 16,
                           dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """HF `gemma4_assistant` (FORMATS.md 2.7.3): Q-only attention, layer_scalar, pre/post
+    """HF `gemma4_assistant` (docs/formats.md#gemma4-assistant): Q-only attention, layer_scalar, pre/post
     projection, masked embedding; lm_head tied to the embedding and so absent."""
     d = dims
     r = _Rand(seed, dtype)
@@ -963,7 +963,7 @@ def make_gemma4_assistant(path: Path | str, *, dims: Dims = DIMS, num_layers: in
     return _write(path, cfg, t)
 
 
-# ---- broken variants (each exercises one check; FORMATS.md 4.2 step 5) ------------------------
+# ---- broken variants (each exercises one check; docs/formats.md#broken-variants) -----------------
 
 def _patch(path: Path, **tensors: torch.Tensor) -> Path:
     """Replace tensors of a single-file checkpoint written by a clean factory."""
@@ -995,32 +995,32 @@ def make_eagle3_bad_t2d_sum(path: Path | str, **kw: Any) -> Path:
 
 def make_eagle3_full_vocab_maps(path: Path | str, **kw: Any) -> Path:
     """draft_vocab_size == vocab_size but d2t/t2d shipped (what the speculators converter writes
-    for SpecForge drafts, W-E4); vLLM refuses the unknown tensor."""
+    for SpecForge drafts, docs/formats.md#vocab-maps); vLLM refuses the unknown tensor."""
     return make_spec_eagle3(path, reduced_vocab=False, ship_vocab_maps=True, **kw)
 
 
 def make_eagle3_fc_norm_missing(path: Path | str, **kw: Any) -> Path:
-    """fc_norm: true in the config with no fc_norm.* tensors (W-E1)."""
+    """fc_norm: true in the config with no fc_norm.* tensors (docs/formats.md#eagle3-flags)."""
     return make_spec_eagle3(path, fc_norm=True, fc_norm_tensors=False, **kw)
 
 
 def make_specforge_eagle3_dtype_only(path: Path | str, **kw: Any) -> Path:
-    """A transformers-5 source config: `dtype` and no `torch_dtype` (W-E5)."""
+    """A transformers-5 source config: `dtype` and no `torch_dtype` (docs/formats.md#rope-and-dtype)."""
     return make_specforge_eagle3(path, dtype_key="dtype", **kw)
 
 
 def make_specforge_eagle3_rope_parameters_only(path: Path | str, **kw: Any) -> Path:
-    """A transformers-5 source config: `rope_parameters` and no `rope_theta` (W-E5)."""
+    """A transformers-5 source config: `rope_parameters` and no `rope_theta` (docs/formats.md#rope-and-dtype)."""
     return make_specforge_eagle3(path, rope_style="parameters", **kw)
 
 
 def make_sharded_eagle3_source(path: Path | str, **kw: Any) -> Path:
-    """A SpecForge EAGLE-3 split over two shards with an index (W-U3)."""
+    """A SpecForge EAGLE-3 split over two shards with an index (docs/formats.md#source-files)."""
     return make_specforge_eagle3(path, shards=2, **kw)
 
 
 def make_pickle_with_object(path: Path | str, *, kind: str = "object", **kw: Any) -> Path:
-    """A SafeAILab pytorch_model.bin that also pickles a non-tensor (W-U2)."""
+    """A SafeAILab pytorch_model.bin that also pickles a non-tensor (docs/formats.md#source-files)."""
     return make_safeailab_eagle3(path, extra_object=kind, **kw)
 
 

@@ -261,7 +261,7 @@ def test_vocab_map_checks(targets, tmp_path):
     FC.patch_tensors(src, d2t=d2t)
     with pytest.raises(FormatError, match="select different target ids"):
         convert(src, target=targets["llama"], out=tmp_path / "om")
-    # a full-vocab speculators draft shipping identity maps (W-E4) is normalised
+    # a full-vocab speculators draft shipping identity maps (docs/formats.md#vocab-maps) is normalised
     r, t, _, _ = run(F.make_eagle3_full_vocab_maps(tmp_path / "f"), targets["llama"],
                      tmp_path / "of")
     assert "d2t" not in t and "t2d" not in t and set(r.omitted) == {"d2t", "t2d"}
@@ -339,7 +339,7 @@ def test_dflash_target_layer_ids_with_the_last_layer(targets, tmp_path):
     src = F.make_zlab_dflash(tmp_path / "src", target_layer_ids=(1, 4, 7))
     r, t, cfg, _ = run(src, targets["qwen3"], tmp_path / "out")
     assert cfg["aux_hidden_state_layer_ids"] == [2, 5, 8]
-    assert t["fc.weight"].shape == (H, 3 * H)  # nothing sliced off (speculators 0.9.0 W-D2)
+    assert t["fc.weight"].shape == (H, 3 * H)  # nothing sliced off (docs/formats.md#aux-layer-ids)
     assert any("last layer" in w for w in r.warnings)
 
 

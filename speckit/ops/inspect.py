@@ -28,7 +28,7 @@ class InspectReport:
     dims: dict[str, Any]  # the method's describe(config)
     target_vocab: int | None
     draft_vocab: int | None
-    aux_layer_ids: list[int] | None  # speculators/vLLM convention (see FORMATS.md 1.7)
+    aux_layer_ids: list[int] | None  # speculators/vLLM convention (see docs/formats.md#aux-layer-ids)
     block_size: int | None
     dtype: str | None  # the safetensors code holding most float bytes, e.g. "BF16"
     num_params: int
@@ -129,7 +129,7 @@ def check_structure(ckpt: Checkpoint, layout: Layout, *,
 
 
 def _envelope_problems(cfg: dict[str, Any]) -> list[Problem]:
-    """FORMATS.md 1.2-1.3: what vLLM relies on in every speculators config."""
+    """docs/formats.md#speculators-envelope: what vLLM relies on in every speculators config."""
     out: list[Problem] = []
     if "model_type" in cfg:
         out.append(Problem("error", "speculators-model-type",
@@ -226,7 +226,7 @@ def compare_tensors(ckpt: Checkpoint, specs: list[TensorSpec], *, scope: str = "
 
 
 def vocab_map_problems(ckpt: Checkpoint, layout: Layout) -> list[Problem]:
-    """FORMATS.md 1.6 invariants on d2t/t2d, read from the checkpoint (two small tensors)."""
+    """docs/formats.md#vocab-maps invariants on d2t/t2d, read from the checkpoint (two small tensors)."""
     if not any(n in ckpt.tensors for n in _VOCAB_MAPS):
         return []
     from speckit.core import methods

@@ -302,7 +302,7 @@ def vocab_head_specs(vocab: int, draft_vocab: int, hidden: int) -> list[TensorSp
 
 def check_vocab_maps(d2t, t2d, *, target_vocab: int | None, draft_vocab: int | None,
                      full_vocab_ok: bool = False) -> list[Problem]:
-    """FORMATS.md 1.6 invariants over the two small vocab-map tensors (torch tensors or None).
+    """docs/formats.md#vocab-maps invariants over the two small vocab-map tensors (torch tensors or None).
 
     d2t is an offset table (target = draft + d2t[draft]); t2d a membership mask over target ids.
     ``full_vocab_ok``: the layout ships identity maps for a full vocab (SpecForge), which a

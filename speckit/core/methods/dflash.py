@@ -1,6 +1,6 @@
 """DFlash: a block-diffusion drafter that fills a block of masked slots in one forward.
 
-speculators layout `dflash`; z-lab and SpecForge sources convert to it. FORMATS.md 2.3.
+speculators layout `dflash`; z-lab and SpecForge sources convert to it. docs/formats.md#dflash.
 """
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def _vocab(config: dict[str, Any]) -> tuple[int, int, int]:
 
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    """Tensors of a speculators-format DFlash draft (FORMATS.md 2.3.1)."""
+    """Tensors of a speculators-format DFlash draft (docs/formats.md#dflash-speculators)."""
     hidden, vocab, draft_vocab = _vocab(config)
     return [*body_specs(config),
             TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
@@ -144,7 +144,7 @@ def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
 
 def source_tensors(layout: str, config: dict[str, Any], *,
                    present: frozenset[str] = frozenset()) -> list[TensorSpec] | None:
-    """Tensors of z-lab, SpecForge and Laguna-style DFlash checkpoints (FORMATS.md 2.3.2)."""
+    """Tensors of z-lab, SpecForge and Laguna-style DFlash checkpoints (docs/formats.md#dflash)."""
     if layout == "speculators":
         return expected_tensors(config)
     hidden, vocab, _ = _vocab(config)

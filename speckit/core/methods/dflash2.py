@@ -1,6 +1,6 @@
 """DFlash2: DFlash plus token-conditioned convolutions and a low-rank candidate selector.
 
-speculators layout `dflash2`, which vLLM serves as method dflash with DFlash2DraftModel. FORMATS.md 2.4.
+speculators layout `dflash2`, which vLLM serves as method dflash with DFlash2DraftModel. docs/formats.md#dflash2.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def _extra_specs(config: dict[str, Any]) -> list[TensorSpec]:
 
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    """DFlash's body plus the conv and selector tensors; never a reduced vocab (FORMATS.md 2.4)."""
+    """DFlash's body plus the conv and selector tensors; never a reduced vocab (docs/formats.md#dflash2-speculators)."""
     return [*_dflash.expected_tensors(config), *_extra_specs(config)]
 
 

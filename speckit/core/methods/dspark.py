@@ -1,6 +1,6 @@
 """DSpark: a DFlash backbone plus a Markov head and a confidence head; k is the block size.
 
-speculators layout `dspark`; SpecForge and DeepSeek flat configs convert to it. FORMATS.md 2.5.
+speculators layout `dspark`; SpecForge and DeepSeek flat configs convert to it. docs/formats.md#dspark.
 vLLM runs it only on the V2 model runner (CUDA/ROCm), not on CPU.
 """
 
@@ -79,7 +79,7 @@ def describe(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def head_specs(config: dict[str, Any], *, w2_rows: int, prefix: str = "") -> list[TensorSpec]:
-    """Markov head (vanilla/gated/rnn) and confidence head tensors (FORMATS.md 2.5.2)."""
+    """Markov head (vanilla/gated/rnn) and confidence head tensors (docs/formats.md#dspark-heads)."""
     d = describe(config)
     hidden, vocab, r = int(d["hidden"]), int(d["target_vocab"]), d["markov_rank"]
     kind = d["markov_head_type"]
@@ -102,7 +102,7 @@ def head_specs(config: dict[str, Any], *, w2_rows: int, prefix: str = "") -> lis
 
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    """DFlash's tensors plus the heads; markov_w2 has draft-vocab rows (FORMATS.md 2.5)."""
+    """DFlash's tensors plus the heads; markov_w2 has draft-vocab rows (docs/formats.md#dspark-speculators)."""
     d = describe(config)
     return [*_dflash.expected_tensors(config),
             *head_specs(config, w2_rows=int(d["draft_vocab"]))]

@@ -1,6 +1,6 @@
 """EAGLE-3: a one-or-more-layer head over three (or A) target hidden states, drafting sequentially.
 
-speculators layout (`speculators_model_type: eagle3`) is what vLLM loads; see FORMATS.md 2.1.
+speculators layout (`speculators_model_type: eagle3`) is what vLLM loads; see docs/formats.md#eagle3.
 """
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def body_specs(config: dict[str, Any], *, first_layer: str = "layers.0") -> list
 
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    """Tensors of a speculators-format EAGLE-3 draft (FORMATS.md 2.1.1)."""
+    """Tensors of a speculators-format EAGLE-3 draft (docs/formats.md#eagle3-speculators)."""
     _, hidden, vocab, draft_vocab, _, _ = _dims(config)
     return [TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
             *body_specs(config), *vocab_head_specs(vocab, draft_vocab, hidden)]
@@ -114,7 +114,7 @@ def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
 
 def source_tensors(layout: str, config: dict[str, Any], *,
                    present: frozenset[str] = frozenset()) -> list[TensorSpec] | None:
-    """Tensors of a published EAGLE-3 layout (SafeAILab 2.1.2, SpecForge 2.1.3); None if unknown."""
+    """Tensors of a published EAGLE-3 layout (docs/formats.md#eagle3); None if unknown."""
     if layout == "speculators":
         return expected_tensors(config)
     if layout not in ("safeailab-eagle3", "specforge-eagle3"):

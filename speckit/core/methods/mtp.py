@@ -1,7 +1,7 @@
 """MTP: multi-token-prediction layers that ship inside the target checkpoint (`mtp.*`).
 
 vLLM serves them with method mtp and no separate model; speckit can extract the head for
-inspection and sizing. FORMATS.md 2.7.
+inspection and sizing. docs/formats.md#mtp.
 """
 
 from __future__ import annotations
@@ -125,7 +125,7 @@ def _layer_specs(prefix: str, cfg: dict[str, Any], *, fused_experts: bool) -> li
 
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    """The speculators `mtp` layout: mtp_layers.0.* with stacked experts (FORMATS.md 2.7.1)."""
+    """The speculators `mtp` layout: mtp_layers.0.* with stacked experts (docs/formats.md#mtp-speculators)."""
     cfg = layer_config(config)
     hidden = attn_dims(cfg, where="transformer_layer_config")[0]
     p = "mtp_layers.0"

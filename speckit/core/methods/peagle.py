@@ -1,6 +1,6 @@
 """P-EAGLE: an EAGLE-3 head that drafts all k positions in one forward (parallel drafting).
 
-vLLM serves it as method eagle3 with parallel_drafting=true and a mask token; FORMATS.md 2.2.
+vLLM serves it as method eagle3 with parallel_drafting=true and a mask token; docs/formats.md#peagle.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ def _mask_hidden(config: dict[str, Any]) -> TensorSpec:
 
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    """EAGLE-3's tensors plus mask_hidden [1, 1, A*Ht] (FORMATS.md 2.2)."""
+    """EAGLE-3's tensors plus mask_hidden [1, 1, A*Ht] (docs/formats.md#peagle-speculators)."""
     return [*_eagle3.expected_tensors(config), _mask_hidden(config)]
 
 

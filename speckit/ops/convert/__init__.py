@@ -493,7 +493,7 @@ def _verify_output(out: Path, plan: ConversionPlan, *, target_config: dict | Non
         if e.name != "speckit.ops.inspect":
             raise
         return
-    # vocab maps: the same FORMATS 1.6 invariants, checked without importing torch
+    # vocab maps: the same docs/formats.md#vocab-maps invariants, checked without importing torch
     if "d2t" in ck.tensors:
         vocab = int(ck.config.get("transformer_layer_config", {}).get("vocab_size") or 0)
         selected_ids(read_ints(ck, "d2t"), read_ints(ck, "t2d") if "t2d" in ck.tensors else None,

@@ -345,7 +345,7 @@ class Vocab:
 
 def check_vocab_maps(ctx: ReadContext, plan: ConversionPlan, *, draft_vocab: int,
                      d2t: str | None = "d2t", t2d: str | None = "t2d") -> Vocab:
-    """Decide full vs reduced vocabulary and check d2t/t2d exactly (FORMATS 1.6).
+    """Decide full vs reduced vocabulary and check d2t/t2d exactly (docs/formats.md#vocab-maps).
 
     Full vocabulary: maps, if shipped, must be the identity and are left out (vLLM has no
     parameter for them and would refuse the checkpoint). Reduced: d2t must give strictly
@@ -391,7 +391,7 @@ def check_vocab_maps(ctx: ReadContext, plan: ConversionPlan, *, draft_vocab: int
 
 def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
                  where: str) -> list[int]:
-    """The target id of each draft id, after checking FORMATS 1.6 exactly (no torch needed):
+    """The target id of each draft id, after checking docs/formats.md#vocab-maps exactly (no torch needed):
     d2t holds offsets (target = draft + d2t[draft]) giving strictly increasing ids in [0, V),
     not all zero; t2d, when present, marks exactly those ids."""
     n = len(offsets)
@@ -412,7 +412,7 @@ def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
         raise FormatError(
             f"{where}: d2t maps draft ids {i - 1} and {i} to target ids {sel[i - 1]} and "
             f"{sel[i]}, which are not strictly increasing",
-            hint="d2t must list distinct target ids in ascending order (FORMATS 1.6)")
+            hint="d2t must list distinct target ids in ascending order (docs/formats.md#vocab-maps)")
     if mask is not None:
         if len(mask) != vocab:
             raise FormatError(f"{where}: t2d has {len(mask)} entries, the vocabulary {vocab}")
@@ -427,7 +427,7 @@ def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
             raise FormatError(
                 f"{where}: t2d and d2t select different target ids; marked only by t2d: "
                 f"{extra}, selected only by d2t: {missing}",
-                hint="the vocab maps disagree; re-export them (FORMATS 1.6)")
+                hint="the vocab maps disagree; re-export them (docs/formats.md#vocab-maps)")
     return sel
 
 

@@ -1,5 +1,5 @@
 """Reader that extracts the native MTP head (`mtp.*`) of a Qwen3-Next / Qwen3.5 target into the
-speculators `mtp` layout, reading only those tensors' bytes (FORMATS 2.7.1-2.7.2).
+speculators `mtp` layout, reading only those tensors' bytes (docs/formats.md#native-mtp).
 """
 
 from __future__ import annotations

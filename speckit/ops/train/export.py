@@ -1,4 +1,4 @@
-"""Write a trained head as a speculators-layout EAGLE-3 draft (FORMATS.md 2.1.1) that vLLM loads.
+"""Write a trained head as a speculators-layout EAGLE-3 draft (docs/formats.md#eagle3-speculators) that vLLM loads.
 
 embed_tokens is left out on purpose: vLLM then shares the target's (the head trained with it frozen).
 """
