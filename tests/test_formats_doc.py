@@ -97,7 +97,7 @@ def test_github_anchor_rules():
 def test_the_page_exists_and_has_stable_sections():
     anchors = anchors_of(DOC.read_text())
     # the layout names `speckit inspect` prints are section names of the page
-    from speckit.core.detect import LAYOUTS
+    from speckit.core.methods.detect import LAYOUTS
 
     missing = sorted(n for n in LAYOUTS if n != "speculators" and n not in anchors)
     assert not missing, f"docs/formats.md has no section for the layouts {missing}"
