@@ -67,6 +67,9 @@ class EngineJob:
     probe_tokens: list[int] | None = None  # baseline only: prefill probes for the verify cost
     cpu_kv_bytes: int = 1 << 30
     cpu_threads: int | None = None  # OMP_NUM_THREADS for a CPU engine, unless already set
+    # after the timed run: decode step cost at these batch sizes (same engine, no extra start)
+    batch_probe: list[int] | None = None
+    batch_probe_tokens: int = 16
 
 
 @dataclass
@@ -78,6 +81,19 @@ class RequestResult:
     decode_s: float | None
     spec_histogram: list[int] | None = None
     spec_draft_tokens: int | None = None
+
+
+@dataclass
+class BatchPoint:
+    """Decode at batch size B on one engine: the median request's seconds per engine step, and the
+    speculative counters of that probe (their draft tokens per draft is the k vLLM used)."""
+
+    batch: int
+    step_s: float | None
+    steps: float | None  # engine steps of the median request
+    tokens: int
+    wall_s: float
+    counters: SpecCounters | None = None
 
 
 @dataclass
@@ -104,6 +120,7 @@ class EngineRun:
     seconds: float  # wall time of the whole child, start to exit
     job: EngineJob | None = None  # what was asked (to check that a reused baseline fits)
     omp_num_threads: str | None = None
+    batch_probe: list[BatchPoint] = field(default_factory=list)
 
     @property
     def token_ids(self) -> list[list[int]]:
@@ -207,7 +224,16 @@ def _parse(job: EngineJob, res: dict[str, Any], log_path: Path, seconds: float) 
         prompt_token_ids=res["prompt_token_ids"], requests=reqs, timing=timing,
         counters=counters,
         probe_s={int(k): float(v) for k, v in (res.get("probe_s") or {}).items()},
-        log_path=log_path, seconds=seconds, job=job, omp_num_threads=res.get("omp_num_threads"))
+        log_path=log_path, seconds=seconds, job=job, omp_num_threads=res.get("omp_num_threads"),
+        batch_probe=[_batch_point(job, p) for p in res.get("batch_probe") or []])
+
+
+def _batch_point(job: EngineJob, p: dict[str, Any]) -> BatchPoint:
+    counters = None
+    if job.speculative_config:
+        counters = counters_from_metrics(p["metrics_before"], p["metrics_after"])
+    return BatchPoint(int(p["batch"]), p.get("step_s"), p.get("steps"), int(p["tokens"]),
+                      float(p["wall_s"]), counters)
 
 
 def _pump_events(path: Path, seen: int, on_event) -> int:

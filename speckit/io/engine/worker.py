@@ -153,6 +153,38 @@ def _probe(llm, vocab: int, lengths: list[int], seed: int) -> dict[str, float]:
     return out
 
 
+def _batch_probe(llm, prompt_ids: list[list[int]], sizes: list[int],
+                 max_tokens: int) -> list[dict[str, Any]]:
+    """Decode step cost at several batch sizes B on the same engine: B requests (the real prompts,
+    cycled) run together for ``max_tokens`` greedy tokens; each request's decode time over its
+    engine steps is the step cost at B. The counter deltas show the k vLLM used at that B."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    sp = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
+    out = []
+    for b in sizes:
+        prompts = [TokensPrompt(prompt_token_ids=prompt_ids[i % len(prompt_ids)])
+                   for i in range(b)]
+        before = metric_snapshot(llm)
+        t0 = time.perf_counter()
+        res = llm.generate(prompts, sp, use_tqdm=False)
+        wall = time.perf_counter() - t0
+        after = metric_snapshot(llm)
+        rows = _timing(res)["outputs"]
+        steps, times = [], []
+        for r in rows:
+            n = sum(r["spec_histogram"]) if r["spec_histogram"] else len(r["token_ids"]) - 1
+            if r["decode_s"] and n > 0:
+                steps.append(n)
+                times.append(r["decode_s"] / n)
+        out.append({"batch": b, "wall_s": wall, "tokens": sum(len(r["token_ids"]) for r in rows),
+                    "step_s": statistics.median(times) if times else None,
+                    "steps": statistics.median(steps) if steps else None,
+                    "metrics_before": before, "metrics_after": after})
+    return out
+
+
 def run(job: dict[str, Any]) -> dict[str, Any]:
     events = _Events(job.get("events"))
     events.emit(phase="import")
@@ -180,7 +212,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         "model": job["model"],
         "seed": int(job.get("seed", 0)),
         "disable_log_stats": False,  # get_metrics() asserts on it
-        "max_num_seqs": int(job.get("concurrency", 1)),
+        "max_num_seqs": max([int(job.get("concurrency", 1)), *(job.get("batch_probe") or [])]),
         "tensor_parallel_size": int(job.get("tp", 1)),
     }
     if job.get("tokenizer"):
@@ -248,6 +280,10 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         vocab = int(getattr(mc, "get_vocab_size", lambda: len(tok))())
         result["probe_s"] = _probe(llm, vocab, [int(m) for m in job["probe_tokens"]],
                                    int(job.get("seed", 0)))
+    if job.get("batch_probe"):
+        events.emit(phase="batch-probe", sizes=job["batch_probe"])
+        result["batch_probe"] = _batch_probe(llm, prompt_ids, [int(b) for b in job["batch_probe"]],
+                                             int(job.get("batch_probe_tokens") or 16))
     events.emit(phase="done")
     return result
 
