@@ -578,7 +578,7 @@ def test_sharded_source_and_sharded_output(targets, tmp_path):
 
 
 def test_source_hashes_are_memoised_by_file_identity(targets, tmp_path, monkeypatch):
-    from speckit.io import hub
+    from speckit.io.hub import hashing as hub
 
     # fresh files: hashing waits out the few ms of the racy window, then remembers the digest
     src = F.make_specforge_eagle3(tmp_path / "src", export="sglang")
@@ -700,8 +700,8 @@ def test_snapshot_path_of_a_fetched_draft_reuses_fetch_digests(hub, targets, tmp
     """SRC given as the HF-cache snapshot directory `speckit fetch` left: provenance names the
     repo and commit, and the digests fetch verified against the Hub are reused, not recomputed;
     a file changed since the fetch is hashed again."""
-    import speckit.io.hub as hubmod
-    from speckit.io.hub import fetch
+    import speckit.io.hub.hashing as hubmod
+    from speckit.ops.fetch import fetch
 
     draft = F.make_specforge_eagle3(tmp_path / "d", export="sglang")
     commit = hub.server.add_commit("org/draft", {p.name: p.read_bytes() for p in draft.iterdir()})
