@@ -715,7 +715,7 @@ def test_snapshot_path_of_a_fetched_draft_reuses_fetch_digests(hub, targets, tmp
     _, _, _, prov = run(snap, targets["llama"], tmp_path / "o1", num_speculative_tokens=3)
     assert calls == []
     src = prov["source"]
-    assert src["kind"] == "path" and src["repo"] == "org/draft" and src["commit"] == commit
+    assert src["kind"] == "snapshot" and src["repo"] == "org/draft" and src["commit"] == commit
     files = src["files"]
     assert {n: f["from"] for n, f in files.items()} == {n: "fetch" for n in files}
     for name, rec in files.items():
