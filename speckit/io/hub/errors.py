@@ -76,6 +76,10 @@ def hub_error(e: BaseException, repo: str, rev: str | None, s: HubSettings, *,
     )
 
     where = repo + (f"@{rev}" if rev else "")
+    cause = e.__cause__
+    if isinstance(e, LocalEntryNotFoundError) and not s.offline and isinstance(cause, Exception):
+        # hf_hub_download found no cached copy after the Hub failed: the Hub's failure is the news
+        return hub_error(cause, repo, rev, s, file=file)
     if isinstance(e, GatedRepoError):
         return HubError(f"{repo} is gated on {s.endpoint} and this token has no access",
                         hint="accept the license on the model page, then set HF_TOKEN")
