@@ -448,7 +448,7 @@ class _Hasher:
     just brought in (one stream of disk reads, not one per shard) and files are hashed in copy
     order; the rest (config, index, files the copy never opens) are queued at join().
 
-    Known digests are reused: hub.fetch's (checked against the Hub's LFS sha256, also for a
+    Known digests are reused: speckit fetch's (checked against the Hub's LFS sha256, also for a
     snapshot directory fetch left) and a memo keyed like git's index (real path, size, mtime,
     ctime, inode), so converting the same bytes again does not hash them again.
     """
