@@ -160,7 +160,7 @@ def child_convert(src: str, tgt: str, dst: str) -> None:
 
 
 def child_fetch(repo: str) -> None:
-    from speckit.io.hub import fetch
+    from speckit.ops.fetch import fetch
 
     t = time.perf_counter()
     r = fetch(repo)

@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 
 # public name -> (module, attribute)
 _API = {
-    "fetch": ("speckit.io.hub", "fetch"),
+    "fetch": ("speckit.ops.fetch", "fetch"),
     "inspect": ("speckit.ops.inspect", "inspect"),
     "convert": ("speckit.ops.convert", "convert"),
     "quantize": ("speckit.ops.quantize", "quantize"),

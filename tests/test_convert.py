@@ -585,7 +585,7 @@ def test_sharded_source_and_sharded_output(targets, tmp_path):
 
 
 def test_source_hashes_are_memoised_by_file_identity(targets, tmp_path, monkeypatch):
-    from speckit.io import hub
+    from speckit.io.hub import hashing as hub
 
     # fresh files: hashing waits out the few ms of the racy window, then remembers the digest
     src = F.make_specforge_eagle3(tmp_path / "src", export="sglang")
@@ -707,8 +707,8 @@ def test_snapshot_path_of_a_fetched_draft_reuses_fetch_digests(hub, targets, tmp
     """SRC given as the HF-cache snapshot directory `speckit fetch` left: provenance names the
     repo and commit, and the digests fetch verified against the Hub are reused, not recomputed;
     a file changed since the fetch is hashed again."""
-    import speckit.io.hub as hubmod
-    from speckit.io.hub import fetch
+    import speckit.io.hub.hashing as hubmod
+    from speckit.ops.fetch import fetch
 
     draft = F.make_specforge_eagle3(tmp_path / "d", export="sglang")
     commit = hub.server.add_commit("org/draft", {p.name: p.read_bytes() for p in draft.iterdir()})
@@ -722,7 +722,7 @@ def test_snapshot_path_of_a_fetched_draft_reuses_fetch_digests(hub, targets, tmp
     _, _, _, prov = run(snap, targets["llama"], tmp_path / "o1", num_speculative_tokens=3)
     assert calls == []
     src = prov["source"]
-    assert src["kind"] == "path" and src["repo"] == "org/draft" and src["commit"] == commit
+    assert src["kind"] == "snapshot" and src["repo"] == "org/draft" and src["commit"] == commit
     files = src["files"]
     assert {n: f["from"] for n, f in files.items()} == {n: "fetch" for n in files}
     for name, rec in files.items():

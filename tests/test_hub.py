@@ -18,7 +18,8 @@ from safetensors.numpy import save as st_save
 
 from speckit.cli import main
 from speckit.errors import FormatError, HubError, IntegrityError, UsageError
-from speckit.io.hub import LOCK_NAME, fetch, select_files
+from speckit.io.hub import LOCK_NAME, select_files
+from speckit.ops.fetch import fetch
 from tests import hubserver
 
 # the local Hub server (session) and the per-test isolated HF cache + HF_ENDPOINT
@@ -256,7 +257,7 @@ def test_corrupted_cache_blob_is_detected_and_refetched(hub, damage):
 
 
 def test_hash_memo_skips_rehash_but_not_tampering(hub, monkeypatch):
-    import speckit.io.hub as hubmod
+    import speckit.io.hub.hashing as hubmod
 
     hashed: list[str] = []
     real = hubmod.sha256_file
@@ -609,7 +610,7 @@ def test_cli_json_and_exit_codes(hub):
 def test_repo_folder_matches_huggingface_hub():
     from huggingface_hub.file_download import repo_folder_name
 
-    from speckit.io.hub import _repo_folder
+    from speckit.io.hub import repo_folder
 
     for repo in ("org/name", "a-b/c.d_e", "single"):
-        assert _repo_folder(repo) == repo_folder_name(repo_id=repo, repo_type="model")
+        assert repo_folder(repo) == repo_folder_name(repo_id=repo, repo_type="model")

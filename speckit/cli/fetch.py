@@ -1,6 +1,6 @@
 """`speckit fetch`: download a draft (and its target) through huggingface_hub, verify it, pin it.
 
-A thin click shell over speckit.io.hub.fetch; --json prints the FetchResult.
+A thin click shell over speckit.ops.fetch.fetch; --json prints the FetchResult.
 """
 
 from __future__ import annotations
@@ -45,8 +45,8 @@ def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, 
     HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE and the standard Hugging Face cache.
     """
     from speckit.errors import IntegrityError
-    from speckit.io.hub import describe_mismatches
-    from speckit.io.hub import fetch as run_fetch
+    from speckit.ops.fetch import describe_mismatches
+    from speckit.ops.fetch import fetch as run_fetch
 
     result = run_fetch(ref, revision=revision, with_target=with_target, dry_run=dry_run,
                        cache_dir=cache_dir, local_dir=local_dir, allow_pickle=allow_pickle,
@@ -80,7 +80,8 @@ def _render(r) -> None:
     if r.commit:
         rev = f" ({r.revision})" if r.revision and r.revision != r.commit else ""
         head += f" @ {r.commit[:12]}{rev}"
-    local = r.commit is None  # a directory used as is (a path, a bundled draft, a converted target)
+    # a directory used as is (a path, a cache snapshot, a bundled draft, a converted target)
+    local = r.commit is None or r.kind == "snapshot"
     verb = "verify" if r.verified and not local else ("dry run" if r.dry_run else r.role)
     click.echo(f"{verb}: {head}")
     click.echo(f"  path: {r.path}")

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from speckit.core import PACKAGE_DIR, methods
 from speckit.core.methods.detect import LAYOUTS
+from speckit.core.refs import is_commit_sha, is_repo_id
 from speckit.errors import FormatError, UsageError
 
 SCHEMA_VERSION = 1
@@ -37,10 +38,7 @@ METRICS = ("throughput_ratio", "acceptance_length")
 ENV_VAR = "SPECKIT_REGISTRY"
 BUILTIN_NAME = "registry.toml"
 
-_SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
-# Hub repo ids: owner/name, letters, digits, '-', '_', '.'; no leading '-'/'.', no '--' or '..'
-_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 _VERSION_RE = re.compile(r"^\d+(\.\d+){1,3}([.+-]?[A-Za-z0-9.]+)?$")
 _REF_RE = re.compile(r"^[A-Za-z0-9._/-]+$")  # a branch or tag name
 
@@ -490,7 +488,7 @@ def _choice(ctx: _Ctx, raw: Mapping[str, Any], key: str, choices: Sequence[str],
 
 def _repo(ctx: _Ctx, raw: Mapping[str, Any], key: str, *, required: bool = False) -> str | None:
     v = _str(ctx, raw, key, required=required)
-    if v is not None and (not _REPO_RE.match(v) or ".." in v or "--" in v):
+    if v is not None and not is_repo_id(v):
         ctx.fail(key, f"{v!r} is not a Hub repo id", "write it as owner/name")
     return v
 
@@ -533,7 +531,7 @@ def _parse_entry(raw: Mapping[str, Any], *, origin: str, index: int) -> Entry:
             ctx.fail("pinned", "required with repo",
                      "true when revision is a commit sha, false for a branch or tag")
         assert revision is not None
-        is_sha = bool(_SHA_RE.match(revision))
+        is_sha = is_commit_sha(revision)
         if pinned and not is_sha:
             ctx.fail("revision", f"pinned = true needs a 40-hex commit sha, got {revision!r}",
                      "set pinned = false for a branch or tag, or write the full commit sha")
@@ -843,7 +841,7 @@ def classify_ref(ref: str, *, registry: Registry | None = None) -> tuple[RefKind
     reg = registry if registry is not None else load_registry()
     if ref in reg.entries or ref.lower() in reg.entries:
         return "registry", ref if ref in reg.entries else ref.lower()
-    if _REPO_RE.match(ref) and ".." not in ref:
+    if is_repo_id(ref):
         return "hub", ref
     close = suggest(ref, reg.ids())
     raise UsageError(

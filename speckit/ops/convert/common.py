@@ -8,12 +8,12 @@ from __future__ import annotations
 import itertools
 import json
 import operator
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.refs import is_repo_id
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
     CONFIG_DTYPE,
@@ -26,7 +26,6 @@ from speckit.ops.convert.moves import ConversionPlan, Slab, TensorMove, read_int
 
 # the speculators config format version speckit writes (the layout vLLM 0.32/0.33 reads)
 SPECULATORS_FORMAT_VERSION = "0.9.0"
-REPO_ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
 # config.json keys that are bookkeeping, never model structure
 META_KEYS = ("auto_map", "_name_or_path", "transformers_version", "_commit_hash",
              "_attn_implementation_autoset")
@@ -280,7 +279,7 @@ def verifier_name(ctx: ReadContext, plan: ConversionPlan) -> str:
     name = tgt.repo_id
     if name is None:
         guess = tgt.config.get("_name_or_path")
-        if isinstance(guess, str) and REPO_ID_RE.match(guess) and not Path(guess).exists():
+        if isinstance(guess, str) and is_repo_id(guess) and not Path(guess).exists():
             name = guess
     if name is None:
         name = str(tgt.path.resolve())

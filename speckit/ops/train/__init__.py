@@ -57,18 +57,14 @@ def default_aux_layers(num_layers: int) -> list[int]:
 
 
 def resolve_target(target: str) -> Path:
-    """A local HF checkpoint directory, or a built-in GGUF target id (materialised once)."""
-    p = Path(target).expanduser()
-    if p.is_dir():
-        if not (p / "config.json").is_file():
-            raise UsageError(f"{p}: no config.json", hint="--target needs a HF checkpoint dir")
-        return p
-    from speckit.io import targets
+    """The target's local directory: a HF checkpoint directory, a built-in GGUF target id
+    (materialised once), a registry id or a Hub repo id (fetched with its tokenizer files)."""
+    from speckit.io.refs import resolve
 
-    if target.strip().lower() in targets.BUILTIN:
-        return targets.materialize(target, progress=True)
-    raise UsageError(f"--target {target!r} is neither a directory nor a built-in target",
-                     hint="built-in: " + ", ".join(targets.BUILTIN))
+    path = resolve(target, role="target", what="--target", progress=True).path
+    if not (path / "config.json").is_file():
+        raise UsageError(f"{path}: no config.json", hint="--target needs a HF checkpoint dir")
+    return path
 
 
 def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_PROMPTS,

@@ -266,17 +266,9 @@ def write_outputs(rep: ValidationReport, outdir: Path) -> None:
 
 def _resolve(ref: str | Path, *, role: str) -> tuple[Path, str]:
     """A local directory for a path, registry id or Hub repo id (fetched, pinned, offline-safe)."""
-    p = Path(str(ref)).expanduser()
-    if p.is_dir():
-        return p.resolve(), str(ref)
-    if p.exists():
-        raise UsageError(f"{ref}: not a directory", hint="pass a checkpoint directory")
-    from speckit.io.hub import fetch
+    from speckit.io.refs import resolve
 
-    res = fetch(str(ref), role=role)
-    if res.path is None:
-        raise UsageError(f"{ref}: nothing to validate (fetch returned no directory)")
-    path = Path(res.path)
+    path = resolve(str(ref), role=role).path.resolve()
     if role == "target" and not any((path / f).exists() for f in ("tokenizer.json",
                                                                    "tokenizer.model",
                                                                    "tokenizer_config.json")):

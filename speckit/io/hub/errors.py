@@ -1,0 +1,182 @@
+"""huggingface_hub failures turned into speckit errors, told apart by exception type.
+
+Each cause becomes a HubError (or IntegrityError) naming the repo, revision and file, with a hint
+on what to do next; connectivity problems are separated out so callers can fall back on the cache.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+from speckit.errors import HubError, IntegrityError, SpeckitError
+from speckit.io.hub.cache import cached_commits, cached_repos
+from speckit.io.hub.settings import HubSettings
+
+OFFLINE_HINT = ("connect, set HF_ENDPOINT to a mirror, or pre-populate the cache; "
+                "HF_HUB_OFFLINE=1 uses only the cache")
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    """Connection-level exception types of the HTTP clients huggingface_hub may use."""
+    types: list[type[BaseException]] = [ConnectionError, TimeoutError]
+    for name in ("httpx2", "httpx"):  # huggingface_hub 2 uses httpx2, 1.x httpx
+        try:
+            types.append(__import__(name).TransportError)
+        except (ImportError, AttributeError):
+            pass
+    try:  # huggingface_hub < 1 used requests
+        import requests
+
+        types += [requests.ConnectionError, requests.Timeout]
+    except ImportError:
+        pass
+    return tuple(types)
+
+
+def _status(e: BaseException) -> int | None:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(e, HfHubHTTPError) and e.response is not None:
+        return e.response.status_code
+    return None
+
+
+def is_unreachable(e: BaseException) -> bool:
+    """True when the Hub could not be asked at all (offline mode, no connection, a 5xx), so the
+    cache may answer instead."""
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    if isinstance(e, (OfflineModeIsEnabled, *_transport_errors())):
+        return True
+    status = _status(e)
+    return status is not None and status >= 500
+
+
+def describe_unreachable(e: BaseException, endpoint: str) -> str:
+    """Why the Hub was not asked, as a clause ("offline mode is on (HF_HUB_OFFLINE)")."""
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    if isinstance(e, OfflineModeIsEnabled):
+        return "offline mode is on (HF_HUB_OFFLINE)"
+    if (status := _status(e)) is not None:
+        return f"{endpoint} answered HTTP {status}"
+    return f"cannot reach {endpoint} ({type(e).__name__})"
+
+
+def hub_error(e: BaseException, repo: str, rev: str | None, s: HubSettings, *,
+              file: str | None = None) -> SpeckitError:
+    """A huggingface_hub failure (asking for ``repo``@``rev``, or one ``file`` of it) as our error."""
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    where = repo + (f"@{rev}" if rev else "")
+    cause = e.__cause__
+    if isinstance(e, LocalEntryNotFoundError) and not s.offline and isinstance(cause, Exception):
+        # hf_hub_download found no cached copy after the Hub failed: the Hub's failure is the news
+        return hub_error(cause, repo, rev, s, file=file)
+    if isinstance(e, GatedRepoError):
+        return HubError(f"{repo} is gated on {s.endpoint} and this token has no access",
+                        hint="accept the license on the model page, then set HF_TOKEN")
+    if isinstance(e, RepositoryNotFoundError):
+        close = close_repos(repo, s)
+        return HubError(f"repo {repo} not found on {s.endpoint}",
+                        hint=(f"did you mean {', '.join(close)}? " if close else "")
+                        + "check the id; if it is private, set HF_TOKEN")
+    if isinstance(e, RevisionNotFoundError):
+        return HubError(f"revision {rev!r} not found in {repo} on {s.endpoint}",
+                        hint="pass a branch, tag or full 40-hex commit sha that exists in the repo")
+    if isinstance(e, LocalEntryNotFoundError) or (s.offline and is_unreachable(e)):
+        return not_cached(repo, rev or "main", s, _why_offline(e, s), file=file)
+    if isinstance(e, EntryNotFoundError):
+        return HubError(f"{where} has no file {file or '(unknown)'}",
+                        hint="check the repo id and revision; pass a local directory instead")
+    if (status := _status(e)) in (401, 403):
+        return HubError(f"{s.endpoint} refused access to {repo} (HTTP {status})",
+                        hint="set HF_TOKEN to a token that can read this repo")
+    if is_unreachable(e):
+        return not_cached(repo, rev or "main", s, describe_unreachable(e, s.endpoint), file=file)
+    return HubError(f"{where}{f': {file}' if file else ''}: {type(e).__name__}: {_first_line(e)}",
+                    hint="retry; set HF_HUB_OFFLINE=1 to use only the cache")
+
+
+def download_error(e: BaseException, repo: str, commit: str, s: HubSettings, names: list[str],
+                   sizes: dict[str, int | None]) -> SpeckitError:
+    """A failure while downloading ``names`` of ``repo``@``commit`` (sizes: what the Hub listed)."""
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    which = _named_file(e, names)
+    what = f"{repo}@{commit[:12]}" + (f": {which}" if which else "")
+    if type(e) is OSError:  # huggingface_hub's consistency check: a plain OSError, nothing else
+        return _short_file(e, what, sizes.get(which) if which else None)
+    if (status := _status(e)) is not None and status >= 500:
+        return HubError(f"{s.endpoint} answered HTTP {status} while downloading "
+                        f"{what}", hint="retry later: files already downloaded stay in the cache "
+                        "and the next fetch gets only what is missing")
+    if is_unreachable(e) or isinstance(e, LocalEntryNotFoundError):
+        return HubError(f"lost the connection to {s.endpoint} while downloading {what} "
+                        f"({type(e).__name__})", hint=OFFLINE_HINT)
+    if isinstance(e, HfHubHTTPError):
+        return hub_error(e, repo, commit, s, file=which)
+    return HubError(f"downloading {what} failed: {type(e).__name__}: {_first_line(e)}",
+                    hint="retry; run with --verify afterwards to check the cache")
+
+
+def not_cached(repo: str, rev: str, s: HubSettings, why: str, *, where: Path | None = None,
+               file: str | None = None) -> HubError:
+    """``repo``@``rev`` is needed from the cache and is not there (offline or unreachable)."""
+    others = cached_commits(s.repo_storage(repo))
+    extra = ""
+    if others:
+        extra = f" (the cache holds other commits: {', '.join(c[:12] for c in others[:3])}; " \
+                "pass --revision SHA to use one)"
+    what = f"{repo}@{rev}" + (f" ({file})" if file else "")
+    return HubError(f"{why} and {what} is not in the cache at {where or s.cache_dir}{extra}",
+                    hint=OFFLINE_HINT)
+
+
+def close_repos(repo: str, s: HubSettings) -> list[str]:
+    """Known repo ids near a mistyped one: registry repos and repos already in the cache."""
+    known: set[str] = set(cached_repos(s.cache_dir))
+    try:
+        from speckit.core.registry import load_registry
+
+        known.update(e.repo for e in load_registry().entries.values() if e.repo)
+    except (SpeckitError, LookupError, AttributeError, TypeError):
+        pass  # the registry is a nicety here; a broken one must not mask the Hub error
+    return difflib.get_close_matches(repo, sorted(known), n=3, cutoff=0.6)
+
+
+def _why_offline(e: BaseException, s: HubSettings) -> str:
+    if s.offline:
+        return "offline mode is on (HF_HUB_OFFLINE)"
+    return describe_unreachable(e, s.endpoint) if is_unreachable(e) else "the Hub is unreachable"
+
+
+def _named_file(e: BaseException, names: list[str]) -> str | None:
+    """The file an error is about: huggingface_hub puts the file's URL in the message."""
+    from urllib.parse import unquote
+
+    text = unquote(str(e))
+    return next((n for n in sorted(names, key=len, reverse=True) if n in text), None)
+
+
+def _short_file(e: OSError, what: str, announced: int | None) -> IntegrityError:
+    """huggingface_hub's size check failed: report the sizes (its message carries the actual one)."""
+    import re
+
+    got = re.search(r"has size (\d+)", str(e))  # detail for the message, not the classification
+    if announced is not None and got:
+        msg = f"{what} arrived with the wrong size: {got[1]} bytes, the Hub announced {announced}"
+    else:
+        msg = f"{what} arrived damaged: {_first_line(e)}"
+    return IntegrityError(msg, hint="retry; if it repeats, the endpoint serves a damaged file")
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).splitlines()[0] if str(e) else ""
