@@ -11,7 +11,7 @@ from typing import Any
 
 
 def to_jsonable(obj: Any) -> Any:
-    """`obj` as dicts/lists/scalars; dataclass fields starting with "_" are internal and left out."""
+    """`obj` as dicts, lists and scalars; dataclass fields starting with "_" are left out."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
                 if not f.name.startswith("_")}
