@@ -181,6 +181,19 @@ def test_method_name_comparisons_outside_methods_are_violations(tmp_path):
     assert lines == [5, 6, 7, 8, 10, 11, 12], found
 
 
+def test_comparing_a_typed_method_spec_by_name_is_a_violation(tmp_path):
+    found = _found(tmp_path, {"speckit/ops/quant.py": '''
+        from speckit.core import methods
+        def f(name, spec: "MethodSpec"):
+            s = methods.get(name)
+            if s.name == "dflash" or spec.name in ("eagle3", "mtp"):
+                return 1
+            return tensor.name == "mtp.weight"   # a tensor name, no method: fine
+    '''}, "method-name")
+    assert [int(f.split(":")[1]) for f in found] == [5, 5], found  # one per comparison
+    assert "'dflash'" in found[0] and "'eagle3', 'mtp'" in found[1]
+
+
 def test_method_rules_do_not_apply_inside_core_methods(tmp_path):
     assert _found(tmp_path, {"speckit/core/methods/peagle.py": '''
         NAME = "peagle"

@@ -22,7 +22,8 @@ Rules (each violation ends with its rule in brackets):
                  speculators types and the spellings methods.get() accepts, read from
                  speckit/core/methods) and an operand that holds a method: one mentioning an
                  identifier with "method" in it, NAME / VLLM_METHOD / SPECULATORS_TYPE, the
-                 speculators_model_type key, or a local assigned from such. A config value that a
+                 speculators_model_type key, a local assigned from such, or a method module/spec
+                 itself (as found for method-probe: `spec.name == "mtp"`). A config value that a
                  vendor happens to spell like a method (projector_type == "dflash") is not one.
   method-probe   outside speckit/core/methods/, no getattr()/hasattr() on a method module or spec:
                  the object came from methods.get()/for_speculators_type() (or another lookup there
@@ -614,7 +615,7 @@ def _names_a_method(node: ast.expr, holders: set[str]) -> bool:
         ident = (sub.id if isinstance(sub, ast.Name) else sub.attr
                  if isinstance(sub, ast.Attribute) else _str_const(sub))
         if ident and ("method" in ident.lower() or ident in METHOD_ATTRS
-                      or ident == "speculators_model_type"):
+                      or ident in {"speculators_model_type", "speculators_type"}):
             return True
     return False
 
@@ -647,7 +648,9 @@ def check_method_names(mods: dict[str, Module], facts: MethodFacts) -> Iterator[
     for mod in mods.values():
         if _in_methods(mod.name):
             continue
-        consts, holders = _module_constants(mod.tree), _method_holders(mod.tree)
+        # names that hold a method's identity, by name (method, NAME) or by value (methods.get)
+        holders = _method_holders(mod.tree) | _scope(mod, mods, facts).held
+        consts = _module_constants(mod.tree)
         for node in ast.walk(mod.tree):
             found: dict[str, None] = {}
             for side, others in _comparisons(node):
@@ -693,6 +696,11 @@ def _scope(mod: Module, mods: dict[str, Module], facts: MethodFacts) -> _Scope:
                 and node.value is not None and _is_method_value(node.value, sc, mods, facts)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             sc.held.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            # a parameter typed as a method (MethodSpec, Method, ModuleType) holds one
+            ann = ast.unparse(node.annotation)
+            if "Method" in ann or "ModuleType" in ann:
+                sc.held.add(node.arg)
     return sc
 
 
