@@ -84,10 +84,6 @@ class Module:
     def is_package(self) -> bool:
         return self.path.name == "__init__.py"
 
-    @property
-    def directory(self) -> Path:
-        return self.path.parent
-
 
 # ---------------------------------------------------------------------------------------------
 # reading the package
@@ -108,8 +104,9 @@ def load_modules(root: Path) -> dict[str, Module]:
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         name = _module_name(pkg, path)
         mods[name] = Module(name, path, path.relative_to(root).as_posix(), tree)
+    api = _api_map(mods)
     for mod in mods.values():
-        mod.imports = list(_imports(mod, mods))
+        mod.imports = list(_imports(mod, mods, api))
     return mods
 
 
@@ -167,8 +164,7 @@ def _api_map(mods: dict[str, Module]) -> dict[str, str]:
     return out
 
 
-def _imports(mod: Module, mods: dict[str, Module]) -> Iterator[Import]:
-    api = _api_map(mods)
+def _imports(mod: Module, mods: dict[str, Module], api: dict[str, str]) -> Iterator[Import]:
     for node, runtime in _walk_scoped(mod.tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -310,7 +306,7 @@ def _module_bindings(mod: Module, mods: dict[str, Module]) -> dict[str, str]:
     for node in ast.walk(mod.tree):
         if isinstance(node, ast.Import):
             for a in node.names:
-                if a.name.startswith(ROOT_PKG):
+                if a.name == ROOT_PKG or a.name.startswith(ROOT_PKG + "."):
                     if a.asname:
                         bound[a.asname] = a.name
                     else:
