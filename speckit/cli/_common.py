@@ -2,30 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import sys
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import click
 
+from speckit.core.jsonable import to_jsonable
 from speckit.errors import SpeckitError
 
-
-def to_jsonable(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        return {f.name: to_jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
-                if not f.name.startswith("_")}
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple, set, frozenset)):
-        return [to_jsonable(v) for v in obj]
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
+__all__ = ["handle_errors", "print_json", "progress_enabled", "to_jsonable"]
 
 
 def print_json(obj: Any) -> None:

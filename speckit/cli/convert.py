@@ -84,7 +84,7 @@ def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, ma
     if json_mode:
         print_json(result)
         return
-    _render(result)
+    render(result)
 
 
 def _human(n: int) -> str:
@@ -95,7 +95,7 @@ def _human(n: int) -> str:
     return f"{n} B"
 
 
-def _render(r) -> None:
+def render(r) -> None:
     click.echo(f"converted {r.source_layout} -> {r.method} ({r.output_layout} layout) "
                f"in {r.seconds:.1f}s")
     click.echo(f"  out:        {r.out}")

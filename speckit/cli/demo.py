@@ -70,13 +70,13 @@ def _print_stage(name: str, res) -> None:
 
         render(res)
     elif name == "plan":
-        from speckit.cli.plan import _render
+        from speckit.cli.plan import render as render_plan
 
-        _render(res)
+        render_plan(res)
     elif name == "quantize":
-        from speckit.cli.quantize import _render
+        from speckit.cli.quantize import render as render_quantize
 
-        _render(res)
+        render_quantize(res)
     elif name == "validate":
         from speckit.ops.validate.report import print_report
 

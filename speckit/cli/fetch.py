@@ -57,7 +57,7 @@ def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, 
     else:
         for r in (result, result.target):
             if r is not None:
-                _render(r)
+                render(r)
     if not result.ok:
         bad = describe_mismatches(result)
         raise IntegrityError(f"files do not match {result.lock_path}: {bad}",
@@ -73,7 +73,7 @@ def _size(n: int) -> str:
     return f"{n} B"  # unreachable
 
 
-def _render(r) -> None:
+def render(r) -> None:
     head = r.repo or r.ref
     if r.registry_id:
         head = r.registry_id + (f" ({r.repo})" if r.repo else "")

@@ -77,7 +77,7 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
     if json_mode:
         print_json(result)
     else:
-        _render(result)
+        render(result)
     sys.exit(0 if result.starts else 1)
 
 
@@ -85,7 +85,7 @@ def _gib(n: float) -> str:
     return f"{n / GiB:.2f} GiB"
 
 
-def _render(r) -> None:
+def render(r) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

@@ -72,14 +72,14 @@ def quantize_cmd(ckpt, mxfp4, w4a4, fp8, static, calib_target, out, exclude, tar
     if json_mode:
         print_json(r)
         return
-    _render(r)
+    render(r)
 
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:,.1f} MB"
 
 
-def _render(r) -> None:
+def render(r) -> None:
     for w in r.warnings:
         click.secho(f"warning: {w}", fg="yellow", err=True)
     click.echo(f"{r.method} draft -> {r.scheme} ({r.vllm_scheme} in vLLM), device {r.device}, "

@@ -416,6 +416,6 @@ class _counter:
 
 
 def _jsonable(obj):
-    from speckit.cli._common import to_jsonable
+    from speckit.core.jsonable import to_jsonable
 
     return to_jsonable(obj)

@@ -1,0 +1,59 @@
+"""No function in speckit/ is longer than 80 lines (tools/longest_functions.py lists them), and the
+tool measures what it says.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LIMIT = 80
+
+
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("longest_functions",
+                                                  ROOT / "tools" / "longest_functions.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(mod)
+    return mod
+
+
+tool = _load_tool()
+
+
+# NOTE: fails until the long orchestrators (plan._evaluate, validate, train_eagle3, hub._fetch_repo,
+# ...) are split into named steps; that work is in progress in parallel. Keep the limit: split the
+# function, do not raise LIMIT.
+def test_no_function_in_speckit_is_longer_than_the_limit():
+    over = [f for f in tool.functions(ROOT) if f.lines > LIMIT]
+    assert not over, f"{len(over)} function(s) over {LIMIT} lines:\n" + "\n".join(map(str, over))
+
+
+def test_the_tool_measures_functions_methods_and_nested_ones(tmp_path, capsys):
+    (tmp_path / "speckit").mkdir()
+    (tmp_path / "speckit" / "m.py").write_text(textwrap.dedent('''
+        import functools
+
+        @functools.cache
+        def short():
+            return 1
+
+        class Box:
+            def method(self):
+                def inner():
+                    return 2
+                return inner()
+    ''') + "\ndef long():\n" + "    x = 1\n" * 90)
+    found = {f.name: f for f in tool.functions(tmp_path)}
+    assert set(found) == {"short", "Box.method", "Box.method.inner", "long"}
+    assert (found["short"].line, found["short"].lines) == (5, 2)  # from `def`, not the decorator
+    assert found["Box.method"].lines == 4 and found["Box.method.inner"].lines == 2
+    assert found["long"].lines == 91 and found["long"].path == "speckit/m.py"
+    assert tool.main(["--root", str(tmp_path), "--max", "91"]) == 0
+    assert tool.main(["--root", str(tmp_path), "--max", "90", "-n", "1"]) == 1
+    out = capsys.readouterr().out
+    assert "speckit/m.py:" in out and "long" in out

@@ -1,0 +1,773 @@
+#!/usr/bin/env python3
+"""The import contract of speckit/, read from the source (ast only; no speckit module is imported).
+
+`python tools/check_architecture.py` prints each violation and exits 1; tests call `check(root)`.
+
+Rules (each violation ends with its rule in brackets):
+  layer          core -> io -> ops -> cli: a module imports only its own layer or lower ones, at
+                 any depth: function-level and TYPE_CHECKING imports, import_module("speckit.x")
+                 and lazy maps naming a speckit module count too. speckit/errors.py is below every
+                 layer and imports nothing from speckit; speckit/__init__.py only maps API names
+                 lazily (no static speckit import); any other top-level module is in no layer.
+  private-name   a leading-underscore name (dunders excepted) stays home: a private module
+                 (cli/_common.py) and the private names of a package __init__ or of such a helper
+                 module belong to their directory; a private name of a public module (cli/plan.py's
+                 _render) belongs to that module alone. Imports and `module._name` uses both count.
+  cycle          no cycle among speckit imports. Module-level ones fail at import time; a cycle kept
+                 alive by deferring one import into a function still ties the two modules together,
+                 so it counts too (the message says which kind). A module's own parent packages are
+                 no edge: Python initialises them first anyway.
+  method-name    outside speckit/core/methods/, no comparison (==, !=, in, is, match/case,
+                 startswith/endswith) between a method name (speckit names, vLLM method strings,
+                 speculators types and the spellings methods.get() accepts, read from
+                 speckit/core/methods) and an operand that holds a method: one mentioning an
+                 identifier with "method" in it, NAME / VLLM_METHOD / SPECULATORS_TYPE, the
+                 speculators_model_type key, a local assigned from such, or a method module/spec
+                 itself (as found for method-probe: `spec.name == "mtp"`). A config value that a
+                 vendor happens to spell like a method (projector_type == "dflash") is not one.
+  method-probe   outside speckit/core/methods/, no getattr()/hasattr() on a method module or spec:
+                 the object came from methods.get()/for_speculators_type() (or another lookup there
+                 returning a module or spec) or a method-module import, or the attribute asked for
+                 is one that only method modules or the method protocol/spec class define.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import itertools
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+LAYERS = {"core": 0, "io": 1, "ops": 2, "cli": 3}
+LAYER_NAMES = {v: k for k, v in LAYERS.items()}
+BASE = -1  # speckit.errors: importable by every layer
+ROOT_PKG = "speckit"
+METHODS_PKG = "speckit.core.methods"
+# module-level constants of a method module that hold its name(s), and the same as spec fields
+METHOD_ATTRS = {"NAME", "VLLM_METHOD", "SPECULATORS_TYPE"}
+SPEC_NAME_FIELDS = {"name", "vllm_method", "speculators_type"}
+PROBE_FUNCS = {"getattr", "hasattr"}
+
+
+@dataclass(frozen=True)
+class Violation:
+    path: str  # relative to the repository root
+    line: int
+    rule: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}: {self.message} [{self.rule}]"
+
+
+@dataclass(frozen=True)
+class Import:
+    target: str  # dotted speckit module imported (or the module a name is imported from)
+    line: int
+    runtime: bool  # runs when the importer is imported (module level, not under TYPE_CHECKING)
+    names: tuple[str, ...] = ()  # `from target import names` (names that are not modules)
+    how: str = "import"  # "import" | "lazy" (importlib / module-name string)
+
+
+@dataclass
+class Module:
+    name: str
+    path: Path
+    rel: str
+    tree: ast.Module
+    imports: list[Import] = field(default_factory=list)
+
+    @property
+    def is_package(self) -> bool:
+        return self.path.name == "__init__.py"
+
+
+# ---------------------------------------------------------------------------------------------
+# reading the package
+
+
+def _module_name(pkg_root: Path, path: Path) -> str:
+    parts = list(path.relative_to(pkg_root.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def load_modules(root: Path) -> dict[str, Module]:
+    """Every .py file under root/speckit, parsed, by dotted module name."""
+    pkg = root / ROOT_PKG
+    mods: dict[str, Module] = {}
+    for path in sorted(pkg.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        name = _module_name(pkg, path)
+        mods[name] = Module(name, path, path.relative_to(root).as_posix(), tree)
+    api = _api_map(mods)
+    for mod in mods.values():
+        mod.imports = list(_imports(mod, mods, api))
+    return mods
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _walk_scoped(tree: ast.AST) -> Iterator[tuple[ast.AST, bool]]:
+    """(node, runtime) for every node; runtime = runs at import time (module level, not in a
+    function body and not under `if TYPE_CHECKING:`)."""
+    stack: list[tuple[ast.AST, bool]] = [(tree, True)]
+    while stack:
+        node, runtime = stack.pop()
+        yield node, runtime
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            # decorators, defaults and annotations run at definition time; the body does not
+            body = [node.body] if isinstance(node, ast.Lambda) else node.body
+            later = {id(b) for b in body}
+            stack.extend((c, runtime and id(c) not in later) for c in ast.iter_child_nodes(node))
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend((c, False) for c in node.body)
+            stack.extend((c, runtime) for c in [node.test, *node.orelse])
+        else:
+            stack.extend((c, runtime) for c in ast.iter_child_nodes(node))
+
+
+def _resolve_relative(mod: Module, level: int, target: str | None) -> str:
+    base = mod.name.split(".")
+    if not mod.is_package:
+        base = base[:-1]
+    if level > 1:
+        base = base[: len(base) - (level - 1)]
+    return ".".join(base + ([target] if target else []))
+
+
+def _api_map(mods: dict[str, Module]) -> dict[str, str]:
+    """speckit/__init__'s lazy API: public name -> the module that provides it."""
+    root = mods.get(ROOT_PKG)
+    out: dict[str, str] = {}
+    if root is None:
+        return out
+    for node in ast.walk(root.tree):
+        if isinstance(node, ast.Dict):
+            for k, v in zip(node.keys, node.values, strict=True):
+                if (isinstance(k, ast.Constant) and isinstance(k.value, str)
+                        and isinstance(v, ast.Tuple) and v.elts
+                        and isinstance(v.elts[0], ast.Constant)
+                        and isinstance(v.elts[0].value, str)):
+                    out[k.value] = v.elts[0].value
+    return out
+
+
+def _imports(mod: Module, mods: dict[str, Module], api: dict[str, str]) -> Iterator[Import]:
+    for node, runtime in _walk_scoped(mod.tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == ROOT_PKG or alias.name.startswith(ROOT_PKG + "."):
+                    yield Import(alias.name, node.lineno, runtime)
+        elif isinstance(node, ast.ImportFrom):
+            src = (_resolve_relative(mod, node.level, node.module) if node.level
+                   else node.module or "")
+            if not (src == ROOT_PKG or src.startswith(ROOT_PKG + ".")):
+                continue
+            plain: list[str] = []
+            for alias in node.names:
+                sub = f"{src}.{alias.name}"
+                if sub in mods:
+                    yield Import(sub, node.lineno, runtime)
+                elif src == ROOT_PKG and alias.name in api:
+                    # `from speckit import convert` runs speckit.__getattr__ -> that module
+                    yield Import(api[alias.name], node.lineno, runtime, (alias.name,))
+                else:
+                    plain.append(alias.name)
+            if plain:  # a submodule import above already stands for its parent packages
+                yield Import(src, node.lineno, runtime, tuple(plain))
+        elif (isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and node.value in mods and node.value != ROOT_PKG):
+            # importlib.import_module("speckit.x") and lazy maps {"cmd": ("speckit.x", ...)}
+            yield Import(node.value, node.lineno, False, how="lazy")
+
+
+# ---------------------------------------------------------------------------------------------
+# rule: layers
+
+
+def layer_of(name: str) -> int | None:
+    parts = name.split(".")
+    if parts == [ROOT_PKG, "errors"]:
+        return BASE
+    if len(parts) >= 2 and parts[1] in LAYERS:
+        return LAYERS[parts[1]]
+    return None
+
+
+def check_layers(mods: dict[str, Module]) -> Iterator[Violation]:
+    for mod in mods.values():
+        if mod.name == ROOT_PKG:
+            for imp in mod.imports:
+                if imp.how == "import" and imp.target != ROOT_PKG:
+                    yield Violation(mod.rel, imp.line, "layer",
+                                    f"speckit/__init__ imports {imp.target}; it only maps API "
+                                    "names lazily (through importlib)")
+            continue
+        mine = layer_of(mod.name)
+        if mine is None:
+            yield Violation(mod.rel, 1, "layer", f"{mod.name} is in no layer (put it under "
+                            "speckit/core, io, ops or cli)")
+            continue
+        for imp in mod.imports:
+            theirs = layer_of(imp.target)
+            # speckit/__init__ (__version__, the lazy API) is around every layer; an unlayered
+            # target gets its own violation above
+            if imp.target in (ROOT_PKG, mod.name) or theirs is None:
+                continue
+            if mine == BASE or theirs > mine:
+                how = "lazily imports" if imp.how == "lazy" else "imports"
+                yield Violation(mod.rel, imp.line, "layer",
+                                f"{_layer_label(mine)} module {mod.name} {how} {imp.target} "
+                                f"({_layer_label(theirs)}: {_rule_text(mine)})")
+
+
+def _layer_label(layer: int) -> str:
+    return "errors" if layer == BASE else LAYER_NAMES[layer]
+
+
+def _rule_text(layer: int) -> str:
+    if layer == BASE:
+        return "errors imports nothing from speckit"
+    lower = [LAYER_NAMES[i] for i in range(layer + 1)]
+    return "may import only " + ", ".join(lower) + " and errors"
+
+
+# ---------------------------------------------------------------------------------------------
+# rule: private names
+
+
+def _owner(mods: dict[str, Module], module: str, attr: str | None) -> str | None:
+    """Who may use a private module or name: a directory ("speckit/cli/") or one file.
+
+    A private module (`cli/_common.py`) is its directory's shared helper, and so are the private
+    names of a package `__init__` or of such a helper module; a private name in a public module
+    (`cli/plan.py: _render`) is that module's own, even for its siblings.
+    """
+    if module not in mods:
+        return None
+    m = mods[module]
+    rel = Path(m.rel)
+    if attr is None:
+        return (rel.parent.parent if m.is_package else rel.parent).as_posix() + "/"
+    if m.is_package or _is_private(module.rsplit(".", 1)[-1]):
+        return rel.parent.as_posix() + "/"
+    return m.rel
+
+
+# line, shown name, module, attribute (None when the module itself is private)
+PrivateRef = tuple[int, str, str, "str | None"]
+
+
+def _private_refs(mod: Module, mods: dict[str, Module]) -> Iterator[PrivateRef]:
+    """(line, shown name, module, attr) for each private speckit module/name this module uses."""
+    for imp in mod.imports:
+        if imp.how != "import":
+            continue
+        parts = imp.target.split(".")
+        for i, part in enumerate(parts):
+            if _is_private(part):
+                yield imp.line, ".".join(parts[: i + 1]), ".".join(parts[: i + 1]), None
+        for name in imp.names:
+            if _is_private(name):
+                yield imp.line, f"{imp.target}.{name}", imp.target, name
+    bound = _module_bindings(mod, mods)
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            base = _dotted(node.value)
+            target = _bound_module(base, bound, mods) if base else None
+            if target is not None:
+                yield node.lineno, f"{target}.{node.attr}", target, node.attr
+
+
+def _dotted(node: ast.expr) -> str | None:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        inner = _dotted(node.value)
+        return f"{inner}.{node.attr}" if inner else None
+    return None
+
+
+def _module_bindings(mod: Module, mods: dict[str, Module]) -> dict[str, str]:
+    """Local names bound to speckit modules anywhere in the file (import x as y, from p import m)"""
+    bound: dict[str, str] = {}
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name == ROOT_PKG or a.name.startswith(ROOT_PKG + "."):
+                    if a.asname:
+                        bound[a.asname] = a.name
+                    else:
+                        bound[a.name.split(".")[0]] = a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            src = (_resolve_relative(mod, node.level, node.module) if node.level
+                   else node.module or "")
+            for a in node.names:
+                if f"{src}.{a.name}" in mods:
+                    bound[a.asname or a.name] = f"{src}.{a.name}"
+    return bound
+
+
+def _bound_module(base: str, bound: dict[str, str], mods: dict[str, Module]) -> str | None:
+    head, _, rest = base.partition(".")
+    if head not in bound:
+        return None
+    full = bound[head] + ("." + rest if rest else "")
+    return full if full in mods else None
+
+
+def check_private(mods: dict[str, Module]) -> Iterator[Violation]:
+    for mod in mods.values():
+        here = (Path(mod.rel).parent.as_posix() + "/", mod.rel)
+        seen: set[tuple[int, str]] = set()
+        for line, shown, module, attr in _private_refs(mod, mods):
+            owner = _owner(mods, module, attr)
+            if owner is None or owner in here or (line, shown) in seen:
+                continue
+            seen.add((line, shown))
+            yield Violation(mod.rel, line, "private-name",
+                            f"{mod.name} uses private {shown}, which belongs to {owner} "
+                            "(make it public in a module both may import)")
+
+
+# ---------------------------------------------------------------------------------------------
+# rule: cycles
+
+
+def import_graph(mods: dict[str, Module]) -> dict[str, dict[str, tuple[int, bool]]]:
+    """module -> {speckit module it imports: (line, at import time)}; module- and function-level."""
+    graph: dict[str, dict[str, tuple[int, bool]]] = {m: {} for m in mods}
+    for mod in mods.values():
+        own_parents = {".".join(mod.name.split(".")[:i]) for i in range(1, mod.name.count(".") + 2)}
+        for imp in mod.imports:
+            if imp.how != "import":
+                continue
+            parts = imp.target.split(".")
+            for i in range(1, len(parts) + 1):
+                dep = ".".join(parts[:i])
+                if dep not in mods or dep in own_parents or dep == mod.name:
+                    continue
+                line, runtime = graph[mod.name].get(dep, (imp.line, False))
+                # keep the import-time edge if there is one: that is the one that bites
+                if imp.runtime and not runtime:
+                    line, runtime = imp.line, True
+                graph[mod.name][dep] = (line, runtime)
+    return graph
+
+
+def _sccs(graph: dict[str, dict[str, tuple[int, bool]]]) -> list[list[str]]:
+    """Strongly connected components (iterative Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
+    out: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, it = work[-1]
+            nxt = next(it, None)
+            if nxt is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    comp = []
+                    while True:
+                        w = stack.pop()
+                        on_stack.discard(w)
+                        comp.append(w)
+                        if w == node:
+                            break
+                    out.append(sorted(comp))
+            elif nxt not in index:
+                index[nxt] = low[nxt] = counter
+                counter += 1
+                stack.append(nxt)
+                on_stack.add(nxt)
+                work.append((nxt, iter(sorted(graph[nxt]))))
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+    return out
+
+
+def _cycle_in(comp: list[str], graph: dict[str, dict[str, tuple[int, bool]]]) -> list[str]:
+    """One shortest cycle through the component's first module: [a, b, ..., a]."""
+    members, start = set(comp), comp[0]
+    prev: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt: list[str] = []
+        for node in frontier:
+            for dep in sorted(graph[node]):
+                if dep == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return [*reversed(path), start]
+                if dep in members and dep not in prev:
+                    prev[dep] = node
+                    nxt.append(dep)
+        frontier = nxt
+    raise AssertionError(f"no cycle through {start}")  # a component of 2+ always has one
+
+
+def check_cycles(mods: dict[str, Module]) -> Iterator[Violation]:
+    graph = import_graph(mods)
+    for comp in _sccs(graph):
+        if len(comp) < 2:
+            continue
+        cycle = _cycle_in(comp, graph)
+        edges = [(a, b, *graph[a][b]) for a, b in itertools.pairwise(cycle)]
+        where = ", ".join(f"{mods[a].rel}:{line} imports {b}" + ("" if rt else " in a function")
+                          for a, b, line, rt in edges)
+        when = ("at import time" if all(rt for *_, rt in edges)
+                else "one import deferred into a function, so each still needs the other")
+        yield Violation(mods[cycle[0]].rel, edges[0][2], "cycle",
+                        f"import cycle {' -> '.join(cycle)} ({when}; {where})")
+
+
+# ---------------------------------------------------------------------------------------------
+# method knowledge: names and attributes, read from speckit/core/methods
+
+
+@dataclass(frozen=True)
+class MethodFacts:
+    names: frozenset[str]  # normalised: speckit names, vLLM methods, speculators types, aliases
+    attrs: frozenset[str]  # attributes only a method module / spec defines
+    modules: frozenset[str]  # dotted method modules
+    lookups: frozenset[str]  # methods-package functions that hand out a method module or spec
+
+
+def _norm(s: str) -> str:
+    return s.strip().lower().replace("-", "_")
+
+
+def _in_methods(name: str) -> bool:
+    return name == METHODS_PKG or name.startswith(METHODS_PKG + ".")
+
+
+def _str_const(node: ast.expr | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _declared_names(mod: Module) -> set[str]:
+    """NAME/VLLM_METHOD/SPECULATORS_TYPE constants, and name=... of any *Spec(...) call."""
+    out: set[str] = set()
+    for node in mod.tree.body:
+        if isinstance(node, ast.Assign) and _str_const(node.value) is not None and any(
+                isinstance(t, ast.Name) and t.id in METHOD_ATTRS for t in node.targets):
+            out.add(_norm(node.value.value))
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Call) and (_dotted(node.func) or "").endswith("Spec"):
+            out.update(_norm(v) for kw in node.keywords if kw.arg in SPEC_NAME_FIELDS
+                       and (v := _str_const(kw.value)) is not None)
+    return out
+
+
+def _defines_method(mod: Module) -> bool:
+    """A method module: sets NAME at top level or builds a *Spec(name=...)."""
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and t.id == "NAME" for t in node.targets):
+            return True
+        if isinstance(node, ast.Call) and (_dotted(node.func) or "").endswith("Spec") and any(
+                kw.arg == "name" for kw in node.keywords):
+            return True
+    return False
+
+
+def _public_toplevel(tree: ast.Module) -> set[str]:
+    out: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(node.name)
+        elif isinstance(node, ast.Assign):
+            out.update(t.id for t in node.targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.add(node.target.id)
+    return {n for n in out if not n.startswith("_")}
+
+
+def _class_attrs(tree: ast.AST, only: str = "") -> set[str]:
+    """Fields, methods and self.x attributes of the classes in a tree (names containing `only`)."""
+    out: set[str] = set()
+    for cls in ast.walk(tree):
+        if not isinstance(cls, ast.ClassDef) or only not in cls.name:
+            continue
+        for node in ast.walk(cls):
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                out.add(node.target.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                out.add(node.attr)
+    return out
+
+
+def _aliases(pkg: Module | None, names: set[str]) -> set[str]:
+    """Keys of dict literals in methods/__init__ that map to method names or method modules."""
+    out: set[str] = set()
+    for node in ast.walk(pkg.tree) if pkg else ():
+        if not isinstance(node, ast.Dict) or not node.keys:
+            continue
+        pairs = [(_str_const(k), _str_const(v)) for k, v in zip(node.keys, node.values,
+                                                                  strict=True)]
+        if all(k and v and (_norm(v) in names or v.startswith(METHODS_PKG + "."))
+               for k, v in pairs):
+            out.update(_norm(k) for k, _ in pairs)
+    return out
+
+
+def _lookups(pkg: Module | None) -> set[str]:
+    """Functions of methods/__init__ that return a module or a method spec (by annotation)."""
+    out = {f"{METHODS_PKG}.get", f"{METHODS_PKG}.for_speculators_type"}
+    for node in pkg.tree.body if pkg else ():
+        if isinstance(node, ast.FunctionDef) and node.returns is not None:
+            ann = ast.unparse(node.returns)
+            if "ModuleType" in ann or "Method" in ann:
+                out.add(f"{METHODS_PKG}.{node.name}")
+    return out
+
+
+def method_facts(mods: dict[str, Module]) -> MethodFacts:
+    names: set[str] = set()
+    attrs: set[str] = set()
+    modules: set[str] = set()
+    elsewhere: set[str] = set()  # attributes some non-method class also has: not method-only
+    for mod in mods.values():
+        if not _in_methods(mod.name):
+            elsewhere |= _class_attrs(mod.tree)
+            continue
+        names |= _declared_names(mod)
+        attrs |= _class_attrs(mod.tree, only="Method")  # the protocol / spec class
+        if mod.name != METHODS_PKG and _defines_method(mod):
+            modules.add(mod.name)
+            attrs |= _public_toplevel(mod.tree)
+    pkg = mods.get(METHODS_PKG)
+    names |= _aliases(pkg, names)
+    return MethodFacts(frozenset(names), frozenset(attrs - elsewhere), frozenset(modules),
+                       frozenset(_lookups(pkg)))
+
+
+# ---------------------------------------------------------------------------------------------
+# rule: method-name comparisons
+
+
+def _strings(node: ast.expr, consts: dict[str, set[str]]) -> set[str]:
+    """String constants an operand stands for (a literal, a literal collection, or a module-level
+    constant bound to one)."""
+    if (s := _str_const(node)) is not None:
+        return {s}
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return set().union(*(_strings(e, consts) for e in node.elts))
+    if isinstance(node, ast.Dict):
+        return set().union(*(_strings(k, consts) for k in node.keys if k is not None))
+    if (isinstance(node, ast.Call) and _dotted(node.func) in {"frozenset", "set", "tuple"}
+            and node.args):
+        return _strings(node.args[0], consts)
+    if isinstance(node, ast.Name) and node.id in consts:
+        return consts[node.id]
+    return set()
+
+
+def _module_constants(tree: ast.Module) -> dict[str, set[str]]:
+    consts: dict[str, set[str]] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            vals = _strings(node.value, {})
+            if vals and _str_const(node.value) is None:
+                consts.update((t.id, vals) for t in targets if isinstance(t, ast.Name))
+    return consts
+
+
+def _names_a_method(node: ast.expr, holders: set[str]) -> bool:
+    """Whether an expression holds a method's identity: mentions an identifier with "method" in
+    it, NAME/VLLM_METHOD/SPECULATORS_TYPE, the speculators_model_type key, or a local name that
+    was assigned from such an expression."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and sub.id in holders:
+            return True
+        ident = (sub.id if isinstance(sub, ast.Name) else sub.attr
+                 if isinstance(sub, ast.Attribute) else _str_const(sub))
+        if ident and ("method" in ident.lower() or ident in METHOD_ATTRS
+                      or ident in {"speculators_model_type", "speculators_type"}):
+            return True
+    return False
+
+
+def _method_holders(tree: ast.Module) -> set[str]:
+    holders: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and _names_a_method(node.value, holders):
+            holders.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return holders
+
+
+def _comparisons(node: ast.AST) -> Iterator[tuple[ast.expr, list[ast.expr]]]:
+    """(string side, other operands) of each comparison-like test in one node."""
+    if isinstance(node, ast.Compare):
+        operands = [node.left, *node.comparators]
+        for i, op in enumerate(operands):
+            yield op, operands[:i] + operands[i + 1:]
+    elif isinstance(node, ast.Match):
+        for case in node.cases:
+            for pat in ast.walk(case.pattern):
+                if isinstance(pat, ast.MatchValue):
+                    yield pat.value, [node.subject]
+    elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+          and node.func.attr in {"startswith", "endswith"} and node.args):
+        yield node.args[0], [node.func.value]
+
+
+def check_method_names(mods: dict[str, Module], facts: MethodFacts) -> Iterator[Violation]:
+    for mod in mods.values():
+        if _in_methods(mod.name):
+            continue
+        # names that hold a method's identity, by name (method, NAME) or by value (methods.get)
+        holders = _method_holders(mod.tree) | _scope(mod, mods, facts).held
+        consts = _module_constants(mod.tree)
+        for node in ast.walk(mod.tree):
+            found: dict[str, None] = {}
+            for side, others in _comparisons(node):
+                if any(_names_a_method(o, holders) for o in others):
+                    found.update((s, None) for s in sorted(_strings(side, consts))
+                                 if _norm(s) in facts.names)
+            if found:
+                yield Violation(mod.rel, node.lineno, "method-name",
+                                f"compares a method against {', '.join(map(repr, found))}: ask "
+                                "the method spec (speckit/core/methods) instead")
+
+
+# ---------------------------------------------------------------------------------------------
+# rule: getattr/hasattr probing of method modules
+
+
+def _imported_names(mod: Module) -> dict[str, str]:
+    """Local names bound by `from speckit.x import name` to "speckit.x.name"."""
+    out: dict[str, str] = {}
+    for node in ast.walk(mod.tree):
+        if isinstance(node, ast.ImportFrom):
+            src = (_resolve_relative(mod, node.level, node.module) if node.level
+                   else node.module or "")
+            out.update((a.asname or a.name, f"{src}.{a.name}") for a in node.names)
+    return out
+
+
+@dataclass
+class _Scope:
+    """What one file binds: speckit modules, imported names, names holding a method module."""
+
+    modules: dict[str, str]
+    names: dict[str, str]
+    held: set[str]
+
+
+def _scope(mod: Module, mods: dict[str, Module], facts: MethodFacts) -> _Scope:
+    modules = _module_bindings(mod, mods)
+    sc = _Scope(modules, _imported_names(mod),
+                {local for local, target in modules.items() if target in facts.modules})
+    for node in ast.walk(mod.tree):
+        if (isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr))
+                and node.value is not None and _is_method_value(node.value, sc, mods, facts)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            sc.held.update(t.id for t in targets if isinstance(t, ast.Name))
+        elif isinstance(node, ast.arg) and node.annotation is not None:
+            # a parameter typed as a method (MethodSpec, Method, ModuleType) holds one
+            ann = ast.unparse(node.annotation)
+            if "Method" in ann or "ModuleType" in ann:
+                sc.held.add(node.arg)
+    return sc
+
+
+def _is_method_value(node: ast.expr, sc: _Scope, mods: dict[str, Module],
+                     facts: MethodFacts) -> bool:
+    """Whether an expression evaluates to a method module or spec."""
+    if isinstance(node, ast.Name) and node.id in sc.held:
+        return True
+    if isinstance(node, ast.Call):
+        func = _dotted(node.func) or ""
+        head, _, attr = func.rpartition(".")
+        full = (f"{_bound_module(head, sc.modules, mods)}.{attr}" if head
+                else sc.names.get(func, ""))
+        if full in facts.lookups:
+            return True
+    dotted = _dotted(node)
+    return bool(dotted and _bound_module(dotted, sc.modules, mods) in facts.modules)
+
+
+def check_method_probes(mods: dict[str, Module], facts: MethodFacts) -> Iterator[Violation]:
+    for mod in mods.values():
+        if _in_methods(mod.name):
+            continue
+        sc = _scope(mod, mods, facts)
+        for node in ast.walk(mod.tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in PROBE_FUNCS and len(node.args) >= 2):
+                continue
+            name = _str_const(node.args[1])
+            if _is_method_value(node.args[0], sc, mods, facts) or name in facts.attrs:
+                call = f"{node.func.id}({ast.unparse(node.args[0])}, {name or '...'!r})"
+                yield Violation(mod.rel, node.lineno, "method-probe",
+                                f"{call} probes a method module: read a typed field of the "
+                                "method spec instead")
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def check(root: Path | str) -> list[Violation]:
+    """Every violation of the contract in root/speckit, sorted by file and line."""
+    root = Path(root)
+    mods = load_modules(root)
+    facts = method_facts(mods)
+    out: list[Violation] = []
+    if not facts.names:
+        out.append(Violation(f"{ROOT_PKG}/core/methods", 1, "method-name",
+                             "found no method names (NAME/VLLM_METHOD constants or "
+                             "*Spec(name=...) calls) in speckit/core/methods; the method rules "
+                             "would check nothing"))
+    for rule in (check_layers(mods), check_private(mods), check_cycles(mods),
+                 check_method_names(mods, facts), check_method_probes(mods, facts)):
+        out.extend(rule)
+    return sorted(set(out), key=lambda v: (v.path, v.line, v.rule, v.message))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--root", type=Path, default=Path(__file__).resolve().parent.parent,
+                    help="repository root (holds speckit/)")
+    args = ap.parse_args(argv)
+    found = check(args.root)
+    for v in found:
+        print(v)
+    counts: dict[str, int] = {}
+    for v in found:
+        counts[v.rule] = counts.get(v.rule, 0) + 1
+    summary = ", ".join(f"{r} {n}" for r, n in sorted(counts.items())) or "none"
+    print(f"import contract: {len(found)} violation(s) ({summary})", file=sys.stderr)
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
