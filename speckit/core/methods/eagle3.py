@@ -74,7 +74,8 @@ def describe(config: dict[str, Any]) -> dict[str, Any]:
     return d
 
 
-def _dims(config: dict[str, Any]) -> tuple[dict[str, Any], int, int, int, int, int]:
+def head_dims(config: dict[str, Any]) -> tuple[dict[str, Any], int, int, int, int, int]:
+    """(layer config, hidden, vocab, draft vocab, aux count, target hidden) of an EAGLE-style head."""
     cfg = layer_config(config)
     hidden = attn_dims(cfg, where="transformer_layer_config")[0]
     vocab = int(need(cfg, "vocab_size", where="transformer_layer_config"))
@@ -90,7 +91,7 @@ def body_specs(config: dict[str, Any], *, first_layer: str = "layers.0") -> list
 
     Layer 0 reads [embeds | fc(hidden)] (2H wide) and has hidden_norm; later layers are standard.
     """
-    cfg, hidden, _, _, num_aux, target_hidden = _dims(config)
+    cfg, hidden, _, _, num_aux, target_hidden = head_dims(config)
     qk_norm = cfg.get("model_type") == "qwen3"
     specs = [TensorSpec("fc.weight", (hidden, num_aux * target_hidden))]
     if config.get("norm_before_fc"):
@@ -107,7 +108,7 @@ def body_specs(config: dict[str, Any], *, first_layer: str = "layers.0") -> list
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
     """Tensors of a speculators-format EAGLE-3 draft (docs/formats.md#eagle3-speculators)."""
-    _, hidden, vocab, draft_vocab, _, _ = _dims(config)
+    _, hidden, vocab, draft_vocab, _, _ = head_dims(config)
     return [TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
             *body_specs(config), *vocab_head_specs(vocab, draft_vocab, hidden)]
 
@@ -126,7 +127,7 @@ def trained_source_specs(config: dict[str, Any], *, first_layer: str,
                          extra: tuple[TensorSpec, ...] = ()) -> list[TensorSpec]:
     """A trainer's export: its own head and, always, the d2t/t2d buffers (even for a full
     vocab, where they are identity maps a conversion drops)."""
-    _, hidden, vocab, draft_vocab, _, _ = _dims(config)
+    _, hidden, vocab, draft_vocab, _, _ = head_dims(config)
     return [TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True),
             *body_specs(config, first_layer=first_layer), *extra,
             TensorSpec("lm_head.weight", (draft_vocab, hidden)),
@@ -138,7 +139,7 @@ def check_config(config: dict[str, Any], *,
                  target_config: dict[str, Any] | None = None) -> list[Problem]:
     """Config-level problems of an EAGLE-3 draft, and of its pairing with ``target_config``."""
     d = describe(config)
-    out = _head_checks(config, d)
+    out = head_checks(config, d)
     if "speculators_model_type" in config and config.get("norm_before_residual") is None:
         out.append(Problem("warning", "norm-before-residual-unset",
                            "norm_before_residual is not set: vLLM assumes true for EAGLE-3 while "
@@ -148,7 +149,7 @@ def check_config(config: dict[str, Any], *,
     return out
 
 
-def _head_checks(config: dict[str, Any], d: dict[str, Any]) -> list[Problem]:
+def head_checks(config: dict[str, Any], d: dict[str, Any]) -> list[Problem]:
     """Checks shared with P-EAGLE: dims, decoder type, norm flags, vocab sizes, Llama's fc."""
     out = missing_fields(d, {"hidden": "hidden_size", "heads": "num_attention_heads",
                              "intermediate": "intermediate_size", "target_vocab": "vocab_size"})

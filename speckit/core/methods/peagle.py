@@ -59,7 +59,7 @@ def describe(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _mask_hidden(config: dict[str, Any]) -> TensorSpec:
-    _, _, _, _, num_aux, target_hidden = _eagle3._dims(config)
+    _, _, _, _, num_aux, target_hidden = _eagle3.head_dims(config)
     return TensorSpec("mask_hidden", (1, 1, num_aux * target_hidden))
 
 
@@ -82,7 +82,7 @@ def source_tensors(layout: str, config: dict[str, Any], *,
 def check_config(config: dict[str, Any], *,
                  target_config: dict[str, Any] | None = None) -> list[Problem]:
     d = describe(config)
-    out = _eagle3._head_checks(config, d)
+    out = _eagle3.head_checks(config, d)
     # vLLM maps mask_token_id to the parallel-drafting (pard) token; without it there is none
     out += mask_token_problems(d, required=True)
     out += pairing_problems(d, target_config=target_config, aux_required=False)
