@@ -536,7 +536,10 @@ def _make_handler(server: HubServer):
                 exists = repo_id in server.repos
             if exists:
                 self._record("create", repo_id, status=409)
-                return self._error(409, None, "You already created this model repo")
+                # the Hub's 409 still names the repo's url; create_repo(exist_ok=True) reads it
+                msg = "You already created this model repo"
+                return self._json(409, {"error": msg, "url": f"{server.url}/{repo_id}"},
+                                  {"X-Error-Message": msg})
             server.add_commit(repo_id, {".gitattributes": GITATTRIBUTES}, branch="main")
             with server._lock:
                 repo = server.repos[repo_id]
@@ -785,3 +788,21 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+WRITE_TOKEN = "hf_speckit_alice_write"
+
+
+@pytest.fixture
+def hub_push(hub, monkeypatch):
+    """``hub`` plus a write token for user alice (org speckit-org) in HF_TOKEN, and uploads over
+    LFS: the server speaks Git LFS, not Xet, and huggingface_hub picks Xet whenever hf_xet is
+    installed unless HF_HUB_DISABLE_XET is set (read once at import, so set on the module)."""
+    import huggingface_hub.constants as hf_constants
+
+    hub.server.add_token(WRITE_TOKEN, "alice", orgs=("speckit-org",))
+    hub.server.add_token("hf_speckit_bob_write", "bob")
+    monkeypatch.setenv("HF_TOKEN", WRITE_TOKEN)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)
+    return hub
