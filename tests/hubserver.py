@@ -761,13 +761,18 @@ def hub(hub_server, tmp_path, monkeypatch):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve directories as Hub repos: python -m tests.hubserver owner/name=DIR[@branch] ..."""
+    """Serve directories as Hub repos: python -m tests.hubserver [owner/name=DIR[@branch] ...]
+    [--token TOKEN=USER ...] (with tokens, writes need one whose user owns the namespace)."""
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("repos", nargs="+", metavar="REPO=DIR[@BRANCH]")
+    ap.add_argument("repos", nargs="*", metavar="REPO=DIR[@BRANCH]")
+    ap.add_argument("--token", action="append", default=[], metavar="TOKEN=USER")
     args = ap.parse_args(argv)
     server = HubServer()
+    for spec in args.token:
+        token, _, user = spec.partition("=")
+        server.add_token(token, user)
     for spec in args.repos:
         repo, _, rest = spec.partition("=")
         folder, _, branch = rest.partition("@")

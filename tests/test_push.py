@@ -116,8 +116,10 @@ def test_push_then_fetch_is_byte_identical_with_a_verifying_lock(hub_push, draft
     lock = json.loads((hub_push.work / "speckit-lock.json").read_text())
     assert lock["repos"][REPO]["commit"] == r.commit
 
-    again = push(draft, REPO)  # nothing changed: no byte is sent again
-    assert again.sent == [] and len(srv.requests(kind="lfs-put")) == 1
+    commits = len(srv.requests(kind="commit"))
+    again = push(draft, REPO)  # nothing changed: no byte is sent again, no empty commit
+    assert again.sent == [] and not again.card_sent and again.commit == r.commit
+    assert len(srv.requests(kind="lfs-put")) == 1 and len(srv.requests(kind="commit")) == commits
 
 
 def test_card_metadata_is_what_the_hubs_own_parser_reads(hub_push, draft, tmp_path):

@@ -57,13 +57,17 @@ def push_cmd(path, repo_id, private, revision, create_pr, commit_message, token,
 
 def _render(r) -> None:
     verb = "would upload" if r.dry_run else "uploaded"
+    n = len(r.sent) + (1 if r.card_sent else 0)
     click.echo(f"{r.repo_id} ({r.endpoint}, {'pull request on ' if r.create_pr else ''}"
-               f"{r.revision}): {verb} {len(r.sent) + 1} file(s)")
+               f"{r.revision}): {verb} {n} file(s)" + ("" if n or r.dry_run else
+                                                        ": the Hub already has every byte"))
     width = max(len(f.name) for f in r.files) if r.files else 10
     for f in r.files:
         state = "" if r.dry_run else f"  {f.status}"
         click.echo(f"  {f.name.ljust(width)}  {f.size:>14,} B  sha256 {f.sha256[:16]}{state}")
-    click.echo(f"  {'README.md'.ljust(width)}  {len(r.card.encode()):>14,} B  (generated card)")
+    card_state = "" if r.dry_run else ("  new card" if r.card_sent else "  unchanged")
+    click.echo(f"  {'README.md'.ljust(width)}  {len(r.card.encode()):>14,} B  (generated card)"
+               + card_state)
     for name, why in r.skipped.items():
         click.echo(f"  skipped {name}: {why}")
     click.echo(f"license: {r.license} (from {r.license_from})")

@@ -59,6 +59,7 @@ class PushResult:
     commit_url: str | None = None
     pr_url: str | None = None
     created_repo: bool = False
+    card_sent: bool = True  # False when the Hub already has this exact README.md
     skipped: dict[str, str] = field(default_factory=dict)  # local file -> why it is not uploaded
     warnings: list[str] = field(default_factory=list)
 
@@ -436,7 +437,12 @@ def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
         _mark_unchanged(api, r)
         ops = [CommitOperationAdd(f.name, str(r.path / f.name)) for f in r.files
                if f.status != "unchanged"]
-        ops.append(CommitOperationAdd("README.md", r.card.encode()))
+        if r.card_sent:
+            ops.append(CommitOperationAdd("README.md", r.card.encode()))
+        if not ops:  # the Hub has every byte already: no empty commit
+            r.commit = api.repo_info(r.repo_id, revision=r.revision).sha
+            r.commit_url = f"{r.endpoint}/{r.repo_id}/commit/{r.commit}"
+            return
         info = api.create_commit(
             r.repo_id, ops, revision=r.revision, create_pr=r.create_pr,
             commit_message=message or f"speckit push: {r.metadata['speckit']['method']} draft "
@@ -449,10 +455,16 @@ def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
 def _mark_unchanged(api, r: PushResult) -> None:
     """Files the Hub already holds with the same bytes are not sent again (a re-run after an
     interrupted push sends only what is missing)."""
+    import hashlib
+
     from huggingface_hub.hf_api import RepoFile
 
     remote = {e.path: e for e in api.list_repo_tree(r.repo_id, revision=r.revision,
                                                     recursive=True) if isinstance(e, RepoFile)}
+    card = r.card.encode()
+    readme = remote.get("README.md")
+    r.card_sent = readme is None or readme.blob_id != hashlib.sha1(
+        b"blob %d\0" % len(card) + card).hexdigest()
     for f in r.files:
         e = remote.get(f.name)
         if e is None:
