@@ -186,7 +186,12 @@ def test_bad_token_is_a_401_with_a_hint(hub_push, draft, monkeypatch):
 
 def test_other_namespace_and_missing_repo(hub_push, draft):
     with pytest.raises(HubError) as e:
-        push(draft, "bob/not-yours")
+        push(draft, "bob/not-yours")  # missing, and alice may not create it in bob's namespace
+    assert "does not exist" in e.value.message and "HTTP 403" in e.value.message
+    assert "bob/not-yours" not in hub_push.server.repos
+    push(draft, "bob/his", token="hf_speckit_bob_write")
+    with pytest.raises(HubError) as e:
+        push(draft, "bob/his")  # exists, alice may not write to it: a pull request may
     assert "HTTP 403" in e.value.message and "--create-pr" in e.value.hint
     with pytest.raises(HubError) as e:
         push(draft, "alice/nothing-here", create_pr=True)

@@ -430,8 +430,11 @@ def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
         if r.create_pr:
             api.repo_info(r.repo_id)  # a pull request needs the repo; never create one for it
         else:
+            # create only what is missing: create_repo(exist_ok) answers a 403 on an existing
+            # repo with a RepoUrl built for huggingface.co, which fails under HF_ENDPOINT
             r.created_repo = not api.repo_exists(r.repo_id)
-            api.create_repo(r.repo_id, private=r.private, exist_ok=True)
+            if r.created_repo:
+                api.create_repo(r.repo_id, private=r.private, exist_ok=True)
             if r.revision != "main":
                 api.create_branch(r.repo_id, branch=r.revision, exist_ok=True)
         _mark_unchanged(api, r)
@@ -506,6 +509,12 @@ def _upload_error(e: BaseException, r: PushResult, token: str | None) -> Speckit
                         hint=("the token is invalid or expired: create a write token and pass "
                               "--token or set HF_TOKEN" if has else "no token found: pass "
                               "--token, set HF_TOKEN or run `hf auth login` with a write token"))
+    if status == 403 and r.created_repo:  # it did not exist, and this token may not create it
+        ns = r.repo_id.split("/", 1)[0]
+        return HubError(f"repo {where} does not exist and this token may not create it in "
+                        f"namespace {ns!r} (HTTP 403)",
+                        hint="push to your own user name or an organization where your token "
+                        "has write access, or ask an owner of the namespace to create the repo")
     if status == 403:
         return HubError(f"this token may not write to {where} (HTTP 403)",
                         hint=f"push to a namespace you own or can write to, or open a pull "
