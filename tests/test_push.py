@@ -190,6 +190,7 @@ def test_other_namespace_and_missing_repo(hub_push, draft):
     assert "does not exist" in e.value.message and "HTTP 403" in e.value.message
     assert "bob/not-yours" not in hub_push.server.repos
     push(draft, "bob/his", token="hf_speckit_bob_write")
+    (draft / "generation_config.json").write_text('{"max_new_tokens": 16}\n')
     with pytest.raises(HubError) as e:
         push(draft, "bob/his")  # exists, alice may not write to it: a pull request may
     assert "HTTP 403" in e.value.message and "--create-pr" in e.value.hint
