@@ -232,10 +232,10 @@ def _plan(c: CardInputs) -> list[str]:
     out = ["## Deployment plan", "", (f"`speckit plan` for {p.get('gpu')} (TP {p.get('tp', 1)}): "
            f"**{p.get('verdict')}**.")]
     if p.get("kv_tokens") is not None:
-        out += ["", f"KV cache: {p['kv_tokens']:,} tokens with the draft, which costs "
+        out += ["", (f"KV cache: {p['kv_tokens']:,} tokens with the draft, which costs "
                 f"{p.get('draft_kv_tokens_lost', 0):,} tokens "
                 f"({100 * float(p.get('kv_fraction') or 0):.1f}%) of the pool: its weights and "
-                f"KV-independent overhead take {p.get('draft_bytes', 0):,} bytes per GPU."]
+                f"KV-independent overhead take {p.get('draft_bytes', 0):,} bytes per GPU.")]
     out += [f"- {x}" for x in p.get("reasons") or []]
     return out + [""]
 
