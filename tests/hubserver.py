@@ -1,13 +1,18 @@
-"""A small Hugging Face Hub look-alike on 127.0.0.1 that speaks what snapshot_download needs.
+"""A small Hugging Face Hub look-alike on 127.0.0.1 that speaks what snapshot_download and upload need.
 
 It serves repo info, tree listings, HEAD/GET /resolve (LFS files redirect to a 'CDN' on another host
-name, like the real Hub) with Range support, counts every request, and injects faults on demand.
+name, like the real Hub) with Range support; and the write side huggingface_hub's create_repo,
+create_branch and create_commit use: repo create, preupload, the LFS batch API with basic and
+multipart uploads, the ndjson commit (to a branch or as a pull request) and validate-yaml. It counts
+every request, checks tokens once any are registered, and injects faults on demand.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -19,6 +24,11 @@ import pytest
 
 # files the real Hub stores in LFS (so the tree entry has an "lfs" object and /resolve redirects)
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".model")
+# the Hub's preupload answer: files of these suffixes, or larger than this, go through LFS
+LFS_SIZE = 10 * 1024 * 1024
+GITATTRIBUTES = b"*.safetensors filter=lfs diff=lfs merge=lfs -text\n*.bin filter=lfs diff=lfs " \
+                b"merge=lfs -text\n*.gguf filter=lfs diff=lfs merge=lfs -text\n"
+_FRONT_MATTER = re.compile(r"\A---\s*\n(.*?)\n---\s*(\n|\Z)", re.DOTALL)
 
 
 def git_blob_oid(data: bytes) -> str:
@@ -35,7 +45,9 @@ class Logged:
 
     method: str
     path: str  # URL path, unquoted
-    kind: str  # "info" | "tree" | "resolve" | "cdn" | "other"
+    # "info" | "tree" | "resolve" | "cdn" | "other"; writes: "create" | "branch" | "preupload" |
+    # "lfs-batch" | "lfs-put" | "lfs-part" | "lfs-complete" | "lfs-verify" | "commit" | "yaml"
+    kind: str
     repo: str | None = None
     file: str | None = None
     range: str | None = None
@@ -47,6 +59,16 @@ class Logged:
 class _Repo:
     commits: dict[str, dict[str, bytes]] = field(default_factory=dict)
     refs: dict[str, str] = field(default_factory=dict)
+    private: bool = False
+    messages: dict[str, str] = field(default_factory=dict)  # commit sha -> summary line
+    prs: list[str] = field(default_factory=list)  # pull request n -> its commit (refs/pr/n)
+
+
+@dataclass
+class _User:
+    name: str
+    namespaces: tuple[str, ...]  # where this token may create repos and commit
+    write: bool = True
 
 
 @dataclass
@@ -75,6 +97,10 @@ class HubServer:
         self._cuts: list[_Cut] = []
         self._fails: list[_Fail] = []
         self._body_override: dict[tuple[str, str, str], bytes] = {}
+        self.tokens: dict[str, _User] = {}
+        self.lfs: dict[str, bytes] = {}  # sha256 -> bytes, the large-file store uploads land in
+        self.multipart_chunk: int | None = None  # LFS objects larger than this go multipart
+        self._parts: dict[tuple[str, int], bytes] = {}
         self._lock = threading.Lock()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
@@ -105,6 +131,10 @@ class HubServer:
             self._cuts.clear()
             self._fails.clear()
             self._body_override.clear()
+            self.tokens.clear()
+            self.lfs.clear()
+            self._parts.clear()
+            self.multipart_chunk = None
 
     # ---- content -------------------------------------------------------------------------------
     def add_commit(self, repo_id: str, files: dict[str, bytes], *, branch: str | None = "main",
@@ -120,6 +150,17 @@ class HubServer:
             if branch:
                 repo.refs[branch] = sha
         return sha
+
+    def add_token(self, token: str, user: str, *, orgs: tuple[str, ...] = (),
+                  write: bool = True) -> None:
+        """Register a token; once any is registered, unknown tokens get 401 everywhere and writes
+        need a token whose user (or org) owns the namespace."""
+        self.tokens[token] = _User(user, (user, *orgs), write)
+
+    def files(self, repo_id: str, rev: str = "main") -> dict[str, bytes]:
+        """The files of a branch, tag, pull-request ref or commit (for assertions)."""
+        repo = self.repos[repo_id]
+        return dict(repo.commits[self._resolve_rev(repo, rev)])
 
     def set_ref(self, repo_id: str, ref: str, sha: str) -> None:
         self.repos[repo_id].refs[ref] = sha
@@ -176,6 +217,12 @@ class HubServer:
         if rev in repo.commits:
             return rev
         return repo.refs.get(rev)
+
+    def _user(self, auth: str | None) -> _User | None | bool:
+        """The token's user; None without a token; False for a token the server does not know."""
+        if not auth or not auth.startswith("Bearer "):
+            return None
+        return self.tokens.get(auth[len("Bearer "):], False)
 
     def tree_entries(self, repo_id: str, sha: str) -> list[dict]:
         files = self.repos[repo_id].commits[sha]
@@ -236,15 +283,40 @@ def _make_handler(server: HubServer):
         def do_GET(self):
             self._dispatch()
 
+        def do_POST(self):
+            self._write_dispatch()
+
+        def do_PUT(self):
+            self._write_dispatch()
+
         # -- routing --
+        def _injected(self, path: str) -> bool:
+            status = server._take_fail(self.command, path)
+            if status is None:
+                return False
+            self._read_body()  # drain it, or the client sees a reset instead of the status
+            self._record("other", status=status)
+            self._error(status, None, f"injected {status}")
+            return True
+
+        def _bad_token(self) -> bool:
+            """401 for a token the server does not know (only once tokens are registered)."""
+            if server.tokens and server._user(self.headers.get("Authorization")) is False:
+                self._read_body()
+                self._record("auth", status=401)
+                self._error(401, None, "Invalid credentials in Authorization header")
+                return True
+            return False
+
         def _dispatch(self):
+            self._body_cache = None  # one handler serves every request of a kept-alive connection
             split = urlsplit(self.path)
             raw_parts = split.path.split("/")[1:]
             query = parse_qs(split.query)
-            status = server._take_fail(self.command, unquote(split.path))
-            if status is not None:
-                self._record("other", status=status)
-                return self._error(status, None, f"injected {status}")
+            if self._injected(unquote(split.path)):
+                return
+            if raw_parts and raw_parts[0] != "cdn" and self._bad_token():
+                return
             if raw_parts[:2] == ["api", "models"]:
                 return self._api(raw_parts[2:], query)
             if raw_parts and raw_parts[0] == "cdn":
@@ -261,6 +333,8 @@ def _make_handler(server: HubServer):
 
         def _lookup(self, repo_id: str, rev: str, kind: str):
             repo = server.repos.get(repo_id)
+            if repo is not None and repo.private and not self._owns(repo_id):
+                repo = None  # the Hub answers 404 for a private repo the caller cannot see
             if repo is None:
                 self._record(kind, repo_id, status=404)
                 self._error(404, "RepoNotFound", "Repository not found")
@@ -380,6 +454,262 @@ def _make_handler(server: HubServer):
             self.close_connection = True
             self.connection.shutdown(2)
 
+        # -- the write side: what create_repo / create_branch / create_commit send --
+        def _read_body(self) -> bytes:
+            if getattr(self, "_body_cache", None) is not None:
+                return self._body_cache
+            if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+                out = bytearray()
+                while True:
+                    size = int(self.rfile.readline().strip() or b"0", 16)
+                    if size == 0:
+                        self.rfile.readline()
+                        break
+                    out += self.rfile.read(size)
+                    self.rfile.readline()
+                data = bytes(out)
+            else:
+                data = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self._body_cache = data
+            return data
+
+        def _owns(self, repo_id: str) -> bool:
+            user = server._user(self.headers.get("Authorization"))
+            return bool(user) and repo_id.split("/", 1)[0] in user.namespaces
+
+        def _writer(self, kind: str, repo_id: str) -> bool:
+            """True when the caller may write to ``repo_id``'s namespace; else answers 401/403."""
+            user = server._user(self.headers.get("Authorization"))
+            if server.tokens and user is None:
+                self._record(kind, repo_id, status=401)
+                self._error(401, None, "You must be authenticated to write to a repo")
+                return False
+            if server.tokens and (not user.write or not self._owns(repo_id)):
+                self._record(kind, repo_id, status=403)
+                ns = repo_id.split("/", 1)[0]
+                self._error(403, None, f"You don't have the rights to write to {ns}/*: "
+                            "your token has no write access to this namespace")
+                return False
+            return True
+
+        def _write_dispatch(self):
+            self._body_cache = None
+            split = urlsplit(self.path)
+            path = unquote(split.path)
+            query = parse_qs(split.query)
+            if self._injected(path) or self._bad_token():
+                return
+            parts = path.split("/")[1:]
+            if self.command == "PUT" and parts[0] == "lfs-upload":
+                return self._lfs_put(parts[1], query)
+            if parts[0] == "lfs-verify":
+                return self._lfs_verify()
+            if parts[0] == "lfs-complete":
+                return self._lfs_complete(parts[1])
+            if path == "/api/repos/create":
+                return self._create_repo()
+            if path == "/api/validate-yaml":
+                return self._validate_yaml()
+            if path.endswith(".git/info/lfs/objects/batch"):
+                return self._lfs_batch(path[1:-len(".git/info/lfs/objects/batch")])
+            if parts[:2] == ["api", "models"]:
+                for marker in ("preupload", "commit", "branch"):
+                    if marker in parts:
+                        i = parts.index(marker)
+                        repo_id, rev = "/".join(parts[2:i]), "/".join(parts[i + 1:]) or "main"
+                        create_pr = query.get("create_pr", ["0"])[0] == "1"
+                        return getattr(self, "_" + marker)(repo_id, rev, create_pr)
+            self._read_body()
+            self._record("other", status=404)
+            self._error(404, None, "not found")
+
+        def _create_repo(self):
+            body = json.loads(self._read_body() or b"{}")
+            ns = body.get("organization")
+            user = server._user(self.headers.get("Authorization"))
+            if ns is None and user:
+                ns = user.name
+            repo_id = f"{ns}/{body.get('name')}"
+            if not self._writer("create", repo_id):
+                return
+            with server._lock:
+                exists = repo_id in server.repos
+            if exists:
+                self._record("create", repo_id, status=409)
+                # the Hub's 409 still names the repo's url; create_repo(exist_ok=True) reads it
+                msg = "You already created this model repo"
+                return self._json(409, {"error": msg, "url": f"{server.url}/{repo_id}"},
+                                  {"X-Error-Message": msg})
+            server.add_commit(repo_id, {".gitattributes": GITATTRIBUTES}, branch="main")
+            with server._lock:
+                repo = server.repos[repo_id]
+                repo.private = body.get("visibility") == "private" or bool(body.get("private"))
+                repo.messages[repo.refs["main"]] = "initial commit"
+            self._record("create", repo_id, status=200)
+            self._json(200, {"url": f"{server.url}/{repo_id}", "name": repo_id})
+
+        def _existing(self, kind: str, repo_id: str, rev: str, *, create_pr: bool = False):
+            """(repo, head sha) of a branch the caller may write to (or open a PR on), else None."""
+            self._read_body()
+            if create_pr:
+                if server._user(self.headers.get("Authorization")) is None and server.tokens:
+                    self._record(kind, repo_id, status=401)
+                    self._error(401, None, "You must be authenticated to open a pull request")
+                    return None, None
+            elif not self._writer(kind, repo_id):
+                return None, None
+            repo, sha = self._lookup(repo_id, rev, kind)
+            return repo, sha
+
+        def _branch(self, repo_id: str, branch: str, _create_pr: bool):
+            repo, sha = self._existing("branch", repo_id, "main")
+            if repo is None:
+                return
+            start = json.loads(self._read_body() or b"{}").get("startingPoint")
+            if branch in repo.refs:
+                self._record("branch", repo_id, status=409)
+                return self._error(409, None, f"Reference already exists: refs/heads/{branch}")
+            base = server._resolve_rev(repo, start) if start else sha
+            with server._lock:
+                repo.refs[branch] = base
+            self._record("branch", repo_id, status=200)
+            self._json(200, {})
+
+        def _preupload(self, repo_id: str, rev: str, create_pr: bool):
+            repo, sha = self._existing("preupload", repo_id, rev, create_pr=create_pr)
+            if repo is None:
+                return
+            current = repo.commits[sha]
+            files = []
+            for f in json.loads(self._read_body())["files"]:
+                lfs = is_lfs(f["path"]) or f["size"] > LFS_SIZE
+                entry = {"path": f["path"], "uploadMode": "lfs" if lfs else "regular",
+                         "shouldIgnore": False}
+                if f["path"] in current:  # what is there now, as the client hashes it
+                    data = current[f["path"]]
+                    entry["oid"] = hashlib.sha256(data).hexdigest() if lfs else git_blob_oid(data)
+                files.append(entry)
+            self._record("preupload", repo_id, status=200)
+            self._json(200, {"files": files, "commitOid": sha})
+
+        def _lfs_batch(self, repo_id: str):
+            repo, _ = self._existing("lfs-batch", repo_id, "main")
+            if repo is None:
+                return
+            body = json.loads(self._read_body())
+            objects = []
+            for o in body.get("objects", []):
+                oid, size = o["oid"], o["size"]
+                item: dict = {"oid": oid, "size": size}
+                if oid not in server.lfs:  # an object the store has is not sent again
+                    chunk = server.multipart_chunk
+                    if chunk and size > chunk and "multipart" in body.get("transfers", []):
+                        n = -(-size // chunk)
+                        header = {"chunk_size": str(chunk)}
+                        header.update({str(i): f"{server.url}/lfs-upload/{oid}?part={i}"
+                                       for i in range(1, n + 1)})
+                        upload = {"href": f"{server.url}/lfs-complete/{oid}", "header": header}
+                    else:
+                        upload = {"href": f"{server.url}/lfs-upload/{oid}"}
+                    item["actions"] = {"upload": upload,
+                                       "verify": {"href": f"{server.url}/lfs-verify/{repo_id}"}}
+                objects.append(item)
+            self._record("lfs-batch", repo_id, status=200)
+            self._json(200, {"transfer": "basic", "objects": objects, "hash_algo": "sha256"})
+
+        def _lfs_put(self, oid: str, query: dict):
+            data = self._read_body()
+            part = query.get("part", [None])[0]
+            if part is not None:
+                with server._lock:
+                    server._parts[(oid, int(part))] = data
+                self._record("lfs-part", file=oid, status=200)
+                return self._send(200, b"", {"ETag": f'"{hashlib.md5(data).hexdigest()}"'})
+            if hashlib.sha256(data).hexdigest() != oid:
+                self._record("lfs-put", file=oid, status=400)
+                return self._error(400, None, "uploaded bytes do not match the object id")
+            with server._lock:
+                server.lfs[oid] = data
+            self._record("lfs-put", file=oid, status=200)
+            self._send(200)
+
+        def _lfs_complete(self, oid: str):
+            body = json.loads(self._read_body())
+            with server._lock:
+                data = b"".join(server._parts.get((oid, p["partNumber"]), b"")
+                                for p in sorted(body["parts"], key=lambda p: p["partNumber"]))
+            if hashlib.sha256(data).hexdigest() != oid:
+                self._record("lfs-complete", file=oid, status=400)
+                return self._error(400, None, "the parts do not add up to the object")
+            with server._lock:
+                server.lfs[oid] = data
+            self._record("lfs-complete", file=oid, status=200)
+            self._json(200, {})
+
+        def _lfs_verify(self):
+            body = json.loads(self._read_body())
+            ok = len(server.lfs.get(body["oid"], b"")) == body["size"] and body["oid"] in server.lfs
+            self._record("lfs-verify", file=body["oid"], status=200 if ok else 404)
+            if ok:
+                return self._json(200, {})
+            self._error(404, None, "object not in the store")
+
+        def _commit(self, repo_id: str, rev: str, create_pr: bool):
+            repo, sha = self._existing("commit", repo_id, rev, create_pr=create_pr)
+            if repo is None:
+                return
+            lines = [json.loads(x) for x in self._read_body().splitlines() if x.strip()]
+            header = lines[0]["value"] if lines and lines[0]["key"] == "header" else {}
+            parent = header.get("parentCommit")
+            if parent and not sha.startswith(parent):
+                self._record("commit", repo_id, status=412)
+                return self._error(412, None, f"parent commit {parent} is not the head of {rev}")
+            files = dict(repo.commits[sha])
+            for op in lines[1:]:
+                v = op["value"]
+                if op["key"] == "file":
+                    files[v["path"]] = base64.b64decode(v["content"])
+                elif op["key"] == "lfsFile":
+                    if v["oid"] not in server.lfs:
+                        self._record("commit", repo_id, status=422)
+                        return self._error(422, None, f"LFS object {v['oid']} for {v['path']} "
+                                           "was never uploaded")
+                    files[v["path"]] = server.lfs[v["oid"]]
+                elif op["key"] == "deletedFile":
+                    files.pop(v["path"], None)
+                elif op["key"] == "deletedFolder":
+                    files = {k: b for k, b in files.items()
+                             if not k.startswith(v["path"].rstrip("/") + "/")}
+            new = server.add_commit(repo_id, files, branch=None if create_pr else rev,
+                                    parent=sha)
+            pr_url = None
+            with server._lock:
+                repo.messages[new] = header.get("summary", "")
+                if create_pr:
+                    repo.prs.append(new)
+                    n = len(repo.prs)
+                    repo.refs[f"refs/pr/{n}"] = new
+                    pr_url = f"{server.url}/{repo_id}/discussions/{n}"
+            self._record("commit", repo_id, status=200)
+            self._json(200, {"success": True, "commitOid": new, "pullRequestUrl": pr_url,
+                             "commitUrl": f"{server.url}/{repo_id}/commit/{new}"})
+
+        def _validate_yaml(self):
+            import yaml
+
+            content = json.loads(self._read_body()).get("content", "")
+            m = _FRONT_MATTER.match(content)
+            try:
+                meta = yaml.safe_load(m.group(1)) if m else {}
+            except yaml.YAMLError as e:
+                meta, err = None, str(e)
+            else:
+                err = None if isinstance(meta, dict) or meta is None else "metadata is not a map"
+            self._record("yaml", status=400 if err else 200)
+            if err:
+                return self._json(400, {"errors": [{"message": err}]})
+            self._json(200, {"warnings": [] if meta else [{"message": "empty metadata"}]})
+
     return Handler
 
 
@@ -431,13 +761,18 @@ def hub(hub_server, tmp_path, monkeypatch):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Serve directories as Hub repos: python -m tests.hubserver owner/name=DIR[@branch] ..."""
+    """Serve directories as Hub repos: python -m tests.hubserver [owner/name=DIR[@branch] ...]
+    [--token TOKEN=USER ...] (with tokens, writes need one whose user owns the namespace)."""
     import argparse
 
     ap = argparse.ArgumentParser(description=main.__doc__)
-    ap.add_argument("repos", nargs="+", metavar="REPO=DIR[@BRANCH]")
+    ap.add_argument("repos", nargs="*", metavar="REPO=DIR[@BRANCH]")
+    ap.add_argument("--token", action="append", default=[], metavar="TOKEN=USER")
     args = ap.parse_args(argv)
     server = HubServer()
+    for spec in args.token:
+        token, _, user = spec.partition("=")
+        server.add_token(token, user)
     for spec in args.repos:
         repo, _, rest = spec.partition("=")
         folder, _, branch = rest.partition("@")
@@ -458,3 +793,21 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+WRITE_TOKEN = "hf_speckit_alice_write"
+
+
+@pytest.fixture
+def hub_push(hub, monkeypatch):
+    """``hub`` plus a write token for user alice (org speckit-org) in HF_TOKEN, and uploads over
+    LFS: the server speaks Git LFS, not Xet, and huggingface_hub picks Xet whenever hf_xet is
+    installed unless HF_HUB_DISABLE_XET is set (read once at import, so set on the module)."""
+    import huggingface_hub.constants as hf_constants
+
+    hub.server.add_token(WRITE_TOKEN, "alice", orgs=("speckit-org",))
+    hub.server.add_token("hf_speckit_bob_write", "bob")
+    monkeypatch.setenv("HF_TOKEN", WRITE_TOKEN)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setattr(hf_constants, "HF_HUB_DISABLE_XET", True)
+    return hub

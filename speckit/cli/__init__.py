@@ -23,6 +23,7 @@ _COMMANDS = {
     "validate": ("speckit.cli.validate", "validate_cmd"),
     "train": ("speckit.cli.train", "train"),
     "demo": ("speckit.cli.demo", "demo"),
+    "push": ("speckit.cli.push", "push_cmd"),
     "doctor": ("speckit.cli.doctor", "doctor_cmd"),
 }
 
@@ -46,7 +47,7 @@ class _LazyGroup(click.Group):
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="speckit")
 def main() -> None:
-    """Speculative-decoding drafts for vLLM: fetch, convert, quantize, plan, validate."""
+    """Speculative-decoding drafts for vLLM: fetch, convert, quantize, plan, validate, push."""
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`speckit registry list | show | resolve`: browse the curated draft checkpoints.
+"""`speckit registry list | show | resolve | add`: browse the curated drafts, add pushed ones.
 
 A thin click shell over speckit.core.registry; rich renders the tables (imported only when a table is
 printed) and --json prints the library's result object. Nothing here imports torch.
@@ -113,6 +113,33 @@ def resolve_cmd(ctx, target, method, registry_files, as_json):
             result.message,
             hint="`speckit registry list` shows every draft; add your own with --registry FILE",
         )
+
+
+@registry.command("add")
+@click.argument("repo_id", metavar="REPO_ID")
+@click.option("--revision", help="Branch, tag or commit to pin (default: main's head commit).")
+@click.option("--id", "entry_id", help="Registry id (default: the repo name, lowercased).")
+@click.option("--provider", help="Provider name (default: the repo's namespace).")
+@click.option("--token", help="Hub token for a private repo (default: HF_TOKEN).")
+@click.option("--file", "registry_file", type=click.Path(dir_okay=False, path_type=Path),
+              help="Registry file to write (default: the user registry, "
+              "$XDG_CONFIG_HOME/speckit/registry.toml).")
+@click.option("--force", is_flag=True, help="Replace an entry with the same id.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def add_cmd(repo_id, revision, entry_id, provider, token, registry_file, force, as_json):
+    """Add a draft published by `speckit push` to your registry, pinned to its commit, with the
+    figures its model card records."""
+    from speckit.ops.push import registry_add
+
+    result = registry_add(repo_id, revision=revision, entry_id=entry_id, provider=provider,
+                          token=token, force=force, registry_file=registry_file)
+    if as_json:
+        print_json(result)
+        return
+    click.echo(f"{'replaced' if result.replaced else 'added'} {result.entry_id} "
+               f"({result.repo_id} @ {result.commit[:12]}) in {result.file}")
+    click.echo(result.toml, nl=False)
 
 
 # --------------------------------------------------------------------------- rendering

@@ -849,3 +849,93 @@ def classify_ref(ref: str, *, registry: Registry | None = None) -> tuple[RefKind
         hint=(f"did you mean {', '.join(close)}? " if close else "")
         + "prefix local paths with ./ ; `speckit registry list --all` lists registry ids",
     )
+
+
+# --------------------------------------------------------------------------- entries from cards
+
+
+def draft_entry_from_card(meta: Mapping[str, Any], *, repo_id: str, commit: str,
+                          entry_id: str | None = None,
+                          provider: str | None = None) -> dict[str, Any]:
+    """A draft entry (raw TOML fields) from the front matter `speckit push` writes: pinned to
+    ``commit``, with the measured figures of its `speckit:` block as published results."""
+    sk = meta.get("speckit")
+    if not isinstance(sk, dict):
+        raise UsageError(f"{repo_id}: the model card has no `speckit:` block",
+                         hint="registry add reads cards written by `speckit push`; add other "
+                         "drafts by hand to a registry TOML (--registry FILE)")
+    eid = entry_id or re.sub(r"[^a-z0-9._-]+", "-", repo_id.split("/", 1)[1].lower()).strip("-.")
+    raw: dict[str, Any] = {
+        "id": eid, "provider": provider or repo_id.split("/", 1)[0],
+        "license": str(meta.get("license") or "unknown"), "method": sk.get("vllm_method"),
+        "repo": repo_id, "revision": commit, "pinned": True,
+        "target": sk.get("target") or meta.get("base_model"),
+        "num_speculative_tokens": sk.get("k"),
+        "k_source": f"model card of {repo_id}@{commit[:12]} (speckit push)",
+    }
+    if sk.get("layout") in SOURCE_LAYOUTS:
+        raw["source_layout"] = sk["layout"]
+    extra = {k: v for k, v in (sk.get("serve_fields") or {}).items()
+             if k not in _SPEC_RESERVED and isinstance(v, (str, int, float, bool))}
+    if extra:
+        raw["speculative_config"] = extra
+    m = sk.get("measured")
+    if isinstance(m, dict):
+        raw["published"] = _card_results(m, repo_id, sk)
+    return {k: v for k, v in raw.items() if v is not None}
+
+
+def _card_results(m: Mapping[str, Any], repo_id: str, sk: Mapping[str, Any]) -> list[dict]:
+    common = {"dataset": m.get("dataset") or "unknown", "k": m.get("k"),
+              "hardware": m.get("hardware"), "engine": m.get("engine"),
+              "engine_version": m.get("engine_version"),
+              "draft_dtype": sk.get("quantization") or sk.get("dtype"),
+              "temperature": m.get("temperature"), "n_prompts": m.get("prompts"),
+              "source": f"https://huggingface.co/{repo_id} (speckit validate"
+                        + (f", {m['date']})" if m.get("date") else ")")}
+    out = []
+    if isinstance(m.get("acceptance_length"), (int, float)):
+        row = {"metric": "acceptance_length", "value": m["acceptance_length"], **common}
+        if m.get("per_position"):
+            row["per_position"] = list(m["per_position"])
+        out.append(row)
+    if isinstance(m.get("throughput_ratio"), (int, float)) and m["throughput_ratio"] > 0:
+        out.append({"metric": "throughput_ratio", "value": m["throughput_ratio"], **common,
+                    "workload": f"concurrency {m.get('concurrency')}"})
+    return [{k: v for k, v in r.items() if v is not None} for r in out]
+
+
+def entry_toml(raw: Mapping[str, Any]) -> str:
+    """One `[[entry]]` table as TOML text (strings, numbers, booleans, lists, inline tables);
+    checked by parsing it back, so what is written is what load_registry reads."""
+    lines = ["[[entry]]"]
+    for key, value in raw.items():
+        if key == "published":
+            lines.append("published = [")
+            lines += [f"  {_toml_value(r)}," for r in value]
+            lines.append("]")
+        else:
+            lines.append(f"{key} = {_toml_value(value)}")
+    text = "\n".join(lines) + "\n"
+    parse_registry_text(f"schema_version = {SCHEMA_VERSION}\n" + text, origin="(new entry)")
+    return text
+
+
+def _toml_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise FormatError(f"cannot write {v} to a registry file")
+        return repr(v)
+    if isinstance(v, str):
+        return '"' + "".join(_TOML_ESC.get(ch, ch if ch >= " " else f"\\u{ord(ch):04x}")
+                             for ch in v) + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+    if isinstance(v, Mapping):
+        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
+    raise FormatError(f"cannot write a {type(v).__name__} to a registry file")
+
+
+_TOML_ESC = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
