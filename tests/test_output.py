@@ -394,6 +394,23 @@ def test_read_only_filesystem(read_only_dir, tmp_path):
     assert list(read_only_dir.iterdir()) == []
 
 
+def test_immutable_directory_root_cannot_write(tmp_path):
+    """chattr +i stops root too: the permission error names the output and leaves nothing."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    if subprocess.run(["chattr", "+i", str(locked)], capture_output=True,
+                      check=False).returncode != 0:
+        pytest.skip("chattr +i is not available on this filesystem")
+    try:
+        src = F.make_spec_eagle3(tmp_path / "src")
+        with pytest.raises(OutputError, match="not permitted|permission denied") as e:
+            quantize(src, scheme="fp8", out=locked / "a" / "out")
+        assert str(locked) in e.value.message and e.value.hint
+        assert list(locked.iterdir()) == []
+    finally:
+        subprocess.run(["chattr", "-i", str(locked)], check=False)
+
+
 def test_output_under_a_file_and_dot(tmp_path, monkeypatch):
     from speckit.cli import main
 
@@ -495,3 +512,14 @@ def test_copy_extra_files_refuses_code_and_escaping_links(tmp_path):
     assert got.copied == ["tokenizer.json"]
     assert set(got.dropped) == {"x.py", "vocab.txt"}
     assert sorted(p.name for p in dst.iterdir()) == ["tokenizer.json"]
+
+
+def test_demo_out_never_overlaps_its_draft(tmp_path):
+    from speckit.ops.demo import bundled_draft, run_demo
+
+    with pytest.raises(UsageError, match="sits inside the --draft input"):
+        run_demo(out=bundled_draft() / "demo-out")
+    draft = F.make_spec_eagle3(tmp_path / "draft")
+    with pytest.raises(UsageError, match="is the --draft input"):
+        run_demo(out=draft, draft=draft)
+    assert not (bundled_draft() / "demo-out").exists()

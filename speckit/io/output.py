@@ -142,7 +142,8 @@ def output_errors(out: str | os.PathLike, *, scope: str | os.PathLike | None = N
     """Turn an OS error of writing ``out`` into an OutputError naming the path, with a hint.
 
     Disk full / quota / read-only are always the output's; permission and not-a-directory errors
-    only when they name a path under ``scope`` (default: the output's parent directory).
+    only when they name ``scope`` (default: the output's parent directory), a path under it or
+    one of its parents (``mkdir -p`` failing higher up).
     """
     out = Path(out)
     root = Path(os.path.abspath(scope if scope is not None else out.parent))
@@ -154,7 +155,7 @@ def output_errors(out: str | os.PathLike, *, scope: str | os.PathLike | None = N
         what = _ALWAYS_OUTPUT.get(e.errno)
         if what is None and e.errno in _PATH_OUTPUT and e.filename is not None:
             hit = Path(os.path.abspath(os.fsdecode(e.filename)))
-            if hit == root or hit.is_relative_to(root):
+            if hit.is_relative_to(root) or root.is_relative_to(hit):  # under it, or a parent
                 what = _PATH_OUTPUT[e.errno]
         if what is None:
             raise
@@ -192,7 +193,7 @@ def atomic_output_dir(out: str | os.PathLike, *, force: bool = False) -> Iterato
             with _deferred_sigterm():
                 _publish(tmp, out, force=force)
         except BaseException:
-            with _deferred_sigterm():
+            with _deferred_sigterm(deliver=False):  # already failing: finish the cleanup
                 _remove(tmp)
             raise
 
@@ -276,7 +277,12 @@ def _rename_noreplace(src: Path, dst: Path) -> None:
     with _publish_lock(dst):  # no renameat2: an O_EXCL lock file makes check+rename one step
         if os.path.lexists(dst):
             raise FileExistsError(errno.EEXIST, "exists", str(dst))
-        os.rename(src, dst)
+        try:
+            os.rename(src, dst)
+        except OSError as e:  # a run that does not take the lock got there first
+            if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise FileExistsError(e.errno, e.strerror, str(dst)) from None
+            raise
 
 
 @contextlib.contextmanager
@@ -402,9 +408,9 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _deferred_sigterm() -> Iterator[None]:
-    """Hold SIGTERM during a rename or a cleanup (a half-done one is worse than either); it is
-    delivered, as Terminated, right after."""
+def _deferred_sigterm(*, deliver: bool = True) -> Iterator[None]:
+    """Hold SIGTERM during a rename or a cleanup (a half-done one is worse than either); with
+    ``deliver`` it is raised, as Terminated, right after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -414,7 +420,7 @@ def _deferred_sigterm() -> Iterator[None]:
         yield
     finally:
         signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
-    if got:
+    if got and deliver:
         raise Terminated(f"terminated by signal {got[0]}")
 
 
