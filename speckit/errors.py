@@ -56,3 +56,9 @@ class PlanError(SpeckitError, ValueError):
     """A deployment that cannot work (pairing mismatch, TP that does not divide heads, ...)."""
 
     exit_code = 7
+
+
+class OutputError(SpeckitError, OSError):
+    """The output could not be written: disk full, read-only, not a directory, no permission."""
+
+    exit_code = 8

@@ -18,7 +18,6 @@ from speckit.io.checkpoint import (
     INDEX_NAME,
     Checkpoint,
     CheckpointWriter,
-    atomic_output_dir,
     read_safetensors_header,
     safe_relpath,
     write_json,
@@ -357,36 +356,7 @@ def test_writer_refuses_mistakes(tmp_path):
         w.close()
 
 
-# ---- atomic output ------------------------------------------------------------------------------
-
-def test_atomic_output_dir_leaves_nothing_on_failure(tmp_path):
-    out = tmp_path / "out"
-    with pytest.raises(RuntimeError), atomic_output_dir(out) as tmp:
-        (tmp / "half.safetensors").write_bytes(b"x" * 10)
-        raise RuntimeError("boom")
-    assert list(tmp_path.iterdir()) == []
-    with atomic_output_dir(out) as tmp:
-        (tmp / "config.json").write_text("{}")
-        assert not out.exists()  # nothing visible until the block succeeds
-    assert (out / "config.json").exists()
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]
-
-
-def test_atomic_output_dir_existing(tmp_path):
-    out = tmp_path / "out"
-    out.mkdir()
-    (out / "old").write_text("old")
-    with pytest.raises(UsageError, match="already exists"), atomic_output_dir(out):
-        pass
-    with pytest.raises(KeyboardInterrupt), atomic_output_dir(out, force=True) as tmp:
-        (tmp / "new").write_text("new")
-        raise KeyboardInterrupt
-    assert (out / "old").exists()  # a failed --force run keeps the previous output
-    with atomic_output_dir(out, force=True) as tmp:
-        (tmp / "new").write_text("new")
-    assert [p.name for p in out.iterdir()] == ["new"]
-    assert [p.name for p in tmp_path.iterdir()] == ["out"]
-
+# ---- atomic JSON ------------------------------------------------------------------------------
 
 def test_write_json_atomic(tmp_path):
     p = tmp_path / "x.json"
@@ -396,20 +366,3 @@ def test_write_json_atomic(tmp_path):
         write_json(p, {"a": object()})
     assert json.loads(p.read_text()) == {"a": 1}  # the old file survives a failed write
     assert [q.name for q in tmp_path.iterdir()] == ["x.json"]
-
-
-def test_atomic_output_gets_the_users_modes_not_mkdtemp_0700(tmp_path):
-    import os
-
-    from speckit.io.checkpoint import atomic_output_dir, write_json
-
-    out = tmp_path / "out"
-    with atomic_output_dir(out) as tmp:
-        (tmp / "sub").mkdir()
-        (tmp / "sub" / "a.bin").write_bytes(b"x")
-        write_json(tmp / "config.json", {"a": 1})
-    mask = os.umask(0)
-    os.umask(mask)
-    assert (out.stat().st_mode & 0o777) == 0o777 & ~mask
-    assert ((out / "config.json").stat().st_mode & 0o777) == 0o666 & ~mask
-    assert ((out / "sub" / "a.bin").stat().st_mode & 0o777) == 0o666 & ~mask

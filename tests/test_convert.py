@@ -562,9 +562,11 @@ def test_output_directory_rules(targets, tmp_path):
     (out / "stale.txt").write_text("old")
     convert(src, out=out, force=True, **kw)
     assert not (out / "stale.txt").exists()
-    for bad in (src, src / "inside", tmp_path):
-        with pytest.raises(UsageError, match="overlaps an input"):
+    for bad, how in ((src, "is"), (src / "inside", "sits inside"), (tmp_path, "contains")):
+        with pytest.raises(UsageError, match=f"{how} the SRC input"):
             convert(src, out=bad, force=True, **kw)
+    with pytest.raises(UsageError, match="is the --target input"):
+        convert(src, out=targets["llama"], force=True, **kw)
     # a failure after planning leaves nothing behind
     with pytest.raises(FormatError):
         convert(F.make_laguna_dflash(tmp_path / "lag"), target=targets["qwen3"],

@@ -220,7 +220,7 @@ def test_refusals(tmp_path):
     (tmp_path / "exists").mkdir()
     with pytest.raises(UsageError, match="already exists"):
         quantize(src, scheme="fp8", out=tmp_path / "exists")
-    with pytest.raises(UsageError, match="overlaps"):
+    with pytest.raises(UsageError, match="sits inside the CKPT input"):
         quantize(src, scheme="fp8", out=src / "inside")
     safe = F.make_safeailab_eagle3(tmp_path / "safeailab")
     with pytest.raises(FormatError):
@@ -357,7 +357,8 @@ def test_static_fp8_says_what_is_missing(tmp_path):
         quantize(src, scheme="fp8-static", out=tmp_path / "o")
     dflash = F.make_spec_dflash(tmp_path / "dflash")
     with pytest.raises(UsageError, match="not available for dflash"):
-        quantize(dflash, scheme="fp8-static", out=tmp_path / "o", calib_target=tmp_path)
+        quantize(dflash, scheme="fp8-static", out=tmp_path / "o",
+                 calib_target=F.make_target(tmp_path / "t"))
     assert not (tmp_path / "o").exists()
 
 

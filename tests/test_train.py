@@ -331,3 +331,18 @@ def test_max_minutes_cuts_epochs_to_what_fits():
     assert lr_at(79, 80, cfg) == pytest.approx(cfg.lr * cfg.min_lr_ratio, rel=0.01)
     assert lr_at(0, 80, cfg) < lr_at(3, 80, cfg) <= cfg.lr
     assert al_proxy([0.5, 0.5, 0.5]) == pytest.approx(1.875)
+
+
+def test_outputs_never_touch_the_target(tiny_target, tmp_path):
+    before = sorted(p.name for p in tiny_target.iterdir())
+    kw = {"target": str(tiny_target), "samples": 4, "device": "cpu", "engine": "transformers",
+          "log": lambda m: None}
+    for out in (tiny_target, tiny_target / "draft"):
+        with pytest.raises(UsageError, match="the --target input"):
+            train_eagle3(out=out, force=True, **kw)
+    with pytest.raises(UsageError, match="--work-dir .* the --target input"):
+        train_eagle3(out=tmp_path / "d", work_dir=tiny_target / "work", force=True, **kw)
+    with pytest.raises(UsageError, match="sits inside the output"):
+        train_eagle3(out=tmp_path / "d", work_dir=tmp_path / "d" / "work", **kw)
+    assert sorted(p.name for p in tiny_target.iterdir()) == before
+    assert list(tmp_path.iterdir()) == []

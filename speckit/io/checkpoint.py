@@ -10,7 +10,6 @@ import itertools
 import json
 import math
 import os
-import shutil
 import struct
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -575,29 +574,6 @@ def write_json(path: Path, data: Any) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-
-
-@contextlib.contextmanager
-def atomic_output_dir(out: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
-    """Yield a temp dir beside ``out``; on success it replaces ``out``; on failure it vanishes."""
-    out = Path(out)
-    if out.exists() and not force:
-        raise UsageError(f"{out} already exists", hint="pass --force to replace it, or choose -o")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
-        yield tmp
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    normal_modes(tmp)
-    if out.exists():
-        old = out.parent / f".{out.name}.old-{os.getpid()}"
-        os.replace(out, old)
-        os.replace(tmp, out)
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        os.replace(tmp, out)
 
 
 def _umask() -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.errors import FormatError, UsageError
-from speckit.io.checkpoint import atomic_output_dir
+from speckit.io.output import atomic_output_dir, check_output
 
 MARKER = "speckit-target.json"  # written last: its presence means the directory is complete
 _FORMAT_VERSION = 1
@@ -217,6 +217,7 @@ def _convert_gguf(src: GgufSource, gguf: Path, out: Path, *, progress: bool) -> 
 
     _say(progress, f"writing bf16 safetensors to {out} ...")
     # temp dir beside `out`, renamed into place only when complete (a crash leaves no target)
+    check_output(out, {"the GGUF file": gguf}, force=True)
     with atomic_output_dir(out, force=True) as tmp:
         model.save_pretrained(str(tmp))
         tok.save_pretrained(str(tmp))

@@ -57,14 +57,19 @@ def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 
     ``on_stage(name, result)`` is called as each stage finishes, so a CLI can print as it goes.
     """
     from speckit.io import targets
+    from speckit.io.output import check_output, output_errors
     from speckit.ops.inspect import inspect
     from speckit.ops.plan import plan_from_refs
     from speckit.ops.quantize import quantize
     from speckit.ops.validate import validate
 
     t0 = time.monotonic()
-    out = Path(out).expanduser().resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    draft_path = Path(draft).expanduser().resolve() if draft else bundled_draft()
+    # OUT is a directory the demo writes into (reused across runs), never one of its inputs
+    out = check_output(out, {"--draft": draft_path, "target": targets.target_dir(DEFAULT_TARGET),
+                             "--dataset": Path(dataset)}, force=True, reuse=True)
+    with output_errors(out):
+        out.mkdir(parents=True, exist_ok=True)
     stage_s: dict[str, float] = {}
 
     def stage(name: str, fn: Callable[[], Any]) -> Any:
@@ -76,7 +81,6 @@ def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 
         return res
 
     target_path = stage("fetch", lambda: targets.materialize(DEFAULT_TARGET, progress=progress))
-    draft_path = Path(draft).expanduser().resolve() if draft else bundled_draft()
     insp = stage("inspect", lambda: inspect(draft_path, target=target_path))
     if not insp.ok:
         raise UsageError(f"{draft_path}: the draft has structural errors; see `speckit inspect`")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import fnmatch
 import importlib
 import os
-import shutil
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,10 +21,17 @@ from speckit.io.checkpoint import (
     FLOAT_DTYPES,
     Checkpoint,
     CheckpointWriter,
-    atomic_output_dir,
     load_config,
     safe_relpath,
     write_json,
+)
+from speckit.io.output import (
+    PROVENANCE,
+    atomic_output_dir,
+    check_output,
+    copy_extra_files,
+    strip_remote_code,
+    write_provenance,
 )
 from speckit.io.progress import byte_progress
 from speckit.io.refs import Resolved, resolve
@@ -40,7 +46,6 @@ from speckit.ops.convert.moves import (
     read_ints,
 )
 
-PROVENANCE = "speckit-provenance.json"
 DEFAULT_SHARD_BYTES = 5 * 10**9
 METHOD_CHOICES = ("auto", *methods.convertible_names())
 
@@ -85,6 +90,7 @@ class ConvertResult:
     omitted: dict[str, str] = field(default_factory=dict)  # left out by a rule (reason)
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    code_dropped: list[str] = field(default_factory=list)  # source code / auto_map not carried
     seconds: float = 0.0
 
 
@@ -139,7 +145,8 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
         if t_res is s:
             tgt._ckpt = src_ckpt
     out_dir = Path(out) if out is not None else Path.cwd() / _default_name(s, layout)
-    _check_out(out_dir, force=force, protect=[s.path] + ([t_res.path] if t_res else []))
+    out_dir = check_output(out_dir, {"SRC": s.path, "--target": t_res.path if t_res else None},
+                           force=force)
 
     ctx = ReadContext(src=src_ckpt, layout=layout, target=tgt,
                       opts=Options(num_speculative_tokens=num_speculative_tokens,
@@ -174,16 +181,17 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
             raise
         files = writer.close()
         write_json(tmp / "config.json", _ordered(plan.config))
-        for name in extra_files:
-            shutil.copyfile(src_ckpt.path / name, tmp / name)
+        extras = copy_extra_files(src_ckpt.path, tmp, extra_files)
+        code_dropped = strip_remote_code(tmp, source=src_ckpt.path)
         hashes = hasher.join()
-        files += ["config.json", *extra_files, PROVENANCE]
-        write_json(tmp / PROVENANCE, _provenance(
+        files += ["config.json", *extras.copied, PROVENANCE]
+        write_provenance(tmp, _provenance(
             plan, layout=layout, s=s, t=t_res, hashes=hashes, dropped=dropped, files=files,
             options={"method": method, "num_speculative_tokens": num_speculative_tokens,
                      "aux_layers": list(aux_layers) if aux_layers is not None else None,
                      "mask_token_id": mask_token_id, "drop": list(drop),
-                     "allow_pickle": allow_pickle, "max_shard_bytes": max_shard_bytes}))
+                     "allow_pickle": allow_pickle, "max_shard_bytes": max_shard_bytes}),
+            command="convert", code_dropped=code_dropped)
         _verify_output(tmp, plan, target_config=tgt.config if tgt else None)
 
 
@@ -197,7 +205,7 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
         dtype=dtypes.pop() if len(dtypes) == 1 else None, tensors=len(moves), bytes=total,
         files=sorted(files), speculative_config=spec, serve_command=serve, dropped=dropped,
         omitted=dict(plan.omitted),
-        warnings=list(plan.warnings), notes=list(plan.notes),
+        warnings=list(plan.warnings), notes=list(plan.notes), code_dropped=code_dropped,
         seconds=round(time.monotonic() - started, 3))
 
 
@@ -271,20 +279,6 @@ def _check_method(method: str, layout, path: Path) -> None:
 def _default_name(s: _Resolved, layout) -> str:
     base = (s.repo.split("/")[-1] if s.repo else s.path.resolve().name) or "draft"
     return f"{base}-speculator.{layout.method}"
-
-
-def _check_out(out: Path, *, force: bool, protect: list[Path]) -> None:
-    """OUT must be new (or --force) and must never be, contain or sit inside an input."""
-    o = out.expanduser().resolve()
-    for p in protect:
-        p = p.resolve()
-        if o == p or o.is_relative_to(p) or p.is_relative_to(o):
-            raise UsageError(f"-o {out} overlaps an input ({p})",
-                             hint="write the output to a new directory")
-    if o.exists() and not force:
-        raise UsageError(f"{out} already exists", hint="pass --force to replace it, or choose -o")
-    if o.exists() and not o.is_dir():
-        raise UsageError(f"{out} exists and is not a directory")
 
 
 # ---- strictness ----------------------------------------------------------------------------------
@@ -522,8 +516,6 @@ class _Hasher:
 
 def _provenance(plan: ConversionPlan, *, layout, s: _Resolved, t: _Resolved | None,
                 hashes: dict, dropped: dict, files: list[str], options: dict) -> dict[str, Any]:
-    from speckit import __version__
-
     def ref(r: _Resolved | None, *, with_files: bool) -> dict[str, Any] | None:
         if r is None:
             return None
@@ -535,8 +527,6 @@ def _provenance(plan: ConversionPlan, *, layout, s: _Resolved, t: _Resolved | No
         return d
 
     return {
-        "speckit_version": __version__,
-        "command": "convert",
         "source": {**ref(s, with_files=True), "layout": layout.name,
                    "layout_evidence": list(getattr(layout, "evidence", []) or [])},
         "target": ref(t, with_files=False) if t is not s else {"same_as_source": True},

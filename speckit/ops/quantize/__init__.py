@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,13 +21,20 @@ from speckit.io.checkpoint import (
     Checkpoint,
     CheckpointWriter,
     TensorInfo,
-    atomic_output_dir,
     write_json,
+)
+from speckit.io.output import (
+    PROVENANCE,
+    atomic_output_dir,
+    check_output,
+    copy_extra_files,
+    strip_config,
+    strip_remote_code,
+    write_provenance,
 )
 from speckit.ops.quantize import schemes
 from speckit.ops.quantize.schemes import SCHEMES, Scheme
 
-PROVENANCE = "speckit-provenance.json"
 DEFAULT_SHARD_BYTES = 5 * 10**9
 _COPY_CHUNK = 16 * 1024 * 1024
 # layouts quantize reads (speckit.core.methods.detect names); others must be converted first
@@ -79,6 +85,7 @@ class QuantizeResult:
     requantized_from: str | None = None  # set when --force re-quantized a quantized input
     target_layers: int | None = None
     warnings: list[str] = field(default_factory=list)
+    code_dropped: list[str] = field(default_factory=list)  # source code / auto_map not carried
     seconds: float = 0.0
 
 
@@ -115,7 +122,8 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     mod, layout = _method(ckpt)
     out_dir = Path(out).expanduser() if out is not None else \
         src_path.resolve().parent / f"{src_path.resolve().name}-{sch.name}"
-    _check_out(out_dir, src_path, force=force)
+    out_dir = check_output(out_dir, {"CKPT": src_path, "--calib-target": calib_target},
+                           force=force)
 
     warnings: list[str] = []
     prior = _prior_quantization(ckpt)
@@ -170,8 +178,9 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
         files = writer.close()
         config = _output_config(ckpt.config, sch, exclude_list)
         write_json(tmp / "config.json", config)
-        extra = _copy_extra_files(ckpt.path, tmp)
-        files += ["config.json", *extra]
+        extra = copy_extra_files(ckpt.path, tmp, skip=_SKIP_EXTRA)
+        code_dropped = strip_remote_code(tmp, source=ckpt.path)
+        files += ["config.json", *extra.copied]
         result = QuantizeResult(
             out=out_dir, source=str(src_path), method=mod.name, scheme=sch.name,
             vllm_scheme=sch.vllm_scheme, device=dev, quantized=n_quant,
@@ -183,9 +192,11 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
             rel_err_mean=_mean([r.rel_err_mean or 0.0 for r in reports
                                 if r.action == "quantized"]),
             tensors=reports, files=sorted(files + [PROVENANCE]), calibration=calibration,
-            requantized_from=prior, target_layers=target_layers, warnings=warnings)
-        write_json(tmp / PROVENANCE, _provenance(result, ckpt, layout, exclude=list(exclude),
-                                                 strict=strict, config=config))
+            requantized_from=prior, target_layers=target_layers, warnings=warnings,
+            code_dropped=code_dropped)
+        write_provenance(tmp, _provenance(result, ckpt, layout, exclude=list(exclude),
+                                          strict=strict, config=config),
+                         command="quantize", code_dropped=code_dropped)
         _verify_output(tmp, items)
     result.seconds = round(time.monotonic() - started, 3)
     return result
@@ -234,17 +245,6 @@ def _method(ckpt: Checkpoint):
                          hint="vLLM serves MTP heads from inside the target checkpoint; quantize "
                          "the target instead")
     return mod, layout
-
-
-def _check_out(out: Path, src: Path, *, force: bool) -> None:
-    o, s = out.resolve(), src.resolve()
-    if o == s or o.is_relative_to(s) or s.is_relative_to(o):
-        raise UsageError(f"-o {out} overlaps the input {src}",
-                         hint="write the quantized copy to a new directory")
-    if o.exists() and not force:
-        raise UsageError(f"{out} already exists", hint="pass --force to replace it, or choose -o")
-    if o.exists() and not o.is_dir():
-        raise UsageError(f"{out} exists and is not a directory")
 
 
 def _prior_quantization(ckpt: Checkpoint) -> str | None:
@@ -659,8 +659,8 @@ def _nbytes(dtype: str, shape) -> int:
 def _output_config(config: dict[str, Any], sch: Scheme, exclude: list[str]) -> dict[str, Any]:
     """The source config plus Quark's quantization_config at the top level, where vLLM reads it
     (also for speculators configs: it survives the speculators -> draft config translation)."""
-    out = {k: v for k, v in config.items() if k not in ("quantization_config",
-                                                         "compression_config")}
+    out = {k: v for k, v in strip_config(config)[0].items()
+           if k not in ("quantization_config", "compression_config")}
     out["quantization_config"] = sch.quantization_config(exclude)
     return out
 
@@ -669,28 +669,12 @@ def _output_config(config: dict[str, Any], sch: Scheme, exclude: list[str]) -> d
 _SKIP_EXTRA = {"config.json", INDEX_NAME, PROVENANCE, "speckit-target.json"}
 
 
-def _copy_extra_files(src: Path, dst: Path) -> list[str]:
-    """Tokenizer, generation config and other small files ride along; weights do not."""
-    copied = []
-    for p in sorted(src.iterdir()):
-        if p.name in _SKIP_EXTRA or p.suffix in (".safetensors", ".bin", ".pt", ".pth") \
-                or p.name.startswith(".") or not p.is_file() or p.is_symlink():
-            continue
-        shutil.copyfile(p, dst / p.name)
-        copied.append(p.name)
-    return copied
-
-
 def _provenance(r: QuantizeResult, ckpt: Checkpoint, layout, *, exclude: list[str],
                 strict: bool, config: dict[str, Any]) -> dict[str, Any]:
     import torch
 
-    from speckit import __version__
-
     cfg_bytes = (ckpt.path / "config.json").read_bytes()
     return {
-        "speckit_version": __version__,
-        "command": "quantize",
         "source": {"path": str(ckpt.path.resolve()), "layout": layout.name,
                    "method": r.method, "files": {f: (ckpt.path / f).stat().st_size
                                                  for f in ckpt.files},

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.errors import UsageError
+from speckit.io.output import check_output
 
 DEFAULT_PROMPTS = "speckit-mix"
 
@@ -110,19 +111,18 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
         rank, world, device = init_distributed(device)
         if rank != 0:
             say = lambda m: None  # one log, from rank 0
-    out = Path(out)
-    if out.exists() and not force and not resume:
-        raise UsageError(f"{out} already exists", hint="pass --force to replace it")
+    out = check_output(out, {}, force=force or resume)  # the quick refusals, before any work
     work = Path(work_dir) if work_dir else out.parent / f"{out.name}.work"
     ckpts = work / "checkpoints"
     if (ckpts / "latest.json").exists() and not resume and not force:
         raise UsageError(f"{work} holds checkpoints of an earlier run",
                          hint="pass --resume to continue it, or --force to start over")
+    target_dir = resolve_target(target)
+    work = _check_outputs(out, work, target_dir, prompts, force=force or resume)
     if force and not resume and ckpts.exists() and rank == 0:
         import shutil
 
         shutil.rmtree(ckpts)
-    target_dir = resolve_target(target)
     target_cfg = load_config(target_dir)
     text_cfg = target_cfg.get("text_config") or target_cfg
     n_layers = int(text_cfg["num_hidden_layers"])
@@ -232,12 +232,12 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
         acceptance_length=last.get("acceptance_length"), data_reused=reused, wall_s=wall,
         stage_s={k: round(v, 1) for k, v in stage.items()}, params=n_params)
     if rank == 0:
-        provenance = {"command": command, "recipe": recipe, "seed": seed,
+        provenance = {"command_line": command, "recipe": recipe, "seed": seed,
                       "loop": cfg.__dict__, "result": _jsonable(res),
                       "torch": torch.__version__, "device": device, "world_size": world}
         export_draft(weights, hcfg, dvocab, out=out, aux_layers=aux, ttt_steps=ttt_steps,
                      target_cfg=target_cfg, verifier=verifier, provenance=provenance,
-                     force=True)
+                     force=force or resume)
         say(f"wrote {out}")
     if fsdp:
         import torch.distributed as dist
@@ -248,6 +248,20 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
 
 
 # ---- stages ----------------------------------------------------------------------------------
+
+def _check_outputs(out: Path, work: Path, target_dir: Path, prompts: str, *,
+                   force: bool) -> Path:
+    """OUT and the work dir never touch the target or the prompt file; the work dir never sits
+    inside OUT (exporting replaces OUT)."""
+    inputs = {"--target": target_dir, "--prompts": Path(prompts)}
+    check_output(out, inputs, force=force)
+    work = check_output(work, inputs, force=True, flag="--work-dir", reuse=True)
+    real_out, real_work = Path(os.path.realpath(out)), Path(os.path.realpath(work))
+    if real_work == real_out or real_work.is_relative_to(real_out):
+        raise UsageError(f"--work-dir {work} sits inside the output {out}",
+                         hint="exporting replaces the output; keep the work dir beside it")
+    return work
+
 
 def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, device: str,
                   engine: str, max_tokens: int, seed: int, aux: list[int], cuda: bool,

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core.methods import eagle3
-from speckit.io.checkpoint import CheckpointWriter, atomic_output_dir, write_json
+from speckit.io.checkpoint import CheckpointWriter, write_json
+from speckit.io.output import atomic_output_dir, write_provenance
 from speckit.ops.train.model import HeadConfig
 from speckit.ops.train.vocab import DraftVocab, check_draft_vocab
 
@@ -99,11 +100,7 @@ def export_draft(weights: dict[str, Any], cfg: HeadConfig, vocab: DraftVocab, *,
                                                      ttt_steps=ttt_steps, target_cfg=target_cfg,
                                                      verifier=verifier))
         if provenance is not None:
-            write_json(tmp / PROVENANCE, provenance)
-        # the temp dir and JSON files are created private; a draft is meant to be shared
-        tmp.chmod(0o755)
-        for f in tmp.iterdir():
-            f.chmod(0o644)
+            write_provenance(tmp, provenance, command="train eagle3", name=PROVENANCE)
     return Path(out)
 
 

@@ -32,6 +32,7 @@ from speckit.core.metrics import (
 )
 from speckit.errors import PlanError, SpeckitError, UsageError
 from speckit.io.engine import DEFAULT_TIMEOUT_S, EngineJob, EngineRun, run_engine
+from speckit.io.output import check_output, output_errors
 from speckit.ops.validate.prompts import load_prompts
 from speckit.ops.validate.report import (
     CompareReport,
@@ -126,9 +127,13 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
                    warnings=warnings, name=cname)
 
     # -- engine runs -----------------------------------------------------------------------------
-    outdir = Path(out).expanduser() if out is not None else None
-    if outdir is not None:
-        outdir.mkdir(parents=True, exist_ok=True)
+    outdir = None
+    if out is not None:  # a report dir written into, never inside an input
+        outdir = check_output(out, {"--target": tpath, "--draft": dpath,
+                                    "--compare-draft": cpath, "--dataset": Path(str(dataset))},
+                              force=True, flag="--out", reuse=True)
+        with output_errors(outdir):
+            outdir.mkdir(parents=True, exist_ok=True)
         workdir = outdir / "logs"
     else:
         workdir = Path(tempfile.mkdtemp(prefix="speckit-validate-"))
@@ -240,7 +245,8 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     if baseline is not None:
         rep.warnings.append(f"baseline reused from an earlier run ({base.log_path})")
     if outdir is not None:
-        write_outputs(rep, outdir)
+        with output_errors(outdir):
+            write_outputs(rep, outdir)
     return rep
 
 
