@@ -17,6 +17,8 @@ VLLM_METHOD = "dspark"
 SPECULATORS_TYPE = "dspark"
 SPECULATORS_ARCHITECTURE = "DSparkDraftModel"  # "architectures" of the speculators config
 PARALLEL = True
+# drafts a block after projecting the target's context features into its own K/V
+DRAFT_KV_FROM_CONTEXT = True
 HAS_CHECKPOINT = True
 # speculators config key of the target layers whose hidden states feed the draft's fc
 AUX_LAYERS_KEY = "aux_hidden_state_layer_ids"
