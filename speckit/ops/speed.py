@@ -172,7 +172,9 @@ def _assumptions(gpu: GPU, c: _steps.StepConstants, source: str, ctx: int,
            f"fitted on an H200 with plain torch (bench/results/step_costs_h200.txt) are "
            f"assumed to hold on this GPU"),
            ("attention packs GQA heads while verifying (vLLM's paged FlashAttention); "
-           "the H200 fit measured PyTorch SDPA, which packs them only for q = 1"),
+            "the H200 fit measured PyTorch SDPA, which packs them only for q = 1"
+            if c.gqa_pack == "always" else
+            "attention priced as PyTorch SDPA (GQA heads packed only for q = 1)"),
            f"acceptance: {source}; acceptance does not depend on the batch size",
            (f"the schedule is chosen at KV context {ctx:,} (the longest given): speculation "
            f"stops paying at lower concurrency as context grows"),
