@@ -45,12 +45,22 @@ GiB = 1024**3
 @click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (as vLLM's flag).")
 @click.option("--revision", help="Target revision on the Hub.")
 @click.option("--draft-revision", help="Draft revision on the Hub.")
+@click.option("--acceptance", metavar="P1,P2,...", help="Per-position acceptance rates (as "
+              "speckit validate / vLLM report them): adds the projected speed by k x "
+              "concurrency and the per-batch-size k schedule.")
+@click.option("--acceptance-kind", type=click.Choice(["per-position", "conditional"]),
+              default="per-position", show_default=True,
+              help="conditional: rate i given position i-1 was accepted.")
+@click.option("--al", type=float, help="Mean accepted length (tokens per step, bonus included) "
+              "at -k, instead of --acceptance.")
+@click.option("--context", "contexts", default="1024,4096", show_default=True,
+              metavar="N,N", help="KV context lengths of the projected speed tables.")
 @click.option("--json", "json_mode", is_flag=True, help="Print the PlanResult as JSON.")
 @handle_errors
 def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
              gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
              kv_cache_dtype, draft_quant, kv_cache_memory_bytes, enforce_eager, revision,
-             draft_revision, json_mode):
+             draft_revision, acceptance, acceptance_kind, al, contexts, json_mode):
     """Memory plan for serving TARGET (+ DRAFT) with vLLM: weights, KV cache, the rest.
 
     Reads only config.json and safetensors headers. Prints what fits (KV tokens, concurrency at
@@ -74,11 +84,82 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
         max_num_batched_tokens=max_num_batched_tokens, kv_cache_dtype=kv_cache_dtype,
         draft_quant=draft_quant, kv_cache_memory_bytes=kv_cache_memory_bytes,
         enforce_eager=enforce_eager)
+    speed = None
+    if acceptance is not None or al is not None:
+        speed = _speed(result, g, target=target, draft=draft, revision=revision,
+                       draft_revision=draft_revision, acceptance=acceptance,
+                       acceptance_kind=acceptance_kind, al=al, contexts=contexts,
+                       kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant)
     if json_mode:
-        print_json(result)
+        print_json(result if speed is None else {"plan": result, "speed": speed})
     else:
         render(result)
+        if speed is not None:
+            render_speed(speed)
     sys.exit(0 if result.starts else 1)
+
+
+def _floats(text: str, flag: str) -> list[float]:
+    from speckit.errors import UsageError
+
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise UsageError(f"{flag} {text!r}: expected comma-separated numbers") from e
+
+
+def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
+           acceptance_kind, al, contexts, kv_cache_dtype, draft_quant):
+    from speckit.errors import UsageError
+    from speckit.ops.speed import project_speed_from_refs
+
+    if gpu is None:
+        raise UsageError("--acceptance/--al project speed for a catalog GPU, not --gpu-mem-gib",
+                         hint="pass --gpu NAME (its bandwidth and peak drive the projection)")
+    if result.method is None:
+        raise UsageError("--acceptance/--al need a draft or --method")
+    rates = _floats(acceptance, "--acceptance") if acceptance is not None else None
+    ctxs = [int(c) for c in _floats(contexts, "--context")]
+    return project_speed_from_refs(
+        target=result.target if target is None else target, draft=draft, revision=revision,
+        draft_revision=draft_revision, method=result.method, k=result.k, acceptance=rates,
+        acceptance_kind=acceptance_kind, al=al, gpu=gpu, tp=result.tp, draft_tp=result.draft_tp,
+        contexts=ctxs, max_batch=int(result.settings["max_num_seqs"]),
+        kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant)
+
+
+def render_speed(sp) -> None:
+    import json
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    con.print(f"\n[bold]projected speed[/] on {escape(sp.gpu)} x TP={sp.tp} "
+              f"({escape(sp.acceptance_source)})")
+    for tb in sp.tables:
+        t = Table(title=f"projected throughput ratio vs no speculation, KV context {tb.ctx:,}",
+                  box=None, pad_edge=False, header_style="bold", title_justify="left")
+        t.add_column("k (projected AL)")
+        for b in tb.batches:
+            t.add_column(f"B={b}", justify="right")
+        for k in tb.ks:
+            t.add_row(f"{k} ({tb.al[k]:.2f})", *(f"{r:.2f}x" for r in tb.ratio[k]))
+        t.add_row("best k", *(str(k) if k else "off" for k in tb.best_k))
+        con.print(t)
+        be = (f"projected break-even concurrency: {tb.break_even} (speculation off from there)"
+              if tb.break_even else
+              f"projected: speculation pays up to max-num-seqs {tb.max_batch}")
+        con.print(f"  {be}")
+    con.print(f"projected best k per concurrency (KV context {sp.schedule_context:,}):")
+    for lo, hi, k in sp.schedule:
+        con.print(f"  concurrency {lo}-{hi}: " + (f"k={k}" if k else "off (k=0)"))
+    con.print("projected schedule for --speculative-config: "
+              + escape(json.dumps(sp.speculative_config)))
+    con.print("[dim]assumptions (projection):[/]")
+    for a in sp.assumptions:
+        con.print(f"[dim]  - {escape(a)}[/]")
 
 
 def _gib(n: float) -> str:

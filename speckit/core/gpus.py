@@ -27,6 +27,12 @@ class GPU:
     fp8: bool  # native FP8 matmuls (vLLM's Quark/FP8 W8A8 path needs them)
     mxfp4: str  # "native" | "emulated" (stored at 4 bits, computed in 16) | "no"
     aliases: tuple[str, ...] = field(default=())
+    # datasheet rates the step-cost model (speckit.core.plan.steps) scales; 0 = unknown
+    hbm_bytes_per_s: float = 0.0  # HBM bandwidth
+    bf16_flops: float = 0.0  # dense BF16 matrix peak
+    fp8_flops: float = 0.0  # dense FP8 matrix peak (0 without native FP8)
+    link_bytes_per_s: float = 0.0  # GPU-to-GPU bandwidth per direction (NVLink / Infinity Fabric)
+    perf_source: str = ""
 
     @property
     def memory_gib(self) -> float:
@@ -36,21 +42,39 @@ class GPU:
 # Memory: the total cudaMemGetInfo reports, which is vLLM's budget base. H200 was measured with
 # torch.cuda.mem_get_info on the device machine (bench/results/plan_h200.txt); the other NVIDIA
 # parts are nvidia-smi totals; AMD parts are the HBM capacity of the spec sheet (binary GB).
+_T = 1e12
+# Rates: vendor datasheets, dense (no sparsity). NVIDIA: H100/H200 SXM 989 TFLOP/s BF16 and 1979
+# FP8, 900 GB/s NVLink (450 per direction); B200 2.25/4.5 PFLOP/s, 1.8 TB/s NVLink. AMD:
+# MI300X/MI325X 1307/2615 TFLOP/s, Infinity Fabric 896 GB/s aggregate; MI355X 2.5/5.0 PFLOP/s.
 _BUILTIN: tuple[GPU, ...] = (
     GPU("MI300X", "amd", 192 * GiB, "vendor spec: 192 GB HBM3", fp8=True, mxfp4="emulated",
-        aliases=("mi300", "instinct-mi300x")),
+        aliases=("mi300", "instinct-mi300x"), hbm_bytes_per_s=5.3 * _T,
+        bf16_flops=1307.4 * _T, fp8_flops=2614.9 * _T, link_bytes_per_s=448e9,
+        perf_source="AMD Instinct MI300X datasheet"),
     GPU("MI325X", "amd", 256 * GiB, "vendor spec: 256 GB HBM3E", fp8=True, mxfp4="emulated",
-        aliases=("mi325", "instinct-mi325x")),
+        aliases=("mi325", "instinct-mi325x"), hbm_bytes_per_s=6.0 * _T,
+        bf16_flops=1307.4 * _T, fp8_flops=2614.9 * _T, link_bytes_per_s=448e9,
+        perf_source="AMD Instinct MI325X datasheet"),
     GPU("MI355X", "amd", 288 * GiB, "vendor spec: 288 GB HBM3E", fp8=True, mxfp4="native",
-        aliases=("mi355", "mi350x", "instinct-mi355x")),
+        aliases=("mi355", "mi350x", "instinct-mi355x"), hbm_bytes_per_s=8.0 * _T,
+        bf16_flops=2516.6 * _T, fp8_flops=5033.2 * _T, link_bytes_per_s=538e9,
+        perf_source="AMD Instinct MI355X datasheet"),
     GPU("A100-80GB", "nvidia", 81920 * MiB, "nvidia-smi: 81920 MiB", fp8=False, mxfp4="no",
-        aliases=("a100", "a100-80g", "a100-sxm4-80gb")),
+        aliases=("a100", "a100-80g", "a100-sxm4-80gb"), hbm_bytes_per_s=2.039 * _T,
+        bf16_flops=312 * _T, link_bytes_per_s=300e9,
+        perf_source="NVIDIA A100 datasheet (SXM4 80GB)"),
     GPU("H100", "nvidia", 81559 * MiB, "nvidia-smi: 81559 MiB (H100 SXM 80GB)", fp8=True,
-        mxfp4="emulated", aliases=("h100-80gb", "h100-sxm", "h100-sxm5-80gb")),
+        mxfp4="emulated", aliases=("h100-80gb", "h100-sxm", "h100-sxm5-80gb"),
+        hbm_bytes_per_s=3.35 * _T, bf16_flops=989.4 * _T, fp8_flops=1978.9 * _T,
+        link_bytes_per_s=450e9, perf_source="NVIDIA H100 datasheet (SXM)"),
     GPU("H200", "nvidia", 150_109_880_320, "measured: torch.cuda.mem_get_info total on an H200 "
-        "SXM 141GB", fp8=True, mxfp4="emulated", aliases=("h200-141gb", "h200-sxm")),
+        "SXM 141GB", fp8=True, mxfp4="emulated", aliases=("h200-141gb", "h200-sxm"),
+        hbm_bytes_per_s=4.8 * _T, bf16_flops=989.4 * _T, fp8_flops=1978.9 * _T,
+        link_bytes_per_s=450e9, perf_source="NVIDIA H200 datasheet (SXM)"),
     GPU("B200", "nvidia", 183359 * MiB, "nvidia-smi: 183359 MiB (B200 180GB)", fp8=True,
-        mxfp4="native", aliases=("b200-180gb",)),
+        mxfp4="native", aliases=("b200-180gb",), hbm_bytes_per_s=8.0 * _T,
+        bf16_flops=2250 * _T, fp8_flops=4500 * _T, link_bytes_per_s=900e9,
+        perf_source="NVIDIA HGX B200 datasheet"),
 )
 
 
@@ -67,7 +91,8 @@ def _user_file() -> Path | None:
 
 
 def load_user_gpus(path: str | os.PathLike) -> list[GPU]:
-    """Read ``[[gpu]]`` tables: name, vendor, memory_gib (or memory_bytes), fp8, mxfp4, aliases."""
+    """Read ``[[gpu]]`` tables: name, vendor, memory_gib (or memory_bytes), fp8, mxfp4, aliases,
+    and the optional rates hbm_tb_s, bf16_tflops, fp8_tflops, link_gb_s."""
     import tomllib
 
     p = Path(path)
@@ -95,7 +120,28 @@ def load_user_gpus(path: str | os.PathLike) -> list[GPU]:
             raise FormatError(f"{where}: mxfp4 must be native, emulated or no (got {mx!r})")
         out.append(GPU(str(row["name"]), str(row.get("vendor", "unknown")).lower(), mem,
                        f"user file {p}", fp8=bool(row.get("fp8", False)), mxfp4=mx,
-                       aliases=tuple(str(a) for a in row.get("aliases", ()))))
+                       aliases=tuple(str(a) for a in row.get("aliases", ())),
+                       **_user_rates(row, where), perf_source=f"user file {p}"))
+    return out
+
+
+_RATE_KEYS = {"hbm_tb_s": ("hbm_bytes_per_s", 1e12), "bf16_tflops": ("bf16_flops", 1e12),
+              "fp8_tflops": ("fp8_flops", 1e12), "link_gb_s": ("link_bytes_per_s", 1e9)}
+
+
+def _user_rates(row: dict, where: str) -> dict[str, float]:
+    """Optional datasheet rates of a user entry (hbm_tb_s, bf16_tflops, fp8_tflops, link_gb_s)."""
+    out = {}
+    for key, (field_name, unit) in _RATE_KEYS.items():
+        if key in row:
+            try:
+                v = float(row[key])
+            except (TypeError, ValueError):
+                v = -1.0
+            if v < 0:
+                raise FormatError(f"{where}: {key} must be a non-negative number "
+                                  f"(got {row[key]!r})")
+            out[field_name] = v * unit
     return out
 
 

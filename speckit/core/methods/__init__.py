@@ -87,6 +87,10 @@ class MethodSpec:
     vllm_method: str  # the `method` string in --speculative-config
     has_checkpoint: bool = True  # False for ngram
     parallel: bool = False  # drafts all k tokens in one forward
+    # how the drafter spends a step (core/plan/steps.py): "chain" = k sequential passes,
+    # "block" = one pass over a block after projecting context K/V (DFlash family),
+    # "append" = one pass over the verified tokens plus k-1 mask slots (P-EAGLE)
+    draft_style: str = "chain"
     speculators_type: str | None = None  # `speculators_model_type` of its speculators layout
     speculators_architecture: str | None = None  # "architectures" of that config
     aux_layers_key: str | None = None  # speculators key of the target layers feeding the draft

@@ -128,6 +128,7 @@ SPEC = MethodSpec(
     parallel=True,
     has_checkpoint=True,
     aux_layers_key="aux_hidden_state_layer_ids",
+    draft_style="block",  # projects the target's context features into its own K/V
     reads_mask_embedding=True,  # DFlash family: replaces the mask token's embedding
     convert_layout="speculators",
     vllm_loads_speculators=True,

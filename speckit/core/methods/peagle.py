@@ -109,6 +109,7 @@ SPEC = MethodSpec(
     has_checkpoint=True,
     aux_layers_key="eagle_aux_hidden_state_layer_ids",
     trainer_aux_default=True,
+    draft_style="append",  # the verified tokens plus k-1 mask slots in one pass
     calibration="eagle-head",
     norm_before_residual_default=False,  # vLLM algos.py
     convert_layout="speculators",

@@ -1,0 +1,110 @@
+"""k schedule math: AL from rates, throughput ratio, best k, break-even, and vLLM's own validator
+on every schedule speckit emits."""
+
+from __future__ import annotations
+
+import pytest
+
+from speckit.core.plan import schedule as sch
+from speckit.errors import UsageError
+
+RATES = [0.730, 0.521, 0.355]
+
+
+def test_al_from_per_position_and_conditional():
+    assert sch.al_from_per_position(RATES, 3) == pytest.approx(1 + 0.730 + 0.521 + 0.355)
+    assert sch.al_from_per_position(RATES, 0) == 1.0
+    cond = [0.8, 0.5, 0.5]
+    assert sch.al_from_conditional(cond, 3) == pytest.approx(1 + 0.8 + 0.4 + 0.2)
+    assert sch.per_position_from_conditional(cond) == pytest.approx([0.8, 0.4, 0.2])
+    with pytest.raises(UsageError, match="needs 4"):
+        sch.al_from_per_position(RATES, 4)
+
+
+def test_rate_checks():
+    with pytest.raises(UsageError, match="never rise"):
+        sch.check_rates([0.5, 0.6])
+    assert sch.check_rates([0.5, 0.6], kind="conditional") == [0.5, 0.6]
+    with pytest.raises(UsageError, match="outside"):
+        sch.check_rates([1.2])
+
+
+def test_geometric_rates_reproduce_the_al_given():
+    rates = sch.geometric_rates(2.5, 3, positions=5)
+    assert sch.al_from_per_position(rates, 3) == pytest.approx(2.5, abs=1e-9)
+    assert rates == sorted(rates, reverse=True) and len(rates) == 5
+    with pytest.raises(UsageError, match="AL must lie"):
+        sch.geometric_rates(4.5, 3)
+
+
+def _synthetic(max_batch=256, overhead=0.0):
+    """A toy machine: weights cost 1.0 per step, each token 0.01 (compute), a draft 0.05 k."""
+    al = {k: sch.al_from_per_position(RATES, k) for k in (1, 2, 3)}
+    return sch.project(al, base_step=lambda b: 1.0 + 0.01 * b,
+                       spec_step=lambda b, k: 1.0 + 0.01 * b * (k + 1) + 0.05 * k + overhead,
+                       max_batch=max_batch, batches=[1, 8, 32, 64, 128, 256])
+
+
+def test_ratio_and_break_even_where_ratio_crosses_one():
+    tb = _synthetic()
+    assert tb.ratio[3][0] == pytest.approx(sch.al_from_per_position(RATES, 3) * 1.01 / 1.19)
+    be = tb.break_even
+    assert be is not None
+
+    def best(b: int) -> float:
+        return max(sch.throughput_ratio(tb.al[k], 1 + 0.01 * b * (k + 1) + 0.05 * k, 1 + 0.01 * b)
+                   for k in tb.ks)
+
+    assert best(be) <= 1.0 < best(be - 1)
+    assert tb.schedule[-1] == (be, 256, 0)
+    # k falls as concurrency rises: the deepest k first, off last
+    ks = [k for _, _, k in tb.schedule]
+    assert ks == sorted(ks, reverse=True) and ks[0] == 3
+    # ratios fall with concurrency for every k
+    for k in tb.ks:
+        assert tb.ratio[k] == sorted(tb.ratio[k], reverse=True)
+
+
+def test_never_pays_and_always_pays():
+    off = _synthetic(overhead=5.0)
+    assert off.schedule == [(1, 256, 0)] and off.break_even == 1
+    al = {1: 1.9}
+    on = sch.project(al, base_step=lambda b: 1.0, spec_step=lambda b, k: 1.05, max_batch=64)
+    assert on.schedule == [(1, 64, 1)] and on.break_even is None
+
+
+def test_ranges_and_own_check():
+    assert sch.ranges([3, 3, 2, 2, 2, 0]) == [(1, 2, 3), (3, 5, 2), (6, 6, 0)]
+    with pytest.raises(UsageError):
+        sch.check_schedule([(2, 4, 1)])
+    with pytest.raises(UsageError):
+        sch.check_schedule([(1, 4, 1), (3, 8, 2)])
+
+
+@pytest.mark.vllm
+@pytest.mark.parametrize("overhead", [0.0, 0.3, 5.0])
+def test_vllm_validator_accepts_emitted_schedules(overhead):
+    from vllm.v1.spec_decode.dynamic.utils import (
+        build_dynamic_sd_schedule_lookup,
+        validate_and_normalize_dynamic_sd_schedule,
+    )
+
+    tb = _synthetic(overhead=overhead)
+    as_json = [list(r) for r in tb.schedule]  # the form --speculative-config carries
+    assert validate_and_normalize_dynamic_sd_schedule(as_json) == tb.schedule
+    top = max(k for _, _, k in tb.schedule) or 1
+    dense = build_dynamic_sd_schedule_lookup(as_json, vllm_max_batch_size=256,
+                                             vllm_num_speculative_tokens=top)
+    for lo, hi, k in tb.schedule:
+        assert set(dense[lo:hi + 1]) == {k}
+
+
+@pytest.mark.vllm
+def test_vllm_validator_agrees_with_our_check_on_bad_schedules():
+    from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+
+    for bad in ([(2, 4, 1)], [(1, 4, 1), (3, 8, 2)], [(1, 4, -1)], [(3, 1, 1)]):
+        with pytest.raises(ValueError):
+            validate_and_normalize_dynamic_sd_schedule([list(b) for b in bad])
+        with pytest.raises(ValueError):
+            sch.check_schedule(bad)
