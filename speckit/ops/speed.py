@@ -75,7 +75,7 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
     wbytes, fp8 = _target_weights(target_config)
     tshape = _steps.ModelShape.from_config(target_config, weight_bytes=wbytes, fp8_compute=fp8,
                                            where=f"{target_name}/config.json")
-    dshape = _draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant,
+    dshape = draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant,
                           gpu, where=draft_name or "draft")
     kvb = float(KV_BYTES[kv_cache_dtype] or 2)  # auto: the model dtype (bf16 also for FP8)
     al = {kk: _sched.al_from_per_position(rates, kk) for kk in range(1, len(rates) + 1)}
@@ -145,7 +145,7 @@ def _target_weights(config: Mapping[str, Any]) -> tuple[float, bool]:
     return 2.0, False
 
 
-def _draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant, gpu, *,
+def draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant, gpu, *,
                  where: str) -> _steps.DraftShape | None:
     if not mod.has_checkpoint or mod.proposes_on_cpu:
         return None  # ngram proposes on the host: no GPU draft step
