@@ -1,0 +1,1 @@
+"""Pure deployment math: memory, step costs, schedules."""
