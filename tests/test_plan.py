@@ -368,6 +368,16 @@ def test_plan_imports_no_torch():
     assert out.stdout.split() == ["False", "False"]
 
 
+def test_core_plan_is_pure():
+    # the math reads no files: nothing from speckit.io, no torch, for every core.plan module
+    code = ("import sys, pkgutil, importlib, speckit.core.plan as p; "
+            "[importlib.import_module('speckit.core.plan.' + m.name) "
+            "for m in pkgutil.iter_modules(p.__path__)]; "
+            "print(sorted(m for m in sys.modules if m.startswith('speckit.io') or m == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_result_is_jsonable():
     from speckit.cli._common import to_jsonable
 
