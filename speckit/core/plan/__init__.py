@@ -1,1 +1,1 @@
-"""Pure deployment math: step costs of target and draft passes, and the k schedule they imply."""
+"""Pure deployment math: memory, KV blocks and overheads, step costs, k schedules and their fit."""

@@ -101,8 +101,9 @@ def _nelder_mead(f: Callable[[Sequence[float]], float], x0: Sequence[float], *,
             break
         centre = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
 
-        def towards(a: float, _c: list[float] = centre) -> list[float]:
-            return [c + a * (w - c) for c, w in zip(_c, simplex[-1], strict=True)]
+        def towards(a: float, _c: list[float] = centre,
+                    _w: list[float] = simplex[-1]) -> list[float]:
+            return [c + a * (w - c) for c, w in zip(_c, _w, strict=True)]
 
         refl = towards(-1.0)
         fr = f(refl)
