@@ -19,7 +19,8 @@ def _parse_sweep(value: str | None) -> list[int] | None:
     try:
         ks = [int(x) for x in value.replace(" ", "").split(",") if x]
     except ValueError:
-        raise UsageError(f"--sweep {value!r}: expected comma-separated integers like 1,2,3,5,7")
+        raise UsageError(f"--sweep {value!r}: expected comma-separated integers like "
+                         "1,2,3,5,7") from None
     if not ks or min(ks) < 1:
         raise UsageError(f"--sweep {value!r}: every k must be >= 1")
     return ks
@@ -41,8 +42,19 @@ def _parse_engine_args(items: tuple[str, ...]) -> dict:
     return out
 
 
+def _parse_batches(value: str | None) -> list[int] | None:
+    if value is None:
+        return None
+    try:
+        return [int(x) for x in value.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise UsageError(f"--batch-sizes {value!r}: expected comma-separated integers like "
+                         "1,2,4,8,16") from None
+
+
 @click.command("validate")
-@click.option("-t", "--target", required=True, help="Target model: directory, registry id or Hub repo.")
+@click.option("-t", "--target", required=True,
+              help="Target model: directory, registry id or Hub repo.")
 @click.option("-d", "--draft", help="Draft checkpoint: directory, registry id or Hub repo.")
 @click.option("-m", "--method", help="Speculative method (default: detected from the draft).")
 @click.option("-k", "--num-speculative-tokens", "k", type=int,
@@ -60,7 +72,8 @@ def _parse_engine_args(items: tuple[str, ...]) -> dict:
               help="enable_thinking for chat templates that have the switch (recorded).")
 @click.option("--concurrency", type=int, default=1, show_default=True,
               help="Requests in flight (vLLM max_num_seqs) during the timed runs.")
-@click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True, help="Tensor parallel size.")
+@click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True,
+              help="Tensor parallel size.")
 @click.option("--engine-arg", "engine_arg", multiple=True, metavar="KEY=VALUE",
               help="Passed to vllm.LLM as is (repeatable), e.g. gpu_memory_utilization=0.85.")
 @click.option("--compare-draft", help="A second draft measured on the same prompts and k.")
@@ -73,12 +86,27 @@ def _parse_engine_args(items: tuple[str, ...]) -> dict:
               "cores; spin-waiting threads are slow on a shared machine).")
 @click.option("--timeout", type=float, default=1200, show_default=True,
               help="Seconds allowed per engine run.")
+@click.option("--batch-sizes", metavar="B1,B2,...",
+              help="Measure decode step costs at these concurrencies on the same engines, fit "
+              "the step model and emit a per-batch-size k schedule (default 1,2,4,8,16 on CPU, "
+              "1,4,16,64,128 on a GPU; '' to skip).")
+@click.option("--serve-gpu", metavar="GPU",
+              help="Project the k schedule for this catalog GPU (speckit plan --gpu names) and "
+              "use it in the spec-config and serve line.")
+@click.option("--serve-tp", type=int, default=1, show_default=True,
+              help="Tensor parallel size of the serving deployment (with --serve-gpu).")
+@click.option("--compare-acceptance-only/--compare-timed", default=None,
+              help="Time the compare draft or measure its acceptance only (default: acceptance "
+              "only when its quantized matmuls are emulated on this machine).")
+@click.option("--compare-budget", type=float, default=90.0, show_default=True,
+              help="Seconds an acceptance-only compare run may take (whole prompts).")
 @click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_tokens, temperature,
                  seed, thinking, concurrency, tp, engine_arg, compare_draft, out, force,
-                 no_confirm, cpu_threads, timeout, json_mode, quiet):
+                 no_confirm, cpu_threads, timeout, batch_sizes, serve_gpu, serve_tp,
+                 compare_acceptance_only, compare_budget, json_mode, quiet):
     """Measure acceptance (AL, per position), throughput vs baseline and losslessness on vLLM.
 
     Writes the --speculative-config and the `vllm serve` line for the measured (or best) k.
@@ -91,6 +119,9 @@ def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_toke
                       concurrency=concurrency, tp=tp, engine_args=_parse_engine_args(engine_arg),
                       compare_draft=compare_draft, out=out, force=force, confirm=not no_confirm,
                       timeout_s=timeout, cpu_threads=cpu_threads or None,
+                      batch_sizes=_parse_batches(batch_sizes), serve_gpu=serve_gpu,
+                      serve_tp=serve_tp, compare_acceptance_only=compare_acceptance_only,
+                      compare_budget_s=compare_budget,
                       progress=progress_enabled(json_mode or quiet))
     if json_mode:
         print_json(report.to_dict())

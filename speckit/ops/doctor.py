@@ -477,23 +477,38 @@ def _kernels(torch: Any, devices: list[Device], warnings: list[str]) -> list[Ker
             _probe(torch, dev, n, bf16, "mxfp4", _mxfp4_case(torch))]
 
 
+def probe_kernel(fmt: str) -> KernelProbe:
+    """Time one FP8 or MXFP4 matmul against bf16 on this machine's first device (a few ms):
+    "native", "emulated" or "unavailable". validate asks it before timing a quantized draft."""
+    warnings: list[str] = []
+    torch = _torch(warnings)
+    found = _kernels(torch, _devices(torch, warnings), warnings)
+    return next(k for k in found if k.format == fmt)
+
+
 def _bf16_operands(torch: Any, dev: str, n: int) -> tuple[Any, Any]:
     return (torch.randn(n, n, device=dev, dtype=torch.bfloat16),
             torch.randn(n, n, device=dev, dtype=torch.bfloat16))
 
 
 def _time_matmul(torch: Any, dev: str, make, run, repeat: int | None = None) -> float:
-    """Seconds per call, after one warm-up call (kernel selection, lazy init)."""
+    """The fastest of ``repeat`` timed calls after a warm-up of >= 10 calls and 20 ms (kernel
+    selection, JIT and thread-pool start: a first CPU bf16 matmul ran 90x slower than the tenth,
+    measured): the minimum is what a busy machine cannot inflate."""
     a, b = make()
     sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
-    run(a, b)
-    sync()
-    repeat = repeat or (20 if dev.startswith("cuda") else 4)
-    t = time.perf_counter()
-    for _ in range(repeat):
+    t0, calls = time.perf_counter(), 0
+    while calls < 10 or time.perf_counter() - t0 < 0.02:
         run(a, b)
-    sync()
-    return (time.perf_counter() - t) / repeat
+        sync()
+        calls += 1
+    best = float("inf")
+    for _ in range(repeat or (20 if dev.startswith("cuda") else 6)):
+        t = time.perf_counter()
+        run(a, b)
+        sync()
+        best = min(best, time.perf_counter() - t)
+    return best
 
 
 def _fp8_case(torch: Any):

@@ -14,8 +14,10 @@ from speckit.core.gpus import GPU
 from speckit.core.plan import steps as _steps
 from speckit.errors import PlanError
 
-# the constants a handful of points can pin down: bandwidth, compute and the fixed costs
-FIT_FIELDS = ("bw_frac", "flop_frac", "pass_overhead_s", "layer_overhead_s")
+# the constants a handful of points can pin down: bandwidth, compute, the fixed costs, and how
+# memory and compute time combine (softness 1: they add, as on a CPU; large: they overlap)
+FIT_FIELDS = ("bw_frac", "flop_frac", "attn_bw_frac", "attn_flop_frac", "attn_unit_bytes_per_s",
+              "pass_overhead_s", "layer_overhead_s", "softness")
 
 
 @dataclass(frozen=True)
@@ -66,17 +68,20 @@ def fit_steps(points: Sequence[StepPoint], *, target: _steps.ModelShape,
     if len(fit_on) < 2:
         raise PlanError(f"the step model needs >= 2 measured steps to fit (got {len(fit_on)})",
                         hint="measure more batch sizes")
-    base = replace(start or _steps.StepConstants(), softness=3.0, source="fitted to this run")
+    base = replace(start or _steps.StepConstants(), source="fitted to this run")
 
     def consts(x: Sequence[float]) -> _steps.StepConstants:
-        return replace(base, **{f: math.exp(v) for f, v in zip(FIT_FIELDS, x, strict=True)})
+        vals = {f: math.exp(v) for f, v in zip(FIT_FIELDS, x, strict=True)}
+        vals["softness"] = 1.0 + vals["softness"]  # p >= 1 keeps it a norm
+        return replace(base, **vals)
 
     def loss(x: Sequence[float]) -> float:
         c = consts(x)
         return sum(math.log(model_seconds(p, target=target, draft=draft, gpu=gpu, constants=c)
                             / p.seconds) ** 2 for p in fit_on)
 
-    x0 = [math.log(max(getattr(base, f), 1e-9)) for f in FIT_FIELDS]
+    x0 = [math.log(max(getattr(base, f) - (1.0 if f == "softness" else 0.0), 1e-9))
+          for f in FIT_FIELDS]
     best = _nelder_mead(loss, x0)
     c = consts(best)
     pred = {(p.batch, p.k): model_seconds(p, target=target, draft=draft, gpu=gpu, constants=c)
@@ -89,7 +94,7 @@ def fit_steps(points: Sequence[StepPoint], *, target: _steps.ModelShape,
 
 def _nelder_mead(f: Callable[[Sequence[float]], float], x0: Sequence[float], *,
                  step: float = 1.0, iters: int = 600, tol: float = 1e-10) -> list[float]:
-    """The downhill simplex; enough for four parameters in log space."""
+    """The downhill simplex; enough for a handful of parameters in log space."""
     n = len(x0)
     simplex = [list(x0)] + [[x0[j] + (step if j == i else 0.0) for j in range(n)]
                             for i in range(n)]

@@ -70,6 +70,9 @@ class EngineJob:
     # after the timed run: decode step cost at these batch sizes (same engine, no extra start)
     batch_probe: list[int] | None = None
     batch_probe_tokens: int = 16
+    # stop the timed run between requests once this many seconds passed (acceptance-only runs
+    # where a kernel is emulated): the run then covers the first len(requests) prompts
+    time_budget_s: float | None = None
 
 
 @dataclass

@@ -154,10 +154,11 @@ def _probe(llm, vocab: int, lengths: list[int], seed: int) -> dict[str, float]:
 
 
 def _batch_probe(llm, prompt_ids: list[list[int]], sizes: list[int],
-                 max_tokens: int) -> list[dict[str, Any]]:
+                 max_tokens: int, repeats: int = 2) -> list[dict[str, Any]]:
     """Decode step cost at several batch sizes B on the same engine: B requests (the real prompts,
-    cycled) run together for ``max_tokens`` greedy tokens; each request's decode time over its
-    engine steps is the step cost at B. The counter deltas show the k vLLM used at that B."""
+    cycled) run together for ``max_tokens`` tokens; each request's decode time over its engine
+    steps is the step cost at B (the fastest of ``repeats`` rounds: a shared machine only ever
+    makes a step slower). The counter deltas show the k vLLM used at that B."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -167,21 +168,46 @@ def _batch_probe(llm, prompt_ids: list[list[int]], sizes: list[int],
         prompts = [TokensPrompt(prompt_token_ids=prompt_ids[i % len(prompt_ids)])
                    for i in range(b)]
         before = metric_snapshot(llm)
-        t0 = time.perf_counter()
-        res = llm.generate(prompts, sp, use_tqdm=False)
-        wall = time.perf_counter() - t0
+        rounds = [_probe_round(llm, prompts, sp) for _ in range(repeats)]
         after = metric_snapshot(llm)
-        rows = _timing(res)["outputs"]
-        steps, times = [], []
-        for r in rows:
-            n = sum(r["spec_histogram"]) if r["spec_histogram"] else len(r["token_ids"]) - 1
-            if r["decode_s"] and n > 0:
-                steps.append(n)
-                times.append(r["decode_s"] / n)
-        out.append({"batch": b, "wall_s": wall, "tokens": sum(len(r["token_ids"]) for r in rows),
-                    "step_s": statistics.median(times) if times else None,
-                    "steps": statistics.median(steps) if steps else None,
-                    "metrics_before": before, "metrics_after": after})
+        timed = [r for r in rounds if r["step_s"] is not None]
+        best = min(timed, key=lambda r: r["step_s"]) if timed else rounds[0]
+        out.append({"batch": b, **best, "metrics_before": before, "metrics_after": after})
+    return out
+
+
+def _probe_round(llm, prompts: list, sp) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    res = llm.generate(prompts, sp, use_tqdm=False)
+    wall = time.perf_counter() - t0
+    rows = _timing(res)["outputs"]
+    steps, times = [], []
+    for r in rows:
+        n = sum(r["spec_histogram"]) if r["spec_histogram"] else len(r["token_ids"]) - 1
+        if r["decode_s"] and n > 0:
+            steps.append(n)
+            times.append(r["decode_s"] / n)
+    return {"wall_s": wall, "tokens": sum(len(r["token_ids"]) for r in rows),
+            "step_s": statistics.median(times) if times else None,
+            "steps": statistics.median(steps) if steps else None}
+
+
+def _timed_generate(llm, prompts: list, sp, events: _Events, job: dict[str, Any], *,
+                    engine_seqs: int) -> list:
+    """The timed generation at the job's concurrency. When the engine allows more sequences
+    (for the batch probe) or a time budget applies, requests go in groups of ``concurrency`` so
+    no more than that many are ever in flight; a budget stops between groups (>= 1 group)."""
+    conc = int(job.get("concurrency", 1))
+    budget = job.get("time_budget_s")
+    if engine_seqs <= conc and budget is None:
+        return llm.generate(prompts, sp, use_tqdm=lambda *a, **kw: _Bar(events, *a, **kw))
+    out: list = []
+    t0 = time.perf_counter()
+    for i in range(0, len(prompts), conc):
+        out += llm.generate(prompts[i:i + conc], sp, use_tqdm=False)
+        events.emit(phase="generate", done=len(out), total=len(prompts))
+        if budget is not None and time.perf_counter() - t0 > float(budget):
+            break
     return out
 
 
@@ -253,7 +279,8 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
     before = metric_snapshot(llm)
     t0 = time.perf_counter()
-    outputs = llm.generate(prompts, sp, use_tqdm=lambda *a, **kw: _Bar(events, *a, **kw))
+    outputs = _timed_generate(llm, prompts, sp, events, job,
+                              engine_seqs=int(kwargs.get("max_num_seqs", 1)))
     wall = time.perf_counter() - t0
     after = metric_snapshot(llm)
 

@@ -6,6 +6,7 @@ process; a k sweep needs at most three engine starts (baseline, largest k, confi
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import platform as _platform
@@ -15,6 +16,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -60,19 +62,116 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
              compare_draft: str | None = None, out: str | Path | None = None,
              force: bool = False, confirm: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
              cpu_kv_bytes: int = 1 << 30, cpu_threads: int | None = 1, progress: bool = False,
-             baseline: EngineRun | None = None,
+             baseline: EngineRun | None = None, batch_sizes: Sequence[int] | None = None,
+             serve_gpu: str | None = None, serve_tp: int = 1,
+             compare_acceptance_only: bool | None = None, compare_budget_s: float = 90.0,
              on_event: Callable[[str, dict[str, Any]], None] | None = None) -> ValidationReport:
     """Validate ``draft`` (or a draft-free method such as ngram) for ``target`` on vLLM.
 
-    ``target``/``draft``/``compare_draft`` are directories, registry ids or Hub repo ids; a library
-    caller with materialized paths passes paths. With ``sweep`` the largest k is measured, AL(k)
-    is derived for the smaller ones, the best k is predicted and confirmed with one more run.
+    ``target``/``draft``/``compare_draft`` are directories, registry ids or Hub repo ids. With
+    ``sweep`` the largest k is measured, AL(k) is derived for the smaller ones, the best k is
+    predicted and confirmed with one more run. ``batch_sizes`` (default: by platform; empty:
+    off): decode step costs measured at these concurrencies on the same engines, the step model
+    fitted to them and a per-batch-size k schedule for this machine; ``serve_gpu``/``serve_tp``
+    project for a catalog GPU instead and put that schedule into the spec-config.
     ``baseline``: the ``baseline_run`` of an earlier report on the same target, prompts and
-    settings; reusing it saves one engine start (checked field by field).
-    ``cpu_threads``: OMP_NUM_THREADS of a CPU engine unless the environment sets it (None: the
-    OpenMP default, all cores; spin-waiting threads are very slow on a shared machine).
+    settings (saves one engine start). ``compare_acceptance_only`` (None: when the compare
+    draft's quantized kernels are emulated here): the compare run covers as many prompts as fit
+    in ``compare_budget_s`` and reports acceptance only. ``cpu_threads``: OMP_NUM_THREADS of a
+    CPU engine unless the environment sets it.
     """
     t_start = time.monotonic()
+    eargs = _check_args(k=k, sweep=sweep, max_tokens=max_tokens, temperature=temperature,
+                        concurrency=concurrency, tp=tp, engine_args=engine_args)
+    warnings: list[str] = []
+    inp = _inputs(target=target, draft=draft, method=method, compare_draft=compare_draft, k=k,
+                  sweep=sweep, dataset=dataset, num_prompts=num_prompts, warnings=warnings)
+    batches = _batch_sizes(batch_sizes, cpu=inp.cpu, concurrency=concurrency)
+    plan_info = _gates(inp, tp=tp, eargs=eargs, concurrency=max([concurrency, *batches]),
+                       cpu_kv_bytes=cpu_kv_bytes, force=force, warnings=warnings)
+    outdir, workdir = _dirs(out, inp, dataset)
+    ctx = _RunCtx(inp, workdir, _Progress(progress, on_event), timeout_s, temperature, tp,
+                  common={"model": str(inp.tpath), "max_tokens": max_tokens,
+                          "temperature": temperature, "seed": seed, "thinking": thinking,
+                          "concurrency": concurrency, "tp": tp, "engine_args": eargs,
+                          "cpu_kv_bytes": cpu_kv_bytes,
+                          "cpu_threads": cpu_threads if inp.cpu else None})
+    with ctx.bar:
+        r = _engines(ctx, baseline=baseline, sweep=bool(sweep), confirm=confirm,
+                     batches=batches, serve_gpu=serve_gpu, serve_tp=serve_tp,
+                     acceptance_only=compare_acceptance_only, budget_s=compare_budget_s,
+                     warnings=warnings)
+    if outdir is None:  # no --out: leave nothing behind (a failure above keeps its logs)
+        shutil.rmtree(workdir, ignore_errors=True)
+        for s in r.runs:
+            s.run.log = ""
+    _run_warnings(r.runs, inp.mod, warnings)
+    _low_ratio_causes(r, inp, concurrency=concurrency, warnings=warnings)
+    rep = _report(inp, r, eargs=eargs, plan_info=plan_info, warnings=warnings,
+                  settings={"max_tokens": max_tokens, "temperature": temperature, "seed": seed,
+                            "concurrency": concurrency, "tp": tp, "engine_args": eargs,
+                            "batch_sizes": batches, "serve_gpu": serve_gpu,
+                            "serve_tp": serve_tp},
+                  keep_log=outdir is not None or baseline is not None, t_start=t_start)
+    if baseline is not None:
+        rep.warnings.append(f"baseline reused from an earlier run ({r.base.log_path})")
+    if outdir is not None:
+        with output_errors(outdir):
+            write_outputs(rep, outdir)
+    return rep
+
+
+# ---- the steps of validate() ---------------------------------------------------------------
+
+@dataclass
+class _Inputs:
+    tpath: Path
+    tname: str
+    tcfg: dict[str, Any]
+    dpath: Path | None
+    dname: str | None
+    dcfg: dict[str, Any]
+    mod: Any  # MethodSpec
+    cpu: bool
+    ks: list[int]
+    prompts: Any  # PromptSet
+    cpath: Path | None
+    cname: str | None
+    ccfg: dict[str, Any]
+
+    @property
+    def k_max(self) -> int:
+        return max(self.ks)
+
+
+@dataclass
+class _RunCtx:
+    inp: _Inputs
+    workdir: Path
+    bar: Any
+    timeout_s: float
+    temperature: float
+    tp: int
+    common: dict[str, Any]
+    starts: int = 0
+    engine_runs: dict[str, EngineRun] = field(default_factory=dict)
+
+
+@dataclass
+class _Runs:
+    base: EngineRun
+    main: EngineRun
+    runs: list[SpecRunReport]
+    sweep: SweepReport | None
+    final_k: int
+    compare: CompareReport | None
+    concurrency: Any  # ConcurrencyReport | None
+    final_cfg: dict[str, Any]
+    starts: int
+
+
+def _check_args(*, k, sweep, max_tokens, temperature, concurrency, tp,
+                engine_args) -> dict[str, Any]:
     if k is not None and sweep:
         raise UsageError("-k and --sweep do not combine", hint="--sweep already picks k")
     if max_tokens < 2:
@@ -86,9 +185,11 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
                       ("tensor_parallel_size", "--tp"), ("model", "--target")):
         if bad in eargs:
             raise UsageError(f"--engine-arg {bad} is set by speckit validate", hint=f"use {flag}")
-    warnings: list[str] = []
+    return eargs
 
-    # -- what to run -----------------------------------------------------------------------------
+
+def _inputs(*, target, draft, method, compare_draft, k, sweep, dataset, num_prompts,
+            warnings: list[str]) -> _Inputs:
     tpath, tname = _resolve(target, role="target")
     tcfg = _config(tpath, what="target")
     _check_chat_template(tpath, name=tname)
@@ -105,12 +206,9 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
         raise PlanError(f"method {mod.name} cannot run on vLLM's CPU backend (it needs the V2 "
                         "model runner on CUDA/ROCm)", hint="validate it on a GPU machine")
     ks = _k_plan(mod, dcfg, k=k, sweep=sweep, warnings=warnings)
-    k_max = max(ks)
     prompts = load_prompts(dataset, num_prompts=num_prompts)
     if prompts.skipped:
         warnings.append(f"{len(prompts.skipped)} prompt rows skipped; first: {prompts.skipped[0]}")
-
-    # -- refuse what will not start (pairing, memory) before any engine --------------------------
     cpath = cname = None
     ccfg: dict[str, Any] = {}
     if compare_draft is not None:
@@ -118,90 +216,250 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
             raise UsageError("--compare-draft needs a method with a draft checkpoint")
         cpath, cname = _resolve(compare_draft, role="draft")
         ccfg = _config(cpath, what="compare draft")
-    plan_info = _plan_gate(tpath, dpath, mod, k_max, tcfg=tcfg, dcfg=dcfg, tp=tp, eargs=eargs,
-                           concurrency=concurrency, cpu=cpu, cpu_kv_bytes=cpu_kv_bytes,
-                           force=force, warnings=warnings, name=dname)
-    if cpath is not None:
-        _plan_gate(tpath, cpath, mod, k_max, tcfg=tcfg, dcfg=ccfg, tp=tp, eargs=eargs,
-                   concurrency=concurrency, cpu=cpu, cpu_kv_bytes=cpu_kv_bytes, force=force,
-                   warnings=warnings, name=cname)
+    return _Inputs(tpath, tname, tcfg, dpath, dname, dcfg, mod, cpu, ks, prompts, cpath, cname,
+                   ccfg)
 
-    # -- engine runs -----------------------------------------------------------------------------
-    outdir = None
-    if out is not None:  # a report dir written into, never inside an input
-        outdir = check_output(out, {"--target": tpath, "--draft": dpath,
-                                    "--compare-draft": cpath, "--dataset": Path(str(dataset))},
-                              force=True, flag="--out", reuse=True)
-        with output_errors(outdir):
-            outdir.mkdir(parents=True, exist_ok=True)
-        workdir = outdir / "logs"
-    else:
-        workdir = Path(tempfile.mkdtemp(prefix="speckit-validate-"))
-    bar = _Progress(progress, on_event)
-    common = {"model": str(tpath), "max_tokens": max_tokens, "temperature": temperature,
-              "seed": seed, "thinking": thinking, "concurrency": concurrency, "tp": tp,
-              "engine_args": eargs, "cpu_kv_bytes": cpu_kv_bytes,
-              "cpu_threads": cpu_threads if cpu else None}
 
-    def spec_cfg(draft_path: Path | None, cfg: dict[str, Any], kk: int) -> dict[str, Any]:
-        from speckit.core.specconfig import speculative_config
+def _batch_sizes(given: Sequence[int] | None, *, cpu: bool, concurrency: int) -> list[int]:
+    from speckit.ops.validate.concurrency import default_batches
 
-        return speculative_config(method=mod.name, k=kk,
-                                  draft=str(draft_path) if draft_path else None,
-                                  draft_config=cfg, tp=tp)
+    batches = default_batches(cpu=cpu) if given is None else sorted({int(b) for b in given})
+    if any(b < 1 for b in batches):
+        raise UsageError(f"--batch-sizes {batches}: every batch size must be >= 1")
+    if batches and len(batches) < 3:
+        raise UsageError(f"--batch-sizes {batches}: the step-model fit needs >= 3 sizes",
+                         hint="e.g. --batch-sizes 1,2,4,8,16, or --batch-sizes '' to skip")
+    return batches
 
-    starts = 0
-    with bar:
-        base_job = EngineJob("baseline", messages=[p.as_messages() for p in prompts.prompts],
-                             probe_tokens=sorted({1, k_max + 1}), **common)
-        if baseline is not None:
-            _check_reusable(baseline, base_job)
-            base = baseline
-        else:
-            base = bar.run(base_job, workdir=workdir, timeout_s=timeout_s)
-            starts += 1
-        ids = base.prompt_token_ids
 
-        def spec_run(label: str, role: str, draft_path: Path | None, cfg: dict[str, Any],
-                     kk: int, name: str | None) -> tuple[EngineRun, SpecRunReport]:
-            nonlocal starts
-            run = bar.run(EngineJob(label, prompt_token_ids=ids,
-                                    speculative_config=spec_cfg(draft_path, cfg, kk), **common),
-                          workdir=workdir, timeout_s=timeout_s)
-            starts += 1
-            return run, _spec_report(run, base, role=role, k=kk, draft=name,
-                                     temperature=temperature)
+def _gates(inp: _Inputs, *, tp, eargs, concurrency, cpu_kv_bytes, force,
+           warnings: list[str]) -> dict[str, Any] | None:
+    """Pairing and memory refusals before any engine starts (also for the compare draft)."""
+    info = _plan_gate(inp.tpath, inp.dpath, inp.mod, inp.k_max, tcfg=inp.tcfg, dcfg=inp.dcfg,
+                      tp=tp, eargs=eargs, concurrency=concurrency, cpu=inp.cpu,
+                      cpu_kv_bytes=cpu_kv_bytes, force=force, warnings=warnings, name=inp.dname)
+    if inp.cpath is not None:
+        _plan_gate(inp.tpath, inp.cpath, inp.mod, inp.k_max, tcfg=inp.tcfg, dcfg=inp.ccfg,
+                   tp=tp, eargs=eargs, concurrency=concurrency, cpu=inp.cpu,
+                   cpu_kv_bytes=cpu_kv_bytes, force=force, warnings=warnings, name=inp.cname)
+    return info
 
-        main, main_rep = spec_run(f"{mod.name}-k{k_max}", "speculative", dpath, dcfg, k_max,
-                                  dname)
-        runs = [main_rep]
-        sweep_rep = None
-        final_k = k_max
-        if sweep:
-            sweep_rep = _sweep(base, main, main_rep, mod, ks, warnings)
-            final_k = sweep_rep.recommended_k
-            if confirm and final_k != k_max:
-                conf, crep = spec_run(f"{mod.name}-k{final_k}", "confirm", dpath, dcfg, final_k,
-                                      dname)
-                runs.append(crep)
-                pred = next(p for p in sweep_rep.predictions if p.k == final_k)
-                sweep_rep.confirmation = Confirmation(final_k, pred.acceptance_length,
-                                                      crep.acceptance_length,
-                                                      pred.throughput_ratio,
-                                                      crep.throughput_ratio)
-                _calibrate(sweep_rep, base, main, conf, k=final_k)
-        compare_rep = None
-        if cpath is not None:
-            _, orep = spec_run(f"compare-k{final_k}", "compare", cpath, ccfg, final_k, cname)
-            runs.append(orep)
-            prim = next(r for r in runs if r.run.k == final_k and r.run.role != "compare")
-            compare_rep = CompareReport(dname or "-", cname or "-", final_k, prim, orep)
-    if outdir is None:  # no --out: leave nothing behind (a failure above keeps its logs)
-        shutil.rmtree(workdir, ignore_errors=True)
-        for r in runs:
-            r.run.log = ""
 
-    # -- figures, warnings, serve line -----------------------------------------------------------
+def _dirs(out, inp: _Inputs, dataset) -> tuple[Path | None, Path]:
+    if out is None:
+        return None, Path(tempfile.mkdtemp(prefix="speckit-validate-"))
+    # a report dir written into, never inside an input
+    outdir = check_output(out, {"--target": inp.tpath, "--draft": inp.dpath,
+                                "--compare-draft": inp.cpath, "--dataset": Path(str(dataset))},
+                          force=True, flag="--out", reuse=True)
+    with output_errors(outdir):
+        outdir.mkdir(parents=True, exist_ok=True)
+    return outdir, outdir / "logs"
+
+
+def _spec_cfg(ctx: _RunCtx, draft_path: Path | None, cfg: dict[str, Any],
+              kk: int) -> dict[str, Any]:
+    from speckit.core.specconfig import speculative_config
+
+    return speculative_config(method=ctx.inp.mod.name, k=kk,
+                              draft=str(draft_path) if draft_path else None, draft_config=cfg,
+                              tp=ctx.tp)
+
+
+def _spec_run(ctx: _RunCtx, base: EngineRun, label: str, role: str, draft_path: Path | None,
+              cfg: dict[str, Any], kk: int, name: str | None, *,
+              spec_config: dict[str, Any] | None = None,
+              **job: Any) -> tuple[EngineRun, SpecRunReport]:
+    spec = spec_config or _spec_cfg(ctx, draft_path, cfg, kk)
+    run = ctx.bar.run(EngineJob(label, prompt_token_ids=base.prompt_token_ids,
+                                speculative_config=spec, **{**ctx.common, **job}),
+                      workdir=ctx.workdir, timeout_s=ctx.timeout_s)
+    ctx.starts += 1
+    ctx.engine_runs[label] = run
+    return run, _spec_report(run, base, role=role, k=kk, draft=name,
+                             temperature=ctx.temperature)
+
+
+def _engines(ctx: _RunCtx, *, baseline, sweep: bool, confirm: bool, batches: list[int],
+             serve_gpu: str | None, serve_tp: int, acceptance_only: bool | None,
+             budget_s: float, warnings: list[str]) -> _Runs:
+    inp = ctx.inp
+    probe = {"batch_probe": batches or None}
+    base = _baseline(ctx, baseline, probe)
+    main, main_rep = _spec_run(ctx, base, f"{inp.mod.name}-k{inp.k_max}", "speculative",
+                               inp.dpath, inp.dcfg, inp.k_max, inp.dname, **probe)
+    runs = [main_rep]
+    sw = _sweep(base, main, main_rep, inp.mod, inp.ks, warnings) if sweep else None
+    final_k = sw.recommended_k if sw else inp.k_max
+    conc = _concurrency(ctx, base, main, main_rep, serve_gpu=serve_gpu, serve_tp=serve_tp,
+                        warnings=warnings) if batches else None
+    final_cfg = _spec_cfg(ctx, inp.dpath, inp.dcfg, final_k)
+    # the spec-config carries the serving schedule (--serve-gpu, else this machine's); the
+    # confirmation engine runs this machine's, the one its counters can check
+    sched_cfg = _scheduled_cfg(conc, final_cfg, inp)
+    if sched_cfg is not None:
+        final_cfg = sched_cfg
+        if conc.serve is not None:
+            sched_cfg = _scheduled_cfg(conc, final_cfg, inp, machine=True) or sched_cfg
+    if sched_cfg is not None:  # the k the confirmed schedule gives at this concurrency
+        final_k = _k_at(sched_cfg["num_speculative_tokens_per_batch_size"],
+                        int(ctx.common["concurrency"])) or final_k
+    if confirm and (sched_cfg is not None or (sw and final_k != inp.k_max)):
+        crep = _confirm(ctx, base, main, sw, conc, final_k, sched_cfg, batches)
+        runs.append(crep)
+    compare = None
+    if inp.cpath is not None:
+        compare = _compare(ctx, base, runs, final_k, acceptance_only, budget_s, warnings)
+        runs.append(compare.other)
+    return _Runs(base, main, runs, sw, final_k, compare, conc, final_cfg, ctx.starts)
+
+
+def _baseline(ctx: _RunCtx, baseline: EngineRun | None, probe: dict[str, Any]) -> EngineRun:
+    job = EngineJob("baseline", messages=[p.as_messages() for p in ctx.inp.prompts.prompts],
+                    probe_tokens=sorted({1, ctx.inp.k_max + 1}), **ctx.common, **probe)
+    if baseline is not None:
+        _check_reusable(baseline, job)
+        return baseline
+    ctx.starts += 1
+    return ctx.bar.run(job, workdir=ctx.workdir, timeout_s=ctx.timeout_s)
+
+
+def _concurrency(ctx: _RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRunReport, *,
+                 serve_gpu: str | None, serve_tp: int, warnings: list[str]):
+    from speckit.ops.validate import concurrency as C
+
+    inp = ctx.inp
+    tensors = _draft_tensors(inp.dpath)
+    rep = C.analyse(base, main, k=inp.k_max, per_position=main_rep.per_position,
+                    method=inp.mod.name, target_config=inp.tcfg, draft_config=inp.dcfg or None,
+                    draft_tensors=tensors)
+    if rep is None:
+        warnings.append("the batch probes gave fewer than 3 usable step times: no per-batch "
+                        "schedule for this machine")
+        return None
+    if serve_gpu:
+        C.project_serve(rep, gpu=serve_gpu, tp=serve_tp, method=inp.mod.name,
+                        target_config=inp.tcfg, draft_config=inp.dcfg or None,
+                        draft_tensors=tensors, per_position=main_rep.per_position)
+    return rep
+
+
+def _draft_tensors(dpath: Path | None) -> list[tuple[str, tuple[int, ...]]]:
+    if dpath is None:
+        return []
+    from speckit.io.checkpoint import Checkpoint
+
+    return [(t.name, tuple(t.shape)) for t in Checkpoint.open(dpath).tensors.values()]
+
+
+def _scheduled_cfg(conc, final_cfg: dict[str, Any], inp: _Inputs, *,
+                   machine: bool = False) -> dict[str, Any] | None:
+    if conc is None:
+        return None
+    from speckit.ops.validate.concurrency import chosen_schedule, vllm_checked, with_schedule
+
+    sched = conc.schedule if machine else chosen_schedule(conc)
+    cfg = with_schedule(final_cfg, sched, method=inp.mod.name, draft_config=inp.dcfg)
+    if cfg is not None:
+        vllm_checked(cfg["num_speculative_tokens_per_batch_size"], conc)
+    return cfg
+
+
+def _confirm(ctx: _RunCtx, base: EngineRun, main: EngineRun, sw: SweepReport | None, conc,
+             final_k: int, sched_cfg: dict[str, Any] | None,
+             batches: list[int]) -> SpecRunReport:
+    """One more engine: the recommended k (with the per-batch schedule when there is one, and
+    the batch probe reading the k vLLM drafted at each batch size)."""
+    inp = ctx.inp
+    k_conc = final_k
+    label = f"{inp.mod.name}-schedule" if sched_cfg is not None else f"{inp.mod.name}-k{k_conc}"
+    conf, crep = _spec_run(ctx, base, label, "confirm", inp.dpath, inp.dcfg, k_conc, inp.dname,
+                           spec_config=sched_cfg,
+                           batch_probe=batches or None if sched_cfg is not None else None)
+    if sched_cfg is not None and conc is not None:
+        from speckit.ops.validate.concurrency import check_followed
+
+        check_followed(conc, conf, sched_cfg["num_speculative_tokens_per_batch_size"])
+    if sw is not None and k_conc in sw.ks:
+        pred = next(p for p in sw.predictions if p.k == k_conc)
+        sw.confirmation = Confirmation(k_conc, pred.acceptance_length, crep.acceptance_length,
+                                       pred.throughput_ratio, crep.throughput_ratio)
+        if k_conc != sw.k_measured:
+            _calibrate(sw, base, main, conf, k=k_conc)
+    return crep
+
+
+def _k_at(schedule: Sequence[Sequence[int]], batch: int) -> int:
+    for lo, hi, kk in schedule:
+        if int(lo) <= batch <= int(hi):
+            return int(kk)
+    return int(schedule[-1][2])
+
+
+def _compare(ctx: _RunCtx, base: EngineRun, runs: list[SpecRunReport], final_k: int,
+             acceptance_only: bool | None, budget_s: float,
+             warnings: list[str]) -> CompareReport:
+    inp = ctx.inp
+    if acceptance_only is None:
+        acceptance_only = _emulated_quant(inp.ccfg) is not None
+    job: dict[str, Any] = {"time_budget_s": budget_s} if acceptance_only else {}
+    _, orep = _spec_run(ctx, base, f"compare-k{final_k}", "compare", inp.cpath, inp.ccfg,
+                        final_k, inp.cname, **job)
+    prim = next(r for r in runs if r.run.k == final_k and r.run.role != "compare")
+    if acceptance_only:
+        n = len(orep.per_prompt_al)
+        prim = _subset(prim, ctx.engine_runs[prim.run.label], n)
+        why = _emulated_quant(inp.ccfg) or "asked for"
+        orep.acceptance_only = True
+        warnings.append(f"compare-k{final_k}: acceptance only ({why}): {n} of "
+                        f"{len(base.requests)} prompts in the {budget_s:.0f} s budget, compared "
+                        "with the primary draft on the same prompts; its throughput here says "
+                        "nothing about a GPU")
+    return CompareReport(inp.dname or "-", inp.cname or "-", final_k, prim, orep)
+
+
+@functools.cache
+def _probe_kernel(fmt: str):
+    """One timed probe per format and process, so every decision in a run agrees."""
+    from speckit.ops.doctor import probe_kernel
+
+    return probe_kernel(fmt)
+
+
+def _emulated_quant(cfg: Mapping[str, Any]) -> str | None:
+    """Why a quantized draft cannot be timed here: its low-precision matmul is emulated on this
+    machine (a timed probe, speckit.ops.doctor.probe_kernel), else None."""
+    q = cfg.get("quantization_config") or {}
+    if not isinstance(q, dict) or not q:
+        return None
+    text = json.dumps(q).lower()
+    fmt = "mxfp4" if ("mxfp4" in text or "fp4" in text) else "fp8" if "fp8" in text else None
+    if fmt is None:
+        return None
+    probe = _probe_kernel(fmt)
+    if probe.status == "native":
+        return None
+    return f"{fmt.upper()} matmuls are {probe.status} on this {probe.device} ({probe.detail})"
+
+
+def _subset(rep: SpecRunReport, run: EngineRun, n: int) -> SpecRunReport:
+    """The primary run's acceptance over its first n prompts (greedy: the same contexts)."""
+    from dataclasses import replace
+
+    from speckit.core.metrics import counters_from_histograms
+
+    reqs = [r for r in run.requests[:n] if r.spec_histogram is not None]
+    if not reqs:
+        return rep
+    c = counters_from_histograms([r.spec_histogram for r in reqs],
+                                 [r.spec_draft_tokens or 0 for r in reqs])
+    return replace(rep, counters=c, acceptance_length=c.acceptance_length,
+                   acceptance_rate=c.acceptance_rate, per_position=c.per_position,
+                   conditional=conditional_acceptance(c.per_position),
+                   per_prompt_al=rep.per_prompt_al[:n])
+
+
+def _run_warnings(runs: list[SpecRunReport], mod, warnings: list[str]) -> None:
     for s in runs:
         if s.problems:
             warnings.append(f"{s.run.label}: vLLM's counters are inconsistent: "
@@ -214,39 +472,64 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
                             f"{100 * s.per_position[0]:.1f}% of steps (AL "
                             f"{s.acceptance_length:.2f}): the draft is not predicting this "
                             "target; check its pairing, conversion and quantization")
+
+
+LOW_RATIO = 0.5
+
+
+def _low_ratio_causes(r: _Runs, inp: _Inputs, *, concurrency: int,
+                      warnings: list[str]) -> None:
+    """A measured ratio below 0.5 never stands alone: say the likely cause."""
+    for s in r.runs:
+        if s.throughput_ratio >= LOW_RATIO or s.acceptance_only:
+            continue
+        causes = []
+        cfg = inp.ccfg if s.run.role == "compare" else inp.dcfg
+        emulated = _emulated_quant(cfg) if cfg else None
+        if emulated:
+            causes.append(f"the draft's quantized kernels are emulated here ({emulated})")
+        if inp.cpu:
+            causes.append("a CPU engine: the target's step is so cheap that the draft's passes "
+                          "dominate, which is not what a GPU sees")
+        be = r.concurrency.break_even if r.concurrency is not None else None
+        if be is not None and concurrency >= be:
+            causes.append(f"concurrency {concurrency} is at or above the break-even {be} "
+                          "fitted for this machine")
+        if s.per_position and s.per_position[0] < BROKEN_POS0:
+            causes.append("the draft is almost never accepted")
+        warnings.append(f"{s.run.label}: throughput ratio {s.throughput_ratio:.2f} (< "
+                        f"{LOW_RATIO}); likely cause: " + ("; ".join(causes) or "unknown"))
+
+
+def _report(inp: _Inputs, r: _Runs, *, eargs, plan_info, warnings, settings, keep_log: bool,
+            t_start: float) -> ValidationReport:
     from speckit.core.specconfig import serve_line
 
-    final_cfg = spec_cfg(dpath, dcfg, final_k)
-    serve = serve_line(target=str(tpath), spec_config=final_cfg, method=mod.name, tp=tp,
-                       engine_args=eargs)
+    base = r.base
+    serve = serve_line(target=str(inp.tpath), spec_config=r.final_cfg, method=inp.mod.name,
+                       tp=settings["tp"], engine_args=eargs)
     rep = ValidationReport(
-        target=tname, draft=dname, method=mod.name, vllm_method=mod.vllm_method, k=final_k,
-        mode="sweep" if sweep else "single",
-        dataset={"name": prompts.name, "source": prompts.source, "prompts": len(prompts.prompts),
-                 "sha256": prompts.sha256, "skipped": prompts.skipped,
+        target=inp.tname, draft=inp.dname, method=inp.mod.name, vllm_method=inp.mod.vllm_method,
+        k=r.final_k, mode="sweep" if r.sweep else "single",
+        dataset={"name": inp.prompts.name, "source": inp.prompts.source,
+                 "prompts": len(inp.prompts.prompts), "sha256": inp.prompts.sha256,
+                 "skipped": inp.prompts.skipped,
                  "rendered_sha256": _hash_ids(base.prompt_token_ids),
                  "prompt_tokens": sum(len(p) for p in base.prompt_token_ids)},
-        settings={"max_tokens": max_tokens, "temperature": temperature, "seed": seed,
-                  "concurrency": concurrency, "tp": tp, "engine_args": eargs,
-                  "effective_engine_args": base.engine_args, "thinking": base.thinking,
-                  "chat_template_sha256": base.chat_template_sha256, "ks": ks},
+        settings={**settings, "effective_engine_args": base.engine_args,
+                  "thinking": base.thinking, "chat_template_sha256": base.chat_template_sha256,
+                  "ks": inp.ks},
         environment={"vllm_version": base.vllm_version, "device": base.device,
                      "platform": base.platform, "dtype": base.dtype,
                      "omp_num_threads": base.omp_num_threads,
                      "speckit_version": _version("speckit"), "python": _platform.python_version(),
                      "torch": _version("torch")},
-        baseline=_summary(base, role="baseline", k=None, draft=None,
-                          keep_log=outdir is not None or baseline is not None),
-        runs=runs, sweep=sweep_rep, compare=compare_rep, spec_config=final_cfg,
+        baseline=_summary(base, role="baseline", k=None, draft=None, keep_log=keep_log),
+        runs=r.runs, sweep=r.sweep, compare=r.compare, spec_config=r.final_cfg,
         serve_command=serve.command, serve_notes=serve.notes, plan=plan_info,
-        warnings=warnings, engine_starts=starts, seconds=time.monotonic() - t_start,
-        chat_template=base.chat_template)
+        warnings=warnings, engine_starts=r.starts, seconds=time.monotonic() - t_start,
+        chat_template=base.chat_template, concurrency=r.concurrency)
     rep.baseline_run = base
-    if baseline is not None:
-        rep.warnings.append(f"baseline reused from an earlier run ({base.log_path})")
-    if outdir is not None:
-        with output_errors(outdir):
-            write_outputs(rep, outdir)
     return rep
 
 
@@ -507,7 +790,8 @@ def _spec_report(run: EngineRun, base: EngineRun, *, role: str, k: int, draft: s
         acceptance_length=c.acceptance_length, acceptance_rate=c.acceptance_rate,
         per_position=c.per_position, conditional=conditional_acceptance(c.per_position),
         al_stderr=stderr, per_prompt_al=per_prompt, throughput_ratio=ratio,
-        lossless=lossless_check(base.token_ids, run.token_ids, temperature=temperature),
+        lossless=lossless_check(base.token_ids[:len(run.requests)], run.token_ids,
+                                temperature=temperature),
         problems=c.problems(k))
 
 

@@ -47,6 +47,8 @@ class SpecRunReport:
     throughput_ratio: float  # speculative / baseline output tokens per second
     lossless: LosslessCheck
     problems: list[str]  # counter inconsistencies; empty when sane
+    # timed on a machine where its kernels are emulated: acceptance counts, throughput does not
+    acceptance_only: bool = False
 
 
 @dataclass
@@ -134,6 +136,8 @@ class ValidationReport:
     chat_template: str = ""
     files: dict[str, str] = field(default_factory=dict)
     baseline_run: Any = field(default=None, repr=False)  # EngineRun, for reuse; not serialized
+    # step costs by concurrency, the fitted model and the per-batch-size k schedule
+    concurrency: Any = None  # speckit.ops.validate.concurrency.ConcurrencyReport
 
     def run_at(self, k: int, *, role: str | None = None) -> SpecRunReport | None:
         for r in self.runs:
@@ -276,6 +280,10 @@ def to_markdown(r: ValidationReport) -> str:
     lines += [f"- {n}" for n in r.serve_notes]
     if r.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
+    if r.concurrency is not None:
+        from speckit.ops.validate.concurrency import markdown
+
+        lines += ["", markdown(r.concurrency)]
     lines += ["", f"{r.engine_starts} engine starts, {r.seconds:.0f} s in all.", ""]
     return "\n".join(lines)
 
@@ -338,6 +346,10 @@ def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
         fig.savefig(p, dpi=110)
         plt.close(fig)
         files["k_sweep_png"] = str(p)
+    if r.concurrency is not None:
+        from speckit.ops.validate.concurrency import plot
+
+        files["ratio_by_concurrency_png"] = plot(r.concurrency, out, plt)
     return files
 
 
@@ -388,6 +400,11 @@ def print_report(r: ValidationReport, *, console=None) -> None:
         console.print(f"compare at k={cp.k}: AL {cp.primary.acceptance_length:.3f} -> "
                       f"{cp.other.acceptance_length:.3f} (drop {cp.al_drop_pct:+.1f}%), ratio "
                       f"{cp.primary.throughput_ratio:.3f} -> {cp.other.throughput_ratio:.3f}")
+    if r.concurrency is not None:
+        from speckit.ops.validate.concurrency import summary_lines
+
+        for line in summary_lines(r.concurrency):
+            console.print(line)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     console.print("[bold]serve:[/]")
