@@ -12,7 +12,7 @@ from typing import Any
 
 from speckit.core.methods import Problem, TensorSpec
 from speckit.core.methods.detect import Layout, detect
-from speckit.errors import FormatError, SpeckitError, UsageError
+from speckit.errors import SpeckitError, UsageError
 from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint, load_config
 
 
@@ -49,14 +49,16 @@ class InspectReport:
 
 
 def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
-            allow_pickle: bool = False) -> InspectReport:
+            allow_pickle: bool = False, allow_external_links: bool = False) -> InspectReport:
     """Open ``ref`` (a directory, registry id or Hub repo id), detect its layout and check it.
 
     ``target`` (a directory or id) adds the pairing checks: hidden size, vocab, aux layer ids on
-    the target's depth. Only the target's config.json is read.
+    the target's depth. Only the target's config.json is read. ``allow_external_links``: follow
+    checkpoint files that are symlinks out of the directory (refused by default).
     """
     path = _resolve(ref, allow_pickle=allow_pickle).resolve()
-    ckpt = Checkpoint.open(path, allow_pickle=allow_pickle)
+    ckpt = Checkpoint.open(path, allow_pickle=allow_pickle,
+                           allow_external_links=allow_external_links)
     layout = detect(ckpt)
     target_config = _target_config(target) if target is not None else None
     from speckit.core import methods
@@ -306,8 +308,6 @@ def _target_config(target: str | os.PathLike) -> dict[str, Any]:
 
 
 def _hub_config(repo: str, revision: str | None) -> dict[str, Any]:
-    import json
-
     from huggingface_hub import hf_hub_download
 
     # the same endpoint/cache/offline resolution speckit fetch uses (read per call, not at import)
@@ -325,10 +325,8 @@ def _hub_config(repo: str, revision: str | None) -> dict[str, Any]:
                        f"{str(e).splitlines()[0] if str(e) else ''})",
                        hint="pass the target's local directory, or fetch it first "
                        "(speckit fetch)") from e
-    try:
-        data = json.loads(Path(path).read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{repo}/config.json: not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise FormatError(f"{repo}/config.json: top level must be a JSON object")
-    return data
+    from speckit.core import hfconfig
+    from speckit.io.checkpoint import read_small
+
+    return hfconfig.parse(read_small(Path(path), what="config.json"),
+                          where=f"{repo}/config.json")
