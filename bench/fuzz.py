@@ -56,6 +56,7 @@ def main() -> int:
     ap.add_argument("--cases", type=int, default=10_000)
     args = ap.parse_args()
     import safetensors
+    import torch  # noqa: F401 - imported before timing: the inspect d2t target needs it
 
     print(f"speckit fuzz: {args.cases} cases per target, hang = a case over {HANG_S} s, "
           f"oracle safetensors {safetensors.__version__}")
