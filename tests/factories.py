@@ -98,7 +98,7 @@ def _write(path: Path | str, config: dict[str, Any], tensors: dict[str, torch.Te
     weight_map = {}
     for fname, group in zip(files, groups):
         save_file(group, str(out / fname), metadata={"format": "pt"})
-        weight_map.update({n: fname for n in group})
+        weight_map.update(dict.fromkeys(group, fname))
     total = sum(t.numel() * t.element_size() for t in tensors.values())
     index = {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
     (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")

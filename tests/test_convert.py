@@ -726,7 +726,7 @@ def test_snapshot_path_of_a_fetched_draft_reuses_fetch_digests(hub, targets, tmp
     src = prov["source"]
     assert src["kind"] == "snapshot" and src["repo"] == "org/draft" and src["commit"] == commit
     files = src["files"]
-    assert {n: f["from"] for n, f in files.items()} == {n: "fetch" for n in files}
+    assert {n: f["from"] for n, f in files.items()} == dict.fromkeys(files, "fetch")
     for name, rec in files.items():
         assert rec["sha256"] == hashlib.sha256((draft / name).read_bytes()).hexdigest()
     # a blob edited after the fetch no longer matches fetch's stamp: hashed, not trusted

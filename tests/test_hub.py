@@ -60,8 +60,8 @@ def sharded_files(seed: int = 0) -> dict[str, bytes]:
     a = {n: t[n] for n in names[:2]}
     b = {n: t[n] for n in names[2:]}
     index = {"metadata": {"total_size": sum(v.nbytes for v in t.values())},
-             "weight_map": {**{n: "model-00001-of-00002.safetensors" for n in a},
-                            **{n: "model-00002-of-00002.safetensors" for n in b}}}
+             "weight_map": {**dict.fromkeys(a, "model-00001-of-00002.safetensors"),
+                            **dict.fromkeys(b, "model-00002-of-00002.safetensors")}}
     return {"config.json": _config(), "model.safetensors.index.json": json.dumps(index).encode(),
             "model-00001-of-00002.safetensors": st_save(a),
             "model-00002-of-00002.safetensors": st_save(b),

@@ -58,6 +58,9 @@ def _size(ctx, param, value: str | None) -> int | None:
 @click.option("--force", is_flag=True, help="Replace OUT if it exists.")
 @click.option("--allow-pickle", is_flag=True,
               help="Read pytorch_model*.bin / mask_embedding.pt (torch.load weights_only=True).")
+@click.option("--allow-external-links", is_flag=True,
+              help="Follow symlinks of checkpoint files that point outside the checkpoint "
+              "directory (and the Hugging Face cache); refused by default.")
 @click.option("--max-shard-size", callback=_size, metavar="SIZE",
               help="Largest output shard (default 5GB).")
 @click.option("--json", "json_mode", is_flag=True,
@@ -65,7 +68,7 @@ def _size(ctx, param, value: str | None) -> int | None:
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, mask_token_id, drop,
-                force, allow_pickle, max_shard_size, json_mode, quiet):
+                force, allow_pickle, allow_external_links, max_shard_size, json_mode, quiet):
     """Convert a draft checkpoint SRC to the layout vLLM loads for TARGET.
 
     Reads SafeAILab and SpecForge EAGLE-3, SpecForge P-EAGLE, z-lab / SpecForge / Laguna DFlash,
@@ -78,7 +81,7 @@ def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, ma
     result = convert(src, target=target, out=out, method=method,
                      num_speculative_tokens=num_speculative_tokens, aux_layers=aux_layers,
                      mask_token_id=mask_token_id, drop=tuple(drop), force=force,
-                     allow_pickle=allow_pickle,
+                     allow_pickle=allow_pickle, allow_external_links=allow_external_links,
                      max_shard_bytes=max_shard_size or DEFAULT_SHARD_BYTES,
                      progress=progress_enabled(json_mode or quiet))
     if json_mode:

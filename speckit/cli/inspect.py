@@ -22,8 +22,12 @@ from speckit.errors import FormatError
 @click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
 @click.option("--allow-pickle", is_flag=True,
               help="Read pytorch_model.bin pickles (with torch.load(weights_only=True)).")
+@click.option("--allow-external-links", is_flag=True,
+              help="Follow symlinks of checkpoint files that point outside the checkpoint "
+              "directory (and the Hugging Face cache); refused by default.")
 @handle_errors
-def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: bool) -> None:
+def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: bool,
+                allow_external_links: bool) -> None:
     """Show what a draft checkpoint is and everything structurally wrong with it.
 
     REF is a checkpoint directory, a registry id or a Hub repo id (fetched first). Exit status:
@@ -31,7 +35,8 @@ def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: boo
     """
     from speckit.ops.inspect import inspect
 
-    report = inspect(ref, target=target, allow_pickle=allow_pickle)
+    report = inspect(ref, target=target, allow_pickle=allow_pickle,
+                     allow_external_links=allow_external_links)
     if json_mode:
         print_json(report)
     else:

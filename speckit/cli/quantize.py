@@ -50,11 +50,14 @@ def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, static: bool) -> str:
 @click.option("--force", is_flag=True,
               help="Replace OUT; re-quantize an already quantized input from its dequantized "
               "values (reported loudly).")
+@click.option("--allow-external-links", is_flag=True,
+              help="Follow symlinks of checkpoint files that point outside the checkpoint "
+              "directory (and the Hugging Face cache); refused by default.")
 @click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON; no progress bar.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def quantize_cmd(ckpt, mxfp4, w4a4, fp8, static, calib_target, out, exclude, target_layers,
-                 device, strict, force, json_mode, quiet):
+                 device, strict, force, allow_external_links, json_mode, quiet):
     """Quantize the Linear weights of draft CKPT for vLLM (Quark format).
 
     Reads speculators drafts (eagle3, peagle, dflash, dflash2, dspark), Gemma-4 assistants and
@@ -68,7 +71,8 @@ def quantize_cmd(ckpt, mxfp4, w4a4, fp8, static, calib_target, out, exclude, tar
         raise click.UsageError("--calib-target is only used by --fp8 --per-tensor-static")
     r = quantize(ckpt, scheme=scheme, out=out, exclude=tuple(exclude), device=device,
                  force=force, strict=strict, target_layers=target_layers,
-                 calib_target=calib_target, progress=progress_enabled(json_mode or quiet))
+                 calib_target=calib_target, allow_external_links=allow_external_links,
+                 progress=progress_enabled(json_mode or quiet))
     if json_mode:
         print_json(r)
         return

@@ -6,57 +6,40 @@ Headers are parsed here without torch, so inspect/plan stay light; tensors are m
 from __future__ import annotations
 
 import contextlib
-import itertools
 import json
-import math
 import os
+import stat
 import struct
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
+from speckit.core import hfconfig, jsontext
+from speckit.core.tensors import (  # the dtype names are re-exported for io's users
+    CONFIG_DTYPE,  # noqa: F401
+    CONFIG_DTYPE_INV,  # noqa: F401
+    DTYPE_BITS,  # noqa: F401
+    FLOAT_DTYPES,
+    MAX_HEADER_BYTES,  # noqa: F401
+    TensorInfo,
+    check_header,
+    header_length,
+)
 from speckit.errors import FormatError, UsageError
 
-# bits per element for every dtype code the safetensors format defines
-DTYPE_BITS: dict[str, int] = {
-    "BOOL": 8, "U8": 8, "I8": 8, "F8_E4M3": 8, "F8_E5M2": 8, "F8_E8M0": 8, "E8M0": 8,
-    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
-    "I32": 32, "U32": 32, "F32": 32,
-    "I64": 64, "U64": 64, "F64": 64,
-    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
-}
-FLOAT_DTYPES = {"F16", "BF16", "F32", "F64"}
-# names used in config.json ("torch_dtype"/"dtype") for the float codes
-CONFIG_DTYPE = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64"}
-CONFIG_DTYPE_INV = {v: k for k, v in CONFIG_DTYPE.items()}
-
 INDEX_NAME = "model.safetensors.index.json"
-MAX_HEADER_BYTES = 100 * 1024 * 1024
+# configs and indexes are small; bounds keep a hostile one from eating memory or the stack
+MAX_JSON_FILE_BYTES = 64 * 2**20
+MAX_JSON_DEPTH = 100
+LINK_HINT = ("speckit reads only files inside the checkpoint directory or the Hugging Face "
+             "cache's blob store; pass --allow-external-links to follow this link anyway")
 
 
-@dataclass(frozen=True)
-class TensorInfo:
-    """Where one tensor lives and what it is, as the file header says."""
-
-    name: str
-    dtype: str  # safetensors code, e.g. "BF16"
-    shape: tuple[int, ...]
-    file: str  # file name relative to the checkpoint directory
-    offsets: tuple[int, int] = (0, 0)  # absolute byte range inside ``file``
-
-    @property
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    @property
-    def nbytes(self) -> int:
-        return (self.numel * DTYPE_BITS[self.dtype] + 7) // 8
-
-
-def safe_relpath(base: Path, rel: str, *, what: str) -> Path:
-    """Resolve ``rel`` inside ``base``; refuse absolute paths and ``..`` escapes."""
+def safe_relpath(base: Path, rel: str, *, what: str, allow_external_links: bool = False) -> Path:
+    """Resolve ``rel`` inside ``base``; refuse absolute paths and ``..`` escapes, and symlinks
+    leaving ``base`` (see check_link) unless ``allow_external_links``."""
     if not rel or os.path.isabs(rel) or rel.startswith(("/", "\\")):
         raise FormatError(
             f"{what} names {rel!r}, which is not a relative file name",
@@ -69,83 +52,94 @@ def safe_relpath(base: Path, rel: str, *, what: str) -> Path:
             hint="refusing path traversal; fix or regenerate the file list",
         )
     full = (base / rel).resolve()
-    if _in_hf_blob_store(base, full):
+    if in_hf_blob_store(full):
         return base / rel  # keep the file's own name (the blob is named by its hash)
-    if not full.is_relative_to(base.resolve()):
-        raise FormatError(
-            f"{what} names {rel!r}, which resolves outside {base}",
-            hint="refusing path traversal (symlink or '..'); fix the file list",
-        )
+    if not full.is_relative_to(base.resolve()) and not allow_external_links:
+        raise FormatError(f"{what} names {rel!r}, which resolves outside {base} (to {full})",
+                          hint=LINK_HINT)
     return full
 
 
-def _in_hf_blob_store(base: Path, full: Path) -> bool:
-    """huggingface_hub's cache links snapshots/<commit>/<file> to ../../blobs/<etag>: allowed."""
-    root = base.resolve()
-    return root.parent.name == "snapshots" and full.parent == root.parent.parent / "blobs"
+def in_hf_blob_store(full: Path) -> bool:
+    """huggingface_hub's cache keeps file bodies in models--ORG--NAME/blobs/<etag> and links
+    snapshots (and old --local-dir downloads) to them: a link there is a normal download."""
+    return full.parent.name == "blobs" and full.parent.parent.name.startswith("models--")
 
 
-def read_safetensors_header(path: Path) -> tuple[dict[str, TensorInfo], dict[str, str]]:
-    """Parse and check one safetensors header. Returns (tensors, __metadata__)."""
+def check_link(root: Path, path: Path, *, what: str, allow_external_links: bool = False) -> None:
+    """The one symlink rule for every file of a checkpoint (single file, shard, config, index):
+    it must resolve inside ``root`` or the HF blob store, unless ``allow_external_links``."""
+    full = path.resolve()
+    if allow_external_links or full.is_relative_to(root.resolve()) or in_hf_blob_store(full):
+        return
+    raise FormatError(f"{path}: {what} is a link to {full}, outside the checkpoint directory",
+                      hint=LINK_HINT)
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"))
+
+
+def _not_regular(path: Path, mode: int, what: str) -> FormatError:
+    kind = next((k for test, k in _KINDS if test(mode)), "not a regular file")
+    return FormatError(f"{path}: {what} is {kind}, not a regular file",
+                       hint=f"speckit reads the {what} only from a regular file; replace it "
+                       "with the real file")
+
+
+def open_regular(path: Path, *, what: str = "file") -> BinaryIO:
+    """Open ``path`` for reading only if it is a regular file, without ever blocking: stat
+    first (a FIFO or device is never opened), then O_NONBLOCK and fstat against a swap."""
     try:
-        size = path.stat().st_size
-        with open(path, "rb") as f:
-            raw = f.read(8)
-            if len(raw) < 8:
-                raise FormatError(
-                    f"{path}: file is {size} bytes, too short to be safetensors",
-                    hint="the download is truncated; re-fetch it (speckit fetch --verify)",
-                )
-            (n,) = struct.unpack("<Q", raw)
-            if n > MAX_HEADER_BYTES or 8 + n > size:
-                raise FormatError(
-                    f"{path}: header length {n} exceeds the file size {size}",
-                    hint="the file is truncated or not safetensors; re-fetch it",
-                )
-            header_bytes = f.read(n)
+        st = os.stat(path)
+    except FileNotFoundError as e:
+        raise FormatError(f"{path}: {what} does not exist",
+                          hint="the checkpoint is incomplete; re-fetch it") from e
     except OSError as e:
-        raise FormatError(f"{path}: cannot read ({e.strerror})") from e
+        raise FormatError(f"{path}: cannot read the {what} ({e.strerror})") from e
+    if not stat.S_ISREG(st.st_mode):
+        raise _not_regular(path, st.st_mode, what)
     try:
-        header = json.loads(header_bytes)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise FormatError(f"{path}: header is not valid JSON ({e})",
-                          hint="the file is corrupt; re-fetch it") from e
-    if not isinstance(header, dict):
-        raise FormatError(f"{path}: header is not a JSON object")
-    meta = header.pop("__metadata__", None) or {}
-    data_start = 8 + n
-    data_len = size - data_start
-    tensors: dict[str, TensorInfo] = {}
-    spans = []
-    for name, entry in header.items():
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise FormatError(f"{path}: cannot read the {what} ({e.strerror})") from e
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _not_regular(path, mode, what)
+    return os.fdopen(fd, "rb")
+
+
+def read_small(path: Path, *, what: str, limit: int = MAX_JSON_FILE_BYTES) -> bytes:
+    """The bytes of a small regular file (config, index), refusing one over ``limit``."""
+    with open_regular(path, what=what) as f:
         try:
-            dtype = entry["dtype"]
-            shape = tuple(int(s) for s in entry["shape"])
-            begin, end = (int(x) for x in entry["data_offsets"])
-        except (KeyError, TypeError, ValueError) as e:
-            raise FormatError(f"{path}: tensor {name!r} has a malformed header entry ({e})") from e
-        if dtype not in DTYPE_BITS:
-            raise FormatError(f"{path}: tensor {name!r} has unknown dtype {dtype!r}")
-        info = TensorInfo(name, dtype, shape, path.name, (data_start + begin, data_start + end))
-        if begin < 0 or end < begin or end - begin != info.nbytes:
-            raise FormatError(
-                f"{path}: tensor {name!r} header claims bytes [{begin}, {end}) but "
-                f"{dtype}{list(shape)} needs {info.nbytes}",
-                hint="the header lies about its offsets; the file is corrupt, re-fetch or rebuild it",
-            )
-        if end > data_len:
-            raise FormatError(
-                f"{path}: tensor {name!r} ends at byte {end} but the data section has {data_len}",
-                hint="the file is truncated; re-fetch it (speckit fetch --verify)",
-            )
-        spans.append((begin, end, name))
-        tensors[name] = info
-    spans.sort()
-    for (b0, e0, n0), (b1, _e1, n1) in itertools.pairwise(spans):
-        if b1 < e0:
-            raise FormatError(f"{path}: tensors {n0!r} and {n1!r} overlap in the data section",
-                              hint="the header lies about its offsets; the file is corrupt")
-    return tensors, meta
+            raw = f.read(limit + 1)
+        except OSError as e:
+            raise FormatError(f"{path}: cannot read the {what} ({e.strerror})") from e
+    if len(raw) > limit:
+        raise FormatError(f"{path}: {what} is over {limit} bytes",
+                          hint="no real config or index is this large; the file is corrupt")
+    return raw
+
+
+def read_safetensors_header(path: Path, *, file: str | None = None
+                            ) -> tuple[dict[str, TensorInfo], dict[str, str]]:
+    """Parse and check one safetensors header (core.tensors.check_header: what safetensors
+    accepts). Returns (tensors, __metadata__); ``file`` names the tensors' file (default: the
+    path's own name)."""
+    with open_regular(path, what="safetensors file") as f:
+        try:
+            size = os.fstat(f.fileno()).st_size
+            n = header_length(f.read(8), file_size=size, where=str(path))
+            header = f.read(n)
+        except OSError as e:
+            raise FormatError(f"{path}: cannot read ({e.strerror})") from e
+    if len(header) != n:
+        raise FormatError(f"{path}: the file shrank while its header was read",
+                          hint="another process is writing it; retry when it is done")
+    return check_header(header, file_size=size, where=str(path), file=file or path.name)
 
 
 @dataclass
@@ -163,20 +157,26 @@ class Checkpoint:
     # ---- construction -------------------------------------------------------------------------
     @classmethod
     def open(cls, path: str | os.PathLike, *, allow_pickle: bool = False,
-             require_config: bool = True) -> Checkpoint:
+             require_config: bool = True, allow_external_links: bool = False) -> Checkpoint:
+        """Read config.json and every safetensors header of the directory ``path``.
+
+        Only regular files are read; a file (or shard) that is a symlink must resolve inside
+        the directory or the HF cache's blob store unless ``allow_external_links``."""
         root = Path(path)
         if not root.is_dir():
             raise UsageError(f"{root}: not a directory",
                              hint="pass a checkpoint directory, a registry id or a Hub repo id")
-        config = load_config(root, required=require_config)
+        links = allow_external_links
+        config = load_config(root, required=require_config, allow_external_links=links)
         index = root / INDEX_NAME
-        if index.exists():
-            return cls._open_index(root, config, index)
+        if os.path.lexists(index):
+            return cls._open_index(root, config, index, allow_external_links=links)
         st_files = sorted(p.name for p in root.glob("*.safetensors"))
         if st_files:
             tensors: dict[str, TensorInfo] = {}
             meta: dict[str, str] = {}
             for fname in st_files:
+                check_link(root, root / fname, what="safetensors file", allow_external_links=links)
                 found, m = read_safetensors_header(root / fname)
                 meta.update(m)
                 for name, info in found.items():
@@ -206,29 +206,20 @@ class Checkpoint:
         )
 
     @classmethod
-    def _open_index(cls, root: Path, config: dict, index: Path) -> Checkpoint:
-        try:
-            data = json.loads(index.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise FormatError(f"{index}: not a valid safetensors index (needs a 'weight_map' "
-                              f"object): {e}") from e
-        # checked explicitly (not with assert, which python -O strips): a non-string file name
-        # would otherwise crash the path-traversal guard with a TypeError
-        weight_map = data.get("weight_map") if isinstance(data, dict) else None
-        if not isinstance(weight_map, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
-            raise FormatError(f"{index}: not a valid safetensors index (needs a 'weight_map' "
-                              "object mapping tensor names to file names)",
-                              hint="the index is corrupt; re-fetch or rebuild it")
+    def _open_index(cls, root: Path, config: dict, index: Path, *,
+                    allow_external_links: bool = False) -> Checkpoint:
+        check_link(root, index, what="index", allow_external_links=allow_external_links)
+        weight_map = read_index(index)["weight_map"]
         files = sorted(set(weight_map.values()))
         headers: dict[str, dict[str, TensorInfo]] = {}
         meta: dict[str, str] = {}
         for fname in files:
-            p = safe_relpath(root, fname, what=f"{index.name} weight_map")
-            if not p.exists():
+            p = safe_relpath(root, fname, what=f"{index} weight_map",
+                             allow_external_links=allow_external_links)
+            if not os.path.lexists(p):
                 raise FormatError(f"{index}: weight_map names {fname!r}, which does not exist",
                                   hint="the download is incomplete; re-fetch the checkpoint")
-            headers[fname], m = read_safetensors_header(p)
+            headers[fname], m = read_safetensors_header(p, file=fname)
             meta.update(m)
         tensors: dict[str, TensorInfo] = {}
         for name, fname in weight_map.items():
@@ -343,19 +334,32 @@ def _pickle_reason(e: BaseException) -> str:
     return f"{e.__class__.__name__}: {first}"
 
 
-def load_config(root: Path, *, required: bool = True) -> dict[str, Any]:
-    cfg = root / "config.json"
-    if not cfg.exists():
+def load_config(root: Path, *, required: bool = True,
+                allow_external_links: bool = False) -> dict[str, Any]:
+    """config.json of ``root``, read as a regular file and checked field by field
+    (core.hfconfig: every field speckit uses has its type, sign and range)."""
+    cfg = Path(root) / "config.json"
+    if not os.path.lexists(cfg):
         if required:
             raise FormatError(f"{root}: no config.json",
                               hint="a checkpoint directory needs its config.json beside the weights")
         return {}
-    try:
-        data = json.loads(cfg.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{cfg}: not valid JSON ({e})") from e
-    if not isinstance(data, dict):
-        raise FormatError(f"{cfg}: top level must be a JSON object")
+    check_link(Path(root), cfg, what="config.json", allow_external_links=allow_external_links)
+    return hfconfig.parse(read_small(cfg, what="config.json"), where=str(cfg))
+
+
+def read_index(index: Path) -> dict[str, Any]:
+    """A model.safetensors.index.json: a JSON object whose weight_map maps names to files."""
+    data = jsontext.loads(read_small(index, what="index"), where=str(index),
+                          max_depth=MAX_JSON_DEPTH, what="index")
+    # checked explicitly (not with assert, which python -O strips): a non-string file name
+    # would otherwise crash the path-traversal guard with a TypeError
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()):
+        raise FormatError(f"{index}: not a valid safetensors index (needs a 'weight_map' "
+                          "object mapping tensor names to file names)",
+                          hint="the index is corrupt; re-fetch or rebuild it")
     return data
 
 

@@ -50,14 +50,16 @@ class InspectReport:
 
 
 def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
-            allow_pickle: bool = False) -> InspectReport:
+            allow_pickle: bool = False, allow_external_links: bool = False) -> InspectReport:
     """Open ``ref`` (a directory, registry id or Hub repo id), detect its layout and check it.
 
     ``target`` (a directory or id) adds the pairing checks: hidden size, vocab, aux layer ids on
-    the target's depth. Only the target's config.json is read.
+    the target's depth. Only the target's config.json is read. ``allow_external_links``: follow
+    checkpoint files that are symlinks out of the directory (refused by default).
     """
     path = _resolve(ref, allow_pickle=allow_pickle).resolve()
-    ckpt = Checkpoint.open(path, allow_pickle=allow_pickle)
+    ckpt = Checkpoint.open(path, allow_pickle=allow_pickle,
+                           allow_external_links=allow_external_links)
     layout = detect(ckpt)
     target_config = _target_config(target) if target is not None else None
     from speckit.core import methods

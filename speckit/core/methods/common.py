@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from speckit.core import hfconfig
 from speckit.core.methods import KVLayer, Problem, TensorSpec
 from speckit.errors import FormatError, UsageError
 
@@ -23,24 +24,20 @@ def layer_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def need(cfg: dict[str, Any], key: str, *, where: str = "config.json") -> Any:
+    """``cfg[key]``, which must be set; a field hfconfig knows is checked against its rule."""
     if key not in cfg or cfg[key] is None:
         raise FormatError(f"{where}: required field {key!r} is missing",
                           hint="the checkpoint's config is incomplete; fix it or pass the value")
+    rule = hfconfig.FIELDS.get(key)
+    if rule is not None and rule.kind == "int":
+        return hfconfig.need_int(cfg, key, where=where)
     return cfg[key]
 
 
 def attn_dims(cfg: dict[str, Any], *, where: str = "config.json") -> tuple[int, int, int, int]:
-    """(hidden, num_heads, num_kv_heads, head_dim) with head_dim defaulting to hidden/heads."""
-    hidden = int(need(cfg, "hidden_size", where=where))
-    heads = int(need(cfg, "num_attention_heads", where=where))
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    hd = cfg.get("head_dim")
-    if hd is None:
-        if hidden % heads:
-            raise FormatError(f"{where}: hidden_size {hidden} is not divisible by "
-                              f"num_attention_heads {heads} and head_dim is not set")
-        hd = hidden // heads
-    return hidden, heads, kv, int(hd)
+    """(hidden, num_heads, num_kv_heads, head_dim) as hfconfig.attention checks them."""
+    a = hfconfig.attention(cfg, where=where)
+    return a.hidden_size, a.num_heads, a.num_kv_heads, a.head_dim
 
 
 def draft_layer_kv(config: dict[str, Any], n_layers: int | None = None) -> list[KVLayer]:
@@ -149,9 +146,7 @@ def base_dims(config: dict[str, Any]) -> dict[str, Any]:
     """Decoder dims shared by every layout; missing fields are None (check_config reports them)."""
     cfg = layer_config(config)
     hidden, heads = cfg.get("hidden_size"), cfg.get("num_attention_heads")
-    head_dim = cfg.get("head_dim")
-    if head_dim is None and hidden and heads and hidden % heads == 0:
-        head_dim = hidden // heads
+    head_dim = hfconfig.head_dim_or_none(cfg)
     vocab = cfg.get("vocab_size")
     return {
         "model_type": cfg.get("model_type"),
@@ -178,17 +173,21 @@ def aux_layer_ids(config: dict[str, Any]) -> tuple[list[int] | None, str | None]
     by one; DeepSeek's -1 (the embedding output) becomes 0 by the same shift.
     """
     for key in ("eagle_aux_hidden_state_layer_ids", "aux_hidden_state_layer_ids"):
-        if config.get(key) is not None:
-            return [int(i) for i in config[key]], key
+        ids = hfconfig.get_ints(config, key)
+        if ids is not None:
+            return ids, key
     eagle = config.get("eagle_config") or {}
-    if eagle.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return ([int(i) for i in eagle["eagle_aux_hidden_state_layer_ids"]],
-                "eagle_config.eagle_aux_hidden_state_layer_ids")
+    ids = hfconfig.get_ints(eagle, "eagle_aux_hidden_state_layer_ids",
+                            where="config.json: eagle_config")
+    if ids is not None:
+        return ids, "eagle_config.eagle_aux_hidden_state_layer_ids"
     dflash = config.get("dflash_config") or {}
-    if dflash.get("target_layer_ids") is not None:
-        return [int(i) + 1 for i in dflash["target_layer_ids"]], "dflash_config.target_layer_ids"
-    if config.get("target_layer_ids") is not None:
-        return [int(i) + 1 for i in config["target_layer_ids"]], "target_layer_ids"
+    ids = hfconfig.get_ints(dflash, "target_layer_ids", where="config.json: dflash_config")
+    if ids is not None:
+        return [i + 1 for i in ids], "dflash_config.target_layer_ids"
+    ids = hfconfig.get_ints(config, "target_layer_ids")
+    if ids is not None:
+        return [i + 1 for i in ids], "target_layer_ids"
     return None, None
 
 

@@ -103,13 +103,14 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
             out: str | os.PathLike | None = None, method: str = "auto",
             num_speculative_tokens: int | None = None, aux_layers: list[int] | None = None,
             mask_token_id: int | None = None, drop: tuple[str, ...] | list[str] = (),
-            force: bool = False, allow_pickle: bool = False,
+            force: bool = False, allow_pickle: bool = False, allow_external_links: bool = False,
             max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = False) -> ConvertResult:
     """Convert the draft at ``src`` (path, registry id or Hub id) for ``target``.
 
     Nothing is written unless every check passes; ``out`` appears only complete (temp dir, then
     rename) and re-inspected. ``drop``: source tensor names or globs to discard on purpose
-    (recorded in the provenance file).
+    (recorded in the provenance file). ``allow_external_links``: follow checkpoint files that
+    are symlinks out of their directory (refused by default).
     """
     started = time.monotonic()
     if method not in METHOD_CHOICES:
@@ -117,7 +118,8 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
     if max_shard_bytes <= 0:
         raise UsageError("--max-shard-size must be positive")
     s = _resolve(str(src), what="SRC", allow_pickle=allow_pickle, progress=progress)
-    src_ckpt = Checkpoint.open(s.path, allow_pickle=allow_pickle)
+    src_ckpt = Checkpoint.open(s.path, allow_pickle=allow_pickle,
+                               allow_external_links=allow_external_links)
     layout = _detect(src_ckpt)
     if layout.name == "hf-causal-lm":
         raise UsageError(f"{s.path} is a plain causal LM, not a draft layout",

@@ -6,7 +6,6 @@ Readers call these so that each rule (and its error message) exists once.
 from __future__ import annotations
 
 import itertools
-import json
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from speckit.io.checkpoint import (
     CONFIG_DTYPE,
     INDEX_NAME,
     Checkpoint,
+    read_index,
     read_safetensors_header,
     safe_relpath,
 )
@@ -98,13 +98,12 @@ class Target:
         """tensor name -> shard file of a remote target, from its index (one small download)."""
         if self._weight_map is None:
             try:
-                index = json.loads(self.download(INDEX_NAME).read_text())
-                self._weight_map = dict(index["weight_map"])
+                index_path = self.download(INDEX_NAME)
             except FileNotFoundError:
                 self._weight_map = {}  # single-file checkpoint: names come from its header
                 self._fetch_shard("model.safetensors")
-            except (KeyError, TypeError, json.JSONDecodeError) as e:
-                raise FormatError(f"{self.ref}: {INDEX_NAME} is not a valid index ({e})") from e
+            else:  # the same bounded, checked reader as a local index
+                self._weight_map = dict(read_index(index_path)["weight_map"])
         return self._weight_map
 
     def _fetch_shard(self, fname: str) -> None:

@@ -103,7 +103,8 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
              exclude: tuple[str, ...] | list[str] = (), device: str = "cpu",
              force: bool = False, strict: bool = False, target_layers: int | None = None,
              calib_target: str | os.PathLike | None = None, calib_prompts: list[str] | None = None,
-             max_shard_bytes: int = DEFAULT_SHARD_BYTES, progress: bool = False) -> QuantizeResult:
+             max_shard_bytes: int = DEFAULT_SHARD_BYTES, allow_external_links: bool = False,
+             progress: bool = False) -> QuantizeResult:
     """Quantize the Linear weights of the checkpoint at ``src`` with ``scheme``.
 
     ``exclude``: vLLM run-time module names (e.g. `model.layers.32.mlp.down_proj`) or `re:`
@@ -111,6 +112,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     EAGLE-3/DFlash draft layers as vLLM does (`model.layers.{L+i}`) when a layer stays unquantized.
     ``force``: replace ``out`` and allow re-quantizing an already quantized input (from its
     dequantized values). ``strict``: fail instead of keeping a Linear that MXFP4 cannot hold.
+    ``allow_external_links``: follow checkpoint files that are symlinks out of the directory.
     """
     started = time.monotonic()
     sch = schemes.get(scheme)
@@ -118,7 +120,8 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
         schemes.check_entry(e)
     dev = _check_device(device)
     src_path = Path(src).expanduser()
-    ckpt = _open(src_path)
+    ckpt = _open(src_path, allow_external_links=allow_external_links)
+    _check_vocab_maps(ckpt)
     mod, layout = _method(ckpt)
     out_dir = Path(out).expanduser() if out is not None else \
         src_path.resolve().parent / f"{src_path.resolve().name}-{sch.name}"
@@ -216,7 +219,7 @@ def _check_device(device: str) -> str:
     return device
 
 
-def _open(path: Path) -> Checkpoint:
+def _open(path: Path, *, allow_external_links: bool = False) -> Checkpoint:
     if not path.is_dir():
         raise UsageError(f"{path}: not a directory",
                          hint="pass a local checkpoint directory (speckit fetch ID downloads one)")
@@ -225,7 +228,38 @@ def _open(path: Path) -> Checkpoint:
         raise FormatError(f"{path}: no *.safetensors weights"
                           + (f" (only pickles: {', '.join(bins)})" if bins else ""),
                           hint="quantize reads safetensors; `speckit convert` writes them")
-    return Checkpoint.open(path)
+    return Checkpoint.open(path, allow_external_links=allow_external_links)
+
+
+def _check_vocab_maps(ckpt: Checkpoint) -> None:
+    """The d2t/t2d rules convert enforces (docs/formats.md#vocab-maps), on the input: quantize copies the maps
+    byte for byte, so a map vLLM would misread must be refused here, not passed on."""
+    if "d2t" not in ckpt.tensors and "t2d" not in ckpt.tensors:
+        return
+    from speckit.core import hfconfig
+    from speckit.core.methods.common import layer_config
+    from speckit.ops.convert.common import selected_ids
+    from speckit.ops.convert.moves import read_ints
+
+    where = f"{ckpt.path}"
+    cfg = layer_config(ckpt.config)
+    vocab = hfconfig.get_int(cfg, "vocab_size", where=f"{where}/config.json") or \
+        hfconfig.get_int(ckpt.config, "vocab_size", where=f"{where}/config.json")
+    if vocab is None:
+        raise FormatError(f"{where}/config.json: vocab_size is missing, so d2t/t2d cannot be "
+                          "checked", hint="the draft config must record the target's vocab_size")
+    if "d2t" not in ckpt.tensors:
+        raise FormatError(f"{where}: t2d is present but d2t is not",
+                          hint="without d2t vLLM cannot map draft ids to target ids")
+    info = ckpt.tensors["d2t"]
+    draft_vocab = hfconfig.get_int(ckpt.config, "draft_vocab_size",
+                                   where=f"{where}/config.json") or info.numel
+    if info.shape != (draft_vocab,) or info.dtype != "I64":
+        raise FormatError(f"{where}: d2t is {info.dtype}{list(info.shape)}, expected "
+                          f"I64[{draft_vocab}] (draft_vocab_size)",
+                          hint="rebuild d2t with `speckit convert`")
+    mask = read_ints(ckpt, "t2d") if "t2d" in ckpt.tensors else None
+    selected_ids(read_ints(ckpt, "d2t"), mask, vocab=vocab, where=f"{where}: d2t")
 
 
 def _method(ckpt: Checkpoint):

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from speckit.core import hfconfig
 from speckit.errors import FormatError, UsageError
 
 
@@ -43,25 +44,19 @@ def head_config_from_target(target_cfg: dict[str, Any], *, draft_vocab_size: int
     """Draft dims copied from the target's decoder config (as speculators' trainer does)."""
     cfg = target_cfg.get("text_config") if isinstance(target_cfg.get("text_config"), dict) \
         else target_cfg
-    try:
-        hidden = int(cfg["hidden_size"])
-        heads = int(cfg["num_attention_heads"])
-        vocab = int(cfg["vocab_size"])
-        inter = int(cfg["intermediate_size"])
-    except (KeyError, TypeError, ValueError) as e:
-        raise FormatError(f"{where}: missing or bad field {e}",
-                          hint="the target must be a Hugging Face decoder checkpoint") from e
-    kv = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or hidden // heads)
+    att = hfconfig.attention(cfg, where=where)
+    vocab = hfconfig.need_int(cfg, "vocab_size", where=where)
+    inter = hfconfig.need_int(cfg, "intermediate_size", where=where)
     # the draft's own layer config is ours to write: plain RoPE with the target's theta, both
     # in training and in the exported transformer_layer_config, whatever scaling the target has
-    rope = cfg.get("rope_parameters") or {}
-    theta = float(rope.get("rope_theta") or cfg.get("rope_theta") or 10000.0)
+    theta = hfconfig.rope_theta(cfg, where=where, default=10000.0)
+    eps = hfconfig.get_float(cfg, "rms_norm_eps", where=where, default=1e-6)
+    max_pos = hfconfig.get_int(cfg, "max_position_embeddings", where=where, default=4096)
     return HeadConfig(
-        hidden_size=hidden, num_attention_heads=heads, num_key_value_heads=kv, head_dim=head_dim,
-        intermediate_size=inter, rms_norm_eps=float(cfg.get("rms_norm_eps") or 1e-6),
-        rope_theta=theta, max_position_embeddings=int(cfg.get("max_position_embeddings") or 4096),
-        vocab_size=vocab, draft_vocab_size=int(draft_vocab_size), target_hidden_size=hidden,
+        hidden_size=att.hidden_size, num_attention_heads=att.num_heads,
+        num_key_value_heads=att.num_kv_heads, head_dim=att.head_dim, intermediate_size=inter,
+        rms_norm_eps=eps, rope_theta=theta, max_position_embeddings=max_pos, vocab_size=vocab,
+        draft_vocab_size=int(draft_vocab_size), target_hidden_size=att.hidden_size,
         num_aux=int(num_aux))
 
 
