@@ -39,3 +39,11 @@ def handle_errors(fn: Callable) -> Callable:
 def progress_enabled(json_mode: bool) -> bool:
     """Progress bars only on a TTY and never in --json mode."""
     return not json_mode and sys.stderr.isatty()
+
+
+def progress_mode(json_mode: bool, quiet: bool) -> bool | str:
+    """For commands with engine runs: a bar on a TTY, plain rate-limited lines elsewhere (CI
+    logs, `| tee`), nothing with --json or -q."""
+    if json_mode or quiet:
+        return False
+    return True if sys.stderr.isatty() else "lines"

@@ -9,7 +9,7 @@ import json
 
 import click
 
-from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.cli._common import handle_errors, print_json, progress_mode
 from speckit.errors import UsageError
 
 
@@ -122,7 +122,7 @@ def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_toke
                       batch_sizes=_parse_batches(batch_sizes), serve_gpu=serve_gpu,
                       serve_tp=serve_tp, compare_acceptance_only=compare_acceptance_only,
                       compare_budget_s=compare_budget,
-                      progress=progress_enabled(json_mode or quiet))
+                      progress=progress_mode(json_mode, quiet))
     if json_mode:
         print_json(report.to_dict())
     else:

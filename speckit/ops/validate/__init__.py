@@ -875,9 +875,21 @@ class _Progress:
         "import": "importing vLLM", "load": "loading the engine", "ready": "warming up",
         "probe": "probing step costs", "done": "finishing"}
 
-    def __init__(self, enabled: bool, on_event):
-        self.enabled, self.on_event = enabled, on_event
+    LINE_EVERY_S = 5.0  # "n/N prompts" lines without a TTY, at most this often
+
+    def __init__(self, enabled: bool | str, on_event):
+        # True: a rich bar (a TTY); "lines": one plain line per engine phase (CI logs, | tee)
+        self.lines = enabled == "lines"
+        self.enabled, self.on_event = bool(enabled) and not self.lines, on_event
         self._progress = None
+        self._last_line = 0.0
+
+    def _line(self, label: str, what: str, *, rate_limited: bool = False) -> None:
+        now = time.monotonic()
+        if rate_limited and now - self._last_line < self.LINE_EVERY_S:
+            return
+        self._last_line = now
+        print(f"validate: {label}: {what}", file=sys.stderr, flush=True)
 
     def __enter__(self):
         if self.enabled:
@@ -907,6 +919,8 @@ class _Progress:
         def handle(ev: dict[str, Any]) -> None:
             if self.on_event is not None:
                 self.on_event(job.label, ev)
+            if self.lines:
+                self._event_line(job.label, ev)
             if task is None:
                 return
             phase = ev.get("phase")
@@ -916,11 +930,26 @@ class _Progress:
             elif phase in self._PHASES:
                 self._progress.update(task, description=f"{job.label}: {self._PHASES[phase]}")
 
+        if self.lines:
+            self._line(job.label, "starting the engine")
         run = run_engine(job, on_event=handle, **kw)
+        if self.lines:
+            self._line(job.label, f"done ({run.timing.tokens_per_s:.1f} tok/s)")
         if task is not None:
             self._progress.update(task, description=f"{job.label}: done "
                                   f"({run.timing.tokens_per_s:.1f} tok/s)")
         return run
+
+
+    def _event_line(self, label: str, ev: dict[str, Any]) -> None:
+        phase = ev.get("phase")
+        if phase == "generate" and ev.get("total"):
+            done, total = ev.get("done", 0), ev["total"]
+            self._line(label, f"{done}/{total} prompts", rate_limited=0 < done < total)
+        elif phase == "batch-probe":
+            self._line(label, f"step costs at concurrency {ev.get('sizes')}")
+        elif phase in self._PHASES:
+            self._line(label, self._PHASES[phase])
 
 
 def _stderr_console():
