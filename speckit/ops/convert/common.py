@@ -390,8 +390,8 @@ def check_vocab_maps(ctx: ReadContext, plan: ConversionPlan, *, draft_vocab: int
 
 def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
                  where: str) -> list[int]:
-    """The target id of each draft id, after checking docs/formats.md#vocab-maps exactly (no torch needed):
-    d2t holds offsets (target = draft + d2t[draft]) giving strictly increasing ids in [0, V),
+    """The target id of each draft id, after checking docs/formats.md#vocab-maps exactly (no
+    torch needed): d2t holds offsets (target = draft + d2t[draft]) giving strictly increasing ids in [0, V),
     not all zero; t2d, when present, marks exactly those ids."""
     n = len(offsets)
     if not any(offsets):
@@ -411,7 +411,8 @@ def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
         raise FormatError(
             f"{where}: d2t maps draft ids {i - 1} and {i} to target ids {sel[i - 1]} and "
             f"{sel[i]}, which are not strictly increasing",
-            hint="d2t must list distinct target ids in ascending order (docs/formats.md#vocab-maps)")
+            hint="d2t must list distinct target ids in ascending order "
+            "(docs/formats.md#vocab-maps)")
     if mask is not None:
         if len(mask) != vocab:
             raise FormatError(f"{where}: t2d has {len(mask)} entries, the vocabulary {vocab}")
@@ -464,8 +465,36 @@ def vocab_moves(ctx: ReadContext, plan: ConversionPlan, vocab: Vocab, *, dtype: 
     return moves
 
 
+def check_layer_count(ctx: ReadContext, n_layers: int) -> None:
+    """num_hidden_layers, when the source records it, must count the decoder layers on disk."""
+    said = ctx.src.config.get("num_hidden_layers")
+    if said is not None and int(said) != n_layers:
+        raise FormatError(f"{ctx.where('num_hidden_layers')} says {said} but the checkpoint "
+                          f"holds {n_layers} decoder layer(s)",
+                          hint="fix num_hidden_layers; speckit does not guess which is right")
+
+
+def aux_count(ctx: ReadContext, t_hidden: int) -> int:
+    """How many target hidden states fc.weight reads (its input is a multiple of the target's)."""
+    fc_in = ctx.src.tensors["fc.weight"].shape[1]
+    if fc_in % t_hidden:
+        raise FormatError(f"{ctx.src.path}: fc.weight reads {fc_in} features, not a multiple of "
+                          f"the target hidden size {t_hidden}",
+                          hint="is TARGET the verifier this draft was trained for?")
+    return fc_in // t_hidden
+
+
+def check_vocab_size(ctx: ReadContext) -> None:
+    """A recorded vocab_size must be the target's (drafts score the verifier's vocabulary)."""
+    said, V = ctx.src.config.get("vocab_size"), ctx.tgt.vocab_size
+    if said is not None and int(said) != V:
+        raise FormatError(f"{ctx.where('vocab_size')} is {said} but the target's vocabulary is "
+                          f"{V}", hint="is TARGET the verifier this draft was trained for?")
+
+
 def check_hidden_sizes(ctx: ReadContext, src, cfg: dict[str, Any], tgt) -> tuple[int, int]:
-    """(draft hidden, target hidden): the draft's from norm.weight, both checked against the config."""
+    """(draft hidden, target hidden): the draft's from norm.weight, both checked against the
+    config."""
     hidden = src.tensors["norm.weight"].shape[0]
     if cfg.get("hidden_size") is not None and int(cfg["hidden_size"]) != hidden:
         raise FormatError(f"{ctx.where('hidden_size')} is {cfg['hidden_size']} but norm.weight "

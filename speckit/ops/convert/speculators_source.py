@@ -73,7 +73,8 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     if layer_cfg.get("vocab_size") is not None and int(layer_cfg["vocab_size"]) != V:
         raise FormatError(f"{ctx.where('transformer_layer_config.vocab_size')} is "
                           f"{layer_cfg['vocab_size']} but the target's vocabulary is {V}",
-                          hint="vocab_size must be the verifier's (docs/formats.md#transformer-layer-config)")
+                          hint="vocab_size must be the verifier's "
+                          "(docs/formats.md#transformer-layer-config)")
     layer_cfg["vocab_size"] = V
     cfg["transformer_layer_config"] = layer_cfg
     for key, value in SPECULATORS_DEFAULTS[method].items():
