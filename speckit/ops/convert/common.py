@@ -391,8 +391,8 @@ def check_vocab_maps(ctx: ReadContext, plan: ConversionPlan, *, draft_vocab: int
 def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
                  where: str) -> list[int]:
     """The target id of each draft id, after checking docs/formats.md#vocab-maps exactly (no
-    torch needed): d2t holds offsets (target = draft + d2t[draft]) giving strictly increasing ids in [0, V),
-    not all zero; t2d, when present, marks exactly those ids."""
+    torch needed): d2t holds offsets (target = draft + d2t[draft]) giving strictly increasing
+    ids in [0, V), not all zero; t2d, when present, marks exactly those ids."""
     n = len(offsets)
     if not any(offsets):
         raise FormatError(

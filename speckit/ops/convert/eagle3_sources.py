@@ -9,6 +9,7 @@ import re
 from typing import Any
 
 from speckit.core import methods
+from speckit.core.methods import MethodSpec
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import CONFIG_DTYPE
 from speckit.ops.convert.common import (
@@ -192,7 +193,7 @@ def _norm_flags(ctx: ReadContext, out: ConversionPlan, n_aux: int) -> dict[str, 
             "fc_norm": fc_norm}
 
 
-def _recorded_k(ctx: ReadContext, mod) -> tuple[int | None, str]:
+def _recorded_k(ctx: ReadContext, mod: MethodSpec) -> tuple[int | None, str]:
     """k as the trainer recorded it: P-EAGLE's parallel depth, EAGLE-3's test-time-training
     steps."""
     keys = ("speculative_tokens", "num_depths") if mod.parallel else \
