@@ -252,8 +252,8 @@ SWEEP_HINT = "`speckit validate --sweep` measures the best k"
 def resolve_k(ctx: ReadContext, mod: MethodSpec, config: dict[str, Any], *,
               recorded: int | None, recorded_from: str, plan: ConversionPlan) -> int:
     """speculative_tokens: --num-speculative-tokens, else the source's record, else the
-    registry's published k, else the method's rule, else its usual value (the last two said
-    as a default, with how to measure the best k); refused when none applies."""
+    registry's published k, else the method's rule, else its usual value; refused when none
+    applies. A registry or usual k is a default and is said as one, with how to find the best."""
     if ctx.opts.num_speculative_tokens is not None:
         k, rule = int(ctx.opts.num_speculative_tokens), "--num-speculative-tokens"
     elif recorded is not None:
@@ -262,14 +262,14 @@ def resolve_k(ctx: ReadContext, mod: MethodSpec, config: dict[str, Any], *,
         k, rule = _default_k(ctx, mod, config)
     mod.check_k(config, k)
     plan.k, plan.k_rule = k, rule
-    # a default is said as such, with how to find a better k
-    plan.notes.append(f"k {k}: {rule}" if SWEEP_HINT in rule
+    plan.notes.append(f"k {k}: {rule}" if rule.endswith(SWEEP_HINT)
                       else f"speculative_tokens {k} from {rule}")
     return k
 
 
 def _default_k(ctx: ReadContext, mod: MethodSpec, config: dict[str, Any]) -> tuple[int, str]:
-    """k when neither the user nor the source gives it: (k, where it came from)."""
+    """k when neither the user nor the source gives it, and where it came from (a default's
+    rule ends with SWEEP_HINT)."""
     if ctx.opts.registry_k is not None:
         k, rule = ctx.opts.registry_k
         return int(k), f"{rule}; {SWEEP_HINT}"
