@@ -261,20 +261,18 @@ def test_vocab_map_checks(targets, tmp_path):
     FC.patch_tensors(src, d2t=d2t)
     with pytest.raises(FormatError, match="select different target ids"):
         convert(src, target=targets["llama"], out=tmp_path / "om")
-    # a full-vocab speculators draft shipping identity maps (docs/formats.md#vocab-maps) is normalised
+    # a full-vocab speculators draft shipping identity maps (docs/formats.md#vocab-maps) is
+    # normalised
     r, t, _, _ = run(F.make_eagle3_full_vocab_maps(tmp_path / "f"), targets["llama"],
                      tmp_path / "of")
     assert "d2t" not in t and "t2d" not in t and set(r.omitted) == {"d2t", "t2d"}
 
 
 def test_speculative_tokens_rules(targets, tmp_path):
-    src = F.make_specforge_eagle3(tmp_path / "e")
-    with pytest.raises(UsageError, match="does not record how many tokens") as e:
-        convert(src, target=targets["llama"], out=tmp_path / "oe")
-    assert "--num-speculative-tokens" in e.value.hint
     r = convert(F.make_zlab_dflash(tmp_path / "d", style="old"), target=targets["qwen3"],
                 out=tmp_path / "od")
     assert (r.num_speculative_tokens, r.k_rule) == (F.DIMS.block_size - 1, "dflash rule")
+    assert not any("--sweep" in n for n in r.notes)  # the block size fixes k: not a default
     with pytest.raises(UsageError, match="num_speculative_tokens=5"):
         convert(tmp_path / "d", target=targets["qwen3"], out=tmp_path / "od2",
                 num_speculative_tokens=5)
@@ -284,6 +282,43 @@ def test_speculative_tokens_rules(targets, tmp_path):
     with pytest.raises(UsageError, match="block size"):
         convert(tmp_path / "s", target=targets["qwen3"], out=tmp_path / "os2",
                 num_speculative_tokens=3)
+
+
+@pytest.mark.parametrize("factory, method, usual", [
+    (F.make_specforge_eagle3, "eagle3", 3), (F.make_specforge_peagle, "peagle", 5)])
+def test_k_not_recorded_defaults_to_the_methods_usual_value(targets, tmp_path, factory, method,
+                                                            usual):
+    """An EAGLE export that records no k converts with the method's usual k, said as a default
+    (note, k_rule, provenance, the written config); an explicit -k still wins."""
+    from speckit.core import methods
+
+    src = factory(tmp_path / "src")
+    assert methods.get(method).usual_k == usual
+    kw = {"mask_token_id": V - 1} if method == "peagle" else {}
+    r, _, cfg, prov = run(src, targets["llama"], tmp_path / "o1", **kw)
+    assert r.method == method and r.num_speculative_tokens == usual
+    assert r.k_rule == (f"the method's usual value for {method}; `speckit validate --sweep` "
+                        f"measures the best k")
+    assert f"k {usual}: {r.k_rule}" in r.notes
+    assert prov["output"]["speculative_tokens"] == usual
+    assert prov["output"]["speculative_tokens_from"] == r.k_rule
+    assert cfg["speculators_config"]["proposal_methods"][0]["speculative_tokens"] == usual
+    r = convert(src, target=targets["llama"], out=tmp_path / "o2", num_speculative_tokens=2,
+                **kw)
+    assert (r.num_speculative_tokens, r.k_rule) == (2, "--num-speculative-tokens")
+    assert not any("--sweep" in n for n in r.notes)
+
+
+def test_k_not_recorded_and_no_usual_value_is_refused(targets, tmp_path, monkeypatch):
+    """A method with neither a k rule nor a usual value still refuses to guess."""
+    from speckit.core.methods import eagle3
+
+    monkeypatch.setattr(eagle3, "SPEC", replace(eagle3.SPEC, usual_k=None))
+    with pytest.raises(UsageError, match="does not record how many tokens") as e:
+        convert(F.make_specforge_eagle3(tmp_path / "e"), target=targets["llama"],
+                out=tmp_path / "oe")
+    assert "--num-speculative-tokens" in e.value.hint
+    assert not (tmp_path / "oe").exists()
 
 
 def test_aux_layer_ids_are_explicit_and_validated(targets, tmp_path):
@@ -752,9 +787,67 @@ def test_registry_draft_brings_its_target_and_published_k(hub, tmp_path, monkeyp
     monkeypatch.setenv("SPECKIT_REGISTRY", str(reg))
     r = convert("my-draft", out=tmp_path / "out")
     assert r.verifier == "org/target" and r.target == "org/target"
-    assert r.num_speculative_tokens == 5 and "registry entry my-draft" in r.k_rule
+    assert r.num_speculative_tokens == 5
+    assert r.k_rule == ("registry entry my-draft (the model card); `speckit validate --sweep` "
+                        "measures the best k")
+    assert f"k 5: {r.k_rule}" in r.notes
     # only the target's config.json was needed (the draft has its own full-vocab head)
     assert {x.file for x in hub.server.body_gets() if x.repo == "org/target"} == {"config.json"}
+
+
+def _registry(tmp_path, monkeypatch, *entries: str) -> None:
+    reg = tmp_path / "registry.toml"
+    reg.write_text("schema_version = 1\n" + "".join(
+        f"[[entry]]\nprovider = \"me\"\nlicense = \"MIT\"\nmethod = \"eagle3\"\n"
+        f"pinned = false\ntarget = \"org/target\"\n{e}\n" for e in entries))
+    monkeypatch.setenv("SPECKIT_REGISTRY", str(reg))
+
+
+def test_hub_draft_whose_repo_is_in_the_registry_gets_its_published_k(hub, targets, tmp_path,
+                                                                      monkeypatch):
+    """A draft given by Hub id (not registry id) that records no k: the k of the registry entry
+    naming its repo, said as such; the method's usual k when no entry (or no agreement)."""
+    draft = F.make_specforge_eagle3(tmp_path / "d", export="sglang")
+    hub.server.add_commit("org/draft", {p.name: p.read_bytes() for p in draft.iterdir()})
+    _registry(tmp_path, monkeypatch, 'id = "my-draft"\nrepo = "Org/Draft"\nrevision = "main"\n'
+              'num_speculative_tokens = 6\nk_source = "the model card"')
+    r, _, _, prov = run("org/draft", targets["llama"], tmp_path / "o1")
+    assert r.num_speculative_tokens == 6
+    assert r.k_rule.startswith("registry entry my-draft (its repo Org/Draft; the model card)")
+    assert f"k 6: {r.k_rule}" in r.notes and prov["output"]["speculative_tokens_from"] == r.k_rule
+    r = convert("org/draft", target=targets["llama"], out=tmp_path / "o2",
+                num_speculative_tokens=2)
+    assert (r.num_speculative_tokens, r.k_rule) == (2, "--num-speculative-tokens")
+    # two entries for the repo that disagree: no pick among them, the method's usual value
+    _registry(tmp_path, monkeypatch,
+              'id = "a"\nrepo = "org/draft"\nrevision = "main"\nnum_speculative_tokens = 6\n'
+              'k_source = "card"',
+              'id = "b"\nrepo = "org/draft"\nrevision = "v2"\nnum_speculative_tokens = 4\n'
+              'k_source = "blog"')
+    r = convert("org/draft", target=targets["llama"], out=tmp_path / "o3")
+    assert r.num_speculative_tokens == 3 and "usual value for eagle3" in r.k_rule
+
+
+def test_published_k_picks_the_entry_of_the_draft():
+    from speckit.core.registry import Entry
+    from speckit.ops.convert.common import published_k
+
+    def entry(id_, k, *, repo="org/d", revision="main", kind="draft", k_source=None):
+        return Entry(id=id_, kind=kind, provider="me", license="MIT", origin="test",
+                     method="eagle3", repo=repo, revision=revision,
+                     num_speculative_tokens=k, k_source=k_source)
+
+    sha = "a" * 40
+    entries = [entry("a", 6, revision=sha), entry("b", 4), entry("t", 9, kind="target"),
+               entry("c", 2, repo="org/other", k_source="card")]
+    assert published_k(entries, registry_id="c", repo="org/d") == (2, "registry entry c (card)")
+    assert published_k(entries, registry_id=None, repo="ORG/D", commit=sha) == \
+        (6, "registry entry a (its repo org/d)")
+    assert published_k(entries, registry_id=None, repo="org/d") is None  # 6 and 4 disagree
+    assert published_k(entries[1:], registry_id=None, repo="org/d") == \
+        (4, "registry entry b (its repo org/d)")  # the target entry's k is not a draft's
+    assert published_k(entries, registry_id=None, repo=None) is None
+    assert published_k([entry("n", None)], registry_id="n", repo="org/d") is None
 
 
 def test_cli_json_and_exit_codes(targets, tmp_path):
@@ -777,6 +870,12 @@ def test_cli_json_and_exit_codes(targets, tmp_path):
     assert res.exit_code == 3 and "--drop" in res.output
     res = runner.invoke(main, ["convert", str(src), "--aux-layers", "1,x"])
     assert res.exit_code == 2
+    # no -k and nothing recorded: the default is printed with where it came from
+    res = runner.invoke(main, ["convert", str(src), "--target", str(targets["llama"]), "-o",
+                               str(tmp_path / "o4")])
+    assert res.exit_code == 0, res.output
+    assert "k:          3 (the method's usual value for eagle3; `speckit validate --sweep` " \
+        "measures the best k)" in res.output
     res = runner.invoke(main, ["convert", str(src), "--target", str(targets["llama"]), "-o",
                                str(tmp_path / "o3"), "-k", "3", "--max-shard-size", "50KB"])
     assert res.exit_code == 0 and "serve with:" in res.output

@@ -110,6 +110,10 @@ class MethodSpec:
     vllm_loads_speculators: bool = False  # vLLM registers its speculators_model_type
     source_scope: tuple[tuple[str, str], ...] = ()  # (layout, what of the source is the draft)
     # k rules and the serve-time shape of a request
+    # the k published drafts of this method are usually served with: convert's last resort when
+    # neither the user, the source nor the registry gives k (None: default_k fixes it, or there
+    # is no common value)
+    usual_k: int | None = None
     default_k: Callable[[dict[str, Any]], int | None]
     check_k: Callable[[dict[str, Any], int], None]
     lookahead_slots: Callable[[int], int]

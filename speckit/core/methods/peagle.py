@@ -1,6 +1,6 @@
 """P-EAGLE: an EAGLE-3 head that drafts all k positions in one forward (parallel drafting).
 
-vLLM serves it as method eagle3 with parallel_drafting=true and a mask token; docs/formats.md#peagle.
+vLLM serves it as eagle3 with parallel_drafting=true and a mask token; docs/formats.md#peagle.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ def lookahead_slots(k: int) -> int:
 
 
 def extra_query_slots(k: int) -> int:
-    """Extra per-request query slots vLLM reserves while drafting (max_num_new_slots_for_drafting)."""
+    """Extra per-request query slots vLLM reserves while drafting
+    (max_num_new_slots_for_drafting)."""
     return k - 1
 
 
@@ -109,6 +110,9 @@ SPEC = MethodSpec(
     has_checkpoint=True,
     aux_layers_key="eagle_aux_hidden_state_layer_ids",
     trainer_aux_default=True,
+    # AWS's published P-EAGLE heads (amazon/gpt-oss-120b-p-eagle, trained 8 deep) are served
+    # with num_speculative_tokens 5 on their model cards
+    usual_k=5,
     draft_style="append",  # the verified tokens plus k-1 mask slots in one pass
     calibration="eagle-head",
     norm_before_residual_default=False,  # vLLM algos.py

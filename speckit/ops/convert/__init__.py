@@ -239,19 +239,17 @@ def _resolve(ref: str, *, what: str, allow_pickle: bool, progress: bool) -> _Res
 
 
 def _registry_defaults(s: _Resolved) -> tuple[str | None, tuple[int, str] | None]:
-    """A registry draft names its target and a published k: the defaults for TARGET and k."""
-    if s.registry_id is None:
+    """A registry draft names its target and a published k: the defaults for TARGET and k; a
+    draft from a repo that a registry entry names gets that entry's k."""
+    if s.registry_id is None and s.repo is None:
         return None, None
     from speckit.core.registry import load_registry
+    from speckit.ops.convert.common import published_k
 
-    entry = load_registry().entries.get(s.registry_id)
-    if entry is None:
-        return None, None
-    k = None
-    if entry.num_speculative_tokens:
-        k = (int(entry.num_speculative_tokens), f"registry entry {entry.id}"
-             + (f" ({entry.k_source})" if entry.k_source else ""))
-    return entry.target, k
+    entries = load_registry().entries
+    entry = entries.get(s.registry_id) if s.registry_id is not None else None
+    k = published_k(entries.values(), registry_id=s.registry_id, repo=s.repo, commit=s.commit)
+    return (entry.target if entry is not None else None), k
 
 
 def _resolve_target(ref: str) -> tuple[_Resolved, Any]:

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import itertools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.methods import MethodSpec
 from speckit.core.refs import is_repo_id
+from speckit.core.registry import Entry
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
     CONFIG_DTYPE,
@@ -149,6 +151,7 @@ class Options:
     aux_layers: list[int] | None = None
     mask_token_id: int | None = None
     # k published for this draft in the registry (value, where from); below the source's record
+    # (see published_k)
     registry_k: tuple[int, str] | None = None
 
 
@@ -241,28 +244,67 @@ def resolve_aux(ctx: ReadContext, *, count: int, recorded: list[int] | None,
     return ids
 
 
-def resolve_k(ctx: ReadContext, mod, config: dict[str, Any], *, recorded: int | None,
-              recorded_from: str, plan: ConversionPlan) -> int:
-    """speculative_tokens: --num-speculative-tokens, else the source's record, else the method's
-    own rule; never a silent guess."""
+# said of every k speckit picks as a default rather than reads from the user or the source
+SWEEP_HINT = "`speckit validate --sweep` measures the best k"
+
+
+def resolve_k(ctx: ReadContext, mod: MethodSpec, config: dict[str, Any], *,
+              recorded: int | None, recorded_from: str, plan: ConversionPlan) -> int:
+    """speculative_tokens: --num-speculative-tokens, else the source's record, else the
+    registry's published k, else the method's rule, else its usual value; refused when none
+    applies. A registry or usual k is a default and is said as one, with how to find the best."""
     if ctx.opts.num_speculative_tokens is not None:
         k, rule = int(ctx.opts.num_speculative_tokens), "--num-speculative-tokens"
     elif recorded is not None:
         k, rule = int(recorded), recorded_from
-    elif ctx.opts.registry_k is not None:
-        k, rule = ctx.opts.registry_k
     else:
-        k = mod.default_k(config)
-        rule = f"{mod.name} rule"
-        if k is None:
-            raise UsageError(
-                f"{ctx.src.path}: the source does not record how many tokens to draft, and "
-                f"{mod.name} has no rule that fixes it",
-                hint="pass --num-speculative-tokens K (speckit validate measures the best k)")
-    mod.check_k(config, int(k))
-    plan.k, plan.k_rule = int(k), rule
-    plan.notes.append(f"speculative_tokens {k} from {rule}")
-    return int(k)
+        k, rule = _default_k(ctx, mod, config)
+    mod.check_k(config, k)
+    plan.k, plan.k_rule = k, rule
+    plan.notes.append(f"k {k}: {rule}" if rule.endswith(SWEEP_HINT)
+                      else f"speculative_tokens {k} from {rule}")
+    return k
+
+
+def _default_k(ctx: ReadContext, mod: MethodSpec, config: dict[str, Any]) -> tuple[int, str]:
+    """k when neither the user nor the source gives it, and where it came from (a default's
+    rule ends with SWEEP_HINT)."""
+    if ctx.opts.registry_k is not None:
+        k, rule = ctx.opts.registry_k
+        return int(k), f"{rule}; {SWEEP_HINT}"
+    k = mod.default_k(config)
+    if k is not None:  # fixed by the draft's own shape (block size, MTP layers): no guess
+        return int(k), f"{mod.name} rule"
+    if mod.usual_k is not None:
+        return mod.usual_k, f"the method's usual value for {mod.name}; {SWEEP_HINT}"
+    raise UsageError(
+        f"{ctx.src.path}: the source does not record how many tokens to draft, and "
+        f"{mod.name} has no rule that fixes it",
+        hint="pass --num-speculative-tokens K (speckit validate measures the best k)")
+
+
+def published_k(entries: Iterable[Entry], *, registry_id: str | None, repo: str | None,
+                commit: str | None = None) -> tuple[int, str] | None:
+    """The k the registry publishes for a draft, with where it came from: the entry the draft
+    was named by, else the draft entries whose repo is the source's (the one pinned to the
+    source's commit first; entries that disagree give none, rather than a pick among them)."""
+    entries = [e for e in entries if e.kind == "draft" and e.num_speculative_tokens]
+    named = [e for e in entries if registry_id is not None and e.id == registry_id]
+    if named:
+        return _entry_k(named[0])
+    same = [e for e in entries if repo and e.repo and e.repo.lower() == repo.lower()]
+    pinned = [e for e in same if commit is not None and e.revision == commit]
+    pick = pinned or same
+    if not pick or len({e.num_speculative_tokens for e in pick}) != 1:
+        return None
+    return _entry_k(pick[0], repo=pick[0].repo)
+
+
+def _entry_k(entry: Entry, *, repo: str | None = None) -> tuple[int, str]:
+    why = [f"its repo {repo}"] if repo else []
+    why += [entry.k_source] if entry.k_source else []
+    return (int(entry.num_speculative_tokens),
+            f"registry entry {entry.id}" + (f" ({'; '.join(why)})" if why else ""))
 
 
 def recorded_k(cfg: dict[str, Any], keys: tuple[str, ...]) -> tuple[int | None, str]:
@@ -389,9 +431,9 @@ def check_vocab_maps(ctx: ReadContext, plan: ConversionPlan, *, draft_vocab: int
 
 def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
                  where: str) -> list[int]:
-    """The target id of each draft id, after checking docs/formats.md#vocab-maps exactly (no torch needed):
-    d2t holds offsets (target = draft + d2t[draft]) giving strictly increasing ids in [0, V),
-    not all zero; t2d, when present, marks exactly those ids."""
+    """The target id of each draft id, after checking docs/formats.md#vocab-maps exactly (no
+    torch needed): d2t holds offsets (target = draft + d2t[draft]) giving strictly increasing
+    ids in [0, V), not all zero; t2d, when present, marks exactly those ids."""
     n = len(offsets)
     if not any(offsets):
         raise FormatError(
@@ -410,7 +452,8 @@ def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
         raise FormatError(
             f"{where}: d2t maps draft ids {i - 1} and {i} to target ids {sel[i - 1]} and "
             f"{sel[i]}, which are not strictly increasing",
-            hint="d2t must list distinct target ids in ascending order (docs/formats.md#vocab-maps)")
+            hint="d2t must list distinct target ids in ascending order "
+            "(docs/formats.md#vocab-maps)")
     if mask is not None:
         if len(mask) != vocab:
             raise FormatError(f"{where}: t2d has {len(mask)} entries, the vocabulary {vocab}")
@@ -463,8 +506,36 @@ def vocab_moves(ctx: ReadContext, plan: ConversionPlan, vocab: Vocab, *, dtype: 
     return moves
 
 
+def check_layer_count(ctx: ReadContext, n_layers: int) -> None:
+    """num_hidden_layers, when the source records it, must count the decoder layers on disk."""
+    said = ctx.src.config.get("num_hidden_layers")
+    if said is not None and int(said) != n_layers:
+        raise FormatError(f"{ctx.where('num_hidden_layers')} says {said} but the checkpoint "
+                          f"holds {n_layers} decoder layer(s)",
+                          hint="fix num_hidden_layers; speckit does not guess which is right")
+
+
+def aux_count(ctx: ReadContext, t_hidden: int) -> int:
+    """How many target hidden states fc.weight reads (its input is a multiple of the target's)."""
+    fc_in = ctx.src.tensors["fc.weight"].shape[1]
+    if fc_in % t_hidden:
+        raise FormatError(f"{ctx.src.path}: fc.weight reads {fc_in} features, not a multiple of "
+                          f"the target hidden size {t_hidden}",
+                          hint="is TARGET the verifier this draft was trained for?")
+    return fc_in // t_hidden
+
+
+def check_vocab_size(ctx: ReadContext) -> None:
+    """A recorded vocab_size must be the target's (drafts score the verifier's vocabulary)."""
+    said, V = ctx.src.config.get("vocab_size"), ctx.tgt.vocab_size
+    if said is not None and int(said) != V:
+        raise FormatError(f"{ctx.where('vocab_size')} is {said} but the target's vocabulary is "
+                          f"{V}", hint="is TARGET the verifier this draft was trained for?")
+
+
 def check_hidden_sizes(ctx: ReadContext, src, cfg: dict[str, Any], tgt) -> tuple[int, int]:
-    """(draft hidden, target hidden): the draft's from norm.weight, both checked against the config."""
+    """(draft hidden, target hidden): the draft's from norm.weight, both checked against the
+    config."""
     hidden = src.tensors["norm.weight"].shape[0]
     if cfg.get("hidden_size") is not None and int(cfg["hidden_size"]) != hidden:
         raise FormatError(f"{ctx.where('hidden_size')} is {cfg['hidden_size']} but norm.weight "

@@ -16,9 +16,12 @@ from speckit.ops.convert.common import (
     SPECULATORS_FORMAT_VERSION,
     ReadContext,
     Vocab,
+    aux_count,
     carry_layer_config,
     check_hidden_sizes,
+    check_layer_count,
     check_vocab_maps,
+    check_vocab_size,
     dtype_note,
     envelope,
     rename,
@@ -36,6 +39,10 @@ _LAYER_PART = re.compile(r"^(self_attn\.[qkvo]_proj\.(weight|bias)|self_attn\.[q
                          r"(input|post_attention)_layernorm\.weight|mlp\.(gate|up|down)_proj\."
                          r"(weight|bias))$")
 _SLIDING = "sliding_attention"
+# tensors outside the decoder layers that keep their name
+_KEPT = ("fc.weight", "hidden_norm.weight", "norm.weight", "embed_tokens.weight")
+# vocabulary tensors, placed by vocab_moves
+_VOCAB_TENSORS = ("lm_head.weight", "d2t", "t2d")
 # dflash_config fields that vLLM honours only inside dflash_config, which its speculators reader
 # rebuilds from scratch: any value other than the neutral one would be silently lost in serving
 _NEUTRAL = {
@@ -91,8 +98,7 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
     ``variant_keys``: dflash_config fields the calling variant reads itself (DSpark's
     sample_from_anchor, ...); they are left for it in ``Backbone.dc_left``.
     """
-    src, cfg, tgt = ctx.src, ctx.src.config, ctx.tgt
-    dc = dict(cfg.get("dflash_config") or {})
+    dc = dict(ctx.src.config.get("dflash_config") or {})
     dc_left = set(dc)
     dtype = source_dtype(ctx)
     out = ConversionPlan(method=method, layout="speculators", config={}, moves=[])
@@ -100,59 +106,86 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
 
     def take(key: str) -> Any:
         """A draft setting from dflash_config (newer) or the top level (older); both must agree."""
-        inner, outer = dc.get(key), cfg.get(key)
         dc_left.discard(key)
-        if inner is not None and outer is not None and inner != outer:
-            raise FormatError(f"{ctx.where()}: {key} is {outer} at the top level but {inner} in "
-                              f"dflash_config", hint="the config contradicts itself; fix one")
-        return inner if inner is not None else outer
+        return agreed_setting(ctx, dc, key)
 
-    # ---- layers on disk --------------------------------------------------------------------------
+    n_layers = _decoder_layers(ctx)
+    hidden, t_hidden = check_hidden_sizes(ctx, ctx.src, ctx.src.config, ctx.tgt)
+    _check_target_depth(ctx)
+    n_aux = aux_count(ctx, t_hidden)
+    check_vocab_size(ctx)
+    aux = _aux_ids(ctx, out, n_aux, take("target_layer_ids"))
+    block = _block_size(ctx, take("block_size"))
+    mask = _mask_token(ctx, out, take("mask_token_id"))
+    vocab = _vocabulary(ctx, out)
+    _check_neutral(ctx, out, dc, dc_left, variant_keys)
+    layer_cfg = carry_layer_config(ctx.src.config, out, consumed={**_CONSUMED, **(consumed or {})})
+    snc = _non_causal(ctx, layer_cfg, n_layers, out)
+    _normalise_layer_config(ctx, out, layer_cfg, hidden=hidden, n_layers=n_layers, dtype=dtype)
+    config = _speculators_fields(method, block=block, aux=aux, mask=mask, vocab=vocab,
+                                 t_hidden=t_hidden, snc=snc, layer_cfg=layer_cfg, dtype=dtype)
+    moves, unmapped = _layer_moves(ctx, out, layer_cfg, layer_extras)
+    out.moves = moves + vocab_moves(ctx, out, vocab, dtype=dtype, hidden=hidden)
+    return Backbone(out, config, dc, dc_left, hidden, t_hidden, vocab, dtype, block, unmapped)
+
+
+def agreed_setting(ctx: ReadContext, dc: dict[str, Any], key: str) -> Any:
+    """A setting recorded in dflash_config (newer exports) or at the top level (older ones);
+    where both record it they must agree."""
+    inner, outer = dc.get(key), ctx.src.config.get(key)
+    if inner is not None and outer is not None and inner != outer:
+        raise FormatError(f"{ctx.where()}: {key} is {outer} at the top level but {inner} in "
+                          f"dflash_config", hint="the config contradicts itself; fix one")
+    return inner if inner is not None else outer
+
+
+# ---- backbone steps ------------------------------------------------------------------------------
+
+def _decoder_layers(ctx: ReadContext) -> int:
+    """The number of decoder layers on disk (0..L-1, agreeing with the config), and the
+    non-layer tensors every DFlash-family draft has."""
+    src = ctx.src
     layers = sorted({int(m.group(1)) for n in src.tensors if (m := _LAYER.match(n))})
     if not layers or layers != list(range(len(layers))):
         raise FormatError(f"{src.path}: decoder layers on disk are {layers}, expected 0..L-1")
-    n_layers = len(layers)
-    if cfg.get("num_hidden_layers") is not None and int(cfg["num_hidden_layers"]) != n_layers:
-        raise FormatError(f"{ctx.where('num_hidden_layers')} says {cfg['num_hidden_layers']} but "
-                          f"the checkpoint holds {n_layers} decoder layers")
+    check_layer_count(ctx, len(layers))
     for need in ("fc.weight", "hidden_norm.weight", "norm.weight"):
         if need not in src.tensors:
             raise FormatError(f"{src.path}: a DFlash-family draft needs {need}")
-    hidden, t_hidden = check_hidden_sizes(ctx, src, cfg, tgt)
-    n_target = cfg.get("num_target_layers")
-    if n_target is not None and int(n_target) != tgt.num_layers:
+    return len(layers)
+
+
+def _check_target_depth(ctx: ReadContext) -> None:
+    n_target, depth = ctx.src.config.get("num_target_layers"), ctx.tgt.num_layers
+    if n_target is not None and int(n_target) != depth:
         raise FormatError(f"{ctx.where('num_target_layers')} is {n_target} but TARGET has "
-                          f"{tgt.num_layers} layers", hint="is TARGET the verifier this draft was "
-                          "trained for?")
-    fc_in = src.tensors["fc.weight"].shape[1]
-    if fc_in % t_hidden:
-        raise FormatError(f"{src.path}: fc.weight reads {fc_in} features, not a multiple of the "
-                          f"target hidden size {t_hidden}")
-    n_aux = fc_in // t_hidden
-    V = tgt.vocab_size
-    if cfg.get("vocab_size") is not None and int(cfg["vocab_size"]) != V:
-        raise FormatError(f"{ctx.where('vocab_size')} is {cfg['vocab_size']} but the target's "
-                          f"vocabulary is {V}", hint="is TARGET the verifier this draft was "
+                          f"{depth} layers", hint="is TARGET the verifier this draft was "
                           "trained for?")
 
-    # ---- aux ids: z-lab/SpecForge/DeepSeek name the layer whose OUTPUT is used (+1; -1 -> 0) ---
-    tl = take("target_layer_ids")
-    recorded = [int(i) + 1 for i in tl] if tl is not None else None
+
+def _aux_ids(ctx: ReadContext, out: ConversionPlan, n_aux: int, recorded_ids: Any) -> list[int]:
+    """z-lab/SpecForge/DeepSeek name the layer whose OUTPUT is used: +1 (and -1 -> 0)."""
+    recorded = [int(i) + 1 for i in recorded_ids] if recorded_ids is not None else None
     aux = resolve_aux(ctx, count=n_aux, recorded=recorded,
                       recorded_from="source target_layer_ids (+1)", plan=out, eagle_default=False)
-    if tgt.num_layers in aux:
+    if ctx.tgt.num_layers in aux:
         out.warnings.append(
-            f"aux id {tgt.num_layers} is the target's last layer: vLLM captures it before the "
+            f"aux id {ctx.tgt.num_layers} is the target's last layer: vLLM captures it before the "
             f"final norm while z-lab/SpecForge training read HF hidden_states[-1], which is after "
             f"it; acceptance may be lower than the source reports (kept, as vLLM's own z-lab "
             f"loader does; measure with speckit validate)")
+    return aux
 
-    # ---- block size and mask token ---------------------------------------------------------------
-    block = take("block_size")
+
+def _block_size(ctx: ReadContext, block: Any) -> int:
     if block is None:
         raise FormatError(f"{ctx.where()}: no block_size (top level or dflash_config)",
                           hint="add the block size the draft was trained with")
-    mask = take("mask_token_id")
+    return int(block)
+
+
+def _mask_token(ctx: ReadContext, out: ConversionPlan, mask: Any) -> int:
+    """The source's mask token, or --mask-token-id (which may fill it in, never contradict it)."""
     flag = ctx.opts.mask_token_id
     if mask is not None and flag is not None and int(mask) != int(flag):
         raise UsageError(f"--mask-token-id {flag} contradicts mask_token_id {mask} in "
@@ -164,19 +197,27 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
             f"from the tokenizer at training time)",
             hint="pass --mask-token-id with the id used in training (SpecForge: the tokenizer's "
             "mask token, else its pad token, else eos)")
+    V = ctx.tgt.vocab_size
     if not 0 <= int(mask) < V:
         raise UsageError(f"mask_token_id {mask} is outside the target vocabulary [0, {V})")
     if flag is not None:
         out.notes.append(f"mask_token_id {flag} from --mask-token-id")
+    return int(mask)
 
-    # ---- vocabulary ------------------------------------------------------------------------------
-    draft_vocab = src.tensors["lm_head.weight"].shape[0] if "lm_head.weight" in src.tensors else V
+
+def _vocabulary(ctx: ReadContext, out: ConversionPlan) -> Vocab:
+    src, cfg = ctx.src, ctx.src.config
+    draft_vocab = src.tensors["lm_head.weight"].shape[0] if "lm_head.weight" in src.tensors \
+        else ctx.tgt.vocab_size
     if cfg.get("draft_vocab_size") is not None and int(cfg["draft_vocab_size"]) != draft_vocab:
         raise FormatError(f"{ctx.where('draft_vocab_size')} is {cfg['draft_vocab_size']} but the "
                           f"draft head has {draft_vocab} rows")
-    vocab = check_vocab_maps(ctx, out, draft_vocab=draft_vocab)
+    return check_vocab_maps(ctx, out, draft_vocab=draft_vocab)
 
-    # ---- dflash_config fields vLLM would lose ----------------------------------------------------
+
+def _check_neutral(ctx: ReadContext, out: ConversionPlan, dc: dict[str, Any], dc_left: set[str],
+                   variant_keys: tuple[str, ...]) -> None:
+    """dflash_config fields vLLM would lose must hold their neutral value (then consumed)."""
     for key in sorted((dc_left & set(_NEUTRAL)) - set(variant_keys)):
         if dc[key] not in _NEUTRAL[key]:
             raise FormatError(
@@ -187,23 +228,32 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
         dc_left.discard(key)
         out.config_fields[f"dflash_config.{key}"] = f"neutral value {dc[key]!r}, not needed"
 
-    # ---- layer config and causality --------------------------------------------------------------
-    layer_cfg = carry_layer_config(cfg, out, consumed={**_CONSUMED, **(consumed or {})})
-    snc = _non_causal(ctx, layer_cfg, n_layers, out)
-    layer_cfg.update(model_type="qwen3", architectures=tgt.architectures, vocab_size=V,
-                     hidden_size=hidden, num_hidden_layers=n_layers, dtype=CONFIG_DTYPE[dtype],
+
+def _normalise_layer_config(ctx: ReadContext, out: ConversionPlan, layer_cfg: dict[str, Any], *,
+                            hidden: int, n_layers: int, dtype: str) -> None:
+    """The decoder config vLLM builds the draft from: Qwen3, sized from the tensors."""
+    layer_cfg.update(model_type="qwen3", architectures=ctx.tgt.architectures,
+                     vocab_size=ctx.tgt.vocab_size, hidden_size=hidden,
+                     num_hidden_layers=n_layers, dtype=CONFIG_DTYPE[dtype],
                      tie_word_embeddings=False)
-    if cfg.get("model_type") not in (None, "qwen3"):
-        out.notes.append(f"decoder model_type {cfg['model_type']!r} written as 'qwen3': DFlash "
+    said = ctx.src.config.get("model_type")
+    if said not in (None, "qwen3"):
+        out.notes.append(f"decoder model_type {said!r} written as 'qwen3': DFlash "
                          f"drafts are Qwen3-style decoders in z-lab, SpecForge and vLLM")
-    config: dict[str, Any] = {
+
+
+def _speculators_fields(method: str, *, block: int, aux: list[int], mask: int, vocab: Vocab,
+                        t_hidden: int, snc: bool, layer_cfg: dict[str, Any],
+                        dtype: str) -> dict[str, Any]:
+    """The top-level speculators config every DFlash-family variant shares."""
+    return {
         "architectures": [],  # set by the variant
         "speculators_model_type": method,
         "speculators_version": SPECULATORS_FORMAT_VERSION,
-        "block_size": int(block),
+        "block_size": block,
         "aux_hidden_state_layer_ids": aux,
-        "mask_token_id": int(mask),
-        "draft_vocab_size": draft_vocab,
+        "mask_token_id": mask,
+        "draft_vocab_size": vocab.draft,
         "target_hidden_size": t_hidden,
         "sliding_window_non_causal": snc,
         "sample_from_anchor": False,
@@ -212,7 +262,11 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
         "tie_word_embeddings": False,
     }
 
-    # ---- tensors ---------------------------------------------------------------------------------
+
+def _layer_moves(ctx: ReadContext, out: ConversionPlan, layer_cfg: dict[str, Any],
+                 layer_extras: tuple[str, ...]) -> tuple[list[TensorMove], list[str]]:
+    """Decoder, fc and norm tensors kept (fused qkv split); the rest is left to the variant."""
+    src = ctx.src
     moves: list[TensorMove] = []
     unmapped: list[str] = []
     heads, kv, hd = _heads(layer_cfg)
@@ -222,15 +276,11 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
             moves += _split_qkv(src, name, heads=heads, kv=kv, hd=hd)
             out.notes.append(f"{name} split into q/k/v rows")
         elif (m and (_LAYER_PART.match(m.group(2)) or m.group(2).startswith(layer_extras))) \
-                or name in ("fc.weight", "hidden_norm.weight", "norm.weight",
-                            "embed_tokens.weight"):
+                or name in _KEPT:
             moves.append(rename(src, name, name))
-        elif name not in ("lm_head.weight", "d2t", "t2d"):
+        elif name not in _VOCAB_TENSORS:
             unmapped.append(name)
-    moves += vocab_moves(ctx, out, vocab, dtype=dtype, hidden=hidden)
-    out.moves = moves
-    return Backbone(out, config, dc, dc_left, hidden, t_hidden, vocab, dtype, int(block),
-                    unmapped)
+    return moves, unmapped
 
 
 def finish(ctx: ReadContext, bb: Backbone, *, architecture: str,
@@ -277,41 +327,38 @@ _CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.suc
 
 
 def _plan_dflash2(ctx: ReadContext) -> ConversionPlan:
-    src, cfg = ctx.src, ctx.src.config
     bb = backbone(ctx, method="dflash2", layer_extras=("attention_conv.", "mlp_conv."),
                   consumed={k: f"top-level {k}" for k in _DFLASH2_KEYS})
     if bb.vocab.selected is not None:
-        raise FormatError(f"{src.path}: DFlash2 needs the full target vocabulary, but the draft "
-                          f"head has {bb.vocab.draft} rows", hint="vLLM's DFlash2 candidate "
+        raise FormatError(f"{ctx.src.path}: DFlash2 needs the full target vocabulary, but the "
+                          f"draft head has {bb.vocab.draft} rows", hint="vLLM's DFlash2 candidate "
                           "selector scores target ids directly")
-    values = {}
-    for key in _DFLASH2_KEYS:
-        inner, outer = bb.dflash_config.get(key), cfg.get(key)
-        if inner is not None and outer is not None and inner != outer:
-            raise FormatError(f"{ctx.where()}: {key} is {outer} at the top level but {inner} in "
-                              f"dflash_config")
-        values[key] = inner if inner is not None else outer
-    # the tensors fix three of the four; the config must agree with them
+    bb.config.update(_dflash2_settings(ctx, bb))
+    _move_selector(ctx, bb)
+    return finish(ctx, bb, architecture=methods.get("dflash2").speculators_architecture,
+                  consumed_dc={k: f"top-level {k}" for k in _DFLASH2_KEYS
+                               if k in bb.dflash_config})
+
+
+def _dflash2_settings(ctx: ReadContext, bb: Backbone) -> dict[str, int]:
+    """The four DFlash2 settings: the tensors fix rank and taps, the config must agree with them
+    and give the other two."""
+    src = ctx.src
+    values = {key: agreed_setting(ctx, bb.dflash_config, key) for key in _DFLASH2_KEYS}
     rank = None
     for base in _CODEBOOKS:
         name = base if base in src.tensors else f"{base}.weight"
         if name not in src.tensors:
             raise FormatError(f"{src.path}: DFlash2 draft has no {base}")
         rank = src.tensors[name].shape[1]
-    if values["selector_rank"] is None:
-        values["selector_rank"] = rank
-    elif int(values["selector_rank"]) != rank:
-        raise FormatError(f"{ctx.where('selector_rank')} is {values['selector_rank']} but the "
-                          f"codebooks have rank {rank}")
+    values["selector_rank"] = _agree(ctx, "selector_rank", values["selector_rank"], rank,
+                                     f"the codebooks have rank {rank}")
     conv = src.tensors.get("layers.0.attention_conv.base_kernel")
     if conv is None:
         raise FormatError(f"{src.path}: DFlash2 draft has no layers.0.attention_conv.base_kernel")
     taps = conv.shape[1]
-    if values["conv_kernel_size"] is None:
-        values["conv_kernel_size"] = taps
-    elif int(values["conv_kernel_size"]) != taps:
-        raise FormatError(f"{ctx.where('conv_kernel_size')} is {values['conv_kernel_size']} but "
-                          f"base_kernel has {taps} taps")
+    values["conv_kernel_size"] = _agree(ctx, "conv_kernel_size", values["conv_kernel_size"],
+                                        taps, f"base_kernel has {taps} taps")
     for key in ("conv_group_size", "selector_top_k"):
         if values[key] is None:
             raise FormatError(f"{ctx.where()}: DFlash2 draft has no {key}",
@@ -319,18 +366,26 @@ def _plan_dflash2(ctx: ReadContext) -> ConversionPlan:
     if bb.hidden % int(values["conv_group_size"]):
         raise FormatError(f"conv_group_size {values['conv_group_size']} does not divide "
                           f"hidden_size {bb.hidden}")
-    bb.config.update({k: int(v) for k, v in values.items()})
+    return {k: int(v) for k, v in values.items()}
+
+
+def _agree(ctx: ReadContext, key: str, said: Any, found: int, why: str) -> int:
+    """A config value the tensors also fix: taken from them when absent, else it must match."""
+    if said is not None and int(said) != found:
+        raise FormatError(f"{ctx.where(key)} is {said} but {why}")
+    return found
+
+
+def _move_selector(ctx: ReadContext, bb: Backbone) -> None:
+    """candidate_selector.* kept; the codebooks lose their `.weight` (vLLM's bare parameters)."""
     for name in list(bb.unmapped):
-        if name.startswith("candidate_selector."):
-            new = name.removesuffix(".weight") if name.removesuffix(".weight") in _CODEBOOKS \
-                else name
-            bb.plan.moves.append(rename(src, name, new))
-            if new != name:
-                bb.plan.notes.append(f"{name} renamed to {new} (vLLM's bare codebook parameter)")
-            bb.unmapped.remove(name)
-    return finish(ctx, bb, architecture=methods.get("dflash2").speculators_architecture,
-                  consumed_dc={k: f"top-level {k}" for k in _DFLASH2_KEYS
-                               if k in bb.dflash_config})
+        if not name.startswith("candidate_selector."):
+            continue
+        new = name.removesuffix(".weight") if name.removesuffix(".weight") in _CODEBOOKS else name
+        bb.plan.moves.append(rename(ctx.src, name, new))
+        if new != name:
+            bb.plan.notes.append(f"{name} renamed to {new} (vLLM's bare codebook parameter)")
+        bb.unmapped.remove(name)
 
 
 # ---- helpers -------------------------------------------------------------------------------------

@@ -9,14 +9,18 @@ import re
 from typing import Any
 
 from speckit.core import methods
+from speckit.core.methods import MethodSpec
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import CONFIG_DTYPE
 from speckit.ops.convert.common import (
     SPECULATORS_FORMAT_VERSION,
     ReadContext,
+    aux_count,
     carry_layer_config,
     check_hidden_sizes,
+    check_layer_count,
     check_vocab_maps,
+    check_vocab_size,
     dtype_note,
     envelope,
     recorded_k,
@@ -27,7 +31,7 @@ from speckit.ops.convert.common import (
     verifier_name,
     vocab_moves,
 )
-from speckit.ops.convert.moves import ConversionPlan, TensorMove
+from speckit.ops.convert.moves import ConversionPlan
 
 _LAYER = re.compile(r"^(midlayer|layers\.(\d+))\.(.+)$")
 _FC_NORM = re.compile(r"^fc_norm\.(\d+)\.weight$")
@@ -59,14 +63,56 @@ _CONSUMED = {
 def plan(ctx: ReadContext) -> ConversionPlan:
     """SafeAILab / SpecForge EAGLE-3 (and SpecForge P-EAGLE) -> speculators eagle3 / peagle."""
     mod = methods.get(ctx.layout.method)  # eagle3, or peagle (the parallel-drafting variant)
-    method = mod.name
-    src, cfg = ctx.src, ctx.src.config
-    tgt = ctx.tgt
     dtype = source_dtype(ctx)
-    out = ConversionPlan(method=method, layout="speculators", config={}, moves=[])
+    out = ConversionPlan(method=mod.name, layout="speculators", config={}, moves=[])
     dtype_note(ctx, dtype, out)
+    renames, n_layers = _renames(ctx)
+    hidden, t_hidden, n_aux = _dims(ctx)
+    vocab = check_vocab_maps(ctx, out, draft_vocab=_draft_vocab(ctx))
+    flags = _norm_flags(ctx, out, n_aux)
+    model_type = _layer_type(ctx, out)
+    if mod.parallel and "mask_hidden" not in ctx.src.tensors:
+        raise FormatError(f"{ctx.src.path}: a P-EAGLE draft needs mask_hidden",
+                          hint="vLLM refuses parallel drafting without it")
+    aux_recorded, aux_from = _recorded_aux(ctx.src.config)
+    aux = resolve_aux(ctx, count=n_aux, recorded=aux_recorded, recorded_from=aux_from, plan=out)
+    layer_cfg = carry_layer_config(ctx.src.config, out, consumed=_CONSUMED)
+    layer_cfg.update(model_type=model_type, architectures=ctx.tgt.architectures,
+                     vocab_size=vocab.target, hidden_size=hidden, num_hidden_layers=n_layers,
+                     dtype=CONFIG_DTYPE[dtype], tie_word_embeddings=False,
+                     # vLLM's Llama EAGLE-3 head sizes fc from this (else assumes 3)
+                     num_aux_hidden_states=n_aux)
+    config: dict[str, Any] = {
+        "architectures": [mod.speculators_architecture],
+        "speculators_model_type": mod.name,
+        "speculators_version": SPECULATORS_FORMAT_VERSION,
+        "draft_vocab_size": vocab.draft,
+        "eagle_aux_hidden_state_layer_ids": aux,
+        "target_hidden_size": t_hidden,
+        **flags,
+        "norm_output": False,
+        "transformer_layer_config": layer_cfg,
+        "dtype": CONFIG_DTYPE[dtype],
+        "tie_word_embeddings": False,
+    }
+    if mod.parallel:
+        config["mask_token_id"] = _mask_token(ctx, vocab.target)
+    k_rec, k_from = _recorded_k(ctx, mod)
+    k = resolve_k(ctx, mod, config, recorded=k_rec, recorded_from=k_from, plan=out)
+    config["speculators_config"] = envelope(ctx, algorithm=mod.name, k=k,
+                                            verifier=verifier_name(ctx, out))
+    out.config = config
+    out.moves = [rename(ctx.src, n, new) for n, new in renames.items() if n != "lm_head.weight"]
+    out.moves += vocab_moves(ctx, out, vocab, dtype=dtype, hidden=hidden)
+    if any(n.startswith("midlayer.") for n in renames):
+        out.notes.append("midlayer.* renamed to layers.0.*")
+    return out
 
-    # ---- tensor names -------------------------------------------------------------------------
+
+def _renames(ctx: ReadContext) -> tuple[dict[str, str], int]:
+    """source name -> speculators name of the tensors kept by name (midlayer -> layers.0), and
+    the number of decoder layers (0..L-1, agreeing with the config)."""
+    src = ctx.src
     renames: dict[str, str] = {}
     layers: set[int] = set()
     for name in src.tensors:
@@ -84,48 +130,47 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     if not layers or sorted(layers) != list(range(len(layers))):
         raise FormatError(f"{src.path}: decoder layers on disk are {sorted(layers)}, expected "
                           f"0..L-1", hint="a layer is missing from the checkpoint")
-    n_layers = len(layers)
-    if cfg.get("num_hidden_layers") is not None and int(cfg["num_hidden_layers"]) != n_layers:
-        raise FormatError(f"{ctx.where('num_hidden_layers')} says {cfg['num_hidden_layers']} but "
-                          f"the checkpoint holds {n_layers} decoder layer(s)",
-                          hint="fix num_hidden_layers; speckit does not guess which is right")
+    check_layer_count(ctx, len(layers))
+    return renames, len(layers)
 
-    # ---- dims ---------------------------------------------------------------------------------
+
+def _dims(ctx: ReadContext) -> tuple[int, int, int]:
+    """(draft hidden, target hidden, aux hidden states fc reads), checked against the target."""
+    src = ctx.src
     if "norm.weight" not in src.tensors or "fc.weight" not in src.tensors:
         raise FormatError(f"{src.path}: an EAGLE-3 head needs fc.weight and norm.weight")
-    hidden, t_hidden = check_hidden_sizes(ctx, src, cfg, tgt)
-    fc_in = src.tensors["fc.weight"].shape[1]
-    if fc_in % t_hidden:
-        raise FormatError(f"{src.path}: fc.weight reads {fc_in} features, not a multiple of the "
-                          f"target hidden size {t_hidden}",
-                          hint="is TARGET the verifier this draft was trained for?")
-    n_aux = fc_in // t_hidden
-    V = tgt.vocab_size
-    if cfg.get("vocab_size") is not None and int(cfg["vocab_size"]) != V:
-        raise FormatError(f"{ctx.where('vocab_size')} is {cfg['vocab_size']} but the target's "
-                          f"vocabulary is {V}", hint="is TARGET the verifier this draft was "
-                          "trained for?")
-    if "embed_tokens.weight" in src.tensors and \
-            src.tensors["embed_tokens.weight"].shape != (V, hidden):
-        raise FormatError(f"{src.path}: embed_tokens.weight is "
-                          f"{list(src.tensors['embed_tokens.weight'].shape)}, expected "
+    hidden, t_hidden = check_hidden_sizes(ctx, src, src.config, ctx.tgt)
+    n_aux = aux_count(ctx, t_hidden)
+    check_vocab_size(ctx)
+    V = ctx.tgt.vocab_size
+    embed = src.tensors.get("embed_tokens.weight")
+    if embed is not None and embed.shape != (V, hidden):
+        raise FormatError(f"{src.path}: embed_tokens.weight is {list(embed.shape)}, expected "
                           f"[{V}, {hidden}]")
+    return hidden, t_hidden, n_aux
 
-    # ---- vocabulary ------------------------------------------------------------------------------
+
+def _draft_vocab(ctx: ReadContext) -> int:
+    """Rows of the draft head: lm_head, else the config, else d2t, else the target's vocabulary."""
+    src, cfg = ctx.src, ctx.src.config
+    said = cfg.get("draft_vocab_size")
     if "lm_head.weight" in src.tensors:
         draft_vocab = src.tensors["lm_head.weight"].shape[0]
-    elif cfg.get("draft_vocab_size") is not None:
-        draft_vocab = int(cfg["draft_vocab_size"])
+    elif said is not None:
+        draft_vocab = int(said)
     elif "d2t" in src.tensors:
         draft_vocab = src.tensors["d2t"].shape[0]
     else:
-        draft_vocab = V
-    if cfg.get("draft_vocab_size") is not None and int(cfg["draft_vocab_size"]) != draft_vocab:
-        raise FormatError(f"{ctx.where('draft_vocab_size')} is {cfg['draft_vocab_size']} but "
-                          f"lm_head.weight has {draft_vocab} rows")
-    vocab = check_vocab_maps(ctx, out, draft_vocab=draft_vocab)
+        draft_vocab = ctx.tgt.vocab_size
+    if said is not None and int(said) != draft_vocab:
+        raise FormatError(f"{ctx.where('draft_vocab_size')} is {said} but lm_head.weight has "
+                          f"{draft_vocab} rows")
+    return draft_vocab
 
-    # ---- flags -----------------------------------------------------------------------------------
+
+def _norm_flags(ctx: ReadContext, out: ConversionPlan, n_aux: int) -> dict[str, bool]:
+    """The speculators norm flags, from the tensors on disk (the config must agree)."""
+    src, cfg = ctx.src, ctx.src.config
     fc_norm_n = sorted(int(_FC_NORM.match(n).group(1)) for n in src.tensors if _FC_NORM.match(n))
     fc_norm = _flag(ctx, "fc_norm", bool(fc_norm_n), tensors="fc_norm.*.weight")
     norm_before_fc = _flag(ctx, "norm_before_fc", "input_norm.weight" in src.tensors,
@@ -144,54 +189,16 @@ def plan(ctx: ReadContext) -> ConversionPlan:
             f"{ctx.where('norm_output')} is false: in SpecForge this means lm_head reads the "
             f"hidden state without the final norm, which vLLM's EAGLE-3 head cannot do",
             hint="this draft cannot be served by vLLM as-is")
+    return {"norm_before_residual": norm_before_residual, "norm_before_fc": norm_before_fc,
+            "fc_norm": fc_norm}
 
-    model_type = _layer_type(ctx, out)
-    if mod.parallel and "mask_hidden" not in src.tensors:
-        raise FormatError(f"{src.path}: a P-EAGLE draft needs mask_hidden",
-                          hint="vLLM refuses parallel drafting without it")
 
-    # ---- config ----------------------------------------------------------------------------------
-    aux_recorded, aux_from = _recorded_aux(cfg)
-    aux = resolve_aux(ctx, count=n_aux, recorded=aux_recorded, recorded_from=aux_from, plan=out)
-    layer_cfg = carry_layer_config(cfg, out, consumed=_CONSUMED)
-    layer_cfg.update(model_type=model_type, architectures=tgt.architectures, vocab_size=V,
-                     hidden_size=hidden, num_hidden_layers=n_layers, dtype=CONFIG_DTYPE[dtype],
-                     tie_word_embeddings=False,
-                     # vLLM's Llama EAGLE-3 head sizes fc from this (else assumes 3)
-                     num_aux_hidden_states=n_aux)
-    config: dict[str, Any] = {
-        "architectures": [mod.speculators_architecture],
-        "speculators_model_type": method,
-        "speculators_version": SPECULATORS_FORMAT_VERSION,
-        "draft_vocab_size": draft_vocab,
-        "eagle_aux_hidden_state_layer_ids": aux,
-        "target_hidden_size": t_hidden,
-        "norm_before_residual": norm_before_residual,
-        "norm_before_fc": norm_before_fc,
-        "fc_norm": fc_norm,
-        "norm_output": False,
-        "transformer_layer_config": layer_cfg,
-        "dtype": CONFIG_DTYPE[dtype],
-        "tie_word_embeddings": False,
-    }
-    if mod.parallel:
-        config["mask_token_id"] = _mask_token(ctx, V)
-        k_rec, k_from = recorded_k(cfg, ("speculative_tokens", "num_depths"))
-    else:
-        k_rec, k_from = recorded_k(cfg, ("speculative_tokens", "ttt_steps", "ttt_length"))
-    k = resolve_k(ctx, mod, config, recorded=k_rec, recorded_from=k_from, plan=out)
-    config["speculators_config"] = envelope(ctx, algorithm=method, k=k,
-                                            verifier=verifier_name(ctx, out))
-    out.config = config
-
-    # ---- tensors ---------------------------------------------------------------------------------
-    moves: list[TensorMove] = [rename(src, n, new) for n, new in renames.items()
-                               if n not in ("lm_head.weight",)]
-    moves += vocab_moves(ctx, out, vocab, dtype=dtype, hidden=hidden)
-    out.moves = moves
-    if any(n.startswith("midlayer.") for n in renames):
-        out.notes.append("midlayer.* renamed to layers.0.*")
-    return out
+def _recorded_k(ctx: ReadContext, mod: MethodSpec) -> tuple[int | None, str]:
+    """k as the trainer recorded it: P-EAGLE's parallel depth, EAGLE-3's test-time-training
+    steps."""
+    keys = ("speculative_tokens", "num_depths") if mod.parallel else \
+        ("speculative_tokens", "ttt_steps", "ttt_length")
+    return recorded_k(ctx.src.config, keys)
 
 
 def _flag(ctx: ReadContext, key: str, on_disk: bool, *, tensors: str) -> bool:

@@ -37,6 +37,23 @@ _QUANT = ("weight_scale", "weight_scale_inv", "input_scale", "weight_packed", "q
 
 def plan(ctx: ReadContext) -> ConversionPlan:
     src = ctx.src
+    mtp, dtype = _mtp_tensors(src)
+    out = ConversionPlan(method="mtp", layout="speculators", config={}, moves=[])
+    out.moves = _mtp_moves(src, out, mtp)
+    out.outside = {n for n in src.tensors if not n.startswith("mtp.")}
+    out.outside_reason = "the target's own weights (only the MTP head is extracted)"
+    config = _mtp_config(src, dtype)
+    k = resolve_k(ctx, methods.get("mtp"), config, recorded=None, recorded_from="", plan=out)
+    config["speculators_config"] = envelope(ctx, algorithm="mtp", k=k,
+                                            verifier=verifier_name(ctx, out))
+    out.config = config
+    out.notes.append("embed_tokens and lm_head are the verifier's and are not stored")
+    return out
+
+
+def _mtp_tensors(src) -> tuple[list[str], str]:
+    """The target's mtp.* tensor names and their one float dtype, refusing what the speculators
+    layout cannot hold (none, quantized, mixed dtypes, more than one layer)."""
     mtp = sorted(n for n in src.tensors if n.startswith("mtp."))
     if not mtp:
         raise FormatError(
@@ -53,15 +70,17 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     if len(floats) != 1:
         raise FormatError(f"{src.path}: mtp.* tensors mix dtypes {sorted(floats)}",
                           hint="speckit keeps dtypes exactly; a draft is loaded in one dtype")
-    dtype = floats.pop()
-    out = ConversionPlan(method="mtp", layout="speculators", config={}, moves=[])
     layer_ids = sorted({int(m.group(1)) for n in mtp if (m := _LAYER.match(n))})
     if layer_ids != [0]:
         raise FormatError(
             f"{src.path}: the target has MTP layers {layer_ids}; the speculators MTP layout "
             f"holds exactly one (mtp.layers.0)", hint="vLLM serves multi-layer native MTP from "
             "the target itself (method mtp)")
+    return mtp, floats.pop()
 
+
+def _mtp_moves(src, out: ConversionPlan, mtp: list[str]) -> list[TensorMove]:
+    """Native names -> speculators names; per-expert MLPs stacked into fused tensors."""
     moves: list[TensorMove] = []
     experts: dict[int, dict[str, str]] = {}
     for name in mtp:
@@ -80,11 +99,12 @@ def plan(ctx: ReadContext) -> ConversionPlan:
         moves += _stack_experts(src, experts)
         out.notes.append(f"{len(experts)} experts stacked into mlp.experts.gate_up_proj "
                          f"(gate|up per expert) and mlp.experts.down_proj")
-    out.moves = moves
-    out.outside = {n for n in src.tensors if not n.startswith("mtp.")}
-    out.outside_reason = "the target's own weights (only the MTP head is extracted)"
+    return moves
 
-    # the verifier's full text config describes the MTP layer (speculators convention)
+
+def _mtp_config(src, dtype: str) -> dict[str, Any]:
+    """The speculators mtp config: the verifier's full text config describes the MTP layer
+    (speculators convention), checked against mtp.fc.weight."""
     cfg = src.config
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
     layer_cfg = {k: v for k, v in text.items() if k not in META_KEYS}
@@ -94,7 +114,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     if fc is None or fc.shape != (hidden, 2 * hidden):
         raise FormatError(f"{src.path}: mtp.fc.weight is {list(fc.shape) if fc else 'missing'}, "
                           f"expected [{hidden}, {2 * hidden}] for hidden_size {hidden}")
-    config: dict[str, Any] = {
+    return {
         "architectures": [methods.get("mtp").speculators_architecture],
         "speculators_model_type": "mtp",
         "speculators_version": SPECULATORS_FORMAT_VERSION,
@@ -103,12 +123,6 @@ def plan(ctx: ReadContext) -> ConversionPlan:
         "dtype": CONFIG_DTYPE[dtype],
         "tie_word_embeddings": False,
     }
-    k = resolve_k(ctx, methods.get("mtp"), config, recorded=None, recorded_from="", plan=out)
-    config["speculators_config"] = envelope(ctx, algorithm="mtp", k=k,
-                                            verifier=verifier_name(ctx, out))
-    out.config = config
-    out.notes.append("embed_tokens and lm_head are the verifier's and are not stored")
-    return out
 
 
 def _stack_experts(src, experts: dict[int, dict[str, str]]) -> list[TensorMove]:
