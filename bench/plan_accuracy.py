@@ -98,7 +98,7 @@ def child(spec: dict) -> None:
     block_sizes = set()
     for g in cfg.kv_cache_groups:
         s = g.kv_cache_spec
-        specs = getattr(s, "kv_cache_specs", None) or {n: s for n in g.layer_names}
+        specs = getattr(s, "kv_cache_specs", None) or dict.fromkeys(g.layer_names, s)
         for name, ls in specs.items():
             side = "draft" if name in draft_layers else "target"
             # bytes per token of the layer's page (its own block size after unification)

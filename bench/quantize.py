@@ -196,7 +196,7 @@ def cpu_bench(data: Path, keep: bool, repeats: int) -> dict:
     results: dict = {}
     try:
         # interleaved, best of `repeats`: the box may be shared, so both see the same weather
-        for rep in range(repeats):
+        for _rep in range(repeats):
             for scheme in ("mxfp4", "fp8"):
                 for who in ("speckit", "quark"):
                     out = work / f"{who}-{scheme}"
@@ -344,7 +344,7 @@ def device_identity() -> str:
                             ("fp8-tensor", fp8.quantize_per_tensor)):
                 a, b = f(t), f(t.cuda())
                 n += 1
-                for x, y in zip(a, b):
+                for x, y in zip(a, b, strict=True):
                     if not torch.equal(x.reshape(-1).view(torch.uint8),
                                        y.cpu().reshape(-1).view(torch.uint8)):
                         bad.append(f"{kind}/{name}/{str(dtype)[6:]}")

@@ -96,7 +96,7 @@ def _write(path: Path | str, config: dict[str, Any], tensors: dict[str, torch.Te
     for name, t in tensors.items():
         groups[shard_of(name)][name] = t
     weight_map = {}
-    for fname, group in zip(files, groups):
+    for fname, group in zip(files, groups, strict=True):
         save_file(group, str(out / fname), metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(group, fname))
     total = sum(t.numel() * t.element_size() for t in tensors.values())

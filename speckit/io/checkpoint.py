@@ -414,7 +414,7 @@ class CheckpointWriter:
         self.slots: dict[str, _Slot] = {}
         self._written: set[str] = set()
         self._handles = {}
-        for fname, group in zip(self.files, groups):
+        for fname, group in zip(self.files, groups, strict=True):
             header: dict[str, Any] = {"__metadata__": self.metadata}
             off = 0
             for info in group:

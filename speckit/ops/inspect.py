@@ -175,7 +175,7 @@ def _quant_base(name: str) -> str | None:
 def _shape_ok(want: tuple[int, ...], got: tuple[int, ...], *, packed: bool) -> bool:
     if len(want) != len(got):
         return False
-    dims = list(zip(want, got))
+    dims = list(zip(want, got, strict=True))
     if packed:  # sub-byte weights are packed along the input dimension; check the rest
         dims = dims[:-1]
     return all(w == -1 or w == g for w, g in dims)
