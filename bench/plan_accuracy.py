@@ -30,7 +30,7 @@ RESULTS = ROOT / "bench" / "results"
 MiB = 1024**2
 
 
-# ---- the engine side (runs in a child process) ----------------------------------------------------
+# ---- the engine side (runs in a child process) ---------------------------------------------------
 _LOADED: list[tuple[str, dict[str, int]]] = []
 
 
@@ -121,7 +121,7 @@ def child(spec: dict) -> None:
     print("MEASURED " + json.dumps(out), flush=True)
 
 
-# ---- cases ------------------------------------------------------------------------------------------
+# ---- cases ---------------------------------------------------------------------------------------
 def _cases(work: Path) -> dict[str, dict]:
     """name -> how to build it and the vLLM settings; built lazily (make() returns paths)."""
     sys.path.insert(0, str(ROOT))

@@ -43,7 +43,7 @@ def pad64(v: int) -> int:
     return -(-v // 64) * 64
 
 
-# ---- vLLM's runtime layout, built from config dims (independent of speckit.ops.plan) ------------------
+# ---- vLLM's runtime layout, built from config dims (independent of speckit.ops.plan) -------------
 def decoder_shapes(h: int, heads: int, kv: int, hd: int, inter: int, tp: int, *,
                    q_in: int | None = None, qk_norm: bool = False) -> list[tuple]:
     q, kvr = heads // tp, max(1, kv // tp)
@@ -93,7 +93,7 @@ def kv_layers(cfg: dict, tp: int) -> list[tuple[int, int]]:
     return [(max(1, c["num_key_value_heads"] // tp), hd)] * c["num_hidden_layers"]
 
 
-# ---- measurement -----------------------------------------------------------------------------------
+# ---- measurement ---------------------------------------------------------------------------------
 class Meter:
     def __init__(self, dev):
         import torch
@@ -219,7 +219,7 @@ def run_mla_case(m: Meter, *, gpu: GPU, lines: list, rows: list) -> None:
     m.free(keep)
 
 
-# ---- reference ops for the overhead model -----------------------------------------------------------
+# ---- reference ops for the overhead model --------------------------------------------------------
 def peak_of(m: Meter, fn) -> int:
     """Peak torch bytes above what is allocated before ``fn`` runs (its transient memory)."""
     torch = m.torch

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from speckit.core.tensors import DTYPE_BITS
 
-# ---- safetensors files ----------------------------------------------------------------------------
+# ---- safetensors files ---------------------------------------------------------------------------
 
 _DTYPES = sorted(DTYPE_BITS)
 _WRONG_DTYPES = ["E8M0", "bf16", "C128", "", "F8", "I4", "float32"]

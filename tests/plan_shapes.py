@@ -5,7 +5,7 @@ Shared by tests/test_plan.py and bench/plan_h200.py; no torch, no pytest.
 
 from __future__ import annotations
 
-# ---- model shapes (public config.json values) -----------------------------------------------------
+# ---- model shapes (public config.json values) ----------------------------------------------------
 
 LLAMA31_8B = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,

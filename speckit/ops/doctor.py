@@ -313,7 +313,7 @@ def _meminfo() -> dict[str, int]:
     return out
 
 
-# ---- vLLM: which methods it serves here, read from its own source ---------------------------------
+# ---- vLLM: which methods it serves here, read from its own source --------------------------------
 
 
 def _vllm_platform(vllm: Package, devices: list[Device]) -> str:
@@ -458,7 +458,7 @@ def _method_support(mod: methods.MethodSpec, vllm: Package, vplat: str, v1_only:
     return result(True, f"vLLM {vllm.version} on {vplat}, Model Runner V{1 if on_v1 else 2}")
 
 
-# ---- FP8 / MXFP4 kernels: timed, never guessed ----------------------------------------------------
+# ---- FP8 / MXFP4 kernels: timed, never guessed ---------------------------------------------------
 
 
 def _kernels(torch: Any, devices: list[Device], warnings: list[str]) -> list[KernelProbe]:

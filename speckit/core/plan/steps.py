@@ -73,7 +73,7 @@ def save_constants(c: StepConstants, path: Path, *, extra: Mapping[str, Any] | N
     path.write_text(json.dumps({"constants": asdict(c), **(extra or {})}, indent=2) + "\n")
 
 
-# ---- shapes ----------------------------------------------------------------------------------------
+# ---- shapes --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelShape:
     """A dense decoder as one rank computes it."""
@@ -190,7 +190,7 @@ class DraftShape:
         return replace(self, body=self.body.per_rank(tp))
 
 
-# ---- the cost of pieces ------------------------------------------------------------------------------
+# ---- the cost of pieces --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepCost:
     """One pass (or one draft step), split by what bounds each piece."""
@@ -294,7 +294,7 @@ def _allreduce(tokens: int, s: ModelShape, r: _Rates, c: StepConstants, tp: int)
     return StepCost(t, 0.0, 0.0, 0.0, t)
 
 
-# ---- public step costs --------------------------------------------------------------------------------
+# ---- public step costs ---------------------------------------------------------------------------
 def target_step(shape: ModelShape, *, batch: int, q: int, ctx: int, gpu: GPU, tp: int = 1,
                 constants: StepConstants | None = None, kv_bytes: float = 2.0) -> StepCost:
     """One target forward of ``batch`` sequences verifying ``q`` tokens each at KV context
