@@ -1,11 +1,11 @@
 """H200 half of the plan accuracy proof: allocate what speckit plans, with torch, and measure it.
 
-Runs on the device machine (torch + CUDA, no vLLM). For each case, speckit.ops.plan predicts per-rank
-weight bytes and the KV pool from safetensors-header-shaped tensor lists; this script builds the
-same deployment independently, the way vLLM lays it out in memory (fused qkv / gate_up, vocab
-padded to 64 and split by TP, draft sharing the target's embedding, one KV tensor per attention
-layer [2, num_blocks, block_size, kv_heads_per_rank, head_dim]), allocates it on the GPU and
-compares torch.cuda.memory_allocated and cudaMemGetInfo deltas with the plan (goal: within 2%).
+Runs on the device machine (torch + CUDA, no vLLM). For each case, speckit.ops.plan predicts
+per-rank weight bytes and the KV pool from safetensors-header-shaped tensor lists; this script
+builds the same deployment independently, the way vLLM lays it out in memory (fused qkv / gate_up,
+vocab padded to 64 and split by TP, draft sharing the target's embedding, one KV tensor per
+attention layer [2, num_blocks, block_size, kv_heads_per_rank, head_dim]), allocates it on the GPU
+and compares torch.cuda.memory_allocated and cudaMemGetInfo deltas with the plan (goal: within 2%).
 It also times reference torch ops for the overhead model (MLP forward, sampler, rejection sampler
 warm-ups) -- replicas of vLLM's steps, not vLLM itself; their peaks calibrate OverheadModel.
 

@@ -226,8 +226,9 @@ def cpu_bench(data: Path, keep: bool, repeats: int) -> dict:
 
 def report_cpu(res: dict) -> str:
     gib = 1024**3
-    lines = [(f"synthetic EAGLE-3 draft: {res['size_bytes'] / 1e9:.2f} GB bf16 in 2 shards, largest "
-             f"tensor {res['largest_tensor_bytes'] / 1e9:.2f} GB (embed_tokens); {res['cpus']} CPUs"),
+    lines = [(f"synthetic EAGLE-3 draft: {res['size_bytes'] / 1e9:.2f} GB bf16 in 2 shards, "
+              f"largest tensor {res['largest_tensor_bytes'] / 1e9:.2f} GB (embed_tokens); "
+              f"{res['cpus']} CPUs"),
              (f"(best of {res['repeats']} interleaved runs; load average at the end "
              f"{res['load_average']})"),
              f"{'run':<16}{'wall s':>9}{'all walls':>18}{'cpu s':>9}{'peak RSS MiB':>14}"]
@@ -333,7 +334,8 @@ def device_identity() -> str:
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         fi = torch.finfo(dtype)
         cases = {"randn": torch.randn(512, 1024, generator=g) * 0.02,
-                 "zeros": torch.zeros(64, 64), "subnormal": torch.rand(64, 64, generator=g) * fi.tiny,
+                 "zeros": torch.zeros(64, 64),
+                 "subnormal": torch.rand(64, 64, generator=g) * fi.tiny,
                  "huge": (torch.rand(64, 64, generator=g) * 2 - 1) * fi.max,
                  "wide": torch.randn(64, 256, generator=g) * torch.logspace(-30, 30, 64)[:, None]}
         for name, t in cases.items():

@@ -1,4 +1,4 @@
-"""Output safety for every command that writes: checks against all inputs, atomic no-clobber publish.
+"""Output safety for every writing command: checks against all inputs, atomic no-clobber publish.
 
 Also the one provenance writer and the one remote-code stripper, so no output ever carries code.
 """

@@ -2,7 +2,8 @@
 MXFP4 or FP8 in AMD Quark's format, as vLLM's Quark loader reads it; streamed tensor by tensor.
 
 plan (which tensors, Quark `exclude` in vLLM run-time names) -> optional calibration -> temp dir:
-quantize or byte-copy each tensor, config.json + quantization_config, provenance -> re-open -> rename.
+quantize or byte-copy each tensor, config.json + quantization_config, provenance -> re-open ->
+rename.
 """
 
 from __future__ import annotations
