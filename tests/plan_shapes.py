@@ -128,7 +128,7 @@ def eagle3_llama70b() -> tuple[dict, list[tuple]]:
 
 
 def mla_tensors(cfg: dict, *, layers: range) -> list[tuple]:
-    """DeepSeek-V3 MLA attention weights of ``layers`` (no MoE/MLP), as the checkpoint names them."""
+    """DeepSeek-V3 MLA attention weights of ``layers`` (no MoE/MLP), with checkpoint names."""
     h = cfg["hidden_size"]
     t = []
     for i in layers:

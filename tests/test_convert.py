@@ -261,7 +261,8 @@ def test_vocab_map_checks(targets, tmp_path):
     FC.patch_tensors(src, d2t=d2t)
     with pytest.raises(FormatError, match="select different target ids"):
         convert(src, target=targets["llama"], out=tmp_path / "om")
-    # a full-vocab speculators draft shipping identity maps (docs/formats.md#vocab-maps) is normalised
+    # a full-vocab speculators draft shipping identity maps (docs/formats.md#vocab-maps) is
+    # normalised
     r, t, _, _ = run(F.make_eagle3_full_vocab_maps(tmp_path / "f"), targets["llama"],
                      tmp_path / "of")
     assert "d2t" not in t and "t2d" not in t and set(r.omitted) == {"d2t", "t2d"}

@@ -229,7 +229,8 @@ def test_dry_run_prints_files_and_card_and_uploads_nothing(hub_push, draft):
     res = _cli("push", str(draft), REPO, "--dry-run")
     assert res.exit_code == 0, res.output
     assert "would upload" in res.output and "model.safetensors" in res.output
-    assert "--- README.md ---" in res.output and "base_model: speckit-tests/tiny-llama" in res.output
+    assert "--- README.md ---" in res.output
+    assert "base_model: speckit-tests/tiny-llama" in res.output
     assert _writes(hub_push.server) == [] and REPO not in hub_push.server.repos
 
 

@@ -157,7 +157,8 @@ class DraftShape:
 
     @classmethod
     def from_checkpoint(cls, config: Mapping[str, Any],
-                        tensors: Iterable[tuple[str, Sequence[int]]], *, style: str, target: ModelShape, weight_bytes: float = 2.0,
+                        tensors: Iterable[tuple[str, Sequence[int]]], *, style: str,
+                        target: ModelShape, weight_bytes: float = 2.0,
                         fp8_compute: bool = False) -> DraftShape:
         """From a draft's config.json and its tensor (name, shape) list: fc width, q/k/v input
         width and lm_head rows are read off the tensors; other top-level 2-D weights count as
