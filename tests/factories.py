@@ -402,7 +402,10 @@ def make_spec_dflash(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2
                      reduced_vocab: bool = False, aux_layer_ids: tuple[int, ...] = DFLASH_AUX,
                      mask_token_id: int | None = None, layer_types: list[str] | None = None,
                      dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """speculators `dflash` (formats.md#dflash-speculators): no embed; head/d2t/t2d if reduced."""
+    """speculators `dflash` (formats.md#dflash-speculators): no embed.
+
+    lm_head, d2t and t2d only when the vocab is reduced.
+    """
     d = dims
     r = _Rand(seed, dtype)
     vd = d.draft_vocab if reduced_vocab else d.vocab
@@ -614,7 +617,10 @@ def make_native_mtp(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 4,
 
 def make_spec_mtp(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 4, experts: int = 4,
                   k: int = 3, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """speculators `mtp` (formats.md#mtp-speculators): mtp_layers.0.*, stacked experts, no head."""
+    """speculators `mtp` (formats.md#mtp-speculators): mtp_layers.0.*, stacked experts.
+
+    No embed or head.
+    """
     d = dims
     r = _Rand(seed, dtype)
     layer_cfg = _qwen3_next_config(d, num_layers=num_layers, experts=experts, n_predict=1,
@@ -787,8 +793,8 @@ def make_zlab_dflash(path: Path | str, *, dims: Dims = DIMS, style: str = "new",
     """z-lab DFlash (docs/formats.md#zlab-dflash): "old" or "new" block_size placement.
 
     "old" has a top-level block_size; "new" nests it in dflash_config and mixes sliding and full
-    layers. Pass target_layer_ids containing
-    target_layers-1 for the last-layer case (docs/formats.md#aux-layer-ids)."""
+    layers. Pass target_layer_ids containing target_layers-1 for the last-layer case
+    (docs/formats.md#aux-layer-ids)."""
     if style not in ("old", "new"):
         raise ValueError("style must be old or new")
     d = dims

@@ -34,7 +34,7 @@ def lookahead_slots(k: int) -> int:
 
 
 def extra_query_slots(k: int) -> int:
-    """Extra per-request query slots vLLM reserves while drafting (max_num_new_slots_...)."""
+    """vLLM's max_num_new_slots_for_drafting: extra per-request query slots while drafting."""
     return k - 1
 
 
