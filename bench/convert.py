@@ -328,12 +328,13 @@ def _report(res: dict[str, list], size: int, state: str) -> None:
                       ("again", "again (local dir converted before)"),
                       ("first", "first (local dir never hashed: sha256 of every byte)")):
         base = res["cp_hub"] if key == "hub" else cp
-        ratios = [c / b for c, b in zip(res[key], base)]
+        ratios = [c / b for c, b in zip(res[key], base, strict=True)]
         r = med(ratios)
         print(f"[{state}] convert/cp, {what}: median {r:.2f}x over {len(ratios)} rounds "
               f"(min {min(ratios):.2f}, max {max(ratios):.2f}; convert {med(res[key]):.2f}s vs "
-              f"cp {med(base):.2f}s), goal <= {GOAL_TIME}x: {'MET' if r <= GOAL_TIME else 'MISSED'}")
-    floor = med([h / c for h, c in zip(res["hash"], cp)])
+              f"cp {med(base):.2f}s), goal <= {GOAL_TIME}x: "
+              f"{'MET' if r <= GOAL_TIME else 'MISSED'}")
+    floor = med([h / c for h, c in zip(res["hash"], cp, strict=True)])
     print(f"[{state}] sha256 alone of the source (a thread per shard, no copy): median "
           f"{med(res['hash']):.2f}s = {floor:.2f}x cp -r")
     seen = sorted(set(res["digests"]))

@@ -30,7 +30,7 @@ RESULTS = ROOT / "bench" / "results"
 MiB = 1024**2
 
 
-# ---- the engine side (runs in a child process) ----------------------------------------------------
+# ---- the engine side (runs in a child process) ---------------------------------------------------
 _LOADED: list[tuple[str, dict[str, int]]] = []
 
 
@@ -98,7 +98,7 @@ def child(spec: dict) -> None:
     block_sizes = set()
     for g in cfg.kv_cache_groups:
         s = g.kv_cache_spec
-        specs = getattr(s, "kv_cache_specs", None) or {n: s for n in g.layer_names}
+        specs = getattr(s, "kv_cache_specs", None) or dict.fromkeys(g.layer_names, s)
         for name, ls in specs.items():
             side = "draft" if name in draft_layers else "target"
             # bytes per token of the layer's page (its own block size after unification)
@@ -121,7 +121,7 @@ def child(spec: dict) -> None:
     print("MEASURED " + json.dumps(out), flush=True)
 
 
-# ---- cases ------------------------------------------------------------------------------------------
+# ---- cases ---------------------------------------------------------------------------------------
 def _cases(work: Path) -> dict[str, dict]:
     """name -> how to build it and the vLLM settings; built lazily (make() returns paths)."""
     sys.path.insert(0, str(ROOT))

@@ -1,11 +1,11 @@
 """H200 half of the plan accuracy proof: allocate what speckit plans, with torch, and measure it.
 
-Runs on the device machine (torch + CUDA, no vLLM). For each case, speckit.ops.plan predicts per-rank
-weight bytes and the KV pool from safetensors-header-shaped tensor lists; this script builds the
-same deployment independently, the way vLLM lays it out in memory (fused qkv / gate_up, vocab
-padded to 64 and split by TP, draft sharing the target's embedding, one KV tensor per attention
-layer [2, num_blocks, block_size, kv_heads_per_rank, head_dim]), allocates it on the GPU and
-compares torch.cuda.memory_allocated and cudaMemGetInfo deltas with the plan (goal: within 2%).
+Runs on the device machine (torch + CUDA, no vLLM). For each case, speckit.ops.plan predicts
+per-rank weight bytes and the KV pool from safetensors-header-shaped tensor lists; this script
+builds the same deployment independently, the way vLLM lays it out in memory (fused qkv / gate_up,
+vocab padded to 64 and split by TP, draft sharing the target's embedding, one KV tensor per
+attention layer [2, num_blocks, block_size, kv_heads_per_rank, head_dim]), allocates it on the GPU
+and compares torch.cuda.memory_allocated and cudaMemGetInfo deltas with the plan (goal: within 2%).
 It also times reference torch ops for the overhead model (MLP forward, sampler, rejection sampler
 warm-ups) -- replicas of vLLM's steps, not vLLM itself; their peaks calibrate OverheadModel.
 
@@ -43,7 +43,7 @@ def pad64(v: int) -> int:
     return -(-v // 64) * 64
 
 
-# ---- vLLM's runtime layout, built from config dims (independent of speckit.ops.plan) ------------------
+# ---- vLLM's runtime layout, built from config dims (independent of speckit.ops.plan) -------------
 def decoder_shapes(h: int, heads: int, kv: int, hd: int, inter: int, tp: int, *,
                    q_in: int | None = None, qk_norm: bool = False) -> list[tuple]:
     q, kvr = heads // tp, max(1, kv // tp)
@@ -93,7 +93,7 @@ def kv_layers(cfg: dict, tp: int) -> list[tuple[int, int]]:
     return [(max(1, c["num_key_value_heads"] // tp), hd)] * c["num_hidden_layers"]
 
 
-# ---- measurement -----------------------------------------------------------------------------------
+# ---- measurement ---------------------------------------------------------------------------------
 class Meter:
     def __init__(self, dev):
         import torch
@@ -219,7 +219,7 @@ def run_mla_case(m: Meter, *, gpu: GPU, lines: list, rows: list) -> None:
     m.free(keep)
 
 
-# ---- reference ops for the overhead model -----------------------------------------------------------
+# ---- reference ops for the overhead model --------------------------------------------------------
 def peak_of(m: Meter, fn) -> int:
     """Peak torch bytes above what is allocated before ``fn`` runs (its transient memory)."""
     torch = m.torch

@@ -196,7 +196,7 @@ def cpu_bench(data: Path, keep: bool, repeats: int) -> dict:
     results: dict = {}
     try:
         # interleaved, best of `repeats`: the box may be shared, so both see the same weather
-        for rep in range(repeats):
+        for _rep in range(repeats):
             for scheme in ("mxfp4", "fp8"):
                 for who in ("speckit", "quark"):
                     out = work / f"{who}-{scheme}"
@@ -226,8 +226,9 @@ def cpu_bench(data: Path, keep: bool, repeats: int) -> dict:
 
 def report_cpu(res: dict) -> str:
     gib = 1024**3
-    lines = [(f"synthetic EAGLE-3 draft: {res['size_bytes'] / 1e9:.2f} GB bf16 in 2 shards, largest "
-             f"tensor {res['largest_tensor_bytes'] / 1e9:.2f} GB (embed_tokens); {res['cpus']} CPUs"),
+    lines = [(f"synthetic EAGLE-3 draft: {res['size_bytes'] / 1e9:.2f} GB bf16 in 2 shards, "
+              f"largest tensor {res['largest_tensor_bytes'] / 1e9:.2f} GB (embed_tokens); "
+              f"{res['cpus']} CPUs"),
              (f"(best of {res['repeats']} interleaved runs; load average at the end "
              f"{res['load_average']})"),
              f"{'run':<16}{'wall s':>9}{'all walls':>18}{'cpu s':>9}{'peak RSS MiB':>14}"]
@@ -333,7 +334,8 @@ def device_identity() -> str:
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
         fi = torch.finfo(dtype)
         cases = {"randn": torch.randn(512, 1024, generator=g) * 0.02,
-                 "zeros": torch.zeros(64, 64), "subnormal": torch.rand(64, 64, generator=g) * fi.tiny,
+                 "zeros": torch.zeros(64, 64),
+                 "subnormal": torch.rand(64, 64, generator=g) * fi.tiny,
                  "huge": (torch.rand(64, 64, generator=g) * 2 - 1) * fi.max,
                  "wide": torch.randn(64, 256, generator=g) * torch.logspace(-30, 30, 64)[:, None]}
         for name, t in cases.items():
@@ -344,7 +346,7 @@ def device_identity() -> str:
                             ("fp8-tensor", fp8.quantize_per_tensor)):
                 a, b = f(t), f(t.cuda())
                 n += 1
-                for x, y in zip(a, b):
+                for x, y in zip(a, b, strict=True):
                     if not torch.equal(x.reshape(-1).view(torch.uint8),
                                        y.cpu().reshape(-1).view(torch.uint8)):
                         bad.append(f"{kind}/{name}/{str(dtype)[6:]}")

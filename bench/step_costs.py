@@ -163,7 +163,7 @@ class Draft:
         return t.stack(outs, dim=1)
 
 
-# ---- timing ----------------------------------------------------------------------------------------
+# ---- timing --------------------------------------------------------------------------------------
 def time_graph(torch, fn, *, cuda: bool, target_s: float = 0.2) -> dict:
     """Median seconds of one call: on CUDA a captured graph's replays, each between two events."""
     if not cuda:
@@ -354,7 +354,7 @@ def run_measure(args) -> None:
     rec.flush()
 
 
-# ---- the fit (local, imports speckit) --------------------------------------------------------------
+# ---- the fit (local, imports speckit) ------------------------------------------------------------
 def _shapes():
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from speckit.core.plan import steps

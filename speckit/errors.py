@@ -1,4 +1,4 @@
-"""Errors speckit raises on purpose: each names the file, tensor or field at fault and says what to do.
+"""Errors speckit raises on purpose: each names the file, tensor or field at fault and a fix.
 
 The CLI prints ``message`` and ``hint`` on one line each and exits with ``exit_code``. Each class
 also subclasses the built-in it means (a usage error is a ValueError, a hub error an OSError), so

@@ -1,4 +1,4 @@
-"""Shared pytest setup: skip engine/quark tests when those packages are absent, keep runs offline."""
+"""Shared pytest setup: skip engine/quark tests when their packages are absent; stay offline."""
 
 from __future__ import annotations
 

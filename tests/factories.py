@@ -1,4 +1,4 @@
-"""Tiny but structurally faithful checkpoints of every layout speckit reads (docs/formats.md#test-fixtures).
+"""Tiny, structurally faithful checkpoints of every layout speckit reads (formats.md#test-fixtures).
 
 Each factory writes config.json plus safetensors (metadata {"format": "pt"}) into ``path`` and
 returns it; names, shapes, dtypes and config keys follow the real layouts, values are seeded noise.
@@ -40,7 +40,8 @@ class Dims:
 
 DIMS = Dims()
 TARGET_LAYERS = DIMS.target_layers
-VERIFIER = "speckit-tests/tiny-llama"  # looks like a repo id, as vLLM 0.33 requires (docs/formats.md#speculators-config)
+# looks like a repo id, as vLLM 0.33 requires (docs/formats.md#speculators-config)
+VERIFIER = "speckit-tests/tiny-llama"
 EAGLE3_AUX = (1, 4, 7)  # not vLLM's default (2, 4, 5), so a loader that ignores them shows
 DFLASH_AUX = (2, 4, 6)
 ZLAB_TARGET_LAYERS = (1, 5)  # z-lab build_target_layer_ids(8, 2)
@@ -68,7 +69,7 @@ class _Rand:
         return (1.0 + 0.02 * torch.randn(n, generator=self.g)).to(self.dtype).contiguous()
 
     def vocab_maps(self, vocab: int, draft_vocab: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """docs/formats.md#vocab-maps: sorted selected target ids; d2t offsets and the t2d membership mask."""
+        """docs/formats.md#vocab-maps: sorted selected target ids; d2t offsets and the t2d mask."""
         sel = torch.randperm(vocab, generator=self.g)[:draft_vocab].sort().values
         d2t = (sel - torch.arange(draft_vocab)).to(torch.int64)
         t2d = torch.zeros(vocab, dtype=torch.bool)
@@ -96,7 +97,7 @@ def _write(path: Path | str, config: dict[str, Any], tensors: dict[str, torch.Te
     for name, t in tensors.items():
         groups[shard_of(name)][name] = t
     weight_map = {}
-    for fname, group in zip(files, groups):
+    for fname, group in zip(files, groups, strict=True):
         save_file(group, str(out / fname), metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(group, fname))
     total = sum(t.numel() * t.element_size() for t in tensors.values())
@@ -164,7 +165,7 @@ def _decoder_layer(r: _Rand, prefix: str, d: Dims, *, in_features: int | None = 
 def _speculators_config(stype: str, arch: str, *, layer_cfg: dict[str, Any], k: int,
                         verifier: str, verifier_arch: str, dtype: torch.dtype,
                         **algo: Any) -> dict[str, Any]:
-    """docs/formats.md#speculators-envelope; never a top-level model_type (vLLM keys on its absence)."""
+    """docs/formats.md#speculators-envelope; no top-level model_type (vLLM keys on its absence)."""
     return {
         "architectures": [arch],
         "speculators_model_type": stype,
@@ -314,7 +315,7 @@ def make_spec_eagle3(path: Path | str, *, dims: Dims = DIMS, arch: str = "llama"
                      ship_vocab_maps: bool | None = None, verifier: str = VERIFIER,
                      dtype: torch.dtype = torch.bfloat16, seed: int = 0,
                      config_overrides: dict[str, Any] | None = None) -> Path:
-    """speculators `eagle3` (docs/formats.md#eagle3-speculators); the knobs also build the broken variants."""
+    """speculators `eagle3` (formats.md#eagle3-speculators); knobs also build broken variants."""
     d = dims
     r = _Rand(seed, dtype)
     vd = d.draft_vocab if reduced_vocab else d.vocab
@@ -354,7 +355,7 @@ def make_spec_peagle(path: Path | str, *, dims: Dims = DIMS, arch: str = "llama"
                      aux_layer_ids: tuple[int, ...] = EAGLE3_AUX, k: int = 4,
                      mask_token_id: int | None = None, dtype: torch.dtype = torch.bfloat16,
                      seed: int = 0) -> Path:
-    """speculators `peagle` (docs/formats.md#peagle-speculators): EAGLE-3 plus mask_hidden [1,1,A*Ht]."""
+    """speculators `peagle` (formats.md#peagle-speculators): EAGLE-3 plus mask_hidden [1,1,A*Ht]."""
     d = dims
     out = make_spec_eagle3(path, dims=d, arch=arch, num_layers=num_layers,
                            reduced_vocab=reduced_vocab, aux_layer_ids=aux_layer_ids, k=k,
@@ -401,7 +402,10 @@ def make_spec_dflash(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2
                      reduced_vocab: bool = False, aux_layer_ids: tuple[int, ...] = DFLASH_AUX,
                      mask_token_id: int | None = None, layer_types: list[str] | None = None,
                      dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """speculators `dflash` (docs/formats.md#dflash-speculators): no embed; lm_head/d2t/t2d only if reduced."""
+    """speculators `dflash` (formats.md#dflash-speculators): no embed.
+
+    lm_head, d2t and t2d only when the vocab is reduced.
+    """
     d = dims
     r = _Rand(seed, dtype)
     vd = d.draft_vocab if reduced_vocab else d.vocab
@@ -437,7 +441,7 @@ def make_spec_dflash2(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 
                       aux_layer_ids: tuple[int, ...] = DFLASH_AUX, conv_kernel_size: int = 2,
                       conv_group_size: int = 16, selector_top_k: int = 4,
                       dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """speculators `dflash2` (docs/formats.md#dflash2-speculators): full vocab, convs and bare selector codebooks."""
+    """speculators `dflash2` (formats.md#dflash2-speculators): full vocab, convs, bare codebooks."""
     d = dims
     r = _Rand(seed, dtype)
     t = _dflash_body(r, d, num_layers=num_layers, num_aux=len(aux_layer_ids))
@@ -478,7 +482,10 @@ def make_spec_dspark(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2
                      confidence_head_with_markov: bool = True,
                      aux_layer_ids: tuple[int, ...] = DFLASH_AUX,
                      dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """speculators `dspark` (docs/formats.md#dspark-speculators): DFlash body + Markov (vanilla/gated/rnn) + confidence."""
+    """speculators `dspark` (formats.md#dspark-speculators): DFlash body + Markov + confidence.
+
+    The Markov head is vanilla, gated or rnn.
+    """
     d = dims
     r = _Rand(seed, dtype)
     rank = d.rank if markov_rank is None else markov_rank
@@ -602,14 +609,18 @@ def make_native_mtp(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 4,
             mtp[name] = (w / scale).to(torch.float8_e4m3fn)
             mtp[name.removesuffix("weight") + "weight_scale"] = scale.reshape(1).float()
         cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic",
-                                      "fmt": "e4m3", "modules_to_not_convert": ["model.", "lm_head"]}
+                                      "fmt": "e4m3",
+                                      "modules_to_not_convert": ["model.", "lm_head"]}
     t.update(mtp)
     return _write(path, cfg, t, shards=2, shard_of=lambda n: 1 if n.startswith("mtp.") else 0)
 
 
 def make_spec_mtp(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 4, experts: int = 4,
                   k: int = 3, dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """speculators `mtp` (docs/formats.md#mtp-speculators): mtp_layers.0.* with stacked experts, no embed/head."""
+    """speculators `mtp` (formats.md#mtp-speculators): mtp_layers.0.*, stacked experts.
+
+    No embed or head.
+    """
     d = dims
     r = _Rand(seed, dtype)
     layer_cfg = _qwen3_next_config(d, num_layers=num_layers, experts=experts, n_predict=1,
@@ -688,7 +699,7 @@ class _TrainingArgs:
 def make_safeailab_eagle3(path: Path | str, *, dims: Dims = DIMS, reduced_vocab: bool = True,
                           extra_object: str | None = None, dtype: torch.dtype = torch.float16,
                           seed: int = 0) -> Path:
-    """SafeAILab `traineagle3` output (docs/formats.md#safeailab-eagle3): pytorch_model.bin (a pickle), fp16.
+    """SafeAILab `traineagle3` output (formats.md#safeailab-eagle3): a pickled .bin, fp16.
 
     No embed_tokens (frozen, excluded by DeepSpeed). ``extra_object``: "object" adds a custom
     class instance (refused by weights_only=True), "int" a plain int (not a tensor).
@@ -747,7 +758,7 @@ def make_specforge_eagle3(path: Path | str, *, dims: Dims = DIMS, export: str = 
 def make_specforge_peagle(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2,
                           mask_token_id: int | None = None, dtype: torch.dtype = torch.bfloat16,
                           seed: int = 0) -> Path:
-    """SpecForge P-EAGLE (docs/formats.md#specforge-peagle): speculators-style names, mask_hidden [1,1,3*Ht]."""
+    """SpecForge P-EAGLE (formats.md#specforge-peagle) speculators names; mask_hidden [1,1,3*Ht]."""
     d = dims
     r = _Rand(seed, dtype)
     t = {"embed_tokens.weight": r.w(d.vocab, d.hidden), "fc.weight": r.w(d.hidden, 3 * d.ht),
@@ -779,9 +790,11 @@ def make_zlab_dflash(path: Path | str, *, dims: Dims = DIMS, style: str = "new",
                      target_layer_ids: tuple[int, ...] = ZLAB_TARGET_LAYERS,
                      mask_token_id: int | None = None, dtype: torch.dtype = torch.bfloat16,
                      seed: int = 0) -> Path:
-    """z-lab DFlash (docs/formats.md#zlab-dflash): "old" has a top-level block_size; "new" nests it in
-    dflash_config and mixes sliding and full layers. Pass target_layer_ids containing
-    target_layers-1 for the last-layer case (docs/formats.md#aux-layer-ids)."""
+    """z-lab DFlash (docs/formats.md#zlab-dflash): "old" or "new" block_size placement.
+
+    "old" has a top-level block_size; "new" nests it in dflash_config and mixes sliding and full
+    layers. Pass target_layer_ids containing target_layers-1 for the last-layer case
+    (docs/formats.md#aux-layer-ids)."""
     if style not in ("old", "new"):
         raise ValueError("style must be old or new")
     d = dims
@@ -804,8 +817,10 @@ def make_zlab_dflash(path: Path | str, *, dims: Dims = DIMS, style: str = "new",
 def make_laguna_dflash(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2,
                        target_layer_ids: tuple[int, ...] = (1, 4, 7),
                        dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """Laguna-style DFlash (docs/formats.md#laguna-dflash): fused qkv_proj, g_proj, aux_hidden_norms and an fc
-    over every listed layer, including the target's last (wider than the speculators aux set)."""
+    """Laguna-style DFlash (docs/formats.md#laguna-dflash): fused qkv_proj, g_proj, aux norms.
+
+    aux_hidden_norms and an fc over every listed layer, including the target's last (wider than
+    the speculators aux set)."""
     d = dims
     r = _Rand(seed, dtype)
     n = len(target_layer_ids)
@@ -823,8 +838,10 @@ def make_specforge_dflash(path: Path | str, *, dims: Dims = DIMS, num_layers: in
                           target_layer_ids: tuple[int, ...] = ZLAB_TARGET_LAYERS,
                           mask_token_id: int | None = DIMS.vocab - 1,
                           dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """SpecForge DFlash export (docs/formats.md#specforge-dflash): top-level block_size, layer_types, no auto_map;
-    ``mask_token_id=None`` leaves it out, as SpecForge exports may (docs/formats.md#specforge-dflash)."""
+    """SpecForge DFlash export (formats.md#specforge-dflash): top-level block_size, layer_types.
+
+    No auto_map; ``mask_token_id=None`` leaves it out, as SpecForge exports may
+    (docs/formats.md#specforge-dflash)."""
     d = dims
     r = _Rand(seed, dtype)
     t = _dflash_body(r, d, num_layers=num_layers, num_aux=len(target_layer_ids))
@@ -842,7 +859,7 @@ def make_zlab_dflash2(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 
                       conv_kernel_size: int = 2, conv_group_size: int = 16,
                       selector_top_k: int = 4, dtype: torch.dtype = torch.bfloat16,
                       seed: int = 0) -> Path:
-    """z-lab DFlash2 (docs/formats.md#zlab-dflash2): conv/selector sizes in dflash_config, bare codebooks."""
+    """z-lab DFlash2 (formats.md#zlab-dflash2): conv/selector sizes in dflash_config, bare codes."""
     d = dims
     r = _Rand(seed, dtype)
     t = _dflash_body(r, d, num_layers=num_layers, num_aux=len(target_layer_ids))
@@ -865,8 +882,10 @@ def make_specforge_dspark(path: Path | str, *, dims: Dims = DIMS, num_layers: in
                           markov_head_type: str = "vanilla", legacy_prefix: bool = False,
                           confidence_head_with_markov: bool = False,
                           dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """SpecForge DSpark (docs/formats.md#specforge-dspark): dflash_config.projector_type=dspark, markov_w2 over
-    the full vocab; ``legacy_prefix`` nests the heads under `logit_head.`."""
+    """SpecForge DSpark (docs/formats.md#specforge-dspark): projector_type=dspark, full-vocab heads.
+
+    dflash_config.projector_type=dspark, markov_w2 over the full vocab; ``legacy_prefix`` nests
+    the heads under `logit_head.`."""
     d = dims
     r = _Rand(seed, dtype)
     t = _dflash_body(r, d, num_layers=num_layers, num_aux=len(target_layer_ids))
@@ -909,8 +928,9 @@ def make_gemma4_assistant(path: Path | str, *, dims: Dims = DIMS, num_layers: in
                           backbone_hidden: int | None = None, global_head_dim: int = 64,
                           use_ordered_embeddings: bool = True, num_centroids: int = 16,
                           dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
-    """HF `gemma4_assistant` (docs/formats.md#gemma4-assistant): Q-only attention, layer_scalar, pre/post
-    projection, masked embedding; lm_head tied to the embedding and so absent."""
+    """HF `gemma4_assistant` (docs/formats.md#gemma4-assistant): Q-only attention, layer_scalar.
+
+    Also pre/post projection, masked embedding; lm_head tied to the embedding and so absent."""
     d = dims
     r = _Rand(seed, dtype)
     hb = backbone_hidden or d.hidden
@@ -1005,12 +1025,12 @@ def make_eagle3_fc_norm_missing(path: Path | str, **kw: Any) -> Path:
 
 
 def make_specforge_eagle3_dtype_only(path: Path | str, **kw: Any) -> Path:
-    """A transformers-5 source config: `dtype` and no `torch_dtype` (docs/formats.md#rope-and-dtype)."""
+    """A transformers-5 source config: `dtype`, no `torch_dtype` (formats.md#rope-and-dtype)."""
     return make_specforge_eagle3(path, dtype_key="dtype", **kw)
 
 
 def make_specforge_eagle3_rope_parameters_only(path: Path | str, **kw: Any) -> Path:
-    """A transformers-5 source config: `rope_parameters` and no `rope_theta` (docs/formats.md#rope-and-dtype)."""
+    """A transformers-5 config: `rope_parameters`, no `rope_theta` (formats.md#rope-and-dtype)."""
     return make_specforge_eagle3(path, rope_style="parameters", **kw)
 
 
@@ -1020,7 +1040,7 @@ def make_sharded_eagle3_source(path: Path | str, **kw: Any) -> Path:
 
 
 def make_pickle_with_object(path: Path | str, *, kind: str = "object", **kw: Any) -> Path:
-    """A SafeAILab pytorch_model.bin that also pickles a non-tensor (docs/formats.md#source-files)."""
+    """A SafeAILab pytorch_model.bin that also pickles a non-tensor (formats.md#source-files)."""
     return make_safeailab_eagle3(path, extra_object=kind, **kw)
 
 

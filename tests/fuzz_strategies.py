@@ -1,4 +1,4 @@
-"""Hypothesis strategies for speckit's input readers, shared by tests/test_fuzz.py and bench/fuzz.py.
+"""Hypothesis strategies for speckit's input readers, shared by tests/test_fuzz.py, bench/fuzz.py.
 
 Each target is one function taking generated input and returning normally or raising; the
 property both callers check is "a result or a SpeckitError, never another exception, never a hang".
@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from speckit.core.tensors import DTYPE_BITS
 
-# ---- safetensors files ----------------------------------------------------------------------------
+# ---- safetensors files ---------------------------------------------------------------------------
 
 _DTYPES = sorted(DTYPE_BITS)
 _WRONG_DTYPES = ["E8M0", "bf16", "C128", "", "F8", "I4", "float32"]

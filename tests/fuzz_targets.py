@@ -1,7 +1,8 @@
 """The fuzz targets: one function per reader of untrusted input, with its input strategy.
 
 A target returns the reader's result or lets its SpeckitError through; any other exception is a
-bug (for the header, so is disagreeing with the safetensors library). Shared by tests/test_fuzz.py and bench/fuzz.py.
+bug (for the header, so is disagreeing with the safetensors library). Shared by
+tests/test_fuzz.py and bench/fuzz.py.
 """
 
 from __future__ import annotations

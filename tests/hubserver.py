@@ -1,4 +1,4 @@
-"""A small Hugging Face Hub look-alike on 127.0.0.1 that speaks what snapshot_download and upload need.
+"""A small Hugging Face Hub look-alike on 127.0.0.1 speaking what snapshot_download and upload need.
 
 It serves repo info, tree listings, HEAD/GET /resolve (LFS files redirect to a 'CDN' on another host
 name, like the real Hub) with Range support; and the write side huggingface_hub's create_repo,
@@ -166,7 +166,7 @@ class HubServer:
         self.repos[repo_id].refs[ref] = sha
 
     def replace_file(self, repo_id: str, sha: str, name: str, data: bytes) -> None:
-        """Change a file's bytes in place under the same commit (listing follows): a lying mirror."""
+        """Change a file's bytes in place, same commit (listing follows): a lying mirror."""
         self.repos[repo_id].commits[sha][name] = data
 
     # ---- faults --------------------------------------------------------------------------------
@@ -175,7 +175,7 @@ class HubServer:
         self._cuts.append(_Cut(file, after, times))
 
     def serve_bytes(self, repo_id: str, sha: str, name: str, data: bytes) -> None:
-        """Serve ``data`` as the body of ``name`` while the listing and headers keep the old facts."""
+        """Serve ``data`` as the body of ``name``; the listing and headers keep the old facts."""
         self._body_override[(repo_id, sha, name)] = data
 
     def fail(self, path_contains: str, *, status: int = 500, times: int = 1,
@@ -406,7 +406,8 @@ def _make_handler(server: HubServer):
                 loc = (f"http://{server.cdn_host}:{server.port}/cdn/{sha256}?repo={quote(repo_id)}"
                        f"&sha={sha}&file={quote(name)}")
                 self._record("resolve", repo_id, name, status=302)
-                return self._send(302, b"", {**common, "Location": loc, "ETag": f'"{git_blob_oid(data)}"',
+                return self._send(302, b"", {**common, "Location": loc,
+                                             "ETag": f'"{git_blob_oid(data)}"',
                                              "X-Linked-Etag": f'"{sha256}"',
                                              "X-Linked-Size": len(data)})
             self._body(repo_id, sha, name, data, "resolve",
@@ -437,7 +438,8 @@ def _make_handler(server: HubServer):
                     return self._send(416, b"", {"Content-Range": f"bytes */{total}"})
                 data = data[start:end + 1]
                 status = 206
-                headers = {**headers, "Content-Range": f"bytes {start}-{start + len(data) - 1}/{total}"}
+                headers = {**headers,
+                           "Content-Range": f"bytes {start}-{start + len(data) - 1}/{total}"}
             self._record(kind, repo_id, name, status=status)
             cut = server._take_cut(name) if self.command == "GET" else None
             if cut is None:
@@ -736,7 +738,7 @@ class HubEnv:
 
 @pytest.fixture
 def hub(hub_server, tmp_path, monkeypatch):
-    """A clean server, an isolated HF cache, HF_ENDPOINT pointing at the server, cwd in a scratch dir."""
+    """A clean server, an isolated HF cache, HF_ENDPOINT at the server, cwd in a scratch dir."""
     import huggingface_hub.constants as hf_constants
 
     hub_server.reset()

@@ -5,7 +5,7 @@ Shared by tests/test_plan.py and bench/plan_h200.py; no torch, no pytest.
 
 from __future__ import annotations
 
-# ---- model shapes (public config.json values) -----------------------------------------------------
+# ---- model shapes (public config.json values) ----------------------------------------------------
 
 LLAMA31_8B = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
@@ -128,7 +128,7 @@ def eagle3_llama70b() -> tuple[dict, list[tuple]]:
 
 
 def mla_tensors(cfg: dict, *, layers: range) -> list[tuple]:
-    """DeepSeek-V3 MLA attention weights of ``layers`` (no MoE/MLP), as the checkpoint names them."""
+    """DeepSeek-V3 MLA attention weights of ``layers`` (no MoE/MLP), with checkpoint names."""
     h = cfg["hidden_size"]
     t = []
     for i in layers:

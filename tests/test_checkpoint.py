@@ -194,7 +194,7 @@ def test_missing_config_and_no_weights(tmp_path):
         Checkpoint.open(tmp_path / "config.json")
 
 
-# ---- pickles --------------------------------------------------------------------------------------
+# ---- pickles -------------------------------------------------------------------------------------
 
 def test_pickles_refused_without_allow_pickle(tmp_path):
     p = F.make_safeailab_eagle3(tmp_path / "s")

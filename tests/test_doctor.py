@@ -1,4 +1,4 @@
-"""speckit doctor: the --json shape, secrets never printed, offline and reachability, missing packages.
+"""speckit doctor: the --json shape, secrets never printed, offline/reachability, missing packages.
 
 Missing packages are faked with an import finder that refuses them, never by uninstalling.
 """

@@ -1,4 +1,4 @@
-"""speckit's errors are also the built-in exceptions they mean, so callers can catch them plainly."""
+"""speckit's errors are also the built-in exceptions they mean, so callers catch them plainly."""
 
 from __future__ import annotations
 

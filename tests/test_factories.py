@@ -135,7 +135,7 @@ def test_native_mtp_variants(written):
     assert "mtp.layers.0.self_attn.q_proj.weight_scale" in fp8
 
 
-# ---- the targets really load and run --------------------------------------------------------------
+# ---- the targets really load and run -------------------------------------------------------------
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_target_loads_in_transformers_and_generates(tmp_path, arch):

@@ -62,7 +62,7 @@ def _edit_tensors(path: Path, drop=(), **tensors) -> Path:
     return path
 
 
-# ---- clean checkpoints ----------------------------------------------------------------------------
+# ---- clean checkpoints ---------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", list(F.ALL_LAYOUT_FACTORIES))
 def test_clean_fixtures_have_no_errors(tmp_path, name):
@@ -318,7 +318,7 @@ def test_check_structure_is_usable_on_its_own(tmp_path, target):
     assert {p.code for p in only_tensors} == {"missing-tensor"}
 
 
-# ---- vocab-map invariants (pure) ------------------------------------------------------------------
+# ---- vocab-map invariants (pure) -----------------------------------------------------------------
 
 def _maps(sel: list[int], vocab: int = 16):
     sel_t = torch.tensor(sel)
@@ -353,7 +353,7 @@ def test_vocab_map_invariants():
     assert check_vocab_maps(None, None, target_vocab=16, draft_vocab=4) == []
 
 
-# ---- the command ------------------------------------------------------------------------------------
+# ---- the command ---------------------------------------------------------------------------------
 
 def _run(*args: str):
     return CliRunner().invoke(main, ["inspect", *args], catch_exceptions=False)
@@ -416,7 +416,7 @@ def test_cli_missing_directory_is_a_usage_error(tmp_path):
     assert res.exit_code == 2 and "no such directory" in res.output
 
 
-# ---- Hub ids, through speckit.io.hub and a local Hub-protocol server --------------------------------
+# ---- Hub ids, through speckit.io.hub and a local Hub-protocol server -----------------------------
 
 hub_server = hubserver.hub_server
 hub = hubserver.hub

@@ -1,4 +1,4 @@
-"""The typed method specs: one frozen MethodSpec per method, facts pinned against vLLM's own code."""
+"""The typed method specs: one frozen MethodSpec per method, facts pinned against vLLM's code."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_checkpoint_methods_describe_their_tensors_and_engine_only_ones_do_not()
 
 
 def _vllm_slots(method: str, k: int, parallel: bool) -> int:
-    """vLLM's own max_num_new_slots_for_drafting, run on a stand-in holding just the fields it reads."""
+    """vLLM's own max_num_new_slots_for_drafting, run on a stand-in with only the fields read."""
     speculative = pytest.importorskip("vllm.config.speculative")
     prop = speculative.SpeculativeConfig.max_num_new_slots_for_drafting
     fget = prop.fget if isinstance(prop, property) else prop.func  # property or cached_property

@@ -42,7 +42,7 @@ def target(tmp_path_factory) -> Path:
     return F.make_target(tmp_path_factory.mktemp("t") / "llama", with_tokenizer=True)
 
 
-# ---- path checks ----------------------------------------------------------------------------------
+# ---- path checks ---------------------------------------------------------------------------------
 
 def test_output_never_is_contains_or_sits_inside_an_input(tmp_path):
     a, b = tmp_path / "draft", tmp_path / "target"
@@ -124,7 +124,7 @@ def test_validate_out_must_not_sit_inside_its_inputs(tmp_path, target):
     assert not (draft / "report").exists()
 
 
-# ---- atomic publish -------------------------------------------------------------------------------
+# ---- atomic publish ------------------------------------------------------------------------------
 
 def test_atomic_output_dir_leaves_nothing_on_failure(tmp_path):
     out = tmp_path / "out"
@@ -241,7 +241,7 @@ def test_two_concurrent_runs_to_one_new_output(tmp_path, rename_mode):
     assert not _hidden(tmp_path)
 
 
-# ---- stale temp dirs, signals ---------------------------------------------------------------------
+# ---- stale temp dirs, signals --------------------------------------------------------------------
 
 def _dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -437,7 +437,7 @@ def test_permission_errors_name_the_output(tmp_path):
         raise PermissionError(errno.EACCES, "Permission denied", "/somewhere/else")
 
 
-# ---- no code in outputs ---------------------------------------------------------------------------
+# ---- no code in outputs --------------------------------------------------------------------------
 
 def _with_remote_code(src: Path) -> Path:
     FC.add_code_artifacts(src)

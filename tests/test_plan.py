@@ -25,7 +25,7 @@ from tests.plan_shapes import (
     mla_tensors,
 )
 
-# ---- weights and KV: Llama-3.1-8B + EAGLE-3 --------------------------------------------------------
+# ---- weights and KV: Llama-3.1-8B + EAGLE-3 ------------------------------------------------------
 
 # Llama-3.1-8B: per layer q,o 4096x4096 = 16,777,216 each; k,v 1024x4096 = 4,194,304 each;
 # gate,up,down 14336x4096 = 58,720,256 each; two norms 4096 -> 218,112,000 params x 32 layers
@@ -107,7 +107,7 @@ def test_draft_embedding_counted_unless_known_shared():
     assert any("embed_tokens.weight" in n for n in own.weights.notes)
 
 
-# ---- Qwen3-8B + DFlash -------------------------------------------------------------------------------
+# ---- Qwen3-8B + DFlash ---------------------------------------------------------------------------
 
 def test_qwen3_8b_dflash_kv_lookahead_and_token_budget():
     dcfg, dt = dflash_qwen3_8b()
@@ -179,7 +179,7 @@ def test_deepseek_mtp_from_target_checkpoint_tp8():
     assert r.with_draft.kv_tokens == int(19_418 / 64 * 4096)
 
 
-# ---- Gemma-4 + assistant ---------------------------------------------------------------------------
+# ---- Gemma-4 + assistant -------------------------------------------------------------------------
 
 GEMMA4_TEXT = {
     "model_type": "gemma4_text", "hidden_size": 5376, "intermediate_size": 21504,
@@ -244,7 +244,7 @@ def test_gemma4_assistant_on_wrong_target_is_a_pairing_error():
     assert "hidden" in str(e.value)  # 5376 vs 4096 is reported too
 
 
-# ---- TP=4 and TP=8 -----------------------------------------------------------------------------------
+# ---- TP=4 and TP=8 -------------------------------------------------------------------------------
 
 def test_tp4_splits_weights_and_kv_per_rank():
     dcfg, dt = eagle3_llama8b()
@@ -290,7 +290,7 @@ def test_tp_that_does_not_divide_heads_names_them_and_valid_tps():
     assert valid_tps(40, 8, limit=10) == [1, 2, 4, 8]
 
 
-# ---- pairing and other errors ---------------------------------------------------------------------
+# ---- pairing and other errors --------------------------------------------------------------------
 
 def test_pairing_error_before_any_math():
     dcfg, dt = eagle3_llama8b()
@@ -324,7 +324,7 @@ def test_user_gpu_file_extends_the_catalog(tmp_path):
     assert get_gpu("H200", gpu_file=f).memory_bytes == 150_109_880_320  # built-ins stay
 
 
-# ---- verdicts and suggestions -----------------------------------------------------------------------
+# ---- verdicts and suggestions --------------------------------------------------------------------
 
 def test_will_not_start_at_full_context_and_try_lines():
     dcfg, dt = eagle3_llama8b()
@@ -389,7 +389,7 @@ def test_result_is_jsonable():
     assert data["verdict"] == "starts"
 
 
-# ---- option and config validation (issue 12) ---------------------------------------------------------
+# ---- option and config validation (issue 12) -----------------------------------------------------
 
 def _llama(**kw):
     return plan(target_config=LLAMA31_8B, target_tensors=causal_lm(LLAMA31_8B), **kw)
@@ -459,7 +459,7 @@ def test_impossible_draft_field_names_its_nested_path():
                gpu="H200", draft_name="my-eagle")
 
 
-# ---- verdicts agree with vLLM's own refusals --------------------------------------------------------
+# ---- verdicts agree with vLLM's own refusals -----------------------------------------------------
 # vLLM 0.32 vllm/config/model.py _get_and_verify_max_len: a user max_model_len above the derived
 # limit (the smallest of max_position_embeddings, n_positions, ...; times the RoPE factor for
 # rope types other than llama3/yarn/longrope/...) raises ValueError("User-specified max_model_len

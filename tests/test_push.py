@@ -144,7 +144,7 @@ def test_card_metadata_is_what_the_hubs_own_parser_reads(hub_push, draft, tmp_pa
     assert all(f["sha256"] in r.card for f in src_sha.values())  # and the source's, from provenance
 
 
-# ---- interrupted uploads ---------------------------------------------------------------------------
+# ---- interrupted uploads -------------------------------------------------------------------------
 
 def test_failed_commit_then_retry_completes_without_resending(hub_push, draft):
     srv = hub_push.server
@@ -171,7 +171,7 @@ def test_failed_multipart_part_then_retry_completes(hub_push, draft):
     assert srv.requests(kind="lfs-complete") and r.commit
 
 
-# ---- auth and permissions --------------------------------------------------------------------------
+# ---- auth and permissions ------------------------------------------------------------------------
 
 def test_bad_token_is_a_401_with_a_hint(hub_push, draft, monkeypatch):
     res = _cli("push", str(draft), REPO, "--token", "hf_wrong")
@@ -223,13 +223,14 @@ def test_private_repo_is_hidden_from_others(hub_push, draft, monkeypatch):
     assert res.exit_code == HubError.exit_code and "not found" in res.output
 
 
-# ---- dry run and refusals --------------------------------------------------------------------------
+# ---- dry run and refusals ------------------------------------------------------------------------
 
 def test_dry_run_prints_files_and_card_and_uploads_nothing(hub_push, draft):
     res = _cli("push", str(draft), REPO, "--dry-run")
     assert res.exit_code == 0, res.output
     assert "would upload" in res.output and "model.safetensors" in res.output
-    assert "--- README.md ---" in res.output and "base_model: speckit-tests/tiny-llama" in res.output
+    assert "--- README.md ---" in res.output
+    assert "base_model: speckit-tests/tiny-llama" in res.output
     assert _writes(hub_push.server) == [] and REPO not in hub_push.server.repos
 
 
@@ -264,7 +265,7 @@ def test_refuses_auto_map_inspect_errors_and_unknown_license(hub_push, tmp_path,
     assert r.license == "mit" and r.report is None and r.warnings
 
 
-# ---- where the figures come from -------------------------------------------------------------------
+# ---- where the figures come from -----------------------------------------------------------------
 
 def test_report_rule(hub_push, draft, tmp_path):
     other = _convert(tmp_path / "x", name="other")
@@ -282,7 +283,7 @@ def test_report_rule(hub_push, draft, tmp_path):
     assert explicit.metadata["speckit"]["measured"]["concurrency"] == 1
 
 
-# ---- registry add ----------------------------------------------------------------------------------
+# ---- registry add --------------------------------------------------------------------------------
 
 def test_registry_add_then_list_and_resolve(hub_push, draft):
     r = push(draft, REPO)

@@ -112,7 +112,8 @@ def test_sharded_input_streams(tmp_path):
     ca, cb = Checkpoint.open(tmp_path / "a"), Checkpoint.open(tmp_path / "b")
     assert set(ca.tensors) == set(cb.tensors)
     for n in ca.tensors:
-        assert torch.equal(ca.get(n).view(-1).view(torch.uint8), cb.get(n).view(-1).view(torch.uint8))
+        assert torch.equal(ca.get(n).view(-1).view(torch.uint8),
+                           cb.get(n).view(-1).view(torch.uint8))
     assert a.quantized == b.quantized == 21
 
 

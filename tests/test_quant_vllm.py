@@ -152,7 +152,7 @@ def _build_and_load(qcfg, runtime: str, sources: list[str], src: Checkpoint, out
         order = sorted(sources, key=lambda s: "qkv".index(s.split(".")[-2][0]))
         q, k = (src.tensors[order[0]].shape[0], src.tensors[order[1]].shape[0])
         layer = cls(in_f, head_dim, q // head_dim, k // head_dim, **kwargs)
-        shard_ids = dict(zip(order, "qkv"))
+        shard_ids = dict(zip(order, "qkv", strict=False))
     elif cls.__name__ == "MergedColumnParallelLinear":
         order = sorted(sources, key=lambda s: 0 if "gate_proj" in s else 1)
         layer = cls(in_f, [src.tensors[s].shape[0] for s in order], **kwargs)

@@ -205,7 +205,7 @@ def test_classify_touches_no_network(hub, tmp_path):
         classify(str(tmp_path / "nope"))
 
 
-# ---- errors by exception type ----------------------------------------------------------------------
+# ---- errors by exception type --------------------------------------------------------------------
 
 def test_hub_failures_name_repo_file_and_what_to_do(hub, monkeypatch):
     hub.server.add_commit("org/t", {"config.json": b"{}", "model.safetensors": _st()})
@@ -223,7 +223,7 @@ def test_hub_failures_name_repo_file_and_what_to_do(hub, monkeypatch):
     assert "HF_TOKEN" in e.value.hint
 
 
-# ---- plan honours the cache dir and offline mode (it did not) ---------------------------------------
+# ---- plan honours the cache dir and offline mode (it did not) ------------------------------------
 
 def test_plan_honours_cache_dir_and_offline_mode(world, hub, tmp_path, monkeypatch):
     other = tmp_path / "other-cache"

@@ -127,7 +127,8 @@ def _draft_token(head: Eagle3Head, emb, hidden, pos, keys, values):
     res = o + h
     m = lay.mlp
     y = _rms(res, lay.post_attention_layernorm.weight, eps)
-    y = m.down_proj.weight @ (torch.nn.functional.silu(m.gate_proj.weight @ y) * (m.up_proj.weight @ y))
+    y = m.down_proj.weight @ (torch.nn.functional.silu(m.gate_proj.weight @ y)
+                              * (m.up_proj.weight @ y))
     out = y + res
     return out, head.lm_head.weight @ _rms(out, head.norm.weight, eps)
 

@@ -237,7 +237,7 @@ def test_engine_arg_values_are_json_or_strings():
         _parse_sweep("0,2")
 
 
-# ---- renderings of a full report (synthetic numbers, no engine) ------------------------------------
+# ---- renderings of a full report (synthetic numbers, no engine) ----------------------------------
 
 def _synthetic_report(tmp_path):
     from speckit.core.metrics import (

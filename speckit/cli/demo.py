@@ -1,4 +1,4 @@
-"""`speckit demo`: the whole pipeline on the built-in default (SmolLM2-135M + speckit's EAGLE-3 draft).
+"""`speckit demo`: the whole pipeline on the built-in default (SmolLM2-135M + the shipped EAGLE-3).
 
 A thin click shell over speckit.ops.demo.run_demo; each stage prints as it finishes.
 """

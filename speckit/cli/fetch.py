@@ -12,12 +12,14 @@ from speckit.cli._common import handle_errors, print_json, progress_enabled
 
 @click.command("fetch")
 @click.argument("ref", metavar="ID|REPO_ID|PATH")
-@click.option("--revision", help="Branch, tag or commit sha (default: the registry pin, else main).")
+@click.option("--revision",
+              help="Branch, tag or commit sha (default: the registry pin, else main).")
 @click.option("--with-target", is_flag=True,
               help="Also fetch the target model the draft was trained for (with tokenizer files).")
 @click.option("--dry-run", is_flag=True, help="List what would be downloaded, with sizes; download "
               "no weights.")
-@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON; no progress bars.")
+@click.option("--json", "json_mode", is_flag=True,
+              help="Print the result as JSON; no progress bars.")
 @click.option("--cache-dir", type=click.Path(file_okay=False),
               help="Hugging Face cache to use (default: HF_HUB_CACHE, else HF_HOME/hub).")
 @click.option("-o", "--out", "--local-dir", "local_dir", type=click.Path(file_okay=False),
@@ -29,7 +31,8 @@ from speckit.cli._common import handle_errors, print_json, progress_enabled
 @click.option("--lock", "lock_path", type=click.Path(dir_okay=False),
               help="Lock file (default: ./speckit-lock.json).")
 @click.option("--verify", is_flag=True,
-              help="Re-hash the local files against the lock and report every mismatch; no network.")
+              help="Re-hash the local files against the lock and report every mismatch; "
+                   "no network.")
 @click.option("--update-lock", is_flag=True,
               help="Ignore the lock's pin for this repo: resolve again and re-pin.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
@@ -61,8 +64,8 @@ def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, 
     if not result.ok:
         bad = describe_mismatches(result)
         raise IntegrityError(f"files do not match {result.lock_path}: {bad}",
-                             hint="re-fetch them (delete the damaged files, then speckit fetch), or "
-                             "re-pin with --update-lock if the change is expected")
+                             hint="re-fetch them (delete the damaged files, then speckit "
+                             "fetch), or re-pin with --update-lock if the change is expected")
 
 
 def _size(n: int) -> str:

@@ -41,7 +41,8 @@ def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, static: bool) -> str:
               help="Keep a Linear unquantized: its vLLM run-time module name (e.g. "
               "model.layers.32.mlp.down_proj) or re:REGEX. Repeatable.")
 @click.option("--target-layers", type=click.IntRange(min=1), metavar="L",
-              help="Target layer count; vLLM names EAGLE-3/DFlash draft layer i model.layers.{L+i}.")
+              help="Target layer count; vLLM names EAGLE-3/DFlash draft layer i "
+                   "model.layers.{L+i}.")
 @click.option("--device", default="cpu", show_default=True, metavar="cpu|cuda",
               help="Where the numerics run (output is identical).")
 @click.option("--strict", is_flag=True,
@@ -53,7 +54,8 @@ def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, static: bool) -> str:
 @click.option("--allow-external-links", is_flag=True,
               help="Follow symlinks of checkpoint files that point outside the checkpoint "
               "directory (and the Hugging Face cache); refused by default.")
-@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON; no progress bar.")
+@click.option("--json", "json_mode", is_flag=True,
+              help="Print the result as JSON; no progress bar.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def quantize_cmd(ckpt, mxfp4, w4a4, fp8, static, calib_target, out, exclude, target_layers,

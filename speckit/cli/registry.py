@@ -1,7 +1,7 @@
 """`speckit registry list | show | resolve | add`: browse the curated drafts, add pushed ones.
 
-A thin click shell over speckit.core.registry; rich renders the tables (imported only when a table is
-printed) and --json prints the library's result object. Nothing here imports torch.
+A thin click shell over speckit.core.registry; rich renders the tables (imported only when a
+table is printed) and --json prints the library's result object. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -51,7 +51,8 @@ def registry(ctx: click.Context, registry_files: tuple[Path, ...]) -> None:
 @registry.command("list")
 @click.option("--provider", help="Only this provider (case-insensitive substring, e.g. 'redhat').")
 @click.option("-m", "--method", help="Only this vLLM method (eagle3, dflash, dspark, mtp, ...).")
-@click.option("-t", "--target", help="Only drafts whose target repo contains this (case-insensitive).")
+@click.option("-t", "--target",
+              help="Only drafts whose target repo contains this (case-insensitive).")
 @click.option("--kind", type=click.Choice(["draft", "target", "all"]), default="draft",
               show_default=True, help="Which entries to list.")
 @click.option("--all", "show_all", is_flag=True, help="Same as --kind all.")

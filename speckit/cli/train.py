@@ -1,4 +1,4 @@
-"""`speckit train`: train drafts. `speckit train eagle3` is a thin shell over speckit.ops.train.train_eagle3.
+"""`speckit train`: train drafts; `train eagle3` is a thin shell over ops.train.train_eagle3.
 
 --json prints the TrainResult; otherwise a progress bar on a TTY and a short summary.
 """

@@ -1,6 +1,7 @@
 """Hub reference syntax: the one repo-id pattern, commit shas and ``owner/name@revision``.
 
-Pure string checks (no filesystem, no network); every module that asks "is this a repo id?" asks here.
+Pure string checks (no filesystem, no network); every module that asks "is this a repo id?"
+asks here.
 """
 
 from __future__ import annotations

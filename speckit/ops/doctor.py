@@ -134,7 +134,8 @@ class Hub:
     offline: bool
     offline_source: str | None  # the variable that set it, None when off by default
     token_set: bool
-    token_source: str | None  # "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN" or "file <path>"; never the token
+    # "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN" or "file <path>"; never the token
+    token_source: str | None
     reachable: bool | None  # None: not tried (offline mode)
     reach_detail: str
 
@@ -202,7 +203,8 @@ def doctor(*, for_command: str | None = None, probe_kernels: bool = True,
     torch = _torch(warnings) if pk["torch"].installed else None
     devices = _devices(torch, warnings)
     vplat = _vllm_platform(pk["vllm"], devices)
-    runner, v1_only, refusals = _runner(vplat, warnings) if pk["vllm"].installed else ("none", False, {})
+    runner, v1_only, refusals = (_runner(vplat, warnings) if pk["vllm"].installed
+                                 else ("none", False, {}))
     report = DoctorReport(
         speckit=__version__, python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}", packages=packages,
@@ -313,7 +315,7 @@ def _meminfo() -> dict[str, int]:
     return out
 
 
-# ---- vLLM: which methods it serves here, read from its own source ---------------------------------
+# ---- vLLM: which methods it serves here, read from its own source --------------------------------
 
 
 def _vllm_platform(vllm: Package, devices: list[Device]) -> str:
@@ -437,7 +439,8 @@ def _methods(vllm: Package, vplat: str, v1_only: bool, refusals: dict[str, dict[
 
 
 def _method_support(mod: methods.MethodSpec, vllm: Package, vplat: str, v1_only: bool,
-                    refusals: dict[str, dict[str, int]], accepted: set[str] | None) -> MethodSupport:
+                    refusals: dict[str, dict[str, int]],
+                    accepted: set[str] | None) -> MethodSupport:
     vm = mod.vllm_method
     speckit_here = vplat != "cpu" or mod.cpu_supported
 
@@ -458,7 +461,7 @@ def _method_support(mod: methods.MethodSpec, vllm: Package, vplat: str, v1_only:
     return result(True, f"vLLM {vllm.version} on {vplat}, Model Runner V{1 if on_v1 else 2}")
 
 
-# ---- FP8 / MXFP4 kernels: timed, never guessed ----------------------------------------------------
+# ---- FP8 / MXFP4 kernels: timed, never guessed ---------------------------------------------------
 
 
 def _kernels(torch: Any, devices: list[Device], warnings: list[str]) -> list[KernelProbe]:

@@ -29,7 +29,8 @@ class InspectReport:
     dims: dict[str, Any]  # the method's describe(config)
     target_vocab: int | None
     draft_vocab: int | None
-    aux_layer_ids: list[int] | None  # speculators/vLLM convention (see docs/formats.md#aux-layer-ids)
+    # speculators/vLLM convention (see docs/formats.md#aux-layer-ids)
+    aux_layer_ids: list[int] | None
     block_size: int | None
     dtype: str | None  # the safetensors code holding most float bytes, e.g. "BF16"
     num_params: int
@@ -175,7 +176,7 @@ def _quant_base(name: str) -> str | None:
 def _shape_ok(want: tuple[int, ...], got: tuple[int, ...], *, packed: bool) -> bool:
     if len(want) != len(got):
         return False
-    dims = list(zip(want, got))
+    dims = list(zip(want, got, strict=True))
     if packed:  # sub-byte weights are packed along the input dimension; check the rest
         dims = dims[:-1]
     return all(w == -1 or w == g for w, g in dims)
@@ -229,7 +230,7 @@ def compare_tensors(ckpt: Checkpoint, specs: list[TensorSpec], *, scope: str = "
 
 
 def vocab_map_problems(ckpt: Checkpoint, layout: Layout) -> list[Problem]:
-    """docs/formats.md#vocab-maps invariants on d2t/t2d, read from the checkpoint (two small tensors)."""
+    """docs/formats.md#vocab-maps invariants on d2t/t2d, read from the checkpoint (two tensors)."""
     if not any(n in ckpt.tensors for n in _VOCAB_MAPS):
         return []
     from speckit.core import methods

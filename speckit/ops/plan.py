@@ -247,7 +247,7 @@ def _has_local_weights(path: Path) -> bool:
 
 
 def _registry_entry(ref: str) -> Any | None:
-    """The registry entry for ``ref`` if it is a registry id (None without speckit.core.registry)."""
+    """The registry entry for ``ref`` if it is a registry id (None without core.registry)."""
     try:
         from speckit.core.registry import load_registry
     except ImportError:

@@ -1,4 +1,4 @@
-"""`speckit push`: publish a checked draft to the Hub with a model card carrying its measured figures.
+"""`speckit push`: publish a checked draft to the Hub with a model card of its measured figures.
 
 Inspect and the file rules refuse what must not be published; the card comes from the checkpoint,
 its provenance chain and its latest validate report; huggingface_hub uploads (create_repo +

@@ -238,7 +238,8 @@ def pairing_problems(d: dict[str, Any], *, target_config: dict[str, Any] | None,
                 out.append(_err("aux-layer-default-collapses",
                                 f"no eagle_aux_hidden_state_layer_ids: vLLM's default {dflt} "
                                 f"collapses on a {nt}-layer target and fc no longer fits; write "
-                                "the ids into the draft config", "eagle_aux_hidden_state_layer_ids"))
+                                "the ids into the draft config",
+                                "eagle_aux_hidden_state_layer_ids"))
             else:
                 out.append(_warn("aux-layer-ids-unset",
                                  f"no eagle_aux_hidden_state_layer_ids: vLLM will use its default "
@@ -301,7 +302,7 @@ def vocab_head_specs(vocab: int, draft_vocab: int, hidden: int) -> list[TensorSp
 
 def check_vocab_maps(d2t, t2d, *, target_vocab: int | None, draft_vocab: int | None,
                      full_vocab_ok: bool = False) -> list[Problem]:
-    """docs/formats.md#vocab-maps invariants over the two small vocab-map tensors (torch tensors or None).
+    """docs/formats.md#vocab-maps invariants over the two small vocab maps (tensors or None).
 
     d2t is an offset table (target = draft + d2t[draft]); t2d a membership mask over target ids.
     ``full_vocab_ok``: the layout ships identity maps for a full vocab (SpecForge), which a

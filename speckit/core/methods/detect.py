@@ -42,7 +42,8 @@ LAYOUTS: dict[str, str] = {
     "zlab-dflash": "z-lab DFlash (dflash_config + auto_map dflash.DFlashDraftModel)",
     "zlab-dflash2": "z-lab DFlash2 (convolutions, bare selector codebooks)",
     "laguna-dflash": "Laguna-style DFlash (fused qkv_proj, g_proj, aux_hidden_norms)",
-    "deepseek-dspark": "DeepSeek dense DSpark (flat target_layer_ids, markov head, no dflash_config)",
+    "deepseek-dspark": ("DeepSeek dense DSpark (flat target_layer_ids, markov head, "
+                        "no dflash_config)"),
     "native-mtp": "a target checkpoint carrying its own MTP layers (mtp.*)",
     "gemma4-assistant": "Gemma-4 assistant (gemma4_assistant; KV shared with the target)",
     "hf-causal-lm": "a plain Hugging Face causal LM (usable as a draft_model)",

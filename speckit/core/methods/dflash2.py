@@ -1,6 +1,7 @@
 """DFlash2: DFlash plus token-conditioned convolutions and a low-rank candidate selector.
 
-speculators layout `dflash2`, which vLLM serves as method dflash with DFlash2DraftModel. docs/formats.md#dflash2.
+speculators layout `dflash2`, which vLLM serves as method dflash with DFlash2DraftModel.
+docs/formats.md#dflash2.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ CONV_DEFAULTS = {"conv_kernel_size": 2, "conv_group_size": 16, "selector_rank": 
 
 
 def describe(config: dict[str, Any]) -> dict[str, Any]:
-    """DFlash dims plus the convolution and candidate-selector sizes (top level or dflash_config)."""
+    """DFlash dims plus the conv and candidate-selector sizes (top level or dflash_config)."""
     d = _dflash.describe(config)
     dc = config.get("dflash_config") or {}
     for key, default in CONV_DEFAULTS.items():
@@ -73,7 +74,10 @@ def _extra_specs(config: dict[str, Any]) -> list[TensorSpec]:
 
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    """DFlash's body plus the conv and selector tensors; never a reduced vocab (docs/formats.md#dflash2-speculators)."""
+    """DFlash's body plus the conv and selector tensors; never a reduced vocab.
+
+    See docs/formats.md#dflash2-speculators.
+    """
     return [*_dflash.expected_tensors(config), *_extra_specs(config)]
 
 

@@ -1,6 +1,7 @@
 """DSpark: a DFlash backbone plus a Markov head and a confidence head; k is the block size.
 
-speculators layout `dspark`; SpecForge and DeepSeek flat configs convert to it. docs/formats.md#dspark.
+speculators layout `dspark`; SpecForge and DeepSeek flat configs convert to it.
+docs/formats.md#dspark.
 vLLM runs it only on the V2 model runner (CUDA/ROCm), not on CPU.
 """
 
@@ -30,7 +31,7 @@ def lookahead_slots(k: int) -> int:
 
 
 def extra_query_slots(k: int) -> int:
-    """vLLM's max_num_new_slots_for_drafting: the existing query is reused; k-1 masked queries need new slots."""
+    """vLLM's max_num_new_slots_for_drafting: the query is reused; k-1 masked ones need slots."""
     return k - 1
 
 
@@ -57,7 +58,7 @@ def _is_specforge(config: dict[str, Any]) -> bool:
 
 
 def describe(config: dict[str, Any]) -> dict[str, Any]:
-    """DFlash dims plus the Markov and confidence heads (speculators, SpecForge or DeepSeek flat)."""
+    """DFlash dims plus the Markov and confidence heads (speculators, SpecForge, DeepSeek flat)."""
     d = _dflash.describe(config)
     dc = config.get("dflash_config") or {}
 
@@ -79,7 +80,7 @@ def describe(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def head_specs(config: dict[str, Any], *, w2_rows: int, prefix: str = "") -> list[TensorSpec]:
-    """Markov head (vanilla/gated/rnn) and confidence head tensors (docs/formats.md#dspark-heads)."""
+    """Markov head (vanilla/gated/rnn) and confidence head tensors (formats.md#dspark-heads)."""
     d = describe(config)
     hidden, vocab, r = int(d["hidden"]), int(d["target_vocab"]), d["markov_rank"]
     kind = d["markov_head_type"]
@@ -102,7 +103,10 @@ def head_specs(config: dict[str, Any], *, w2_rows: int, prefix: str = "") -> lis
 
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    """DFlash's tensors plus the heads; markov_w2 has draft-vocab rows (docs/formats.md#dspark-speculators)."""
+    """DFlash's tensors plus the heads; markov_w2 has draft-vocab rows.
+
+    See docs/formats.md#dspark-speculators.
+    """
     d = describe(config)
     return [*_dflash.expected_tensors(config),
             *head_specs(config, w2_rows=int(d["draft_vocab"]))]

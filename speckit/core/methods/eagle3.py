@@ -1,6 +1,7 @@
 """EAGLE-3: a one-or-more-layer head over three (or A) target hidden states, drafting sequentially.
 
-speculators layout (`speculators_model_type: eagle3`) is what vLLM loads: docs/formats.md#eagle3.
+speculators layout (`speculators_model_type: eagle3`) is what vLLM loads; see
+docs/formats.md#eagle3.
 """
 
 from __future__ import annotations
@@ -75,8 +76,7 @@ def describe(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def head_dims(config: dict[str, Any]) -> tuple[dict[str, Any], int, int, int, int, int]:
-    """(layer config, hidden, vocab, draft vocab, aux count, target hidden) of an EAGLE-style
-    head."""
+    """(layer config, hidden, vocab, draft vocab, aux count, target hidden) of an EAGLE head."""
     cfg = layer_config(config)
     hidden = attn_dims(cfg, where="transformer_layer_config")[0]
     vocab = int(need(cfg, "vocab_size", where="transformer_layer_config"))

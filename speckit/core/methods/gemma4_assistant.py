@@ -1,6 +1,7 @@
 """Gemma-4 "assistant": an MTP drafter that shares the target's KV cache (adds no KV of its own).
 
-Kept in its native HF layout (vLLM loads it as gemma4_mtp, method mtp). docs/formats.md#gemma4-assistant.
+Kept in its native HF layout (vLLM loads it as gemma4_mtp, method mtp).
+docs/formats.md#gemma4-assistant.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def _head_dim(cfg: dict[str, Any], i: int) -> int:
 
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    """The HF-native assistant layout vLLM loads as gemma4_mtp (docs/formats.md#gemma4-assistant)."""
+    """The HF-native assistant layout vLLM loads as gemma4_mtp (formats.md#gemma4-assistant)."""
     cfg = layer_config(config)
     ha = int(need(cfg, "hidden_size", where="text_config"))
     heads = int(need(cfg, "num_attention_heads", where="text_config"))

@@ -125,7 +125,10 @@ def _layer_specs(prefix: str, cfg: dict[str, Any], *, fused_experts: bool) -> li
 
 
 def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    """The speculators `mtp` layout: mtp_layers.0.* with stacked experts (docs/formats.md#mtp-speculators)."""
+    """The speculators `mtp` layout: mtp_layers.0.* with stacked experts.
+
+    See docs/formats.md#mtp-speculators.
+    """
     cfg = layer_config(config)
     hidden = attn_dims(cfg, where="transformer_layer_config")[0]
     p = "mtp_layers.0"

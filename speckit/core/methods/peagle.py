@@ -1,6 +1,7 @@
 """P-EAGLE: an EAGLE-3 head that drafts all k positions in one forward (parallel drafting).
 
-vLLM serves it as eagle3 with parallel_drafting=true and a mask token; docs/formats.md#peagle.
+vLLM serves it as method eagle3 with parallel_drafting=true and a mask token;
+docs/formats.md#peagle.
 """
 
 from __future__ import annotations
@@ -33,8 +34,7 @@ def lookahead_slots(k: int) -> int:
 
 
 def extra_query_slots(k: int) -> int:
-    """Extra per-request query slots vLLM reserves while drafting
-    (max_num_new_slots_for_drafting)."""
+    """vLLM's max_num_new_slots_for_drafting: extra per-request query slots while drafting."""
     return k - 1
 
 

@@ -1,6 +1,7 @@
 """One deployment (with or without the draft) as vLLM sizes it, and why it would not start.
 
-Each reason quotes the vLLM 0.32 check it mirrors, so a "will not start" can be traced to its source.
+Each reason quotes the vLLM 0.32 check it mirrors, so a "will not start" can be traced to its
+source.
 """
 
 from __future__ import annotations

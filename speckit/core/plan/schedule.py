@@ -73,7 +73,7 @@ def geometric_rates(al: float, k: int, *, positions: int | None = None) -> list[
     return [a**i for i in range(1, (positions or k) + 1)]
 
 
-# ---- the projection -------------------------------------------------------------------------------
+# ---- the projection ------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class SpeedTable:
     """Projected figures for one context length: everything here comes from the step model."""

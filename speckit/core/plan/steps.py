@@ -73,7 +73,7 @@ def save_constants(c: StepConstants, path: Path, *, extra: Mapping[str, Any] | N
     path.write_text(json.dumps({"constants": asdict(c), **(extra or {})}, indent=2) + "\n")
 
 
-# ---- shapes ----------------------------------------------------------------------------------------
+# ---- shapes --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelShape:
     """A dense decoder as one rank computes it."""
@@ -156,8 +156,9 @@ class DraftShape:
                    int(d.get("fc_in") or 0), int(d.get("head_params") or 0))
 
     @classmethod
-    def from_checkpoint(cls, config: Mapping[str, Any], tensors: Iterable[tuple[str, Sequence[int]]],
-                        *, style: str, target: ModelShape, weight_bytes: float = 2.0,
+    def from_checkpoint(cls, config: Mapping[str, Any],
+                        tensors: Iterable[tuple[str, Sequence[int]]], *, style: str,
+                        target: ModelShape, weight_bytes: float = 2.0,
                         fp8_compute: bool = False) -> DraftShape:
         """From a draft's config.json and its tensor (name, shape) list: fc width, q/k/v input
         width and lm_head rows are read off the tensors; other top-level 2-D weights count as
@@ -174,7 +175,8 @@ class DraftShape:
             leaf = name.split(".")
             if len(shape) != 2 or "embed_tokens" in leaf:
                 continue
-            if leaf[0] in ("fc", "eh_proj") or name.endswith(("model.fc.weight", ".eh_proj.weight")):
+            if leaf[0] in ("fc", "eh_proj") or name.endswith(
+                    ("model.fc.weight", ".eh_proj.weight")):
                 fc_in = int(shape[1])
             elif name.endswith("self_attn.q_proj.weight") and not qkv_in:
                 qkv_in = int(shape[1])
@@ -190,7 +192,7 @@ class DraftShape:
         return replace(self, body=self.body.per_rank(tp))
 
 
-# ---- the cost of pieces ------------------------------------------------------------------------------
+# ---- the cost of pieces --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class StepCost:
     """One pass (or one draft step), split by what bounds each piece."""
@@ -294,7 +296,7 @@ def _allreduce(tokens: int, s: ModelShape, r: _Rates, c: StepConstants, tp: int)
     return StepCost(t, 0.0, 0.0, 0.0, t)
 
 
-# ---- public step costs --------------------------------------------------------------------------------
+# ---- public step costs ---------------------------------------------------------------------------
 def target_step(shape: ModelShape, *, batch: int, q: int, ctx: int, gpu: GPU, tp: int = 1,
                 constants: StepConstants | None = None, kv_bytes: float = 2.0) -> StepCost:
     """One target forward of ``batch`` sequences verifying ``q`` tokens each at KV context
@@ -328,7 +330,8 @@ def draft_step(draft: DraftShape, *, batch: int, k: int, ctx: int, gpu: GPU, tp:
                 + _linear(tokens, 1, d.head_params, s, r, c))
 
     if d.style == "chain":
-        cost += _overhead(c) + _layers(batch * q, batch, q, ctx + q, s, r, c, kv_bytes) + head(batch)
+        cost += (_overhead(c) + _layers(batch * q, batch, q, ctx + q, s, r, c, kv_bytes)
+                 + head(batch))
         for j in range(1, k):
             cost += _overhead(c) + _layers(batch, batch, 1, ctx + q + j, s, r, c, kv_bytes)
             cost += head(batch)

@@ -15,7 +15,7 @@ from speckit.io.hub.settings import HubSettings, repo_folder
 
 
 def snapshot_of(path: Path) -> tuple[str, str] | None:
-    """(repo, commit) when ``path`` is an HF cache snapshot (``models--org--name/snapshots/<sha>``)."""
+    """(repo, commit) when ``path`` is an HF cache snapshot (``models--o--n/snapshots/<sha>``)."""
     real = path.resolve()
     storage = real.parent.parent
     if real.parent.name == "snapshots" and storage.name.startswith("models--") \

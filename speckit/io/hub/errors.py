@@ -66,7 +66,7 @@ def describe_unreachable(e: BaseException, endpoint: str) -> str:
 
 def hub_error(e: BaseException, repo: str, rev: str | None, s: HubSettings, *,
               file: str | None = None) -> SpeckitError:
-    """A huggingface_hub failure (asking for ``repo``@``rev``, or one ``file`` of it) as our error."""
+    """A huggingface_hub failure (for ``repo``@``rev``, or one ``file`` of it) as our error."""
     from huggingface_hub.errors import (
         EntryNotFoundError,
         GatedRepoError,
@@ -167,7 +167,7 @@ def _named_file(e: BaseException, names: list[str]) -> str | None:
 
 
 def _short_file(e: OSError, what: str, announced: int | None) -> IntegrityError:
-    """huggingface_hub's size check failed: report the sizes (its message carries the actual one)."""
+    """huggingface_hub's size check failed: report the sizes (its message has the actual one)."""
     import re
 
     got = re.search(r"has size (\d+)", str(e))  # detail for the message, not the classification

@@ -1,7 +1,8 @@
 """sha256 of checkpoint files, and the per-commit sidecar that remembers listings and digests.
 
 The memo is keyed like git's index (real path, size, mtime, ctime, inode) and never trusts a
-file changed within its filesystem's clock granularity ("racy"), so a re-hash is never skipped wrongly.
+file changed within its filesystem's clock granularity ("racy"), so a re-hash is never skipped
+wrongly.
 """
 
 from __future__ import annotations

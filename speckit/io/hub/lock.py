@@ -36,11 +36,13 @@ class Lock:
                                   hint="fix it, or delete it to re-pin everything") from e
             if not isinstance(data, dict) or data.get("version") != LOCK_VERSION \
                     or not isinstance(data.get("repos"), dict):
-                raise FormatError(f"{path}: expected {{'version': {LOCK_VERSION}, 'repos': {{...}}}}",
+                raise FormatError(f"{path}: expected "
+                                  f"{{'version': {LOCK_VERSION}, 'repos': {{...}}}}",
                                   hint="this is not a speckit lock file; pass --lock elsewhere")
             for repo, entry in data["repos"].items():
                 if not (isinstance(entry, dict) and isinstance(entry.get("commit"), str)
-                        and is_commit_sha(entry["commit"]) and isinstance(entry.get("files"), dict)):
+                        and is_commit_sha(entry["commit"])
+                        and isinstance(entry.get("files"), dict)):
                     raise FormatError(f"{path}: entry {repo!r} needs a 40-hex 'commit' and 'files'",
                                       hint="fix the entry or delete it to re-pin that repo")
                 for name, rec in entry["files"].items():
@@ -68,6 +70,7 @@ class Lock:
             from speckit import __version__
 
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(self.path, {"version": LOCK_VERSION, "generated_by": f"speckit {__version__}",
+            write_json(self.path, {"version": LOCK_VERSION,
+                                   "generated_by": f"speckit {__version__}",
                                    "repos": dict(sorted(self.repos.items()))})
             self.changed = False

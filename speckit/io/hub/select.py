@@ -32,7 +32,7 @@ class Selection:
 
 
 def select_files(names: list[str], *, role: str = "draft", allow_pickle: bool = False) -> Selection:
-    """Choose what a draft (or a target) needs from a repo's file list, and say why the rest is left.
+    """Choose what a draft (or target) needs from a repo's file list; say why the rest is left.
 
     Top-level files only: a shard in a subfolder is fetched only when an index names it. Code,
     training state and (unless allowed) pickles are never fetched.

@@ -131,7 +131,8 @@ def fetch_snapshot(repo: str, o: FetchOptions, *, revision: str | None = None,
 
 
 def _pick_revision(repo: str, o: FetchOptions, revision: str | None,
-                   default_revision: str | None, warnings: list[str]) -> tuple[dict | None, str, str]:
+                   default_revision: str | None,
+                   warnings: list[str]) -> tuple[dict | None, str, str]:
     """(the lock's pin, the revision to resolve, the revision to record): a pin wins unless
     --update-lock, and a different --revision than the pin is refused."""
     pin = None if o.update_lock else o.lock.get(repo)

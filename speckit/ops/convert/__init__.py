@@ -335,7 +335,7 @@ def _check_against_method(plan: ConversionPlan, *, target_config: dict | None) -
                     problems.append(f"{name}: vLLM needs it but no source tensor provides it")
                 continue
             if len(spec.shape) != len(m.shape) or any(
-                    e not in (-1, a) for e, a in zip(spec.shape, m.shape)):
+                    e not in (-1, a) for e, a in zip(spec.shape, m.shape, strict=True)):
                 problems.append(f"{name}: planned {list(m.shape)}, the config implies "
                                 f"{list(spec.shape)}")
             if spec.dtype == "float" and m.dtype not in FLOAT_DTYPES or \

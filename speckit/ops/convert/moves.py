@@ -240,8 +240,7 @@ def _coalesce(parts: list[Any], *, small: int = 1 << 20) -> Iterator[Any]:
 
 
 def _pickle_bytes(ck: Checkpoint, name: str, off: int, length: int) -> Iterator[memoryview]:
-    """Byte views of a tensor loaded from a pickle (torch.load(weights_only=True, mmap=True)
-    keeps it file-backed)."""
+    """Byte views of a tensor loaded from a pickle (file-backed: weights_only=True, mmap=True)."""
     import torch
 
     t = ck.get(name).detach()

@@ -2,7 +2,8 @@
 MXFP4 or FP8 in AMD Quark's format, as vLLM's Quark loader reads it; streamed tensor by tensor.
 
 plan (which tensors, Quark `exclude` in vLLM run-time names) -> optional calibration -> temp dir:
-quantize or byte-copy each tensor, config.json + quantization_config, provenance -> re-open -> rename.
+quantize or byte-copy each tensor, config.json + quantization_config, provenance -> re-open ->
+rename.
 """
 
 from __future__ import annotations
@@ -232,8 +233,10 @@ def _open(path: Path, *, allow_external_links: bool = False) -> Checkpoint:
 
 
 def _check_vocab_maps(ckpt: Checkpoint) -> None:
-    """The d2t/t2d rules convert enforces (docs/formats.md#vocab-maps), on the input: quantize copies the maps
-    byte for byte, so a map vLLM would misread must be refused here, not passed on."""
+    """The d2t/t2d rules convert enforces (docs/formats.md#vocab-maps), on the input.
+
+    Quantize copies the maps byte for byte, so a map vLLM would misread must be refused here, not
+    passed on."""
     if "d2t" not in ckpt.tensors and "t2d" not in ckpt.tensors:
         return
     from speckit.core import hfconfig
@@ -699,7 +702,8 @@ def _output_config(config: dict[str, Any], sch: Scheme, exclude: list[str]) -> d
     return out
 
 
-# speckit-target.json describes the bf16 target speckit built; it would be false for the quantized copy
+# speckit-target.json describes the bf16 target speckit built; it would be false for the
+# quantized copy
 _SKIP_EXTRA = {"config.json", INDEX_NAME, PROVENANCE, "speckit-target.json"}
 
 

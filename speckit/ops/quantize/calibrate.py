@@ -224,7 +224,8 @@ class _Eagle3Head:
         self.norm_before_fc = bool(cfg.get("norm_before_fc"))
         self.fc_norm = bool(cfg.get("fc_norm"))
         # vLLM's defaults when the key is absent: True for eagle3, False for peagle (algos.py)
-        self.norm_before_residual = bool(cfg.get("norm_before_residual", spec.norm_before_residual_default))
+        self.norm_before_residual = bool(cfg.get("norm_before_residual",
+                                                 spec.norm_before_residual_default))
         rope = lc.get("rope_parameters") or {}
         self.theta = float(rope.get("rope_theta", lc.get("rope_theta", 10000.0)))
         self.act = lc.get("hidden_act", "silu")

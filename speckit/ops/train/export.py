@@ -1,6 +1,7 @@
-"""Write a trained head as a speculators-layout EAGLE-3 draft (docs/formats.md#eagle3-speculators) that vLLM loads.
+"""Write a trained head as a speculators-layout EAGLE-3 draft that vLLM loads.
 
-embed_tokens is left out on purpose: vLLM then shares the target's (the head trained with it frozen).
+Layout: docs/formats.md#eagle3-speculators. embed_tokens is left out on purpose: vLLM then shares
+the target's (the head trained with it frozen).
 """
 
 from __future__ import annotations

@@ -709,7 +709,11 @@ def _plan_gate(tpath: Path, dpath: Path | None, mod, k: int, *, tcfg, dcfg, tp: 
     if cpu:
         kwargs.setdefault("kv_cache_memory_bytes", cpu_kv_bytes)
         kwargs.setdefault("enforce_eager", True)
-    kwargs.setdefault("max_model_len", 4096)  # validation prompts are short
+    # validation prompts are short: 4096, or the target's own limit when that is lower (vLLM
+    # refuses a max_model_len beyond it)
+    limit = tcfg.get("max_position_embeddings") if isinstance(tcfg, dict) else None
+    kwargs.setdefault("max_model_len", min(4096, limit) if isinstance(limit, int) and limit > 0
+                      else 4096)
     try:
         res = planmod.plan_from_refs(target=str(tpath), draft=str(dpath) if dpath else None,
                                      method=mod.name, k=k, **kwargs)

@@ -177,7 +177,7 @@ def check_followed(rep: ConcurrencyReport, run: EngineRun,
         rep.checks.append(ScheduleCheck(p.batch, dense.get(p.batch, last), seen))
 
 
-# ---- pieces ---------------------------------------------------------------------------------------
+# ---- pieces --------------------------------------------------------------------------------------
 
 def _paired(base: EngineRun, main: EngineRun) -> list[tuple[int, float, float]]:
     spec = {p.batch: p.step_s for p in main.batch_probe}
@@ -207,7 +207,7 @@ __all__ = ["BatchMeasure", "ConcurrencyReport", "ScheduleCheck", "analyse", "che
            "chosen_schedule", "default_batches", "project_serve", "with_schedule"]
 
 
-# ---- report pieces: terminal, markdown, plot ------------------------------------------------------
+# ---- report pieces: terminal, markdown, plot -----------------------------------------------------
 
 def summary_lines(rep: ConcurrencyReport) -> list[str]:
     """What the terminal and report.md say about concurrency, one line each."""
