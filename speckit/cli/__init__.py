@@ -7,6 +7,7 @@ imported at module level so that `speckit --help` is instant.
 from __future__ import annotations
 
 import importlib
+import sys
 
 import click
 
@@ -29,6 +30,25 @@ _COMMANDS = {
 
 
 class _LazyGroup(click.Group):
+    def main(self, args=None, prog_name=None, **extra):
+        """click's own usage errors in speckit's format (error: + hint:, JSON with --json)."""
+        argv = list(sys.argv[1:] if args is None else args)
+        extra.pop("standalone_mode", None)
+        try:
+            rc = super().main(args=argv, prog_name=prog_name, standalone_mode=False, **extra)
+        except click.ClickException as e:
+            from speckit.cli._common import report_error
+
+            sub = next((a for a in argv if a in _COMMANDS), None)
+            report_error(e.format_message(), exit_code=e.exit_code, json_mode="--json" in argv,
+                         hint=f"see `speckit {sub + ' ' if sub else ''}--help`")
+        except click.Abort:
+            from speckit.cli._common import report_error
+
+            report_error("interrupted", hint="nothing half-written was left; run it again",
+                         exit_code=130, json_mode="--json" in argv)
+        sys.exit(rc if isinstance(rc, int) else 0)
+
     def list_commands(self, ctx):
         return [n for n in _COMMANDS if self.get_command(ctx, n) is not None]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -11,27 +12,84 @@ from typing import Any
 import click
 
 from speckit.core.jsonable import to_jsonable
-from speckit.errors import SpeckitError
+from speckit.errors import (
+    EngineError,
+    FormatError,
+    HubError,
+    IntegrityError,
+    PlanError,
+    SpeckitError,
+    UsageError,
+)
 
-__all__ = ["handle_errors", "print_json", "progress_enabled", "to_jsonable"]
+__all__ = ["default_hint", "handle_errors", "print_json", "progress_enabled", "progress_mode",
+           "report_error", "to_jsonable"]
 
 
 def print_json(obj: Any) -> None:
     click.echo(json.dumps(to_jsonable(obj), indent=2))
 
 
+# what to do when an error carries no hint of its own, by class (most specific first)
+_DEFAULT_HINTS: tuple[tuple[type[BaseException], str], ...] = (
+    (UsageError, "see `speckit COMMAND --help` for the flags and what they take"),
+    (FormatError, "the file named above is malformed; docs/formats.md describes what each "
+     "layout must hold"),
+    (IntegrityError, "re-fetch the files (speckit fetch), or re-pin with --update-lock if the "
+     "change is expected"),
+    (HubError, "check the repo id and revision, HF_ENDPOINT / network access and HF_TOKEN, or "
+     "pass a local directory"),
+    (EngineError, "read the vLLM log named above; `speckit doctor` shows what this vLLM serves"),
+    (PlanError, "run `speckit plan` for this pair; it says what would fit"),
+    (SpeckitError, "see `speckit COMMAND --help`"),
+)
+INTERNAL_EXIT = 70  # EX_SOFTWARE: a bug in speckit, not in the input
+
+
+def report_error(message: str, *, hint: str, exit_code: int, json_mode: bool) -> None:
+    """The one error format: `error:` + `hint:` on stderr; with --json also a JSON object on
+    stdout; then exit with ``exit_code``."""
+    click.secho(f"error: {message}", fg="red", err=True)
+    click.echo(f"hint: {hint}", err=True)
+    if json_mode:
+        click.echo(json.dumps({"error": message, "hint": hint, "exit_code": exit_code}))
+    sys.exit(exit_code)
+
+
+def default_hint(e: BaseException) -> str:
+    return next(h for cls, h in _DEFAULT_HINTS if isinstance(e, cls))
+
+
 def handle_errors(fn: Callable) -> Callable:
-    """Turn SpeckitError into 'error: ...' + 'hint: ...' on stderr and its exit code."""
+    """Every failure of a command becomes report_error(): a SpeckitError with its exit code, an
+    OS error on a path, Ctrl-C / SIGTERM, and (as exit 70) anything unexpected."""
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
+        json_mode = bool(kwargs.get("json_mode"))
         try:
             return fn(*args, **kwargs)
         except SpeckitError as e:
-            click.secho(f"error: {e.message}", fg="red", err=True)
-            if e.hint:
-                click.echo(f"hint: {e.hint}", err=True)
-            sys.exit(e.exit_code)
+            report_error(e.message, hint=e.hint or default_hint(e), exit_code=e.exit_code,
+                         json_mode=json_mode)
+        except click.ClickException as e:  # a command's own click.UsageError
+            report_error(e.format_message(), hint="see `speckit COMMAND --help`",
+                         exit_code=e.exit_code, json_mode=json_mode)
+        except KeyboardInterrupt:
+            report_error("interrupted", hint="outputs are written through a temporary "
+                         "directory: nothing half-written was left; run the command again",
+                         exit_code=130, json_mode=json_mode)
+        except OSError as e:
+            where = f" ({e.filename})" if getattr(e, "filename", None) else ""
+            report_error(f"{e.strerror or e}{where}", hint="check that the path exists, is "
+                         "readable/writable and the disk has room", exit_code=1,
+                         json_mode=json_mode)
+        except Exception as e:  # the last net: never a bare traceback
+            if os.environ.get("SPECKIT_DEBUG"):
+                raise
+            report_error(f"internal error: {type(e).__name__}: {e}",
+                         hint="this is a bug in speckit; rerun with SPECKIT_DEBUG=1 for the "
+                         "traceback and report it", exit_code=INTERNAL_EXIT, json_mode=json_mode)
 
     return wrapper
 

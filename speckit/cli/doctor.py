@@ -6,9 +6,12 @@ exits 1 when a package CMD needs is missing, naming the pip line that installs i
 
 from __future__ import annotations
 
+import json
+import sys
+
 import click
 
-from speckit.cli._common import handle_errors, print_json
+from speckit.cli._common import handle_errors, print_json, to_jsonable
 from speckit.ops.doctor import REQUIREMENTS
 
 
@@ -32,15 +35,21 @@ def doctor_cmd(for_command, no_network, no_probe, json_mode, quiet):
 
     report = doctor(for_command=for_command, probe_kernels=not no_probe,
                     check_network=not no_network)
-    if json_mode:
-        print_json(report)
-    elif not quiet:
+    if not json_mode and not quiet:
         render(report)
     if report.missing:
         names = ", ".join(r.package for r in report.missing)
         lines = sorted({r.install for r in report.missing})
-        raise SpeckitError(f"speckit {report.command} needs {names}, not installed here",
-                           hint=" ; ".join(lines))
+        message = f"speckit {report.command} needs {names}, not installed here"
+        if json_mode:  # one JSON object on stdout: the report, carrying the error
+            data = to_jsonable(report)
+            data.update(error=message, hint=" ; ".join(lines), exit_code=1)
+            click.echo(json.dumps(data, indent=2))
+            click.echo(f"error: {message}\nhint: {' ; '.join(lines)}", err=True)
+            sys.exit(1)
+        raise SpeckitError(message, hint=" ; ".join(lines))
+    if json_mode:
+        print_json(report)
 
 
 def _size(n: int | None) -> str:
