@@ -288,14 +288,9 @@ def _devices(torch: Any, warnings: list[str]) -> list[Device]:
 
 
 def _host() -> Host:
-    model = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from speckit.io.host import cpu_model
+
+    model = cpu_model()
     logical = os.cpu_count() or 1
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else logical
     mem = _meminfo()

@@ -137,6 +137,20 @@ class MethodSpec:
         return dict(self.source_scope).get(layout, "")
 
 
+# the MethodSpec fields that are the method's own functions (a module defines them by name)
+FUNCTION_FIELDS = ("default_k", "check_k", "lookahead_slots", "extra_query_slots",
+                   "speculative_config", "draft_kv_layers", "describe", "expected_tensors",
+                   "source_tensors", "check_config", "target_tensor_names", "quantizable",
+                   "runtime_module_name", "runtime_module_aliases")
+
+
+def spec_from(namespace: dict[str, Any], **facts: Any) -> MethodSpec:
+    """A method module's SPEC: its typed facts, plus each function field the module defines
+    under that field's name (``spec_from(globals(), name=..., ...)`` at the module's end)."""
+    funcs = {f: namespace[f] for f in FUNCTION_FIELDS if callable(namespace.get(f))}
+    return MethodSpec(**facts, **funcs)
+
+
 def get(name: str) -> MethodSpec:
     """The spec of a speckit or vLLM method name (peagle, dflash2 ... included)."""
     key = name.strip().lower().replace("-", "_")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
+from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     attn_dims,
     aux_layer_ids,
@@ -211,7 +211,8 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
     return is_decoder_linear(name, extra=("fc.weight",))
 
 
-SPEC = MethodSpec(
+SPEC = spec_from(
+    globals(),
     name="dflash",
     vllm_method="dflash",
     speculators_type="dflash",
@@ -223,16 +224,4 @@ SPEC = MethodSpec(
     reads_mask_embedding=True,  # DFlash family: replaces the mask token's embedding
     convert_layout="speculators",
     vllm_loads_speculators=True,
-    default_k=default_k,
-    check_k=check_k,
-    lookahead_slots=lookahead_slots,
-    extra_query_slots=extra_query_slots,
-    speculative_config=speculative_config,
-    draft_kv_layers=draft_kv_layers,
-    describe=describe,
-    expected_tensors=expected_tensors,
-    source_tensors=source_tensors,
-    check_config=check_config,
-    quantizable=quantizable,
-    runtime_module_name=runtime_module_name,
 )

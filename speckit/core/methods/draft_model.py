@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
+from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     base_dims,
     check_k_range,
@@ -117,24 +117,12 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
     return is_decoder_linear(name, prefix="model.layers")
 
 
-SPEC = MethodSpec(
+SPEC = spec_from(
+    globals(),
     name="draft_model",
     vllm_method="draft_model",
     speculators_type=None,
     parallel=False,
     has_checkpoint=True,
     calibration="causal-lm",
-    default_k=default_k,
-    check_k=check_k,
-    lookahead_slots=lookahead_slots,
-    extra_query_slots=extra_query_slots,
-    speculative_config=speculative_config,
-    draft_kv_layers=draft_kv_layers,
-    describe=describe,
-    expected_tensors=expected_tensors,
-    source_tensors=source_tensors,
-    check_config=check_config,
-    quantizable=quantizable,
-    runtime_module_name=runtime_module_name,
-    runtime_module_aliases=runtime_module_aliases,
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
+from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     attn_dims,
     aux_layer_ids,
@@ -193,7 +193,8 @@ def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
     return []
 
 
-SPEC = MethodSpec(
+SPEC = spec_from(
+    globals(),
     name="eagle3",
     vllm_method="eagle3",
     speculators_type="eagle3",
@@ -208,16 +209,4 @@ SPEC = MethodSpec(
     norm_before_residual_default=True,  # vLLM algos.py
     convert_layout="speculators",
     vllm_loads_speculators=True,
-    default_k=default_k,
-    check_k=check_k,
-    lookahead_slots=lookahead_slots,
-    speculative_config=speculative_config,
-    draft_kv_layers=draft_kv_layers,
-    describe=describe,
-    expected_tensors=expected_tensors,
-    source_tensors=source_tensors,
-    check_config=check_config,
-    quantizable=quantizable,
-    runtime_module_name=runtime_module_name,
-    runtime_module_aliases=runtime_module_aliases,
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
+from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     base_dims,
     check_k_range,
@@ -165,7 +165,8 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
                              extra=("pre_projection.weight", "post_projection.weight"))
 
 
-SPEC = MethodSpec(
+SPEC = spec_from(
+    globals(),
     name="gemma4_assistant",
     vllm_method="mtp",
     speculators_type=None,
@@ -173,15 +174,4 @@ SPEC = MethodSpec(
     has_checkpoint=True,
     shares_target_kv=True,  # K/V come from the target's cache
     convert_layout="gemma4-assistant",
-    default_k=default_k,
-    check_k=check_k,
-    lookahead_slots=lookahead_slots,
-    speculative_config=speculative_config,
-    draft_kv_layers=draft_kv_layers,
-    describe=describe,
-    expected_tensors=expected_tensors,
-    source_tensors=source_tensors,
-    check_config=check_config,
-    quantizable=quantizable,
-    runtime_module_name=runtime_module_name,
 )

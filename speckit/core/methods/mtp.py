@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
+from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     attn_dims,
     base_dims,
@@ -203,7 +203,8 @@ def target_tensor_names(target_config: dict[str, Any], names: list[str]) -> list
     return out
 
 
-SPEC = MethodSpec(
+SPEC = spec_from(
+    globals(),
     name="mtp",
     vllm_method="mtp",
     speculators_type="mtp",
@@ -214,14 +215,4 @@ SPEC = MethodSpec(
     weights_in_target=True,  # the draft is the target checkpoint's own mtp.* layers
     source_scope=(("native-mtp", "mtp."),),
     convert_layout="speculators",
-    default_k=default_k,
-    check_k=check_k,
-    lookahead_slots=lookahead_slots,
-    speculative_config=speculative_config,
-    draft_kv_layers=draft_kv_layers,
-    describe=describe,
-    expected_tensors=expected_tensors,
-    source_tensors=source_tensors,
-    check_config=check_config,
-    target_tensor_names=target_tensor_names,
 )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
+from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import check_k_range
 
 
@@ -44,19 +44,12 @@ def check_config(config: dict[str, Any], *,
     return []
 
 
-SPEC = MethodSpec(
+SPEC = spec_from(
+    globals(),
     name="ngram",
     vllm_method="ngram",
     speculators_type=None,
     parallel=False,
     has_checkpoint=False,
     proposes_on_cpu=True,  # host-side proposer: vLLM turns async scheduling off
-    default_k=default_k,
-    check_k=check_k,
-    lookahead_slots=lookahead_slots,
-    speculative_config=speculative_config,
-    draft_kv_layers=draft_kv_layers,
-    describe=describe,
-    expected_tensors=expected_tensors,
-    check_config=check_config,
 )

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, MethodSpec, Problem, TensorSpec
+from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods import eagle3 as _eagle3
 from speckit.core.methods.common import (
     check_k_range,
@@ -101,7 +101,8 @@ def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
                                           config=config)
 
 
-SPEC = MethodSpec(
+SPEC = spec_from(
+    globals(),
     name="peagle",
     vllm_method="eagle3",
     speculators_type="peagle",
@@ -118,17 +119,4 @@ SPEC = MethodSpec(
     norm_before_residual_default=False,  # vLLM algos.py
     convert_layout="speculators",
     vllm_loads_speculators=True,
-    default_k=default_k,
-    check_k=check_k,
-    lookahead_slots=lookahead_slots,
-    extra_query_slots=extra_query_slots,
-    speculative_config=speculative_config,
-    draft_kv_layers=draft_kv_layers,
-    describe=describe,
-    expected_tensors=expected_tensors,
-    source_tensors=source_tensors,
-    check_config=check_config,
-    quantizable=quantizable,
-    runtime_module_name=runtime_module_name,
-    runtime_module_aliases=runtime_module_aliases,
 )

@@ -10,7 +10,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -70,16 +69,9 @@ class _Bar:
 def _device_name(current_platform) -> str:
     try:
         if current_platform.is_cpu():
-            model = ""
-            try:
-                for line in Path("/proc/cpuinfo").read_text().splitlines():
-                    if line.startswith("model name"):
-                        model = line.split(":", 1)[1].strip()
-                        break
-            except OSError:
-                pass
-            return f"CPU: {model or platform.processor() or platform.machine()} " \
-                   f"({os.cpu_count()} cores)"
+            from speckit.io.host import cpu_model
+
+            return f"CPU: {cpu_model()} ({os.cpu_count()} cores)"
         return str(current_platform.get_device_name(0))
     except Exception:  # noqa: BLE001 - a description only; never fail a run for it
         return "unknown"
