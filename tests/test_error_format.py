@@ -10,7 +10,6 @@ import sys
 import pytest
 from click.testing import CliRunner
 
-from speckit.cli import main
 from speckit.cli._common import handle_errors
 from speckit.errors import FormatError
 
