@@ -247,14 +247,19 @@ def _has_local_weights(path: Path) -> bool:
 
 
 def _registry_entry(ref: str) -> Any | None:
-    """The registry entry for ``ref`` if it is a registry id (None without core.registry)."""
-    try:
-        from speckit.core.registry import load_registry
-    except ImportError:
-        return None
+    """The registry entry for ``ref`` if it is a registry id."""
+    from speckit.core.registry import load_registry
+
     reg = load_registry()
     key = ref.strip()
     return reg.entries.get(key) or reg.entries.get(key.lower())
+
+
+def load_ref(ref: str, *, revision: str | None = None) -> tuple[dict[str, Any],
+                                                                 list[tuple[str, tuple[int, ...]]]]:
+    """(config, [(tensor name, shape)]) of a directory, registry id or Hub repo, header-only."""
+    got = _load(ref, revision=revision)
+    return got.config, [(t.name, tuple(t.shape)) for t in got.tensors]
 
 
 def _load(ref: str, *, revision: str | None = None) -> _Loaded:
@@ -305,13 +310,11 @@ def _shared_tensors(target: _Loaded, draft: _Loaded) -> dict[str, bool]:
 
 
 def _detect_local(loaded: _Loaded) -> str | None:
-    """Ask speckit.core.methods.detect (if present) which method a local draft is."""
+    """Ask speckit.core.methods.detect which method a local draft is."""
+    from speckit.core.methods.detect import detect
+    from speckit.io.checkpoint import Checkpoint
+
     if loaded.local is None:
-        return None
-    try:
-        from speckit.core.methods.detect import detect
-        from speckit.io.checkpoint import Checkpoint
-    except ImportError:
         return None
     try:
         found = detect(Checkpoint.open(loaded.local))

@@ -7,17 +7,15 @@ config.json and safetensors headers of a local directory, registry id or Hub rep
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from speckit.core import methods as _methods
 from speckit.core.gpus import GPU
 from speckit.core.plan import schedule as _sched
 from speckit.core.plan import steps as _steps
-from speckit.errors import HubError, PlanError, UsageError
+from speckit.errors import PlanError, UsageError
 
 PROJECTED = "projected"  # every figure of a SpeedResult is a model projection, not a measurement
 KV_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -184,64 +182,17 @@ def _assumptions(gpu: GPU, c: _steps.StepConstants, source: str, ctx: int,
     return out
 
 
-# ---- reading configs and headers (header-only, as speckit plan does) -----------------------------
-def _read_local(path: Path) -> tuple[dict[str, Any], list[tuple[str, tuple[int, ...]]]]:
-    from speckit.io.checkpoint import Checkpoint
-
-    ck = Checkpoint.open(path)
-    return ck.config, [(t.name, tuple(t.shape)) for t in ck.tensors.values()]
-
-
-def _read_hub(repo: str, revision: str | None):
-    import json
-
-    from huggingface_hub import HfApi, hf_hub_download
-    from huggingface_hub.errors import HfHubHTTPError
-
-    endpoint = os.environ.get("HF_ENDPOINT") or None
-    try:
-        cfg = json.loads(Path(hf_hub_download(repo, "config.json", revision=revision,
-                                              endpoint=endpoint)).read_text())
-        meta = HfApi(endpoint=endpoint).get_safetensors_metadata(repo, revision=revision)
-    except (HfHubHTTPError, OSError, ValueError) as e:
-        raise HubError(f"{repo}: cannot read config.json / safetensors headers "
-                       f"({e.__class__.__name__})",
-                       hint="check the repo id, revision, HF_TOKEN and HF_ENDPOINT") from e
-    return cfg, [(n, tuple(ti.shape)) for fm in meta.files_metadata.values()
-                 for n, ti in fm.tensors.items()]
-
-
-def read_ref(ref: str, *, revision: str | None = None):
-    """(config, [(tensor name, shape)]) of a local directory, registry id or Hub repo."""
-    from speckit.core import PACKAGE_DIR
-    from speckit.core.registry import classify_ref, load_registry
-
-    kind, value = classify_ref(ref)
-    if kind == "path":
-        return _read_local(Path(value))
-    if kind == "hub":
-        return _read_hub(value, revision)
-    reg = load_registry()
-    entry = reg.entries.get(value) or reg.entries.get(value.lower())
-    if entry is not None and entry.repo:
-        return _read_hub(entry.repo, revision or entry.revision)
-    if entry is not None and entry.bundled:
-        return _read_local(PACKAGE_DIR / entry.bundled)
-    if entry is not None and entry.source:
-        from speckit.io.targets import materialize
-
-        return _read_local(materialize(entry))
-    raise UsageError(f"{ref}: not a directory, Hub repo or registry entry with weights")
-
-
 def project_speed_from_refs(*, target: str, draft: str | None = None,
                             revision: str | None = None, draft_revision: str | None = None,
                             **kwargs: Any) -> SpeedResult:
-    """Read target (+ draft) configs and headers, then project_speed(**kwargs)."""
-    tcfg, _ = read_ref(target, revision=revision)
-    dcfg, dtensors = read_ref(draft, revision=draft_revision) if draft else (None, [])
+    """Read target (+ draft) configs and headers (plan's header-only loader over
+    speckit.io.refs.resolve), then project_speed(**kwargs)."""
+    from speckit.ops.plan import load_ref
+
+    tcfg, _ = load_ref(target, revision=revision)
+    dcfg, dtensors = load_ref(draft, revision=draft_revision) if draft else (None, [])
     return project_speed(target_config=tcfg, draft_config=dcfg, draft_tensors=dtensors,
                          target_name=target, draft_name=draft, **kwargs)
 
 
-__all__ = ["PROJECTED", "SpeedResult", "project_speed", "project_speed_from_refs", "read_ref"]
+__all__ = ["PROJECTED", "SpeedResult", "draft_shape", "project_speed", "project_speed_from_refs"]

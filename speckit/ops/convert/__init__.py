@@ -260,12 +260,8 @@ def _resolve_target(ref: str) -> tuple[_Resolved, Any]:
 
 
 def _detect(ckpt: Checkpoint):
-    try:
-        from speckit.core.methods.detect import detect
-    except ModuleNotFoundError as e:
-        if e.name != "speckit.core.methods.detect":
-            raise
-        raise UsageError("speckit.core.methods.detect is not available in this build") from e
+    from speckit.core.methods.detect import detect
+
     return detect(ckpt)
 
 
@@ -400,12 +396,8 @@ def _verify_output(out: Path, plan: ConversionPlan, *, target_config: dict | Non
     if layout.name != want:
         raise FormatError(f"the output was detected as {layout.name!r}, not {want!r}",
                           hint="this is a bug in speckit; nothing was written")
-    try:
-        from speckit.ops.inspect import check_structure
-    except ModuleNotFoundError as e:
-        if e.name != "speckit.ops.inspect":
-            raise
-        return
+    from speckit.ops.inspect import check_structure
+
     # vocab maps: the same docs/formats.md#vocab-maps invariants, checked without importing torch
     if "d2t" in ck.tensors:
         vocab = int(ck.config.get("transformer_layer_config", {}).get("vocab_size") or 0)
