@@ -639,8 +639,10 @@ def _k_plan(mod, dcfg: dict[str, Any], *, k: int | None, sweep: Sequence[int] | 
         if refused:
             warnings.append(f"{mod.name}: left out of the sweep: " + "; ".join(refused))
         return ks
-    if k is None:
-        k = mod.default_k(dcfg) or 3
+    if k is None:  # the draft's own k, else the method's usual one (3 when it has none)
+        k = mod.default_k(dcfg) or mod.usual_k or 3
+        warnings.append(f"no -k given: measuring k={k} (the draft's recorded k, else the "
+                        f"method's usual value); --sweep measures the best k")
     mod.check_k(dcfg, int(k))
     return [int(k)]
 
