@@ -73,3 +73,13 @@ def test_an_unforeseen_failure_is_exit_70_without_traceback():
     assert "internal error: ZeroDivisionError: boom" in r.output
     assert "SPECKIT_DEBUG=1" in r.output and "Traceback" not in r.output
     assert json.loads(r.output.strip().splitlines()[-1])["exit_code"] == 70
+
+
+def test_convert_refuses_a_zero_shard_size(tmp_path):
+    from tests import factories as F
+
+    src, tgt = F.make_specforge_eagle3(tmp_path / "src"), F.make_target(tmp_path / "t")
+    r = _run("convert", str(src), "--target", str(tgt), "-o", str(tmp_path / "o"),
+             "--max-shard-size", "0")
+    assert r.returncode == 2 and "error: --max-shard-size must be positive" in r.stderr
+    assert not (tmp_path / "o").exists()

@@ -82,7 +82,8 @@ def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, ma
                      num_speculative_tokens=num_speculative_tokens, aux_layers=aux_layers,
                      mask_token_id=mask_token_id, drop=tuple(drop), force=force,
                      allow_pickle=allow_pickle, allow_external_links=allow_external_links,
-                     max_shard_bytes=max_shard_size or DEFAULT_SHARD_BYTES,
+                     max_shard_bytes=(DEFAULT_SHARD_BYTES if max_shard_size is None
+                                      else max_shard_size),
                      progress=progress_enabled(json_mode or quiet))
     if json_mode:
         print_json(result)

@@ -116,7 +116,8 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
     if method not in METHOD_CHOICES:
         raise UsageError(f"unknown --method {method!r}", hint="one of " + ", ".join(METHOD_CHOICES))
     if max_shard_bytes <= 0:
-        raise UsageError("--max-shard-size must be positive")
+        raise UsageError(f"--max-shard-size must be positive (got {max_shard_bytes} bytes)",
+                         hint="e.g. --max-shard-size 5GB; leave it out for the 5 GB default")
     s = _resolve(str(src), what="SRC", allow_pickle=allow_pickle, progress=progress)
     src_ckpt = Checkpoint.open(s.path, allow_pickle=allow_pickle,
                                allow_external_links=allow_external_links)
