@@ -16,8 +16,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests import factories as F  # noqa: E402
-from tests.test_bad_inputs import CONFIG_CASES, HEADER_CASES, _rewrite_header, _set  # noqa: E402
+from tests import factories as F
+from tests.test_bad_inputs import CONFIG_CASES, HEADER_CASES, _rewrite_header, _set
 
 
 def speckit(*args: str, timeout: float = 60) -> tuple[int, str, str]:
@@ -113,8 +113,8 @@ def main() -> int:
         print(row(label, cmd, rc, out, err).replace(str(tmp), "$T"))
         bad += rc in (0, -1) or "Traceback" in out + err
     calib = tmp / "calib"
-    print(f"\ncalibration target intact after the refused quantize: "
-          f"{(calib / 'config.json').is_file() and not (calib / 'speckit-provenance.json').exists()}")
+    intact = (calib / "config.json").is_file() and not (calib / "speckit-provenance.json").exists()
+    print(f"\ncalibration target intact after the refused quantize: {intact}")
     print(f"{bad} of the cases exited 0, hung or printed a traceback")
     shutil.rmtree(tmp, ignore_errors=True)
     return 1 if bad else 0
