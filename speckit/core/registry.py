@@ -505,102 +505,27 @@ def _parse_entry(raw: Mapping[str, Any], *, origin: str, index: int) -> Entry:
     raw_id = raw.get("id")
     ctx = _Ctx(origin, f"entry '{raw_id}'" if isinstance(raw_id, str) else f"entry #{index}")
     _check_keys(ctx, raw, required=_ENTRY_REQUIRED, optional=_ENTRY_OPTIONAL)
-    entry_id = _str(ctx, raw, "id", required=True)
-    assert entry_id is not None
-    if not _ID_RE.match(entry_id):
-        ctx.fail("id", f"{entry_id!r} is not a valid id",
-                 "ids are short and lowercase: letters, digits, '-', '_', '.'")
+    entry_id = _entry_id(ctx, raw)
     kind = _choice(ctx, raw, "kind", KINDS) or "draft"
     provider = _str(ctx, raw, "provider", required=True)
     license_ = _str(ctx, raw, "license", required=True)
-
-    # Exactly one place the weights come from.
-    places = [k for k in ("repo", "bundled", "source") if k in raw]
-    if len(places) != 1:
-        ctx.fail("repo", "give exactly one of repo, bundled or source" +
-                 (f" (got {', '.join(places)})" if places else ""),
-                 "repo = 'owner/name' for the Hub; bundled = 'data/...' for a file inside speckit")
-    repo = _repo(ctx, raw, "repo")
-    revision = _str(ctx, raw, "revision")
-    pinned = _bool(ctx, raw, "pinned")
-    if repo is not None:
-        if revision is None:
-            ctx.fail("revision", "required with repo",
-                     'a 40-hex commit sha with pinned = true, or "main" with pinned = false')
-        if pinned is None:
-            ctx.fail("pinned", "required with repo",
-                     "true when revision is a commit sha, false for a branch or tag")
-        assert revision is not None
-        is_sha = is_commit_sha(revision)
-        if pinned and not is_sha:
-            ctx.fail("revision", f"pinned = true needs a 40-hex commit sha, got {revision!r}",
-                     "set pinned = false for a branch or tag, or write the full commit sha")
-        if not pinned and is_sha:
-            ctx.fail("pinned", "revision is a commit sha but pinned = false",
-                     "set pinned = true")
-        if not pinned and not _REF_RE.match(revision):
-            ctx.fail("revision", f"{revision!r} is neither a commit sha nor a branch/tag name")
-    else:
-        for k in ("revision", "pinned"):
-            if k in raw:
-                ctx.fail(k, "only meaningful with repo")
+    _check_one_place(ctx, raw)
+    repo, revision, pinned = _repo_pin(ctx, raw)
     bundled = _str(ctx, raw, "bundled")
     if bundled is not None:
         bundled = _rel_path(ctx, "bundled", bundled)
-    source = None
-    if "source" in raw:
-        src = raw["source"]
-        if not isinstance(src, dict):
-            ctx.fail("source", "must be a table: { pypi = '<distribution>', file = '<path>' }")
-        sctx = _Ctx(origin, ctx.where + ": source")
-        _check_keys(sctx, src, required=("pypi", "file"), optional=())
-        pypi = _str(sctx, src, "pypi", required=True)
-        pfile = _rel_path(sctx, "file", _str(sctx, src, "file", required=True) or "")
-        source = PackageSource(pypi=pypi or "", file=pfile)
-
+    source = _package_source(ctx, raw)
     layout = _choice(ctx, raw, "source_layout", SOURCE_LAYOUTS)
     min_vllm = _str(ctx, raw, "min_vllm")
     if min_vllm is not None and not _VERSION_RE.match(min_vllm):
         ctx.fail("min_vllm", f"{min_vllm!r} is not a version like '0.21.0'")
-
-    if kind == "target":
-        for k in _DRAFT_ONLY:
-            if k in raw:
-                ctx.fail(k, "only drafts have this field (this entry has kind = 'target')")
-    else:
-        for k in _TARGET_ONLY:
-            if k in raw:
-                ctx.fail(k, "only kind = 'target' entries have this field",
-                         f"for a draft write target_{k}")
-        for k in ("method", "target", "num_speculative_tokens", "k_source"):
-            if k not in raw:
-                ctx.fail(k, "required field is missing for a draft")
+    _check_kind_fields(ctx, raw, kind)
     method = _choice(ctx, raw, "method", VLLM_METHODS)
     target = _repo(ctx, raw, "target")
     k = _int(ctx, raw, "num_speculative_tokens")
-    spec_extra: dict[str, Any] = {}
-    if "speculative_config" in raw:
-        sc = raw["speculative_config"]
-        if not isinstance(sc, dict):
-            ctx.fail("speculative_config", "must be a table of extra --speculative-config fields")
-        for key, val in sc.items():
-            if key in _SPEC_RESERVED:
-                ctx.fail(f"speculative_config.{key}", "comes from the entry's own fields",
-                         "set method / repo / revision / num_speculative_tokens instead")
-            if isinstance(val, (dict, list)):
-                ctx.fail(f"speculative_config.{key}", "must be a string, number or boolean")
-        spec_extra = dict(sc)
-
-    notes = raw.get("notes", [])
-    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
-        ctx.fail("notes", "must be a list of strings")
-    raw_pub = raw.get("published", [])
-    if not isinstance(raw_pub, list) or not all(isinstance(x, dict) for x in raw_pub):
-        ctx.fail("published", "must be a list of tables", "published = [ { metric = ..., ... } ]")
-    published = tuple(
-        _parse_result(r, _Ctx(origin, f"{ctx.where}: published[{i}]"), top_level=False)
-        for i, r in enumerate(raw_pub)
-    )
+    spec_extra = _spec_extra(ctx, raw)
+    notes = _notes(ctx, raw)
+    published = _published(ctx, raw)
     return Entry(
         id=entry_id, kind=kind, provider=provider or "", license=license_ or "", origin=origin,
         method=method, repo=repo, revision=revision, pinned=bool(pinned), bundled=bundled,
@@ -610,7 +535,115 @@ def _parse_entry(raw: Mapping[str, Any], *, origin: str, index: int) -> Entry:
         target_hidden_size=_int(ctx, raw, "target_hidden_size"),
         target_vocab_size=_int(ctx, raw, "target_vocab_size"),
         hidden_size=_int(ctx, raw, "hidden_size"), vocab_size=_int(ctx, raw, "vocab_size"),
-        notes=tuple(notes), published=published,
+        notes=notes, published=published,
+    )
+
+
+def _entry_id(ctx: _Ctx, raw: Mapping[str, Any]) -> str:
+    entry_id = _str(ctx, raw, "id", required=True)
+    assert entry_id is not None
+    if not _ID_RE.match(entry_id):
+        ctx.fail("id", f"{entry_id!r} is not a valid id",
+                 "ids are short and lowercase: letters, digits, '-', '_', '.'")
+    return entry_id
+
+
+def _check_one_place(ctx: _Ctx, raw: Mapping[str, Any]) -> None:
+    """Exactly one place the weights come from."""
+    places = [k for k in ("repo", "bundled", "source") if k in raw]
+    if len(places) != 1:
+        ctx.fail("repo", "give exactly one of repo, bundled or source" +
+                 (f" (got {', '.join(places)})" if places else ""),
+                 "repo = 'owner/name' for the Hub; bundled = 'data/...' for a file inside speckit")
+
+
+def _repo_pin(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[str | None, str | None, bool | None]:
+    """repo, revision, pinned: a Hub repo needs a revision; pinned says whether it is a sha."""
+    repo = _repo(ctx, raw, "repo")
+    revision = _str(ctx, raw, "revision")
+    pinned = _bool(ctx, raw, "pinned")
+    if repo is None:
+        for k in ("revision", "pinned"):
+            if k in raw:
+                ctx.fail(k, "only meaningful with repo")
+        return repo, revision, pinned
+    if revision is None:
+        ctx.fail("revision", "required with repo",
+                 'a 40-hex commit sha with pinned = true, or "main" with pinned = false')
+    if pinned is None:
+        ctx.fail("pinned", "required with repo",
+                 "true when revision is a commit sha, false for a branch or tag")
+    assert revision is not None
+    is_sha = is_commit_sha(revision)
+    if pinned and not is_sha:
+        ctx.fail("revision", f"pinned = true needs a 40-hex commit sha, got {revision!r}",
+                 "set pinned = false for a branch or tag, or write the full commit sha")
+    if not pinned and is_sha:
+        ctx.fail("pinned", "revision is a commit sha but pinned = false",
+                 "set pinned = true")
+    if not pinned and not _REF_RE.match(revision):
+        ctx.fail("revision", f"{revision!r} is neither a commit sha nor a branch/tag name")
+    return repo, revision, pinned
+
+
+def _package_source(ctx: _Ctx, raw: Mapping[str, Any]) -> PackageSource | None:
+    if "source" not in raw:
+        return None
+    src = raw["source"]
+    if not isinstance(src, dict):
+        ctx.fail("source", "must be a table: { pypi = '<distribution>', file = '<path>' }")
+    sctx = _Ctx(ctx.origin, f"{ctx.where}: source")
+    _check_keys(sctx, src, required=("pypi", "file"), optional=())
+    pypi = _str(sctx, src, "pypi", required=True)
+    pfile = _rel_path(sctx, "file", _str(sctx, src, "file", required=True) or "")
+    return PackageSource(pypi=pypi or "", file=pfile)
+
+
+def _check_kind_fields(ctx: _Ctx, raw: Mapping[str, Any], kind: str) -> None:
+    """Targets and drafts each have fields the other must not carry; drafts have required ones."""
+    if kind == "target":
+        for k in _DRAFT_ONLY:
+            if k in raw:
+                ctx.fail(k, "only drafts have this field (this entry has kind = 'target')")
+        return
+    for k in _TARGET_ONLY:
+        if k in raw:
+            ctx.fail(k, "only kind = 'target' entries have this field",
+                     f"for a draft write target_{k}")
+    for k in ("method", "target", "num_speculative_tokens", "k_source"):
+        if k not in raw:
+            ctx.fail(k, "required field is missing for a draft")
+
+
+def _spec_extra(ctx: _Ctx, raw: Mapping[str, Any]) -> dict[str, Any]:
+    if "speculative_config" not in raw:
+        return {}
+    sc = raw["speculative_config"]
+    if not isinstance(sc, dict):
+        ctx.fail("speculative_config", "must be a table of extra --speculative-config fields")
+    for key, val in sc.items():
+        if key in _SPEC_RESERVED:
+            ctx.fail(f"speculative_config.{key}", "comes from the entry's own fields",
+                     "set method / repo / revision / num_speculative_tokens instead")
+        if isinstance(val, (dict, list)):
+            ctx.fail(f"speculative_config.{key}", "must be a string, number or boolean")
+    return dict(sc)
+
+
+def _notes(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[str, ...]:
+    notes = raw.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(n, str) for n in notes):
+        ctx.fail("notes", "must be a list of strings")
+    return tuple(notes)
+
+
+def _published(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[PublishedResult, ...]:
+    raw_pub = raw.get("published", [])
+    if not isinstance(raw_pub, list) or not all(isinstance(x, dict) for x in raw_pub):
+        ctx.fail("published", "must be a list of tables", "published = [ { metric = ..., ... } ]")
+    return tuple(
+        _parse_result(r, _Ctx(ctx.origin, f"{ctx.where}: published[{i}]"), top_level=False)
+        for i, r in enumerate(raw_pub)
     )
 
 

@@ -209,21 +209,61 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     t_start = time.perf_counter()
     import vllm
     from transformers import AutoTokenizer
-    from vllm import LLM, SamplingParams
+    from vllm import LLM
     from vllm.engine.arg_utils import EngineArgs
-    from vllm.inputs import TokensPrompt
     from vllm.platforms import current_platform
 
     is_cpu = bool(current_platform.is_cpu())
     tok = AutoTokenizer.from_pretrained(job["tokenizer"] or job["model"], trust_remote_code=False)
+    prompt_ids, chat = _prompt_ids(tok, job)
+    kwargs = _engine_kwargs(job, prompt_ids, {f.name for f in dataclasses.fields(EngineArgs)},
+                            is_cpu=is_cpu, vllm_version=vllm.__version__)
+
+    events.emit(phase="load")
+    llm = LLM(**kwargs)
+    engine_start_s = time.perf_counter() - t_start
+    events.emit(phase="ready", seconds=engine_start_s)
+    outputs, wall, before, after = _measure(llm, job, prompt_ids, events,
+                                            engine_seqs=int(kwargs.get("max_num_seqs", 1)))
+
+    result: dict[str, Any] = {
+        "ok": True,
+        "vllm_version": vllm.__version__,
+        "device": _device_name(current_platform),
+        "platform": "cpu" if is_cpu else str(getattr(current_platform, "device_name", "gpu")),
+        "engine_args": {k2: v for k2, v in kwargs.items() if k2 != "speculative_config"},
+        "engine_start_s": engine_start_s,
+        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "numba_num_threads": os.environ.get("NUMBA_NUM_THREADS"),
+        "prompt_token_ids": prompt_ids,
+        "wall_s": wall,
+        "metrics_before": before,
+        "metrics_after": after,
+        **chat,
+        **_timing(outputs),
+    }
+    mc = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+    result["dtype"] = str(getattr(mc, "dtype", "unknown")).replace("torch.", "")
+    result.update(_probes(llm, mc, tok, job, prompt_ids, events))
+    events.emit(phase="done")
+    return result
+
+
+def _prompt_ids(tok, job: dict[str, Any]) -> tuple[list[list[int]], dict[str, Any]]:
+    """The prompts as token ids (given, or the messages rendered with the chat template), and how
+    the template was applied."""
     if job.get("prompt_token_ids"):
         prompt_ids = [list(map(int, p)) for p in job["prompt_token_ids"]]
         _, chat = _render(tok, [[{"role": "user", "content": "x"}]], job.get("thinking"))
-    else:
-        prompt_ids, chat = _render(tok, job["messages"], job.get("thinking"))
+        return prompt_ids, chat
+    return _render(tok, job["messages"], job.get("thinking"))
 
+
+def _engine_kwargs(job: dict[str, Any], prompt_ids: list[list[int]], fields: set[str], *,
+                   is_cpu: bool, vllm_version: str) -> dict[str, Any]:
+    """LLM(...) arguments: speckit's defaults for a measurement run, then the user's on top;
+    ``fields`` are the EngineArgs this vLLM has, and any other name is refused."""
     user = dict(job.get("engine_args") or {})
-    fields = {f.name for f in dataclasses.fields(EngineArgs)}
     max_tokens = int(job["max_tokens"])
     k = int((job.get("speculative_config") or {}).get("num_speculative_tokens") or 0)
     kwargs: dict[str, Any] = {
@@ -253,14 +293,19 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     kwargs.update(user)
     unknown = sorted(set(kwargs) - fields - {"model"})
     if unknown:
-        raise SystemExit(f"unknown vLLM engine argument(s) for vLLM {vllm.__version__}: "
+        raise SystemExit(f"unknown vLLM engine argument(s) for vLLM {vllm_version}: "
                          f"{', '.join(unknown)}")
+    return kwargs
 
-    events.emit(phase="load")
-    llm = LLM(**kwargs)
-    engine_start_s = time.perf_counter() - t_start
-    events.emit(phase="ready", seconds=engine_start_s)
 
+def _measure(llm, job: dict[str, Any], prompt_ids: list[list[int]], events: _Events, *,
+             engine_seqs: int) -> tuple[list, float, dict[str, Any], dict[str, Any]]:
+    """One untimed warm-up request, then the timed generation between two metric snapshots:
+    the outputs, the wall time and the snapshots."""
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    max_tokens = int(job["max_tokens"])
     temperature = float(job.get("temperature", 0.0))
     sp = SamplingParams(temperature=temperature, max_tokens=max_tokens,
                         seed=int(job.get("seed", 0)) if temperature > 0 else None)
@@ -271,40 +316,26 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
 
     before = metric_snapshot(llm)
     t0 = time.perf_counter()
-    outputs = _timed_generate(llm, prompts, sp, events, job,
-                              engine_seqs=int(kwargs.get("max_num_seqs", 1)))
+    outputs = _timed_generate(llm, prompts, sp, events, job, engine_seqs=engine_seqs)
     wall = time.perf_counter() - t0
     after = metric_snapshot(llm)
+    return outputs, wall, before, after
 
-    result: dict[str, Any] = {
-        "ok": True,
-        "vllm_version": vllm.__version__,
-        "device": _device_name(current_platform),
-        "platform": "cpu" if is_cpu else str(getattr(current_platform, "device_name", "gpu")),
-        "engine_args": {k2: v for k2, v in kwargs.items() if k2 != "speculative_config"},
-        "engine_start_s": engine_start_s,
-        "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-        "numba_num_threads": os.environ.get("NUMBA_NUM_THREADS"),
-        "prompt_token_ids": prompt_ids,
-        "wall_s": wall,
-        "metrics_before": before,
-        "metrics_after": after,
-        **chat,
-        **_timing(outputs),
-    }
-    mc = getattr(getattr(llm, "llm_engine", None), "model_config", None)
-    result["dtype"] = str(getattr(mc, "dtype", "unknown")).replace("torch.", "")
+
+def _probes(llm, mc, tok, job: dict[str, Any], prompt_ids: list[list[int]],
+            events: _Events) -> dict[str, Any]:
+    """The optional measurements after the timed run: per-position step cost, batch probe."""
+    out: dict[str, Any] = {}
     if job.get("probe_tokens"):
         events.emit(phase="probe")
         vocab = int(getattr(mc, "get_vocab_size", lambda: len(tok))())
-        result["probe_s"] = _probe(llm, vocab, [int(m) for m in job["probe_tokens"]],
-                                   int(job.get("seed", 0)))
+        out["probe_s"] = _probe(llm, vocab, [int(m) for m in job["probe_tokens"]],
+                                int(job.get("seed", 0)))
     if job.get("batch_probe"):
         events.emit(phase="batch-probe", sizes=job["batch_probe"])
-        result["batch_probe"] = _batch_probe(llm, prompt_ids, [int(b) for b in job["batch_probe"]],
-                                             int(job.get("batch_probe_tokens") or 16))
-    events.emit(phase="done")
-    return result
+        out["batch_probe"] = _batch_probe(llm, prompt_ids, [int(b) for b in job["batch_probe"]],
+                                          int(job.get("batch_probe_tokens") or 16))
+    return out
 
 
 def main(argv: list[str]) -> int:

@@ -113,12 +113,57 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
     are symlinks out of their directory (refused by default).
     """
     started = time.monotonic()
+    _check_args(method, max_shard_bytes)
+    s, src_ckpt, layout = _open_source(str(src), method=method, allow_pickle=allow_pickle,
+                                       allow_external_links=allow_external_links,
+                                       progress=progress)
+    t_res, tgt, reg_k = _open_target(s, src_ckpt, layout, target)
+    out_dir = Path(out) if out is not None else Path.cwd() / _default_name(s, layout)
+    out_dir = check_output(out_dir, {"SRC": s.path, "--target": t_res.path if t_res else None},
+                           force=force)
+
+    ctx = ReadContext(src=src_ckpt, layout=layout, target=tgt,
+                      opts=Options(num_speculative_tokens=num_speculative_tokens,
+                                   aux_layers=list(aux_layers) if aux_layers is not None else None,
+                                   mask_token_id=mask_token_id, registry_k=reg_k))
+    plan, dropped, inputs, moves = _plan_moves(ctx, drop)
+    extra_files = _extra_files(plan, src_ckpt, allow_pickle=allow_pickle)
+    options = {"method": method, "num_speculative_tokens": num_speculative_tokens,
+               "aux_layers": list(aux_layers) if aux_layers is not None else None,
+               "mask_token_id": mask_token_id, "drop": list(drop),
+               "allow_pickle": allow_pickle, "max_shard_bytes": max_shard_bytes}
+    files, code_dropped = _write_output(
+        out_dir, ctx, plan, s=s, t_res=t_res, moves=moves, inputs=inputs, dropped=dropped,
+        extra_files=extra_files, options=options, force=force, max_shard_bytes=max_shard_bytes,
+        progress=progress)
+
+    spec, serve = _serve(plan, out_dir)
+    dtypes = {m.dtype for m in moves if m.dtype in FLOAT_DTYPES}
+    return ConvertResult(
+        out=out_dir.resolve(), method=plan.method, source_layout=layout.name,
+        output_layout=plan.layout,
+        source=s.ref, target=t_res.ref if t_res else None, verifier=plan.verifier,
+        num_speculative_tokens=plan.k, k_rule=plan.k_rule, aux_layers=plan.aux_layers,
+        dtype=dtypes.pop() if len(dtypes) == 1 else None, tensors=len(moves),
+        bytes=sum(m.nbytes for m in moves),
+        files=sorted(files), speculative_config=spec, serve_command=serve, dropped=dropped,
+        omitted=dict(plan.omitted),
+        warnings=list(plan.warnings), notes=list(plan.notes), code_dropped=code_dropped,
+        seconds=round(time.monotonic() - started, 3))
+
+
+def _check_args(method: str, max_shard_bytes: int) -> None:
     if method not in METHOD_CHOICES:
         raise UsageError(f"unknown --method {method!r}", hint="one of " + ", ".join(METHOD_CHOICES))
     if max_shard_bytes <= 0:
         raise UsageError(f"--max-shard-size must be positive (got {max_shard_bytes} bytes)",
                          hint="e.g. --max-shard-size 5GB; leave it out for the 5 GB default")
-    s = _resolve(str(src), what="SRC", allow_pickle=allow_pickle, progress=progress)
+
+
+def _open_source(ref: str, *, method: str, allow_pickle: bool, allow_external_links: bool,
+                 progress: bool) -> tuple[_Resolved, Checkpoint, Any]:
+    """SRC resolved and opened, and its layout: one speckit converts, of the method asked for."""
+    s = _resolve(ref, what="SRC", allow_pickle=allow_pickle, progress=progress)
     src_ckpt = Checkpoint.open(s.path, allow_pickle=allow_pickle,
                                allow_external_links=allow_external_links)
     layout = _detect(src_ckpt)
@@ -130,7 +175,12 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
         raise FormatError(f"{s.path}: layout {layout.name!r} has no converter",
                           hint="see docs/convert.md for the layouts speckit converts")
     _check_method(method, layout, s.path)
+    return s, src_ckpt, layout
 
+
+def _open_target(s: _Resolved, src_ckpt: Checkpoint, layout, target: str | os.PathLike | None
+                 ) -> tuple[_Resolved | None, Target | None, tuple[int, str] | None]:
+    """TARGET (given, the registry's, or for MTP the source itself) and the registry's k."""
     reg_target, reg_k = _registry_defaults(s)
     if target is None and reg_target is not None:
         target = reg_target  # the verifier the registry says the draft was trained for
@@ -147,15 +197,13 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                      download=download)
         if t_res is s:
             tgt._ckpt = src_ckpt
-    out_dir = Path(out) if out is not None else Path.cwd() / _default_name(s, layout)
-    out_dir = check_output(out_dir, {"SRC": s.path, "--target": t_res.path if t_res else None},
-                           force=force)
+    return t_res, tgt, reg_k
 
-    ctx = ReadContext(src=src_ckpt, layout=layout, target=tgt,
-                      opts=Options(num_speculative_tokens=num_speculative_tokens,
-                                   aux_layers=list(aux_layers) if aux_layers is not None else None,
-                                   mask_token_id=mask_token_id, registry_k=reg_k))
-    plan: ConversionPlan = importlib.import_module(_READERS[layout.name]).plan(ctx)
+
+def _plan_moves(ctx: ReadContext, drop) -> tuple[ConversionPlan, dict[str, str], dict, list]:
+    """The reader's plan, less --drop, checked strictly; and its moves in copy order."""
+    src_ckpt, tgt = ctx.src, ctx.target
+    plan: ConversionPlan = importlib.import_module(_READERS[ctx.layout.name]).plan(ctx)
     dropped = _apply_drops(plan, src_ckpt, drop)
     _check_coverage(plan, src_ckpt, dropped)
     inputs = {SOURCE: src_ckpt}
@@ -164,9 +212,16 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
     for m in plan.moves:
         check_move(m, inputs)
     _check_against_method(plan, target_config=tgt.config if tgt else None)
-    moves = order_moves(plan.moves, inputs)
-    extra_files = _extra_files(plan, src_ckpt, allow_pickle=allow_pickle)
+    return plan, dropped, inputs, order_moves(plan.moves, inputs)
 
+
+def _write_output(out_dir: Path, ctx: ReadContext, plan: ConversionPlan, *, s: _Resolved,
+                  t_res: _Resolved | None, moves: list, inputs: dict, dropped: dict[str, str],
+                  extra_files: list[str], options: dict, force: bool, max_shard_bytes: int,
+                  progress: bool) -> tuple[list[str], list[str]]:
+    """Tensors, config, extra files and provenance into a temp dir, re-inspected, then renamed;
+    returns the files written and the remote code left out."""
+    src_ckpt, tgt = ctx.src, ctx.target
     total = sum(m.nbytes for m in moves)
     read_files = _files_read(src_ckpt, plan)
     with atomic_output_dir(out_dir, force=force) as tmp:
@@ -175,7 +230,7 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                                   max_shard_bytes=max_shard_bytes,
                                   copied_from=copied_from(moves, inputs))
         try:
-            label = f"convert {layout.name} -> {plan.method}"
+            label = f"convert {ctx.layout.name} -> {plan.method}"
             with byte_progress(progress, total, label=label) as tick:
                 execute(moves, inputs, writer, on_tensor=lambda m: tick(m.nbytes),
                         on_open=lambda ck, f: ck is src_ckpt and hasher.opened(f))
@@ -189,27 +244,10 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
         hashes = hasher.join()
         files += ["config.json", *extras.copied, PROVENANCE]
         write_provenance(tmp, _provenance(
-            plan, layout=layout, s=s, t=t_res, hashes=hashes, dropped=dropped, files=files,
-            options={"method": method, "num_speculative_tokens": num_speculative_tokens,
-                     "aux_layers": list(aux_layers) if aux_layers is not None else None,
-                     "mask_token_id": mask_token_id, "drop": list(drop),
-                     "allow_pickle": allow_pickle, "max_shard_bytes": max_shard_bytes}),
-            command="convert", code_dropped=code_dropped)
+            plan, layout=ctx.layout, s=s, t=t_res, hashes=hashes, dropped=dropped, files=files,
+            options=options), command="convert", code_dropped=code_dropped)
         _verify_output(tmp, plan, target_config=tgt.config if tgt else None)
-
-
-    spec, serve = _serve(plan, out_dir)
-    dtypes = {m.dtype for m in moves if m.dtype in FLOAT_DTYPES}
-    return ConvertResult(
-        out=out_dir.resolve(), method=plan.method, source_layout=layout.name,
-        output_layout=plan.layout,
-        source=s.ref, target=t_res.ref if t_res else None, verifier=plan.verifier,
-        num_speculative_tokens=plan.k, k_rule=plan.k_rule, aux_layers=plan.aux_layers,
-        dtype=dtypes.pop() if len(dtypes) == 1 else None, tensors=len(moves), bytes=total,
-        files=sorted(files), speculative_config=spec, serve_command=serve, dropped=dropped,
-        omitted=dict(plan.omitted),
-        warnings=list(plan.warnings), notes=list(plan.notes), code_dropped=code_dropped,
-        seconds=round(time.monotonic() - started, 3))
+    return files, code_dropped
 
 
 def _serve(plan: ConversionPlan, out_dir: Path) -> tuple[dict[str, Any], str | None]:

@@ -128,7 +128,44 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
         src_path.resolve().parent / f"{src_path.resolve().name}-{sch.name}"
     out_dir = check_output(out_dir, {"CKPT": src_path, "--calib-target": calib_target},
                            force=force)
+    prior, requant, warnings = _prior_and_requant(ckpt, src_path, force=force)
 
+    if target_layers is None:
+        target_layers = _target_layers_from(ckpt.config, calib_target)
+    items, exclude_list = _plan(ckpt, mod, sch, exclude=list(exclude), strict=strict,
+                                target_layers=target_layers, requant=requant)
+    n_quant = _count_quantized(items, src_path, mod)
+    input_amax, calibration = _calibrate(ckpt, mod, sch, items, calib_target=calib_target,
+                                         prompts=calib_prompts, target_layers=target_layers,
+                                         requant=requant, dev=dev)
+
+    with atomic_output_dir(out_dir, force=force) as tmp:
+        files, reports = _write_tensors(tmp, ckpt, mod, items, sch, dev, input_amax, requant,
+                                        max_shard_bytes=max_shard_bytes, progress=progress)
+        config = _output_config(ckpt.config, sch, exclude_list)
+        write_json(tmp / "config.json", config)
+        extra = copy_extra_files(ckpt.path, tmp, skip=_SKIP_EXTRA)
+        code_dropped = strip_remote_code(tmp, source=ckpt.path)
+        files += ["config.json", *extra.copied]
+        result = QuantizeResult(
+            out=out_dir, source=str(src_path), method=mod.name, scheme=sch.name,
+            vllm_scheme=sch.vllm_scheme, device=dev, quantized=n_quant, exclude=exclude_list,
+            **_tensor_summary(items, reports),
+            tensors=reports, files=sorted(files + [PROVENANCE]), calibration=calibration,
+            requantized_from=prior, target_layers=target_layers, warnings=warnings,
+            code_dropped=code_dropped)
+        write_provenance(tmp, _provenance(result, ckpt, layout, exclude=list(exclude),
+                                          strict=strict, config=config),
+                         command="quantize", code_dropped=code_dropped)
+        _verify_output(tmp, items)
+    result.seconds = round(time.monotonic() - started, 3)
+    return result
+
+
+def _prior_and_requant(ckpt: Checkpoint, src_path: Path, *, force: bool
+                       ) -> tuple[str | None, dict[str, Any] | None, list[str]]:
+    """An already quantized input is refused, or with --force dequantized and quantized again
+    (its description, what the dequantization needs, and the warning saying so)."""
     warnings: list[str] = []
     prior = _prior_quantization(ckpt)
     if prior is not None and not force:
@@ -142,68 +179,65 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
         warnings.append(f"RE-QUANTIZED: the input was already quantized ({prior}); its weights "
                         f"were dequantized to {requant['dtype']} and quantized again, so the "
                         f"output carries both rounding errors")
+    return prior, requant, warnings
 
-    if target_layers is None:
-        target_layers = _target_layers_from(ckpt.config, calib_target)
-    items, exclude_list = _plan(ckpt, mod, sch, exclude=list(exclude), strict=strict,
-                                target_layers=target_layers, requant=requant)
+
+def _count_quantized(items: list[_Item], src_path: Path, mod) -> int:
     n_quant = sum(1 for it in items if it.action == "quantize")
     if n_quant == 0:
         raise UsageError(f"{src_path}: nothing to quantize (no Linear weight of the {mod.name} "
                          "draft is left after the exclusions)",
                          hint="check --exclude; `speckit inspect` lists the tensors")
+    return n_quant
 
-    calibration = None
-    input_amax: dict[str, float] = {}
-    if sch.needs_calibration:
-        from speckit.ops.quantize import calibrate
 
-        cal = calibrate.collect(ckpt, mod.name, modules=[it.module for it in items
-                                                          if it.action == "quantize"],
-                                names={it.module: it.info.name for it in items
-                                       if it.action == "quantize"},
-                                calib_target=calib_target, prompts=calib_prompts,
-                                target_layers=target_layers, requant=requant, device=dev)
-        input_amax = cal.amax
-        calibration = cal.summary()
+def _calibrate(ckpt: Checkpoint, mod, sch: Scheme, items: list[_Item], *, calib_target, prompts,
+               target_layers: int | None, requant: dict | None, dev: str
+               ) -> tuple[dict[str, float], Any]:
+    """Activation maxima of the quantized modules, run through the target (for schemes with
+    static input scales; none for the others)."""
+    if not sch.needs_calibration:
+        return {}, None
+    from speckit.ops.quantize import calibrate
 
+    cal = calibrate.collect(ckpt, mod.name, modules=[it.module for it in items
+                                                      if it.action == "quantize"],
+                            names={it.module: it.info.name for it in items
+                                   if it.action == "quantize"},
+                            calib_target=calib_target, prompts=prompts,
+                            target_layers=target_layers, requant=requant, device=dev)
+    return cal.amax, cal.summary()
+
+
+def _write_tensors(tmp: Path, ckpt: Checkpoint, mod, items: list[_Item], sch: Scheme, dev: str,
+                   input_amax: dict[str, float], requant: dict | None, *, max_shard_bytes: int,
+                   progress: bool) -> tuple[list[str], list[TensorReport]]:
+    """Every planned tensor quantized, copied or dropped into ``tmp``: the files and reports."""
     reports: list[TensorReport] = []
     specs = [o for it in items for o in it.outputs]
     total_in = sum(it.info.nbytes for it in items if it.action != "drop")
-    with atomic_output_dir(out_dir, force=force) as tmp:
-        writer = _Writer(tmp, specs, max_shard_bytes=max_shard_bytes)
-        try:
-            with _progress(progress, total_in, f"quantize {mod.name} -> {sch.name}") as tick, \
-                    _threads(dev):
-                _execute(ckpt, items, sch, writer, dev, reports, input_amax, requant, tick)
-        except BaseException:
-            writer.abort()
-            raise
-        files = writer.close()
-        config = _output_config(ckpt.config, sch, exclude_list)
-        write_json(tmp / "config.json", config)
-        extra = copy_extra_files(ckpt.path, tmp, skip=_SKIP_EXTRA)
-        code_dropped = strip_remote_code(tmp, source=ckpt.path)
-        files += ["config.json", *extra.copied]
-        result = QuantizeResult(
-            out=out_dir, source=str(src_path), method=mod.name, scheme=sch.name,
-            vllm_scheme=sch.vllm_scheme, device=dev, quantized=n_quant,
-            kept_linear={r.name: r.reason for r in reports if r.action == "kept" and
-                         _looks_linear(r.name, tuple(r.shape), r.dtype)},
-            exclude=exclude_list, bytes_before=sum(it.info.nbytes for it in items),
-            bytes_after=sum(r.bytes_out for r in reports),
-            rel_err_max=max((r.rel_err_max or 0.0) for r in reports if r.action == "quantized"),
-            rel_err_mean=_mean([r.rel_err_mean or 0.0 for r in reports
-                                if r.action == "quantized"]),
-            tensors=reports, files=sorted(files + [PROVENANCE]), calibration=calibration,
-            requantized_from=prior, target_layers=target_layers, warnings=warnings,
-            code_dropped=code_dropped)
-        write_provenance(tmp, _provenance(result, ckpt, layout, exclude=list(exclude),
-                                          strict=strict, config=config),
-                         command="quantize", code_dropped=code_dropped)
-        _verify_output(tmp, items)
-    result.seconds = round(time.monotonic() - started, 3)
-    return result
+    writer = _Writer(tmp, specs, max_shard_bytes=max_shard_bytes)
+    try:
+        with _progress(progress, total_in, f"quantize {mod.name} -> {sch.name}") as tick, \
+                _threads(dev):
+            _execute(ckpt, items, sch, writer, dev, reports, input_amax, requant, tick)
+    except BaseException:
+        writer.abort()
+        raise
+    return writer.close(), reports
+
+
+def _tensor_summary(items: list[_Item], reports: list[TensorReport]) -> dict[str, Any]:
+    """The result's figures over the tensors: Linears kept, sizes, quantization errors."""
+    return {
+        "kept_linear": {r.name: r.reason for r in reports if r.action == "kept" and
+                        _looks_linear(r.name, tuple(r.shape), r.dtype)},
+        "bytes_before": sum(it.info.nbytes for it in items),
+        "bytes_after": sum(r.bytes_out for r in reports),
+        "rel_err_max": max((r.rel_err_max or 0.0) for r in reports if r.action == "quantized"),
+        "rel_err_mean": _mean([r.rel_err_mean or 0.0 for r in reports
+                               if r.action == "quantized"]),
+    }
 
 
 # ---- inputs -----------------------------------------------------------------------------------
@@ -376,77 +410,116 @@ def _runtime_names(mod, name: str, *, target_layers: int | None, config: dict[st
 
 def _plan(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: bool,
           target_layers: int | None, requant: dict | None) -> tuple[list[_Item], list[str]]:
-    cfg = ckpt.config
+    """What happens to each tensor, in file order, and Quark's exclude list for the config."""
     used: set[str] = set()
     items: list[_Item] = []
     kept: list[tuple[str, str | None]] = []  # Linear weights left unquantized, user entry
     depth_dependent = False
     for info in sorted(ckpt.tensors.values(), key=lambda t: (t.file, t.offsets[0])):
-        name = info.name
-        if requant is not None and name.endswith((".weight_scale", ".input_scale")):
-            # consumed by the dequantization of its weight; new scales are written
-            items.append(_Item(info, "drop", "old quantization scale"))
-            continue
-        is_float = info.dtype in FLOAT_DTYPES
-        was_quant = requant is not None and name.endswith(".weight") and \
-            f"{name}_scale" in ckpt.tensors
-        eff_shape = _dequant_shape(info, requant) if was_quant else info.shape
-        eff_dtype = requant["dtype"] if was_quant else info.dtype
-        if not mod.quantizable(name, cfg):
-            linear = _looks_linear(name, eff_shape, eff_dtype)
-            if schemes.module_of(name) == "lm_head":
-                reason = "lm_head: vLLM builds a ParallelLMHead, never quantized"
-            elif linear:
-                reason = f"vLLM's {mod.name} model does not quantize this layer"
-            else:
-                reason = "not a Linear weight"
-            items.append(_planned_keep(info, reason, was_quant, eff_shape, eff_dtype, ckpt))
-            if linear and schemes.module_of(name) != "lm_head":
-                # listed in exclude too: harmless where vLLM builds no quantized Linear for it
-                kept.append((name, None))
-            continue
-        if not (is_float or was_quant) or len(eff_shape) != 2:
-            raise FormatError(f"{ckpt.path}: tensor {name} is {info.dtype}{list(info.shape)}, "
-                              "not a 2-D floating-point Linear weight",
-                              hint="the checkpoint does not match its method's layout; "
-                              "`speckit inspect` explains what is wrong")
-        rt = _runtime_names(mod, name, target_layers=target_layers, config=cfg)
-        depth_dependent |= rt is None
-        hit = _user_exclusion(exclude, mod, name, rt, cfg)
-        if hit is not None:
-            used.add(hit)
-            items.append(_planned_keep(info, f"--exclude {hit}", was_quant, eff_shape,
-                                       eff_dtype, ckpt, module=(rt or [""])[0]))
-            kept.append((name, hit))
-            continue
-        in_f = eff_shape[1]
-        if sch.in_features_multiple > 1 and in_f % sch.in_features_multiple:
-            why = (f"input dim {in_f} is not a multiple of {sch.in_features_multiple} "
-                   f"(vLLM's MXFP4 group size)")
-            if strict:
-                raise UsageError(f"{name}: {why}", hint="drop --strict to keep such layers "
-                                 "unquantized (listed in the report and in Quark's exclude)")
-            items.append(_planned_keep(info, why, was_quant, eff_shape, eff_dtype, ckpt,
-                                       module=(rt or [""])[0]))
-            kept.append((name, None))
-            continue
-        outputs = sch.outputs(name, eff_shape)
-        items.append(_Item(info, "quantize", module=(rt or [_fallback_module(mod, name)])[0],
-                           outputs=outputs,
-                           companions=[f"{name}_scale"] if was_quant else []))
+        step = _plan_tensor(info, ckpt, mod, sch, exclude=exclude, strict=strict,
+                            target_layers=target_layers, requant=requant)
+        depth_dependent |= step.depth_unknown
+        if step.hit is not None:
+            used.add(step.hit)
+        items.append(step.item)
+        if step.kept is not None:
+            kept.append(step.kept)
+    _check_exclusions_used(exclude, used, mod, ckpt, target_layers=target_layers,
+                           depth_dependent=depth_dependent)
+    return items, _exclude_list(exclude, kept, mod, target_layers=target_layers,
+                                config=ckpt.config)
+
+
+@dataclass(frozen=True)
+class _Planned:
+    """One tensor's plan, and what it tells the plan of the whole checkpoint."""
+
+    item: _Item
+    kept: tuple[str, str | None] | None = None  # a Linear left unquantized, and the user entry
+    hit: str | None = None  # the --exclude entry that matched it
+    depth_unknown: bool = False  # its vLLM name depends on the target's layer count
+
+
+def _plan_tensor(info: TensorInfo, ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str],
+                 strict: bool, target_layers: int | None, requant: dict | None) -> _Planned:
+    name, cfg = info.name, ckpt.config
+    if requant is not None and name.endswith((".weight_scale", ".input_scale")):
+        # consumed by the dequantization of its weight; new scales are written
+        return _Planned(_Item(info, "drop", "old quantization scale"))
+    is_float = info.dtype in FLOAT_DTYPES
+    was_quant = requant is not None and name.endswith(".weight") and \
+        f"{name}_scale" in ckpt.tensors
+    eff_shape = _dequant_shape(info, requant) if was_quant else info.shape
+    eff_dtype = requant["dtype"] if was_quant else info.dtype
+    if not mod.quantizable(name, cfg):
+        return _plan_unquantizable(info, ckpt, mod, was_quant, eff_shape, eff_dtype)
+    if not (is_float or was_quant) or len(eff_shape) != 2:
+        raise FormatError(f"{ckpt.path}: tensor {name} is {info.dtype}{list(info.shape)}, "
+                          "not a 2-D floating-point Linear weight",
+                          hint="the checkpoint does not match its method's layout; "
+                          "`speckit inspect` explains what is wrong")
+    rt = _runtime_names(mod, name, target_layers=target_layers, config=cfg)
+    hit = _user_exclusion(exclude, mod, name, rt, cfg)
+    if hit is not None:
+        item = _planned_keep(info, f"--exclude {hit}", was_quant, eff_shape, eff_dtype, ckpt,
+                             module=(rt or [""])[0])
+        return _Planned(item, kept=(name, hit), hit=hit, depth_unknown=rt is None)
+    in_f = eff_shape[1]
+    if sch.in_features_multiple > 1 and in_f % sch.in_features_multiple:
+        why = (f"input dim {in_f} is not a multiple of {sch.in_features_multiple} "
+               f"(vLLM's MXFP4 group size)")
+        if strict:
+            raise UsageError(f"{name}: {why}", hint="drop --strict to keep such layers "
+                             "unquantized (listed in the report and in Quark's exclude)")
+        item = _planned_keep(info, why, was_quant, eff_shape, eff_dtype, ckpt,
+                             module=(rt or [""])[0])
+        return _Planned(item, kept=(name, None), depth_unknown=rt is None)
+    outputs = sch.outputs(name, eff_shape)
+    item = _Item(info, "quantize", module=(rt or [_fallback_module(mod, name)])[0],
+                 outputs=outputs, companions=[f"{name}_scale"] if was_quant else [])
+    return _Planned(item, depth_unknown=rt is None)
+
+
+def _plan_unquantizable(info: TensorInfo, ckpt: Checkpoint, mod, was_quant: bool,
+                        eff_shape: tuple[int, ...], eff_dtype: str) -> _Planned:
+    """A tensor the method's vLLM model never quantizes: kept, with the reason why."""
+    name = info.name
+    linear = _looks_linear(name, eff_shape, eff_dtype)
+    if schemes.module_of(name) == "lm_head":
+        reason = "lm_head: vLLM builds a ParallelLMHead, never quantized"
+    elif linear:
+        reason = f"vLLM's {mod.name} model does not quantize this layer"
+    else:
+        reason = "not a Linear weight"
+    item = _planned_keep(info, reason, was_quant, eff_shape, eff_dtype, ckpt)
+    if linear and schemes.module_of(name) != "lm_head":
+        # listed in exclude too: harmless where vLLM builds no quantized Linear for it
+        return _Planned(item, kept=(name, None))
+    return _Planned(item)
+
+
+def _check_exclusions_used(exclude: list[str], used: set[str], mod, ckpt: Checkpoint, *,
+                           target_layers: int | None, depth_dependent: bool) -> None:
+    """Every --exclude entry must match a quantizable module (a typo would quantize silently)."""
     unused = [e for e in exclude if e not in used]
-    if unused:
-        hint = ("entries are vLLM run-time module names, e.g. "
-                + ", ".join(_example_names(mod, ckpt, target_layers)) + " (or re:REGEX)")
-        if depth_dependent and target_layers is None:
-            hint += (" (layer numbers shown for L=0); draft layer i is `model.layers.{L+i}` "
-                     "for a target of L layers: pass --target-layers L")
-        raise UsageError(f"--exclude {', '.join(unused)} matches no quantizable module",
-                         hint=hint)
+    if not unused:
+        return
+    hint = ("entries are vLLM run-time module names, e.g. "
+            + ", ".join(_example_names(mod, ckpt, target_layers)) + " (or re:REGEX)")
+    if depth_dependent and target_layers is None:
+        hint += (" (layer numbers shown for L=0); draft layer i is `model.layers.{L+i}` "
+                 "for a target of L layers: pass --target-layers L")
+    raise UsageError(f"--exclude {', '.join(unused)} matches no quantizable module",
+                     hint=hint)
+
+
+def _exclude_list(exclude: list[str], kept: list[tuple[str, str | None]], mod, *,
+                  target_layers: int | None, config: dict[str, Any]) -> list[str]:
+    """Quark's exclude: lm_head, the user's entries, and every vLLM name of each kept Linear."""
     exclude_list = ["lm_head", *exclude]
     need_depth = []
     for name, entry in kept:
-        rt = _runtime_names(mod, name, target_layers=target_layers, config=cfg)
+        rt = _runtime_names(mod, name, target_layers=target_layers, config=config)
         if rt is None:
             if entry is None:  # a user entry reaching here covers every name at any depth
                 need_depth.append(name)
@@ -460,7 +533,7 @@ def _plan(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: boo
             f"{', '.join(need_depth[:4])} stay unquantized, and vLLM names draft layer i "
             "`model.layers.{L+i}` where L is the target's layer count, which speckit does not know",
             hint="pass --target-layers L (or --calib-target TARGET_DIR)")
-    return items, exclude_list
+    return exclude_list
 
 
 def _fallback_module(mod, name: str) -> str:

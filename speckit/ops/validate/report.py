@@ -211,8 +211,25 @@ def _thinking(value: Any) -> str:
 
 
 def to_markdown(r: ValidationReport) -> str:
+    lines = _md_header(r) + _md_runs(r)
+    if r.sweep is not None:
+        lines += _md_sweep(r.sweep)
+    if r.compare is not None:
+        lines += _md_compare(r.compare)
+    lines += _md_serve(r)
+    if r.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
+    if r.concurrency is not None:
+        from speckit.ops.validate.concurrency import markdown
+
+        lines += ["", markdown(r.concurrency)]
+    lines += ["", f"{r.engine_starts} engine starts, {r.seconds:.0f} s in all.", ""]
+    return "\n".join(lines)
+
+
+def _md_header(r: ValidationReport) -> list[str]:
     env, st, ds = r.environment, r.settings, r.dataset
-    lines = [
+    return [
         f"# speckit validate: {r.method} draft for `{r.target}`",
         "",
         f"- draft: `{r.draft or '(none: ' + r.method + ')'}`",
@@ -223,6 +240,11 @@ def to_markdown(r: ValidationReport) -> str:
         f"{st.get('temperature')}, concurrency {st.get('concurrency')}"),
         (f"- chat template sha256 `{str(st.get('chat_template_sha256'))[:16]}`, thinking: "
         f"{_thinking(st.get('thinking'))}"),
+    ]
+
+
+def _md_runs(r: ValidationReport) -> list[str]:
+    lines = [
         "",
         "## Result",
         "",
@@ -238,54 +260,54 @@ def to_markdown(r: ValidationReport) -> str:
             f"{s.throughput_ratio:.3f} | {s.lossless.status} "
             f"({s.lossless.exact_matches}/{s.lossless.prompts} exact, "
             f"{_pct(s.lossless.token_match_rate)} tokens) |")
-    if r.sweep is not None:
-        sw = r.sweep
-        c = sw.costs
-        lines += ["", f"## k sweep (measured at k={sw.k_measured}, derived below it)", "",
-                  (f"- target step {c.target_step_s * 1e3:.2f} ms; verification step "
-                  f"{c.verify_step_s(sw.k_measured) * 1e3:.2f} ms at {sw.k_measured + 1} tokens "
-                  f"(+{c.verify_slope_s * 1e3:.2f} ms per token); draft "
-                  f"{'forward' if c.parallel else 'step'} {c.draft_step_s * 1e3:.2f} ms; "
-                  f"speculative step {c.spec_step_s * 1e3:.2f} ms; "
-                  f"{_pct(c.draft_fraction)} of steps carried a draft"),
-                  "", "| k | AL (derived) | step ms | predicted ratio | calibrated ratio |",
-                  "|---|---|---|---|---|"]
-        cal = {p.k: p for p in sw.calibrated}
-        for p in sw.predictions:
-            star = " **recommended**" if p.k == sw.recommended_k else ""
-            cal_ratio = f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-"
-            lines.append(f"| {p.k}{star} | {p.acceptance_length:.3f} | "
-                         f"{p.spec_step_s * 1e3:.2f} | {p.throughput_ratio:.3f} | {cal_ratio} |")
-        if sw.confirmation is not None:
-            cf = sw.confirmation
-            lines += ["", (f"Confirmed at k={cf.k}: AL predicted {cf.predicted_al:.3f} vs "
-                      f"measured {cf.measured_al:.3f} ({100 * cf.al_error:+.1f}%), throughput "
-                      f"ratio predicted {cf.predicted_ratio:.3f} vs measured "
-                      f"{cf.measured_ratio:.3f} ({100 * cf.ratio_error:+.1f}%).")]
-        lines += [f"- {n}" for n in sw.notes + c.notes
-                  + (sw.calibrated_costs.notes if sw.calibrated_costs else [])]
-    if r.compare is not None:
-        cp = r.compare
-        lines += ["", f"## Draft comparison at k={cp.k}", "",
-                  "| draft | AL | per position | tokens/s | ratio |", "|---|---|---|---|---|"]
-        for name, s in ((cp.primary_draft, cp.primary), (cp.other_draft, cp.other)):
-            lines.append(f"| `{name}` | {s.acceptance_length:.3f} | {_pos(s.per_position)} | "
-                         f"{s.run.tokens_per_s:.2f} | {s.throughput_ratio:.3f} |")
-        lines += ["", (f"AL drop {cp.al_drop:+.3f} ({cp.al_drop_pct:+.1f}%), per position "
-                  f"{_pos(cp.per_position_drop)}, throughput ratio drop "
-                  f"{cp.ratio_drop_pct:+.1f}%.")]
-    lines += ["", "## Serve it", "", "```sh", r.serve_command, "```", "",
-              "`--speculative-config`:", "", "```json",
-              json.dumps(r.spec_config, indent=2), "```"]
-    lines += [f"- {n}" for n in r.serve_notes]
-    if r.warnings:
-        lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
-    if r.concurrency is not None:
-        from speckit.ops.validate.concurrency import markdown
+    return lines
 
-        lines += ["", markdown(r.concurrency)]
-    lines += ["", f"{r.engine_starts} engine starts, {r.seconds:.0f} s in all.", ""]
-    return "\n".join(lines)
+
+def _md_sweep(sw: SweepReport) -> list[str]:
+    c = sw.costs
+    lines = ["", f"## k sweep (measured at k={sw.k_measured}, derived below it)", "",
+             (f"- target step {c.target_step_s * 1e3:.2f} ms; verification step "
+             f"{c.verify_step_s(sw.k_measured) * 1e3:.2f} ms at {sw.k_measured + 1} tokens "
+             f"(+{c.verify_slope_s * 1e3:.2f} ms per token); draft "
+             f"{'forward' if c.parallel else 'step'} {c.draft_step_s * 1e3:.2f} ms; "
+             f"speculative step {c.spec_step_s * 1e3:.2f} ms; "
+             f"{_pct(c.draft_fraction)} of steps carried a draft"),
+             "", "| k | AL (derived) | step ms | predicted ratio | calibrated ratio |",
+             "|---|---|---|---|---|"]
+    cal = {p.k: p for p in sw.calibrated}
+    for p in sw.predictions:
+        star = " **recommended**" if p.k == sw.recommended_k else ""
+        cal_ratio = f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-"
+        lines.append(f"| {p.k}{star} | {p.acceptance_length:.3f} | "
+                     f"{p.spec_step_s * 1e3:.2f} | {p.throughput_ratio:.3f} | {cal_ratio} |")
+    if sw.confirmation is not None:
+        cf = sw.confirmation
+        lines += ["", (f"Confirmed at k={cf.k}: AL predicted {cf.predicted_al:.3f} vs "
+                  f"measured {cf.measured_al:.3f} ({100 * cf.al_error:+.1f}%), throughput "
+                  f"ratio predicted {cf.predicted_ratio:.3f} vs measured "
+                  f"{cf.measured_ratio:.3f} ({100 * cf.ratio_error:+.1f}%).")]
+    lines += [f"- {n}" for n in sw.notes + c.notes
+              + (sw.calibrated_costs.notes if sw.calibrated_costs else [])]
+    return lines
+
+
+def _md_compare(cp: CompareReport) -> list[str]:
+    lines = ["", f"## Draft comparison at k={cp.k}", "",
+             "| draft | AL | per position | tokens/s | ratio |", "|---|---|---|---|---|"]
+    for name, s in ((cp.primary_draft, cp.primary), (cp.other_draft, cp.other)):
+        lines.append(f"| `{name}` | {s.acceptance_length:.3f} | {_pos(s.per_position)} | "
+                     f"{s.run.tokens_per_s:.2f} | {s.throughput_ratio:.3f} |")
+    lines += ["", (f"AL drop {cp.al_drop:+.3f} ({cp.al_drop_pct:+.1f}%), per position "
+              f"{_pos(cp.per_position_drop)}, throughput ratio drop "
+              f"{cp.ratio_drop_pct:+.1f}%.")]
+    return lines
+
+
+def _md_serve(r: ValidationReport) -> list[str]:
+    lines = ["", "## Serve it", "", "```sh", r.serve_command, "```", "",
+             "`--speculative-config`:", "", "```json",
+             json.dumps(r.spec_config, indent=2), "```"]
+    return lines + [f"- {n}" for n in r.serve_notes]
 
 
 def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
