@@ -395,7 +395,8 @@ def run_fit(args) -> None:
     def loss(x):
         c = consts(x)
         errs = [math.log(_predict(steps, targets, drafts, gpu, c, p) / p["median_s"]) for p in pts]
-        return sum(e * e for e in errs) / len(errs) + 0.1 * max(abs(e) for e in errs) ** 2
+        # the worst point weighs as much as the mean square: the bar is every point within 10%
+        return sum(e * e for e in errs) / len(errs) + max(abs(e) for e in errs) ** 2
 
     x0 = [math.log(getattr(base, n)) for n in names]
     best = minimize(loss, x0, method="Nelder-Mead",

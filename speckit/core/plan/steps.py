@@ -1,7 +1,8 @@
 """Seconds per target verify pass and per draft step, from model shapes and a GPU's datasheet.
 
-Roofline per matmul and per attention (a smooth max of bytes / bandwidth and FLOPs / peak), plus
-fixed per-pass and per-layer overheads; the fractions and overheads are fitted data
+Roofline per matmul and per attention (a smooth max of bytes / bandwidth and FLOPs / peak; an
+attention's GQA re-reads cost HBM only past L2, decoding splits K/V over idle SMs), plus fixed
+per-pass and per-layer overheads; the fractions and overheads are fitted data
 (speckit/data/step_costs.json, fitted by bench/step_costs.py --fit), never a speedup.
 """
 
@@ -21,7 +22,7 @@ from speckit.errors import FormatError, PlanError
 CONSTANTS_PATH = PACKAGE_DIR / "data" / "step_costs.json"
 # the constants bench/step_costs.py --fit adjusts (the rest are structural choices)
 FITTED = ("bw_frac", "flop_frac", "attn_bw_frac", "attn_flop_frac", "attn_unit_bytes_per_s",
-          "attn_parallel_units", "pass_overhead_s", "layer_overhead_s", "softness")
+          "attn_parallel_units", "pass_overhead_s", "layer_overhead_s", "softness", "l2_bytes")
 DRAFT_STYLES = ("chain", "block", "append")
 
 
@@ -38,6 +39,9 @@ class StepConstants:
     attn_parallel_units: float = 132.0  # work units in flight at once (SMs x occupancy)
     pass_overhead_s: float = 2e-5  # per forward pass (graph launch, sampler, small kernels)
     layer_overhead_s: float = 2e-5  # per decoder layer per pass (kernel tails, norms)
+    # L2 that serves K/V re-read by the query heads of a GQA group (fitted: an H200's 50 MB
+    # is two partitions, and an SM reads its near one fastest)
+    l2_bytes: float = 50e6
     softness: float = 3.0  # p of (mem^p + compute^p)^(1/p); large p is the plain max
     attn_tile_rows: int = 128  # query rows an attention work unit pads to
     # "decode": GQA heads share a K/V read only when q == 1 (PyTorch SDPA / FlashAttention-2);
@@ -260,12 +264,19 @@ def _attention(batch: int, q: int, span: int, s: ModelShape, r: _Rates, c: StepC
     else:
         units, rows = batch * s.heads, q
     tiles = -(-rows // c.attn_tile_rows)
-    per_unit = tiles * span * s.head_dim * 2 * kv_bytes
+    head_kv = tiles * span * s.head_dim * 2 * kv_bytes  # one K/V head's bytes, every tile
     flops = 4.0 * units * tiles * c.attn_tile_rows * span * s.head_dim
-    # HBM sees each K/V head once per tile; query heads re-reading it are served by L2
-    hbm = batch * s.kv_heads * per_unit
-    waves = math.ceil(units / max(c.attn_parallel_units, 1.0))
-    mem = max(hbm / (r.bw * c.attn_bw_frac), waves * per_unit / c.attn_unit_bytes_per_s)
+    par = max(c.attn_parallel_units, 1.0)
+    # decoding (q = 1) splits the span of too few units across idle SMs (flash-decoding)
+    splits = 1
+    if q == 1:
+        splits = max(1, min(int(par // units), -(-span // c.attn_tile_rows)))
+    unique = batch * s.kv_heads * head_kv
+    # query heads re-reading their K/V head hit L2 only while the layer's K/V fits in it
+    miss = max(0.0, 1.0 - c.l2_bytes / unique) if unique > 0 else 0.0
+    hbm = unique + (units * head_kv - unique) * miss
+    waves = math.ceil(units * splits / par)
+    mem = max(hbm / (r.bw * c.attn_bw_frac), waves * head_kv / splits / c.attn_unit_bytes_per_s)
     return _piece(mem, flops / (r.peak * c.attn_flop_frac), c)
 
 
