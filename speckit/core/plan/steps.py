@@ -267,9 +267,11 @@ def _attention(batch: int, q: int, span: int, s: ModelShape, r: _Rates, c: StepC
     head_kv = tiles * span * s.head_dim * 2 * kv_bytes  # one K/V head's bytes, every tile
     flops = 4.0 * units * tiles * c.attn_tile_rows * span * s.head_dim
     par = max(c.attn_parallel_units, 1.0)
-    # decoding (q = 1) splits the span of too few units across idle SMs (flash-decoding)
+    # too few units split their span across idle SMs (flash-decoding): PyTorch SDPA does so
+    # only when decoding (q = 1, what the H200 fit measured); vLLM's FlashAttention picks its
+    # number of splits from batch x heads x query tiles for verification too
     splits = 1
-    if q == 1:
+    if q == 1 or c.gqa_pack == "always":
         splits = max(1, min(int(par // units), -(-span // c.attn_tile_rows)))
     unique = batch * s.kv_heads * head_kv
     # query heads re-reading their K/V head hit L2 only while the layer's K/V fits in it
