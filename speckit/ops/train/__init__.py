@@ -75,7 +75,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  eval_every: int = 0, eval_k: int = 3, eval_max_tokens: int = 128,
                  step_decay: float = 0.8, work_dir: str | os.PathLike | None = None,
                  resume: bool = False, force: bool = False, fsdp: bool = False,
-                 save_every: int = 0,
+                 save_every: int = 0, grad_accum: int = 1, data_order_seed: int | None = None,
                  data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
                  gen_batch: int | None = None, progress: bool = False,
                  log: Callable[[str], None] | None = None,
@@ -85,6 +85,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     ``eval_every`` > 0 runs vLLM (when installed) on the held-out prompts every that many
     epochs and after the last; 0 only after the last. Pass ``holdout=0`` to skip it.
     ``data_only`` stops after the shards are written (several runs can then share them).
+    Under torchrun ``fsdp`` is implied: N ranks x ``grad_accum`` batches a step train like one
+    process with N x ``grad_accum``. ``data_order_seed`` reorders batches only (default seed).
     """
     import torch
 
@@ -98,7 +100,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     if epochs < 1 or ttt_steps < 1:
         raise UsageError("--epochs and --ttt-steps must be >= 1")
     device = _pick_device(device)
-    rank, world, device, say = _join_ranks(fsdp, device, say)
+    fsdp, rank, world, device, say = _join_ranks(fsdp, device, say)
     out = Path(out)
     work = _work_dir(out, work_dir, force=force, resume=resume, rank=rank)
     tgt = _open_target(target, aux_layers=aux_layers, draft_vocab=draft_vocab)
@@ -113,8 +115,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     if data_only:
         say(vocab_summary(data.manifest.token_counts()))
         return _result(out, work, tgt, data, dvocab, t_start=t_start, stage=stage)
-    say(f"draft vocabulary: {dvocab.size} of {tgt.vocab_size} tokens, covering "
-        f"{dvocab.coverage:.2%} of the {data.manifest.num_loss_tokens} answer tokens")
+    say(_vocab_line(dvocab, tgt, data))
     head, hcfg, n_params = _build_head(tgt, dvocab, seed=seed)
     say(f"EAGLE-3 head: {n_params / 1e6:.2f} M trainable parameters, aux layers {tgt.aux}, "
         f"{ttt_steps} TTT steps, device {device}" + (f" x{world} (FSDP2)" if fsdp else ""))
@@ -122,7 +123,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                              val_fraction=val_fraction, seed=seed)
     cfg = LoopConfig(epochs=epochs, ttt_steps=ttt_steps, lr=lr, batch_tokens=batch_tokens,
                      seed=seed, step_decay=step_decay, save_every=save_every,
-                     max_train_s=max_minutes * 60.0)
+                     max_train_s=max_minutes * 60.0, grad_accum=grad_accum,
+                     order_seed=data_order_seed)
     verifier = verifier_name(target, tgt.cfg)
     accept = _acceptance_hook(tgt, hcfg, dvocab, data, verifier=verifier, work=work,
                               eval_every=eval_every, k=eval_k, max_tokens=eval_max_tokens,
@@ -190,13 +192,13 @@ def _pick_device(device: str | None) -> str:
 
 
 def _join_ranks(fsdp: bool, device: str, say: Callable[[str], None]):
-    """(rank, world, this rank's device, its log): 0, 1 and as given in a single process."""
-    if not fsdp:
-        return 0, 1, device, say
+    """(fsdp, rank, world, this rank's device, its log); torchrun's WORLD_SIZE > 1 means FSDP."""
+    if not fsdp and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False, 0, 1, device, say
     from speckit.ops.train.loop import init_distributed
 
     rank, world, device = init_distributed(device)
-    return rank, world, device, (say if rank == 0 else _silent)
+    return True, rank, world, device, (say if rank == 0 else _silent)
 
 
 def _leave_ranks() -> None:
@@ -292,6 +294,11 @@ def _draft_vocab(tgt: _Target, manifest):
     if tgt.draft_vocab < tgt.vocab_size:
         return build_draft_vocab(counts, tgt.draft_vocab)
     return full_vocab(tgt.vocab_size)
+
+
+def _vocab_line(dvocab, tgt: _Target, data: _Data) -> str:
+    return (f"draft vocabulary: {dvocab.size} of {tgt.vocab_size} tokens, covering "
+            f"{dvocab.coverage:.2%} of the {data.manifest.num_loss_tokens} answer tokens")
 
 
 def _build_head(tgt: _Target, dvocab, *, seed: int):

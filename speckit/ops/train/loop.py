@@ -1,7 +1,8 @@
 """The TTT training loop: S unrolled draft steps per batch, decaying step weights, resumable.
 
-Single process by default; under torchrun with --fsdp the head is sharded with FSDP2 (fully_shard)
-and each rank takes every world-th batch. Checkpoints are safetensors + JSON, never pickles.
+Single process by default; under torchrun the head is sharded with FSDP2 (fully_shard) and each
+rank takes every world-th batch. Checkpoints are safetensors + JSON, never pickles; every step's
+loss goes to steps.jsonl in the work directory.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from speckit.ops.train.model import Eagle3Head, shift_left
 
 CKPT_DIR = "checkpoints"
 LATEST = "latest.json"
+STEP_LOG = "steps.jsonl"  # one line per optimizer step: loss (mean over ranks), samples, time
 
 
 @dataclass
@@ -46,6 +48,11 @@ class LoopConfig:
     # wall-clock cap on the loop: after a few steps the epoch count is cut to what fits, and
     # the cosine schedule is laid over the shorter run (0 = no cap)
     max_train_s: float = 0.0
+    # micro-batches each rank runs per optimizer step: N ranks x accum A train on the same
+    # batches per step as 1 rank x accum N*A (the one-GPU reference of an N-GPU run)
+    grad_accum: int = 1
+    # seed of the batch order alone (None: ``seed``); init, the val split and the data stay
+    order_seed: int | None = None
 
 
 @dataclass
@@ -134,12 +141,17 @@ def evaluate(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, device: s
     rank, world = _rank_world()
     stats = StepStats(cfg.ttt_steps)
     head.eval()
-    for shard, seqs in data.plan(0, cfg.seed, split="val")[rank::world]:
+    plan = data.plan(0, cfg.seed, split="val")
+    for i in range(-(-len(plan) // world)):
+        # under FSDP every forward is a collective, so a rank short of batches repeats the
+        # first one without counting it
+        mine = rank + i * world < len(plan)
+        shard, seqs = plan[rank + i * world if mine else 0]
         batch = _to(data.load(shard, seqs), device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
             ttt_loss(head, batch, steps=cfg.ttt_steps, decay=cfg.step_decay,
                      target_to_draft=target_to_draft, draft_to_target=draft_to_target,
-                     stats=stats)
+                     stats=stats if mine else None)
     head.train()
     stats.reduce()
     return stats
@@ -185,6 +197,7 @@ def train_loop(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, work_di
                  target_to_draft=target_to_draft, draft_to_target=draft_to_target, log=log)
     if resume:
         _resume(run)
+    _open_step_log(run)
     run.bar = _Bar(run.total_steps, enabled=progress and run.rank == 0, steps=cfg.ttt_steps,
                    done=run.step)
     head.train()
@@ -222,7 +235,7 @@ class _Run:
     t2d: torch.Tensor
     d2t: torch.Tensor
     plans: list[list[tuple[int, list[int]]]]  # each epoch's batches, all ranks
-    per_epoch: list[int]  # optimizer steps of each epoch on this rank
+    per_epoch: list[int]  # optimizer steps of each epoch
     total_steps: int
     n_epochs: int  # --max-minutes may lower it once the step time is known
     ckpt_root: Path
@@ -234,6 +247,9 @@ class _Run:
     start_batch: int = 0
     history: list[dict[str, Any]] = field(default_factory=list)
     resumed: int | None = None
+    step_log: Path | None = None  # rank 0's STEP_LOG
+    pending: list[dict[str, Any]] = field(default_factory=list)  # steps not yet in the log
+    train_s: float = 0.0  # time spent in training steps (no evaluation or epoch-end saves)
     t_loop: float = 0.0
     t_rate: float = 0.0
     steps_at_start: int = 0
@@ -249,16 +265,37 @@ def _start(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, work_dir: P
         _shard(head)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    plans = [data.plan(e, cfg.seed) for e in range(cfg.epochs)]
+    plans = _plans(data, cfg, world=world)
     if rank == 0 and log and data.num_val:
         log(f"{data.num_val} conversations held out for validation loss/top-1")
-    per_epoch = [len(p[rank::world]) for p in plans]
+    per_epoch = [len(p) // (world * cfg.grad_accum) for p in plans]
     return _Run(head=head, data=data, cfg=cfg, device=device, fsdp=fsdp, log=log, rank=rank,
                 world=world, opt=opt, params=params, t2d=target_to_draft.to(device),
                 d2t=draft_to_target.to(device), plans=plans, per_epoch=per_epoch,
                 total_steps=sum(per_epoch), n_epochs=cfg.epochs,
                 ckpt_root=Path(work_dir) / CKPT_DIR, window=StepStats(cfg.ttt_steps),
                 epoch_stats=StepStats(cfg.ttt_steps))
+
+
+def _plans(data: ShardDataset, cfg: LoopConfig, *, world: int) -> list[list[tuple[int, list[int]]]]:
+    """Every epoch's batches, cut to a whole number of steps of ``world`` x accum batches.
+
+    Each rank must run as many steps as the others (every forward under FSDP is a collective),
+    so the last few batches of an epoch's shuffled order sit out when they do not fill a step.
+    """
+    group = world * cfg.grad_accum
+    if cfg.grad_accum < 1:
+        raise UsageError(f"--grad-accum {cfg.grad_accum} must be >= 1")
+    seed = cfg.seed if cfg.order_seed is None else cfg.order_seed
+    plans = []
+    for e in range(cfg.epochs):
+        plan = data.plan(e, seed)
+        if len(plan) < group:
+            raise UsageError(f"an epoch has {len(plan)} batches, fewer than one step takes "
+                             f"({world} ranks x --grad-accum {cfg.grad_accum})",
+                             hint="lower --batch-tokens, --grad-accum or the rank count")
+        plans.append(plan[:len(plan) - len(plan) % group])
+    return plans
 
 
 def _resume(run: _Run) -> None:
@@ -275,36 +312,49 @@ def _resume(run: _Run) -> None:
 
 
 def _train_epoch(run: _Run, epoch: int) -> None:
-    """This rank's batches of one epoch: a step each, with the time cap, logs and saves."""
+    """This rank's batches of one epoch, grad_accum a step, with the time cap, logs and saves."""
     mine = run.plans[epoch][run.rank::run.world]
+    accum = run.cfg.grad_accum
     first = run.start_batch if epoch == run.start_epoch else 0
     if first == 0:
         run.epoch_stats.reset()
-    for bi in range(first, len(mine)):
-        shard, seqs = mine[bi]
-        _step(run, _to(run.data.load(shard, seqs), run.device))
+    t_epoch, spent = time.monotonic(), run.train_s
+    for bi in range(first, len(mine), accum):
+        _step(run, epoch, mine[bi:bi + accum])
+        run.train_s = spent + time.monotonic() - t_epoch
+        run.pending[-1]["train_s"] = round(run.train_s, 4)
         _apply_time_cap(run, epoch)
-        last = bi == len(mine) - 1
+        last = bi + accum >= len(mine)
         if run.step % run.cfg.log_every == 0 or last:
             _log_window(run, epoch)
         if run.cfg.save_every and run.step % run.cfg.save_every == 0 and not last:
-            _save(run, epoch=epoch, batch=bi + 1)
+            _save(run, epoch=epoch, batch=bi + accum)
 
 
-def _step(run: _Run, batch: Batch) -> None:
-    """One optimizer step on one batch at the scheduled learning rate."""
+def _step(run: _Run, epoch: int, micro: list[tuple[int, list[int]]]) -> None:
+    """One optimizer step over ``micro`` batches (gradients summed) at the scheduled lr."""
     cfg = run.cfg
     for g in run.opt.param_groups:
         g["lr"] = lr_at(run.step, run.total_steps, cfg)
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=run.device.startswith("cuda")):
-        loss = ttt_loss(run.head, batch, steps=cfg.ttt_steps, decay=cfg.step_decay,
-                        target_to_draft=run.t2d, draft_to_target=run.d2t, stats=run.window)
     run.opt.zero_grad(set_to_none=True)
-    loss.backward()
+    loss_sum, seqs, tokens = 0.0, 0, 0
+    for i, (shard, ids) in enumerate(micro):
+        batch = run.data.load(shard, ids)
+        seqs, tokens = seqs + len(ids), tokens + int(batch.loss_mask.sum())
+        if run.fsdp and len(micro) > 1:  # reduce-scatter the summed gradient once, at the end
+            run.head.set_requires_gradient_sync(i == len(micro) - 1)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=run.device.startswith("cuda")):
+            loss = ttt_loss(run.head, _to(batch, run.device), steps=cfg.ttt_steps,
+                            decay=cfg.step_decay, target_to_draft=run.t2d,
+                            draft_to_target=run.d2t, stats=run.window)
+        (loss / len(micro) if len(micro) > 1 else loss).backward()
+        loss_sum += float(loss.detach())
     if cfg.grad_clip:
         torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
     run.opt.step()
     run.step += 1
+    run.pending.append({"step": run.step, "epoch": epoch + 1, "loss": loss_sum / len(micro),
+                        "seqs": seqs, "tokens": tokens})
 
 
 def _apply_time_cap(run: _Run, epoch: int) -> None:
@@ -333,6 +383,39 @@ def _log_window(run: _Run, epoch: int) -> None:
     for j in range(cfg.ttt_steps):
         run.epoch_stats.add(j, window.loss_sum[j], window.correct[j], window.total[j])
     window.reset()
+    _flush_step_log(run)
+
+
+def _open_step_log(run: _Run) -> None:
+    """Rank 0's STEP_LOG: started afresh, or cut back to the step a resumed run starts from."""
+    if run.rank != 0:
+        return
+    run.step_log = run.ckpt_root.parent / STEP_LOG
+    run.step_log.parent.mkdir(parents=True, exist_ok=True)
+    kept = []
+    if run.resumed is not None and run.step_log.exists():
+        kept = [ln for ln in run.step_log.read_text().splitlines()
+                if ln.strip() and json.loads(ln)["step"] <= run.step]
+    run.step_log.write_text("".join(ln + "\n" for ln in kept))
+
+
+def _flush_step_log(run: _Run) -> None:
+    """Average the pending steps' losses (sum their samples) over ranks; rank 0 appends them."""
+    if not run.pending:
+        return
+    vals = [[p["loss"], p["seqs"], p["tokens"]] for p in run.pending]
+    if _dist_on():
+        import torch.distributed as dist
+
+        t = torch.tensor(vals, dtype=torch.float64, device=_dist_device())
+        dist.all_reduce(t)
+        vals = [[row[0] / run.world, row[1], row[2]] for row in t.tolist()]
+    if run.step_log is not None:
+        with open(run.step_log, "a") as f:
+            for p, (loss, seqs, tokens) in zip(run.pending, vals, strict=True):
+                f.write(json.dumps({**p, "loss": loss, "seqs": int(seqs),
+                                    "tokens": int(tokens)}) + "\n")
+    run.pending.clear()
 
 
 def _finish_epoch(run: _Run, epoch: int, on_epoch_end: EpochHook | None) -> None:
@@ -580,19 +663,31 @@ def _rank_world() -> tuple[int, int]:
 
 
 def init_distributed(device: str) -> tuple[int, int, str]:
-    """Join the torchrun process group; return (rank, world, this rank's device)."""
+    """Join the torchrun process group; return (rank, world, this rank's device).
+
+    gloo on CPU, NCCL on CUDA (one GPU a rank, LOCAL_RANK's, with NVLink multicast off).
+    """
     import torch.distributed as dist
+
+    from speckit.ops.train.launch import NO_MULTICAST
 
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise UsageError("--fsdp needs torchrun (RANK/WORLD_SIZE are not set)",
-                         hint="torchrun --nproc-per-node N --no-python speckit train eagle3 ... --fsdp")
-    if not dist.is_initialized():
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-        dist.init_process_group(backend=backend)
+                         hint="speckit train eagle3 --nproc N ..., or torchrun "
+                         "--nproc-per-node N -m speckit train eagle3 ...")
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if device.startswith("cuda"):
+        if local >= torch.cuda.device_count():
+            raise UsageError(f"rank {local} of this node has no GPU: torch sees "
+                             f"{torch.cuda.device_count()}",
+                             hint="start at most one rank per GPU (--nproc)")
+        # the head is small, so multicast buys nothing, and on a shared host a program that
+        # uses it can take every GPU out of service
+        os.environ.update(NO_MULTICAST)
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
     return dist.get_rank(), dist.get_world_size(), device
 
 

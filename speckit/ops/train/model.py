@@ -1,6 +1,7 @@
 """The EAGLE-3 draft head in plain torch, computing exactly what vLLM's Eagle3LlamaForCausalLM does.
 
-Layer 0 sees cat(input_layernorm(embed), hidden_norm(h)) (2H wide); unroll() runs training-time test.
+Layer 0 sees cat(input_layernorm(embed), hidden_norm(h)) (2H wide); unroll() runs training-time
+test.
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """Reduced draft vocabulary: pick the Vd most frequent target tokens and build d2t / t2d.
 
-Semantics follow docs/formats.md#vocab-maps: d2t is an offset table (target = draft + d2t[draft]), t2d a mask.
+Semantics follow docs/formats.md#vocab-maps: d2t is an offset table (target = draft +
+d2t[draft]), t2d a mask.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def full_vocab(target_vocab_size: int) -> DraftVocab:
 
 
 def check_draft_vocab(d2t, t2d, *, where: str = "draft") -> None:
-    """Raise FormatError unless d2t/t2d are int64/bool and meet docs/formats.md#vocab-maps (methods' checks)."""
+    """Raise FormatError unless d2t/t2d are int64/bool and meet docs/formats.md#vocab-maps."""
     import torch
 
     from speckit.core.methods.common import check_vocab_maps
