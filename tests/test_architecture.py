@@ -118,6 +118,15 @@ def test_errors_and_the_package_root_stay_below_everything(tmp_path):
     assert any(f.startswith("speckit/util.py:1:") and "no layer" in f for f in found)
 
 
+def test_the_main_module_is_the_cli_entry(tmp_path):
+    files = {"speckit/cli/app.py": "main = 1\n", "speckit/ops/run.py": "",
+             "speckit/__main__.py": "from speckit.cli.app import main\n"}
+    assert _found(tmp_path, files, "layer") == []
+    files["speckit/ops/run.py"] = "from speckit.__main__ import main\n"  # ops -> cli, upward
+    found = _found(tmp_path, files, "layer")
+    assert len(found) == 1 and found[0].startswith("speckit/ops/run.py:1:")
+
+
 def test_private_names_stay_in_their_directory_or_module(tmp_path):
     found = _found(tmp_path, {
         "speckit/cli/_common.py": "def to_json(): ...\n",

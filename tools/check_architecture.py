@@ -8,7 +8,8 @@ Rules (each violation ends with its rule in brackets):
                  any depth: function-level and TYPE_CHECKING imports, import_module("speckit.x")
                  and lazy maps naming a speckit module count too. speckit/errors.py is below every
                  layer and imports nothing from speckit; speckit/__init__.py only maps API names
-                 lazily (no static speckit import); any other top-level module is in no layer.
+                 lazily (no static speckit import); speckit/__main__.py (`python -m speckit`) is
+                 the CLI's entry, in the cli layer; any other top-level module is in no layer.
   private-name   a leading-underscore name (dunders excepted) stays home: a private module
                  (cli/_common.py) and the private names of a package __init__ or of such a helper
                  module belong to their directory; a private name of a public module (cli/plan.py's
@@ -201,6 +202,8 @@ def layer_of(name: str) -> int | None:
     parts = name.split(".")
     if parts == [ROOT_PKG, "errors"]:
         return BASE
+    if parts == [ROOT_PKG, "__main__"]:  # `python -m speckit` runs the CLI: it sits on top
+        return LAYERS["cli"]
     if len(parts) >= 2 and parts[1] in LAYERS:
         return LAYERS[parts[1]]
     return None

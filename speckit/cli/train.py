@@ -1,6 +1,7 @@
 """`speckit train`: train drafts; `train eagle3` is a thin shell over ops.train.train_eagle3.
 
---json prints the TrainResult; otherwise a progress bar on a TTY and a short summary.
+--json prints the TrainResult; otherwise a progress bar on a TTY and a short summary. --nproc N
+re-launches the command as N torchrun ranks (ops.train.launch).
 """
 
 from __future__ import annotations
@@ -28,6 +29,22 @@ def _int_list(value: str | None) -> list[int] | None:
     except ValueError as e:
         raise UsageError(f"--aux-layers {value!r} must be comma-separated integers, e.g. 2,15,27",
                          hint="id k = the residual stream entering target layer k") from e
+
+
+def _given_args(skip: tuple[str, ...]) -> list[str]:
+    """This command's options as the user gave them (defaults left out), to pass to the ranks."""
+    ctx = click.get_current_context()
+    args: list[str] = []
+    for param in ctx.command.params:
+        name = param.name
+        if name in skip or ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
+            continue
+        value, flag = ctx.params[name], param.opts[-1]
+        if getattr(param, "is_flag", False):
+            args += [flag] if value else []
+        elif value is not None:
+            args += [flag, str(value)]
+    return args
 
 
 @train.command("eagle3")
@@ -74,7 +91,16 @@ def _int_list(value: str | None) -> list[int] | None:
 @click.option("--save-every", default=0, show_default=True, type=int,
               help="Checkpoint every N optimizer steps (0: at each epoch end).")
 @click.option("--fsdp", is_flag=True,
-              help="Shard the head with FSDP2 across torchrun ranks (see docs/train.md).")
+              help="Shard the head with FSDP2 across torchrun ranks (implied under torchrun; "
+              "see docs/train.md).")
+@click.option("--nproc", default=None, type=click.IntRange(min=1), metavar="N",
+              help="Train as N ranks on this machine: re-launches this command under torchrun "
+              "with FSDP2 (one GPU a rank on cuda, gloo on cpu).")
+@click.option("--grad-accum", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Batches each rank runs per optimizer step (N ranks x A match one process "
+              "with --grad-accum N*A).")
+@click.option("--data-order-seed", default=None, type=int,
+              help="Seed of the batch order alone (default: --seed); init and data stay.")
 @click.option("--val-fraction", default=0.02, show_default=True, type=float,
               help="Share of captured conversations kept out of training for held-out "
               "loss/top-1 per epoch.")
@@ -94,8 +120,8 @@ def _int_list(value: str | None) -> list[int] | None:
 @handle_errors
 def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_steps, epochs, lr,
            batch_tokens, step_decay, seed, device, engine, holdout, eval_every, eval_k, work_dir,
-           resume, save_every, fsdp, val_fraction, gen_batch, max_minutes, data_only, force, out,
-           json_mode, quiet):
+           resume, save_every, fsdp, nproc, grad_accum, data_order_seed, val_fraction, gen_batch,
+           max_minutes, data_only, force, out, json_mode, quiet):
     """Train a one-layer EAGLE-3 draft on the target's own greedy answers and export it.
 
     The target answers every prompt with its chat template; its aux hidden states are captured
@@ -103,6 +129,12 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
     """
     from speckit.ops.train import train_eagle3
 
+    if nproc is not None and "RANK" not in os.environ:
+        from speckit.ops.train.launch import run_ranks
+
+        run_ranks(nproc, ["train", "eagle3", *_given_args(("nproc", "device", "fsdp"))],
+                  device=device)
+        return
     command = "speckit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     result = train_eagle3(
         target=target, out=out, prompts=prompts, samples=samples, max_tokens=max_tokens,
@@ -110,7 +142,8 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
         epochs=epochs, device=device, engine=engine, lr=lr, batch_tokens=batch_tokens,
         seed=seed, holdout=holdout, eval_every=eval_every, eval_k=eval_k,
         step_decay=step_decay, work_dir=work_dir, resume=resume, force=force, fsdp=fsdp,
-        save_every=save_every, val_fraction=val_fraction, gen_batch=gen_batch,
+        save_every=save_every, grad_accum=grad_accum, data_order_seed=data_order_seed,
+        val_fraction=val_fraction, gen_batch=gen_batch,
         max_minutes=max_minutes, data_only=data_only, progress=progress_enabled(json_mode or quiet),
         command=command)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job

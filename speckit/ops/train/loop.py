@@ -1,7 +1,8 @@
 """The TTT training loop: S unrolled draft steps per batch, decaying step weights, resumable.
 
-Single process by default; under torchrun with --fsdp the head is sharded with FSDP2 (fully_shard)
-and each rank takes every world-th batch. Checkpoints are safetensors + JSON, never pickles.
+Single process by default; under torchrun the head is sharded with FSDP2 (fully_shard) and each
+rank takes every world-th batch. Checkpoints are safetensors + JSON, never pickles; every step's
+loss goes to steps.jsonl in the work directory.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from speckit.ops.train.model import Eagle3Head, shift_left
 
 CKPT_DIR = "checkpoints"
 LATEST = "latest.json"
+STEP_LOG = "steps.jsonl"  # one line per optimizer step: loss (mean over ranks), samples, time
 
 
 @dataclass
@@ -46,6 +48,11 @@ class LoopConfig:
     # wall-clock cap on the loop: after a few steps the epoch count is cut to what fits, and
     # the cosine schedule is laid over the shorter run (0 = no cap)
     max_train_s: float = 0.0
+    # micro-batches each rank runs per optimizer step: N ranks x accum A train on the same
+    # batches per step as 1 rank x accum N*A (the one-GPU reference of an N-GPU run)
+    grad_accum: int = 1
+    # seed of the batch order alone (None: ``seed``); init, the val split and the data stay
+    order_seed: int | None = None
 
 
 @dataclass
@@ -83,10 +90,11 @@ class StepStats:
             self.loss_sum, self.correct, self.total = v[:s], v[s:2 * s], v[2 * s:]
 
     def loss(self) -> list[float]:
-        return [ls / t if t else float("nan") for ls, t in zip(self.loss_sum, self.total)]
+        pairs = zip(self.loss_sum, self.total, strict=True)
+        return [ls / t if t else float("nan") for ls, t in pairs]
 
     def acc(self) -> list[float]:
-        return [c / t if t else float("nan") for c, t in zip(self.correct, self.total)]
+        return [c / t if t else float("nan") for c, t in zip(self.correct, self.total, strict=True)]
 
 
 @dataclass
@@ -133,12 +141,17 @@ def evaluate(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, device: s
     rank, world = _rank_world()
     stats = StepStats(cfg.ttt_steps)
     head.eval()
-    for shard, seqs in data.plan(0, cfg.seed, split="val")[rank::world]:
+    plan = data.plan(0, cfg.seed, split="val")
+    for i in range(-(-len(plan) // world)):
+        # under FSDP every forward is a collective, so a rank short of batches repeats the
+        # first one without counting it
+        mine = rank + i * world < len(plan)
+        shard, seqs = plan[rank + i * world if mine else 0]
         batch = _to(data.load(shard, seqs), device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
             ttt_loss(head, batch, steps=cfg.ttt_steps, decay=cfg.step_decay,
                      target_to_draft=target_to_draft, draft_to_target=draft_to_target,
-                     stats=stats)
+                     stats=stats if mine else None)
     head.train()
     stats.reduce()
     return stats
@@ -166,110 +179,270 @@ def lr_at(step: int, total: int, cfg: LoopConfig) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * t)))
 
 
+EpochHook = Callable[[int, dict, bool], dict[str, Any] | None]
+
+
 def train_loop(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, work_dir: Path,
                device: str, target_to_draft: torch.Tensor, draft_to_target: torch.Tensor,
                resume: bool, fsdp: bool = False, progress: bool = False,
-               on_epoch_end: Callable[[int, dict, bool], dict[str, Any] | None] | None = None,
+               on_epoch_end: EpochHook | None = None,
                log: Callable[[str], None] | None = None) -> LoopResult:
+    """Train ``head`` for ``cfg.epochs`` over ``data``, checkpointing into ``work_dir``.
+
+    ``on_epoch_end(epoch, full weights, last)`` may add fields (vLLM acceptance) to the
+    epoch's history entry; under FSDP only rank 0 calls it.
+    """
     t0 = time.monotonic()
+    run = _start(head, data, cfg=cfg, work_dir=work_dir, device=device, fsdp=fsdp,
+                 target_to_draft=target_to_draft, draft_to_target=draft_to_target, log=log)
+    if resume:
+        _resume(run)
+    _open_step_log(run)
+    run.bar = _Bar(run.total_steps, enabled=progress and run.rank == 0, steps=cfg.ttt_steps,
+                   done=run.step)
+    head.train()
+    run.t_loop = run.t_rate = time.monotonic()
+    run.steps_at_start = run.step
+    try:
+        for epoch in range(run.start_epoch, cfg.epochs):
+            if epoch >= run.n_epochs:
+                break
+            _train_epoch(run, epoch)
+            _finish_epoch(run, epoch, on_epoch_end)
+    finally:
+        run.bar.close()
+    head.eval()
+    return LoopResult(steps=run.step, epochs_done=run.n_epochs, resumed_from=run.resumed,
+                      history=run.history, wall_s=round(time.monotonic() - t0, 1))
+
+
+# ---- steps of train_loop ---------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    """One training run's parts and where it stands; the loop's steps read and advance it."""
+
+    head: Eagle3Head
+    data: ShardDataset
+    cfg: LoopConfig
+    device: str
+    fsdp: bool
+    log: Callable[[str], None] | None
+    rank: int
+    world: int
+    opt: torch.optim.Optimizer
+    params: list[torch.nn.Parameter]
+    t2d: torch.Tensor
+    d2t: torch.Tensor
+    plans: list[list[tuple[int, list[int]]]]  # each epoch's batches, all ranks
+    per_epoch: list[int]  # optimizer steps of each epoch
+    total_steps: int
+    n_epochs: int  # --max-minutes may lower it once the step time is known
+    ckpt_root: Path
+    window: StepStats  # since the last log line
+    epoch_stats: StepStats
+    bar: _Bar | None = None
+    step: int = 0
+    start_epoch: int = 0
+    start_batch: int = 0
+    history: list[dict[str, Any]] = field(default_factory=list)
+    resumed: int | None = None
+    step_log: Path | None = None  # rank 0's STEP_LOG
+    pending: list[dict[str, Any]] = field(default_factory=list)  # steps not yet in the log
+    train_s: float = 0.0  # time spent in training steps (no evaluation or epoch-end saves)
+    t_loop: float = 0.0
+    t_rate: float = 0.0
+    steps_at_start: int = 0
+
+
+def _start(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, work_dir: Path,
+           device: str, fsdp: bool, target_to_draft: torch.Tensor,
+           draft_to_target: torch.Tensor, log: Callable[[str], None] | None) -> _Run:
+    """Place (and shard) the head, build the optimizer and lay out every epoch's batches."""
     rank, world = _rank_world()
     head.to(device)
     if fsdp:
         _shard(head)
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    t2d, d2t = target_to_draft.to(device), draft_to_target.to(device)
-    plans = [data.plan(e, cfg.seed) for e in range(cfg.epochs)]
+    plans = _plans(data, cfg, world=world)
     if rank == 0 and log and data.num_val:
         log(f"{data.num_val} conversations held out for validation loss/top-1")
-    per_epoch = [len(p[rank::world]) for p in plans]
-    total_steps = sum(per_epoch)
-    ckpt_root = Path(work_dir) / CKPT_DIR
-    step, start_epoch, start_batch, history, resumed = 0, 0, 0, [], None
-    if resume:
-        state = load_checkpoint(ckpt_root, head, opt, fsdp=fsdp)
-        if state is not None:
-            step, start_epoch, start_batch = state["step"], state["epoch"], state["batch"]
-            history = state.get("history", [])
-            resumed = step
-            if log:
-                log(f"resumed from step {step} (epoch {start_epoch + 1}, batch {start_batch})")
-    autocast = device.startswith("cuda")
-    bar = _Bar(total_steps, enabled=progress and rank == 0, steps=cfg.ttt_steps, done=step)
-    window = StepStats(cfg.ttt_steps)
-    epoch_stats = StepStats(cfg.ttt_steps)
-    head.train()
-    n_epochs = cfg.epochs
-    t_loop = t_rate = time.monotonic()
-    steps_at_start = step
-    try:
-        for epoch in range(start_epoch, cfg.epochs):
-            if epoch >= n_epochs:
-                break
-            mine = plans[epoch][rank::world]
-            first = start_batch if epoch == start_epoch else 0
-            if first == 0:
-                epoch_stats.reset()
-            for bi in range(first, len(mine)):
-                shard, seqs = mine[bi]
-                batch = _to(data.load(shard, seqs), device)
-                for g in opt.param_groups:
-                    g["lr"] = lr_at(step, total_steps, cfg)
-                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=autocast):
-                    loss = ttt_loss(head, batch, steps=cfg.ttt_steps, decay=cfg.step_decay,
-                                    target_to_draft=t2d, draft_to_target=d2t, stats=window)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                if cfg.grad_clip:
-                    torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
-                opt.step()
-                step += 1
-                done = step - steps_at_start
-                if cfg.max_train_s and done == 10:
-                    t_rate = time.monotonic()  # the first steps carry CUDA/allocator warm-up
-                elif cfg.max_train_s and done == 30:
-                    rate = (time.monotonic() - t_rate) / 20
-                    left = cfg.max_train_s - (time.monotonic() - t_loop)
-                    n_epochs, total_steps = _fit_epochs(cfg, per_epoch, epoch, step, rate, left,
-                                                        n_epochs, total_steps, log)
-                    bar.total(total_steps)
-                if step % cfg.log_every == 0 or bi == len(mine) - 1:
-                    window.reduce()
-                    bar.update(step, epoch, window)
-                    if log and not bar.enabled and step % (cfg.log_every * 10) == 0:
-                        log(f"step {step}/{total_steps} epoch {epoch + 1}: "
-                            + _line(window.loss(), window.acc()))
-                    for j in range(cfg.ttt_steps):
-                        epoch_stats.add(j, window.loss_sum[j], window.correct[j],
-                                        window.total[j])
-                    window.reset()
-                if cfg.save_every and step % cfg.save_every == 0 and bi < len(mine) - 1:
-                    save_checkpoint(ckpt_root, head, opt, step=step, epoch=epoch, batch=bi + 1,
-                                    history=history, keep=cfg.keep_checkpoints, fsdp=fsdp)
-            entry: dict[str, Any] = {"epoch": epoch + 1, "step": step,
-                                     "loss": _round(epoch_stats.loss()),
-                                     "acc": _round(epoch_stats.acc())}
-            if data.num_val:
-                val = evaluate(head, data, cfg=cfg, device=device, target_to_draft=t2d,
-                               draft_to_target=d2t)
-                entry.update({"val_loss": _round(val.loss()), "val_acc": _round(val.acc()),
-                              "val_al_proxy": round(al_proxy(val.acc()), 4)})
-            if on_epoch_end is not None:
-                weights = full_model_state(head, fsdp=fsdp)  # collective under FSDP
-                last = epoch + 1 == n_epochs
-                extra = on_epoch_end(epoch + 1, weights, last) if rank == 0 else None
-                if extra:
-                    entry.update(extra)
-            history.append(entry)
-            if log:
-                log(_describe(entry))
-            save_checkpoint(ckpt_root, head, opt, step=step, epoch=epoch + 1, batch=0,
-                            history=history, keep=cfg.keep_checkpoints, fsdp=fsdp)
-    finally:
-        bar.close()
-    head.eval()
-    return LoopResult(steps=step, epochs_done=n_epochs, resumed_from=resumed,
-                      history=history, wall_s=round(time.monotonic() - t0, 1))
+    per_epoch = [len(p) // (world * cfg.grad_accum) for p in plans]
+    return _Run(head=head, data=data, cfg=cfg, device=device, fsdp=fsdp, log=log, rank=rank,
+                world=world, opt=opt, params=params, t2d=target_to_draft.to(device),
+                d2t=draft_to_target.to(device), plans=plans, per_epoch=per_epoch,
+                total_steps=sum(per_epoch), n_epochs=cfg.epochs,
+                ckpt_root=Path(work_dir) / CKPT_DIR, window=StepStats(cfg.ttt_steps),
+                epoch_stats=StepStats(cfg.ttt_steps))
+
+
+def _plans(data: ShardDataset, cfg: LoopConfig, *, world: int) -> list[list[tuple[int, list[int]]]]:
+    """Every epoch's batches, cut to a whole number of steps of ``world`` x accum batches.
+
+    Each rank must run as many steps as the others (every forward under FSDP is a collective),
+    so the last few batches of an epoch's shuffled order sit out when they do not fill a step.
+    """
+    group = world * cfg.grad_accum
+    if cfg.grad_accum < 1:
+        raise UsageError(f"--grad-accum {cfg.grad_accum} must be >= 1")
+    seed = cfg.seed if cfg.order_seed is None else cfg.order_seed
+    plans = []
+    for e in range(cfg.epochs):
+        plan = data.plan(e, seed)
+        if len(plan) < group:
+            raise UsageError(f"an epoch has {len(plan)} batches, fewer than one step takes "
+                             f"({world} ranks x --grad-accum {cfg.grad_accum})",
+                             hint="lower --batch-tokens, --grad-accum or the rank count")
+        plans.append(plan[:len(plan) - len(plan) % group])
+    return plans
+
+
+def _resume(run: _Run) -> None:
+    """Load the latest checkpoint, if any, and continue from its step."""
+    state = load_checkpoint(run.ckpt_root, run.head, run.opt, fsdp=run.fsdp)
+    if state is None:
+        return
+    run.step, run.start_epoch, run.start_batch = state["step"], state["epoch"], state["batch"]
+    run.history = state.get("history", [])
+    run.resumed = run.step
+    if run.log:
+        run.log(f"resumed from step {run.step} (epoch {run.start_epoch + 1}, "
+                f"batch {run.start_batch})")
+
+
+def _train_epoch(run: _Run, epoch: int) -> None:
+    """This rank's batches of one epoch, grad_accum a step, with the time cap, logs and saves."""
+    mine = run.plans[epoch][run.rank::run.world]
+    accum = run.cfg.grad_accum
+    first = run.start_batch if epoch == run.start_epoch else 0
+    if first == 0:
+        run.epoch_stats.reset()
+    t_epoch, spent = time.monotonic(), run.train_s
+    for bi in range(first, len(mine), accum):
+        _step(run, epoch, mine[bi:bi + accum])
+        run.train_s = spent + time.monotonic() - t_epoch
+        run.pending[-1]["train_s"] = round(run.train_s, 4)
+        _apply_time_cap(run, epoch)
+        last = bi + accum >= len(mine)
+        if run.step % run.cfg.log_every == 0 or last:
+            _log_window(run, epoch)
+        if run.cfg.save_every and run.step % run.cfg.save_every == 0 and not last:
+            _save(run, epoch=epoch, batch=bi + accum)
+
+
+def _step(run: _Run, epoch: int, micro: list[tuple[int, list[int]]]) -> None:
+    """One optimizer step over ``micro`` batches (gradients summed) at the scheduled lr."""
+    cfg = run.cfg
+    for g in run.opt.param_groups:
+        g["lr"] = lr_at(run.step, run.total_steps, cfg)
+    run.opt.zero_grad(set_to_none=True)
+    loss_sum, seqs, tokens = 0.0, 0, 0
+    for i, (shard, ids) in enumerate(micro):
+        batch = run.data.load(shard, ids)
+        seqs, tokens = seqs + len(ids), tokens + int(batch.loss_mask.sum())
+        if run.fsdp and len(micro) > 1:  # reduce-scatter the summed gradient once, at the end
+            run.head.set_requires_gradient_sync(i == len(micro) - 1)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=run.device.startswith("cuda")):
+            loss = ttt_loss(run.head, _to(batch, run.device), steps=cfg.ttt_steps,
+                            decay=cfg.step_decay, target_to_draft=run.t2d,
+                            draft_to_target=run.d2t, stats=run.window)
+        (loss / len(micro) if len(micro) > 1 else loss).backward()
+        loss_sum += float(loss.detach())
+    if cfg.grad_clip:
+        torch.nn.utils.clip_grad_norm_(run.params, cfg.grad_clip)
+    run.opt.step()
+    run.step += 1
+    run.pending.append({"step": run.step, "epoch": epoch + 1, "loss": loss_sum / len(micro),
+                        "seqs": seqs, "tokens": tokens})
+
+
+def _apply_time_cap(run: _Run, epoch: int) -> None:
+    """--max-minutes: time steps 10 to 30 of this run, then cut the epochs to what fits."""
+    cfg = run.cfg
+    done = run.step - run.steps_at_start
+    if cfg.max_train_s and done == 10:
+        run.t_rate = time.monotonic()  # the first steps carry CUDA/allocator warm-up
+    elif cfg.max_train_s and done == 30:
+        rate = (time.monotonic() - run.t_rate) / 20
+        left = cfg.max_train_s - (time.monotonic() - run.t_loop)
+        run.n_epochs, run.total_steps = _fit_epochs(cfg, run.per_epoch, epoch, run.step, rate,
+                                                    left, run.n_epochs, run.total_steps,
+                                                    run.log)
+        run.bar.total(run.total_steps)
+
+
+def _log_window(run: _Run, epoch: int) -> None:
+    """Reduce the window's stats over ranks, show them and fold them into the epoch's."""
+    cfg, window = run.cfg, run.window
+    window.reduce()
+    run.bar.update(run.step, epoch, window)
+    if run.log and not run.bar.enabled and run.step % (cfg.log_every * 10) == 0:
+        run.log(f"step {run.step}/{run.total_steps} epoch {epoch + 1}: "
+                + _line(window.loss(), window.acc()))
+    for j in range(cfg.ttt_steps):
+        run.epoch_stats.add(j, window.loss_sum[j], window.correct[j], window.total[j])
+    window.reset()
+    _flush_step_log(run)
+
+
+def _open_step_log(run: _Run) -> None:
+    """Rank 0's STEP_LOG: started afresh, or cut back to the step a resumed run starts from."""
+    if run.rank != 0:
+        return
+    run.step_log = run.ckpt_root.parent / STEP_LOG
+    run.step_log.parent.mkdir(parents=True, exist_ok=True)
+    kept = []
+    if run.resumed is not None and run.step_log.exists():
+        kept = [ln for ln in run.step_log.read_text().splitlines()
+                if ln.strip() and json.loads(ln)["step"] <= run.step]
+    run.step_log.write_text("".join(ln + "\n" for ln in kept))
+
+
+def _flush_step_log(run: _Run) -> None:
+    """Average the pending steps' losses (sum their samples) over ranks; rank 0 appends them."""
+    if not run.pending:
+        return
+    vals = [[p["loss"], p["seqs"], p["tokens"]] for p in run.pending]
+    if _dist_on():
+        import torch.distributed as dist
+
+        t = torch.tensor(vals, dtype=torch.float64, device=_dist_device())
+        dist.all_reduce(t)
+        vals = [[row[0] / run.world, row[1], row[2]] for row in t.tolist()]
+    if run.step_log is not None:
+        with open(run.step_log, "a") as f:
+            for p, (loss, seqs, tokens) in zip(run.pending, vals, strict=True):
+                f.write(json.dumps({**p, "loss": loss, "seqs": int(seqs),
+                                    "tokens": int(tokens)}) + "\n")
+    run.pending.clear()
+
+
+def _finish_epoch(run: _Run, epoch: int, on_epoch_end: EpochHook | None) -> None:
+    """The epoch's history entry (train and held-out stats, the hook's extras), then a save."""
+    entry: dict[str, Any] = {"epoch": epoch + 1, "step": run.step,
+                             "loss": _round(run.epoch_stats.loss()),
+                             "acc": _round(run.epoch_stats.acc())}
+    if run.data.num_val:
+        val = evaluate(run.head, run.data, cfg=run.cfg, device=run.device,
+                       target_to_draft=run.t2d, draft_to_target=run.d2t)
+        entry.update({"val_loss": _round(val.loss()), "val_acc": _round(val.acc()),
+                      "val_al_proxy": round(al_proxy(val.acc()), 4)})
+    if on_epoch_end is not None:
+        weights = full_model_state(run.head, fsdp=run.fsdp)  # collective under FSDP
+        last = epoch + 1 == run.n_epochs
+        extra = on_epoch_end(epoch + 1, weights, last) if run.rank == 0 else None
+        if extra:
+            entry.update(extra)
+    run.history.append(entry)
+    if run.log:
+        run.log(_describe(entry))
+    _save(run, epoch=epoch + 1, batch=0)
+
+
+def _save(run: _Run, *, epoch: int, batch: int) -> None:
+    save_checkpoint(run.ckpt_root, run.head, run.opt, step=run.step, epoch=epoch, batch=batch,
+                    history=run.history, keep=run.cfg.keep_checkpoints, fsdp=run.fsdp)
 
 
 def _line(loss: list, acc: list) -> str:
@@ -351,7 +524,7 @@ def save_checkpoint(root: Path, head: Eagle3Head, opt, *, step: int, epoch: int,
         for key, val in st.items():
             tensors[f"{fqn}::{key}"] = torch.as_tensor(val).detach().float().contiguous().cpu()
     for g in optim_sd["param_groups"]:
-        groups.append({k: v for k, v in g.items()})
+        groups.append(dict(g))
     tensors["rng::torch_cpu"] = torch.get_rng_state()
     save_file(tensors, str(tmp / "optimizer.safetensors"))
     write_json(tmp / "state.json", {"step": step, "epoch": epoch, "batch": batch,
@@ -431,7 +604,8 @@ def _set_full_state(head: Eagle3Head, opt, model_sd, optim_sd, *, fsdp: bool) ->
     if set(model_sd) != trainable:
         raise FormatError(
             "training checkpoint does not match this head: missing "
-            f"{sorted(trainable - set(model_sd))[:5]}, unexpected {sorted(set(model_sd) - trainable)[:5]}",
+            f"{sorted(trainable - set(model_sd))[:5]}, "
+            f"unexpected {sorted(set(model_sd) - trainable)[:5]}",
             hint="resume with the same version and flags")
     if fsdp:
         from torch.distributed.checkpoint.state_dict import (
@@ -489,19 +663,31 @@ def _rank_world() -> tuple[int, int]:
 
 
 def init_distributed(device: str) -> tuple[int, int, str]:
-    """Join the torchrun process group; return (rank, world, this rank's device)."""
+    """Join the torchrun process group; return (rank, world, this rank's device).
+
+    gloo on CPU, NCCL on CUDA (one GPU a rank, LOCAL_RANK's, with NVLink multicast off).
+    """
     import torch.distributed as dist
+
+    from speckit.ops.train.launch import NO_MULTICAST
 
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise UsageError("--fsdp needs torchrun (RANK/WORLD_SIZE are not set)",
-                         hint="torchrun --nproc-per-node N --no-python speckit train eagle3 ... --fsdp")
-    if not dist.is_initialized():
-        backend = "nccl" if device.startswith("cuda") else "gloo"
-        dist.init_process_group(backend=backend)
+                         hint="speckit train eagle3 --nproc N ..., or torchrun "
+                         "--nproc-per-node N -m speckit train eagle3 ...")
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if device.startswith("cuda"):
+        if local >= torch.cuda.device_count():
+            raise UsageError(f"rank {local} of this node has no GPU: torch sees "
+                             f"{torch.cuda.device_count()}",
+                             hint="start at most one rank per GPU (--nproc)")
+        # the head is small, so multicast buys nothing, and on a shared host a program that
+        # uses it can take every GPU out of service
+        os.environ.update(NO_MULTICAST)
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device.startswith("cuda") else "gloo")
     return dist.get_rank(), dist.get_world_size(), device
 
 
@@ -516,6 +702,8 @@ def _shard(head: Eagle3Head) -> None:
 # ---- progress --------------------------------------------------------------------------------
 
 class _Bar:
+    """A rich progress bar on rank 0 when enabled (a TTY, not --json), nothing otherwise."""
+
     def __init__(self, total: int, *, enabled: bool, steps: int, done: int = 0):
         self.enabled = enabled
         self.progress = None

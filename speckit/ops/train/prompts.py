@@ -56,11 +56,36 @@ def load_prompts(spec: str, *, samples: int, seed: int, heldout: int = 0,
     """
     if samples < 1:
         raise UsageError("--samples must be >= 1")
+    finite, generators = _read_sources(spec)
+    rng = random.Random(seed)
+    want = samples + heldout
+    picker = _Picker(validate_prompt_texts() if exclude_validate else set())
+    rng.shuffle(finite)
+    for p in finite:
+        if len(picker.kept) >= want:
+            break
+        picker.take(p)
+    if generators and len(picker.kept) < want:
+        _fill_from_templates(picker, want=want, seed=seed)
+    out = picker.kept
+    rng.shuffle(out)
+    if len(out) <= heldout:
+        raise UsageError(f"only {len(out)} distinct prompts from {spec!r}, need more than "
+                         f"--holdout {heldout}", hint="add a source or lower --holdout")
+    held, train = out[:heldout], out[heldout:]
+    per: dict[str, int] = {}
+    for p in train:
+        per[p.source] = per.get(p.source, 0) + 1
+    return PromptSet(train=train, heldout=held, per_source=per,
+                     dropped_validate_overlap=picker.dropped_overlap,
+                     dropped_duplicates=picker.dropped_duplicates)
+
+
+def _read_sources(spec: str) -> tuple[list[TrainPrompt], list[str]]:
+    """(every prompt of the finite sources, in spec order; the generator sources named)."""
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise UsageError("--prompts is empty", hint="e.g. --prompts speckit-mix,humaneval")
-    rng = random.Random(seed)
-    want = samples + heldout
     finite: list[TrainPrompt] = []
     generators = []
     for name in names:
@@ -73,60 +98,61 @@ def load_prompts(spec: str, *, samples: int, seed: int, heldout: int = 0,
             finite += mtbench_prompts()
         else:
             finite += file_prompts(Path(name))
-    blocked = _Blocklist(validate_prompt_texts() if exclude_validate else set())
-    seen: set[str] = set()
-    out: list[TrainPrompt] = []
-    dropped_overlap = dropped_dup = 0
+    return finite, generators
 
-    def take(p: TrainPrompt) -> bool:
-        nonlocal dropped_overlap, dropped_dup
+
+class _Picker:
+    """Keeps prompts in the order offered, refusing repeats and validate's prompts (counted)."""
+
+    def __init__(self, blocked: set[str]):
+        self.blocked = _Blocklist(blocked)
+        self.seen: set[str] = set()
+        self.kept: list[TrainPrompt] = []
+        self.dropped_overlap = 0
+        self.dropped_duplicates = 0
+
+    def take(self, p: TrainPrompt) -> bool:
         key = _norm(p.text)
-        if key in seen:
-            dropped_dup += 1
+        if key in self.seen:
+            self.dropped_duplicates += 1
             return False
-        seen.add(key)
-        if blocked.hit(key):
-            dropped_overlap += 1
+        self.seen.add(key)
+        if self.blocked.hit(key):
+            self.dropped_overlap += 1
             return False
-        out.append(p)
+        self.kept.append(p)
         return True
 
-    rng.shuffle(finite)
-    for p in finite:
-        if len(out) >= want:
-            break
-        take(p)
-    if generators and len(out) < want:
-        # each template set gets its weight's share; a set whose space runs dry (it keeps
-        # repeating itself) leaves its remainder to the others
-        weights = template_weights()
-        streams = {n: template_prompts(seed=seed, only=n) for n in weights}
-        need = want - len(out)
-        wsum = sum(weights.values())
-        quota = {n: round(need * w / wsum) for n, w in weights.items()}
-        live = set(weights)
-        while len(out) < want and live:
-            for n in sorted(live):
-                got, misses = 0, 0
-                while got < quota[n] and len(out) < want:
-                    if take(next(streams[n])):
-                        got += 1
-                    else:
-                        misses += 1
-                        if misses > 20 * quota[n] + 200:
-                            live.discard(n)
-                            break
-                quota[n] = max(1, (want - len(out)) // max(1, len(live)))
-    rng.shuffle(out)
-    if len(out) <= heldout:
-        raise UsageError(f"only {len(out)} distinct prompts from {spec!r}, need more than "
-                         f"--holdout {heldout}", hint="add a source or lower --holdout")
-    held, train = out[:heldout], out[heldout:]
-    per: dict[str, int] = {}
-    for p in train:
-        per[p.source] = per.get(p.source, 0) + 1
-    return PromptSet(train=train, heldout=held, per_source=per,
-                     dropped_validate_overlap=dropped_overlap, dropped_duplicates=dropped_dup)
+
+def _fill_from_templates(picker: _Picker, *, want: int, seed: int) -> None:
+    """Top ``picker`` up to ``want`` prompts from speckit's template sets, by their weights.
+
+    A set whose space runs dry (it keeps repeating itself) leaves its remainder to the others.
+    """
+    weights = template_weights()
+    streams = {n: template_prompts(seed=seed, only=n) for n in weights}
+    need = want - len(picker.kept)
+    wsum = sum(weights.values())
+    quota = {n: round(need * w / wsum) for n, w in weights.items()}
+    live = set(weights)
+    while len(picker.kept) < want and live:
+        for n in sorted(live):
+            if not _draw(picker, streams[n], quota[n], want=want):
+                live.discard(n)
+            quota[n] = max(1, (want - len(picker.kept)) // max(1, len(live)))
+
+
+def _draw(picker: _Picker, stream, quota: int, *, want: int) -> bool:
+    """Take up to ``quota`` new prompts from ``stream``; False once it only repeats itself."""
+    got, misses = 0, 0
+    while got < quota and len(picker.kept) < want:
+        if picker.take(next(stream)):
+            got += 1
+        else:
+            misses += 1
+            if misses > 20 * quota + 200:
+                return False
+    return True
 
 
 def _template_sets(path: Path = TEMPLATES) -> dict[str, Any]:

@@ -80,10 +80,7 @@ def full_vocab(target_vocab_size: int) -> DraftVocab:
 
 
 def check_draft_vocab(d2t, t2d, *, where: str = "draft") -> None:
-    """Raise FormatError unless d2t/t2d are int64/bool and meet docs/formats.md#vocab-maps.
-
-    The checks are the methods' own.
-    """
+    """Raise FormatError unless d2t/t2d are int64/bool and meet docs/formats.md#vocab-maps."""
     import torch
 
     from speckit.core.methods.common import check_vocab_maps
