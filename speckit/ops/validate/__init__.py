@@ -794,11 +794,12 @@ def _spec_report(run: EngineRun, base: EngineRun, *, role: str, k: int, draft: s
     return SpecRunReport(
         run=_summary(run, role=role, k=k, draft=draft), counters=c,
         acceptance_length=c.acceptance_length, acceptance_rate=c.acceptance_rate,
-        per_position=c.per_position, conditional=conditional_acceptance(c.per_position),
+        per_position=c.per_position[:k], conditional=conditional_acceptance(c.per_position[:k]),
         al_stderr=stderr, per_prompt_al=per_prompt, throughput_ratio=ratio,
         lossless=lossless_check(base.token_ids[:len(run.requests)], run.token_ids,
                                 temperature=temperature),
-        problems=c.problems(k))
+        # a scheduled run drafts up to num_speculative_tokens; its k is the one at this concurrency
+        problems=c.problems(int((run.speculative_config or {}).get("num_speculative_tokens", k))))
 
 
 def _sweep(base: EngineRun, main: EngineRun, mrep: SpecRunReport, mod, ks: list[int],

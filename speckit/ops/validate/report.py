@@ -202,6 +202,15 @@ def _pct(x: float | None) -> str:
     return "n/a" if x is None else f"{100 * x:.1f}%"
 
 
+def _speed(s: SpecRunReport) -> str:
+    """tokens/s, or why it is not shown (a run timed where its kernels are emulated)."""
+    return "acceptance only" if s.acceptance_only else f"{s.run.tokens_per_s:.2f}"
+
+
+def _ratio(s: SpecRunReport) -> str:
+    return "-" if s.acceptance_only else f"{s.throughput_ratio:.3f}"
+
+
 def _pos(xs: list[float]) -> str:
     return " / ".join(f"{x:.3f}" for x in xs)
 
@@ -256,8 +265,8 @@ def _md_runs(r: ValidationReport) -> list[str]:
         lines.append(
             f"| {s.run.label} | {s.run.k} | {s.acceptance_length:.3f}"
             f"{' ± ' + format(s.al_stderr, '.3f') if s.al_stderr is not None else ''} | "
-            f"{_pct(s.acceptance_rate)} | {_pos(s.per_position)} | {s.run.tokens_per_s:.2f} | "
-            f"{s.throughput_ratio:.3f} | {s.lossless.status} "
+            f"{_pct(s.acceptance_rate)} | {_pos(s.per_position)} | {_speed(s)} | "
+            f"{_ratio(s)} | {s.lossless.status} "
             f"({s.lossless.exact_matches}/{s.lossless.prompts} exact, "
             f"{_pct(s.lossless.token_match_rate)} tokens) |")
     return lines
@@ -296,7 +305,7 @@ def _md_compare(cp: CompareReport) -> list[str]:
              "| draft | AL | per position | tokens/s | ratio |", "|---|---|---|---|---|"]
     for name, s in ((cp.primary_draft, cp.primary), (cp.other_draft, cp.other)):
         lines.append(f"| `{name}` | {s.acceptance_length:.3f} | {_pos(s.per_position)} | "
-                     f"{s.run.tokens_per_s:.2f} | {s.throughput_ratio:.3f} |")
+                     f"{_speed(s)} | {_ratio(s)} |")
     lines += ["", (f"AL drop {cp.al_drop:+.3f} ({cp.al_drop_pct:+.1f}%), per position "
               f"{_pos(cp.per_position_drop)}, throughput ratio drop "
               f"{cp.ratio_drop_pct:+.1f}%.")]
@@ -394,7 +403,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     t.add_row("baseline", "-", "-", "-", "-", f"{r.baseline.tokens_per_s:.2f}", "1.000", "-")
     for s in r.runs:
         t.add_row(s.run.label, str(s.run.k), f"{s.acceptance_length:.3f}", _pct(s.acceptance_rate),
-                  _pos(s.per_position), f"{s.run.tokens_per_s:.2f}", f"{s.throughput_ratio:.3f}",
+                  _pos(s.per_position), _speed(s), _ratio(s),
                   f"{s.lossless.status} {s.lossless.exact_matches}/{s.lossless.prompts}, "
                   f"{_pct(s.lossless.token_match_rate)}")
     console.print(t)
@@ -419,9 +428,10 @@ def print_report(r: ValidationReport, *, console=None) -> None:
             console.print(f"note: {n}")
     if r.compare is not None:
         cp = r.compare
+        speed = ("throughput not compared (acceptance only)" if cp.other.acceptance_only else
+                 f"ratio {cp.primary.throughput_ratio:.3f} -> {cp.other.throughput_ratio:.3f}")
         console.print(f"compare at k={cp.k}: AL {cp.primary.acceptance_length:.3f} -> "
-                      f"{cp.other.acceptance_length:.3f} (drop {cp.al_drop_pct:+.1f}%), ratio "
-                      f"{cp.primary.throughput_ratio:.3f} -> {cp.other.throughput_ratio:.3f}")
+                      f"{cp.other.acceptance_length:.3f} (drop {cp.al_drop_pct:+.1f}%), {speed}")
     if r.concurrency is not None:
         from speckit.ops.validate.concurrency import summary_lines
 
