@@ -69,7 +69,7 @@ class EngineJob:
     cpu_threads: int | None = None  # OMP_NUM_THREADS for a CPU engine, unless already set
     # after the timed run: decode step cost at these batch sizes (same engine, no extra start)
     batch_probe: list[int] | None = None
-    batch_probe_tokens: int = 16
+    batch_probe_tokens: int = 32
     # stop the timed run between requests once this many seconds passed (acceptance-only runs
     # where a kernel is emulated): the run then covers the first len(requests) prompts
     time_budget_s: float | None = None

@@ -146,7 +146,7 @@ def _probe(llm, vocab: int, lengths: list[int], seed: int) -> dict[str, float]:
 
 
 def _batch_probe(llm, prompt_ids: list[list[int]], sizes: list[int],
-                 max_tokens: int, repeats: int = 2) -> list[dict[str, Any]]:
+                 max_tokens: int, repeats: int = 3) -> list[dict[str, Any]]:
     """Decode step cost at several batch sizes B on the same engine: B requests (the real prompts,
     cycled) run together for ``max_tokens`` tokens; each request's decode time over its engine
     steps is the step cost at B (the fastest of ``repeats`` rounds: a shared machine only ever
