@@ -21,8 +21,9 @@ from speckit.errors import FormatError, PlanError
 
 CONSTANTS_PATH = PACKAGE_DIR / "data" / "step_costs.json"
 # the constants bench/step_costs.py --fit adjusts (the rest are structural choices)
-FITTED = ("bw_frac", "flop_frac", "attn_bw_frac", "attn_flop_frac", "attn_unit_bytes_per_s",
-          "attn_parallel_units", "pass_overhead_s", "layer_overhead_s", "softness", "l2_bytes")
+FITTED = ("bw_frac", "flop_frac", "flop_frac_large", "flop_m_half", "attn_bw_frac",
+          "attn_flop_frac", "attn_unit_bytes_per_s", "attn_parallel_units", "pass_overhead_s",
+          "layer_overhead_s", "softness", "l2_bytes")
 DRAFT_STYLES = ("chain", "block", "append")
 
 
@@ -31,7 +32,11 @@ class StepConstants:
     """Achievable fractions of a GPU's datasheet rates and the fixed costs of a pass."""
 
     bw_frac: float = 0.7  # of HBM bandwidth, streaming weights and activations through matmuls
-    flop_frac: float = 0.75  # of dense peak, in large matmuls
+    flop_frac: float = 0.75  # of dense peak, in matmuls over few token rows
+    # of dense peak as the token rows M grow: more rows fill more output tiles and waves, so
+    # efficiency rises from flop_frac towards this as M / (M + flop_m_half); 0: flat flop_frac
+    flop_frac_large: float = 0.0
+    flop_m_half: float = 256.0
     attn_bw_frac: float = 0.5  # of HBM bandwidth, reading K/V in attention
     attn_flop_frac: float = 0.1  # of dense peak, attention tiles (softmax-bound, padded rows)
     # one attention work unit streams its K/V no faster than this: few units cannot fill the GPU
@@ -250,8 +255,10 @@ def _linear(tokens: int, n_in: int, n_out: int, s: ModelShape, r: _Rates,
     if tokens <= 0 or n_in <= 0 or n_out <= 0:
         return _ZERO
     moved = n_in * n_out * s.weight_bytes + tokens * (n_in + n_out) * 2
-    return _piece(moved / (r.bw * c.bw_frac), 2.0 * tokens * n_in * n_out / (r.peak * c.flop_frac),
-                  c)
+    frac = c.flop_frac
+    if c.flop_frac_large > 0:
+        frac += (c.flop_frac_large - c.flop_frac) * tokens / (tokens + c.flop_m_half)
+    return _piece(moved / (r.bw * c.bw_frac), 2.0 * tokens * n_in * n_out / (r.peak * frac), c)
 
 
 def _attention(batch: int, q: int, span: int, s: ModelShape, r: _Rates, c: StepConstants,
