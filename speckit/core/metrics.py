@@ -2,8 +2,8 @@
 
 Pure Python (no torch, no vLLM) so every formula is unit-tested with hand-computed numbers.
 
-Definitions (vLLM's own, VLLM.md 4): a *draft* is one request-step that carried >= 1 draft token;
-``accepted_per_pos[i]`` counts drafts whose first i+1 tokens were all accepted.
+Definitions (vLLM's spec-decode counters): a *draft* is one request-step that carried >= 1
+draft token; ``accepted_per_pos[i]`` counts drafts whose first i+1 tokens were all accepted.
   AL = 1 + accepted / drafts           (mean tokens per target verification step, bonus included)
   acceptance rate = accepted / draft tokens
   p_i = accepted_per_pos[i] / drafts   (share of steps that got at least i+1 tokens accepted)

@@ -1,8 +1,8 @@
 """The quantization schemes speckit writes, as data: Quark 0.13's exact quantization_config, the
 tensors each quantized Linear becomes, and the rules for Quark's `exclude` list in vLLM's names.
 
-No torch here; vLLM's QuarkConfig selects QuarkOCP_MX / QuarkW8A8Fp8 for these configs (VLLM.md
-3.2-3.3), which tests/test_quant_vllm_config.py checks with vLLM's own code.
+No torch here; vLLM's QuarkConfig selects QuarkOCP_MX / QuarkW8A8Fp8 for these configs
+(docs/formats.md#quark-config), which tests/test_quant_vllm.py checks with vLLM's own code.
 """
 
 from __future__ import annotations
@@ -123,8 +123,8 @@ def get(name: str) -> Scheme:
     if key in ("fp8-weight-only", "fp8-w8a16", "w8a16"):
         raise UsageError(
             "FP8 weight-only is not a scheme vLLM's Quark loader can serve",
-            hint="its QuarkW8A8Fp8 needs activation quantization too (VLLM.md 3.2: 'No quark "
-            "compatible scheme was found'); use --fp8 (dynamic per-token activations, no "
+            hint="its QuarkW8A8Fp8 needs activation quantization too (vLLM's Quark config: "
+            "'No quark compatible scheme was found'); use --fp8 (dynamic per-token activations, no "
             "calibration) or --mxfp4 for weight-only")
     if key not in SCHEMES:
         raise UsageError(f"unknown scheme {name!r}", hint="one of " + ", ".join(SCHEMES))
