@@ -106,6 +106,11 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               "loss/top-1 per epoch.")
 @click.option("--gen-batch", default=None, type=int,
               help="Prompts per transformers generate() call (default 512 on cuda, 16 on cpu).")
+@click.option("--select-prompts", default=0, show_default=True, type=click.IntRange(min=0),
+              metavar="N",
+              help="Capture N untrained prompts per category (chat: MT-Bench, code: HumanEval, "
+              "math: fresh speckit-mix) and export the epoch whose simulated acceptance at "
+              "--eval-k is best on its weakest category (0: export the last epoch).")
 @click.option("--max-minutes", default=0.0, type=float, show_default=True,
               help="Cap the training loop's wall time: fewer epochs when they would not fit "
               "(0: no cap).")
@@ -121,7 +126,7 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_steps, epochs, lr,
            batch_tokens, step_decay, seed, device, engine, holdout, eval_every, eval_k, work_dir,
            resume, save_every, fsdp, nproc, grad_accum, data_order_seed, val_fraction, gen_batch,
-           max_minutes, data_only, force, out, json_mode, quiet):
+           select_prompts, max_minutes, data_only, force, out, json_mode, quiet):
     """Train a one-layer EAGLE-3 draft on the target's own greedy answers and export it.
 
     The target answers every prompt with its chat template; its aux hidden states are captured
@@ -143,7 +148,7 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
         seed=seed, holdout=holdout, eval_every=eval_every, eval_k=eval_k,
         step_decay=step_decay, work_dir=work_dir, resume=resume, force=force, fsdp=fsdp,
         save_every=save_every, grad_accum=grad_accum, data_order_seed=data_order_seed,
-        val_fraction=val_fraction, gen_batch=gen_batch,
+        val_fraction=val_fraction, gen_batch=gen_batch, select_prompts=select_prompts,
         max_minutes=max_minutes, data_only=data_only, progress=progress_enabled(json_mode or quiet),
         command=command)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job

@@ -78,14 +78,17 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  resume: bool = False, force: bool = False, fsdp: bool = False,
                  save_every: int = 0, grad_accum: int = 1, data_order_seed: int | None = None,
                  data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
-                 gen_batch: int | None = None, progress: bool = False,
-                 log: Callable[[str], None] | None = None,
+                 gen_batch: int | None = None, select_prompts: int = 0,
+                 progress: bool = False, log: Callable[[str], None] | None = None,
                  command: str | None = None) -> TrainResult:
     """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
 
     ``eval_every`` > 0 runs vLLM (when installed) on the held-out prompts every that many
     epochs and after the last; 0 only after the last. Pass ``holdout=0`` to skip it.
     ``data_only`` stops after the shards are written (several runs can then share them).
+    ``select_prompts`` > 0 captures that many untrained prompts per category (chat, code,
+    math) and exports the epoch with the best simulated acceptance at ``eval_k`` (the lowest
+    category decides), not simply the last.
     Under torchrun ``fsdp`` is implied: N ranks x ``grad_accum`` batches a step train like one
     process with N x ``grad_accum``. ``data_order_seed`` reorders batches only (default seed).
     """
@@ -109,8 +112,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     engine = _pick_engine(engine, cuda=cuda)
     data = _captured_data(tgt, work, prompts=prompts, samples=samples, holdout=holdout,
                           max_tokens=max_tokens, seed=seed, engine=engine, device=device,
-                          gen_batch=gen_batch, rank=rank, fsdp=fsdp, stage=stage, say=say,
-                          progress=progress)
+                          gen_batch=gen_batch, select_prompts=select_prompts, rank=rank,
+                          fsdp=fsdp, stage=stage, say=say, progress=progress)
     dvocab = _draft_vocab(tgt, data.manifest)
     if data_only:
         say(vocab_summary(data.manifest.token_counts()))
@@ -129,13 +132,16 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     accept = _acceptance_hook(tgt, hcfg, dvocab, data, verifier=verifier, work=work,
                               eval_every=eval_every, k=eval_k, max_tokens=eval_max_tokens,
                               seed=seed, stage=stage)
+    picker = _Selector(data.dir, head, k=eval_k, dvocab=dvocab, device=device, stage=stage,
+                       say=say, then=accept, enabled=not fsdp)
     t = time.monotonic()
     result = train_loop(head, dataset, cfg=cfg, work_dir=work, device=device,
                         target_to_draft=dvocab.target_to_draft(),
                         draft_to_target=dvocab.draft_to_target(), resume=resume, fsdp=fsdp,
-                        progress=progress, on_epoch_end=accept, log=say)
-    stage["train"] = round(time.monotonic() - t - stage.get("acceptance", 0.0), 1)
-    weights = full_model_state(head, fsdp=fsdp)
+                        progress=progress, on_epoch_end=picker, log=say)
+    stage["train"] = round(time.monotonic() - t - stage.get("acceptance", 0.0)
+                           - stage.get("select", 0.0), 1)
+    weights = picker.best_weights or full_model_state(head, fsdp=fsdp)
     res = _result(out, work, tgt, data, dvocab, t_start=t_start, stage=stage, loop=result,
                   params=n_params)
     if rank == 0:
@@ -272,22 +278,27 @@ def _pick_engine(engine: str, *, cuda: bool) -> str:
 
 def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, holdout: int,
                    max_tokens: int, seed: int, engine: str, device: str, gen_batch: int | None,
-                   rank: int, fsdp: bool, stage: dict, say, progress: bool) -> _Data:
+                   select_prompts: int, rank: int, fsdp: bool, stage: dict, say,
+                   progress: bool) -> _Data:
     """The run's shards: reused when this recipe was captured before, else made by rank 0."""
     from speckit.ops.train import data as D
-    from speckit.ops.train.prompts import load_prompts
+    from speckit.ops.train.prompts import load_prompts, selection_prompts
 
     pset = load_prompts(prompts, samples=samples, seed=seed, heldout=holdout)
     recipe = {"target": _target_identity(tgt.dir), "prompts": prompts, "samples": samples,
               "heldout": holdout, "max_tokens": max_tokens, "seed": seed, "engine": engine,
               "aux_layers": tgt.aux, "per_source": pset.per_source}
+    if select_prompts:
+        recipe["select_prompts"] = select_prompts
     data_dir = work / f"data-{D.recipe_hash(recipe)}"
     reused = (data_dir / D.MANIFEST).exists()
     if rank == 0 and not reused:
+        sel = selection_prompts(prompts, pset, seed=seed, per_set=select_prompts) \
+            if select_prompts else {}
         _prepare_data(tgt.dir, pset, recipe, data_dir, device=device, engine=engine,
                       max_tokens=max_tokens, seed=seed, aux=tgt.aux,
                       cuda=device.startswith("cuda"), gen_batch_size=gen_batch, stage=stage,
-                      say=say, progress=progress)
+                      say=say, progress=progress, selection=sel)
     elif reused and rank == 0:
         say(f"reusing captured data in {data_dir}")
     if fsdp:
@@ -383,7 +394,8 @@ def _export(weights, hcfg, dvocab, tgt: _Target, *, out: Path, ttt_steps: int, v
 
 def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, device: str,
                   engine: str, max_tokens: int, seed: int, aux: list[int], cuda: bool,
-                  gen_batch_size: int | None, stage: dict, say, progress: bool) -> None:
+                  gen_batch_size: int | None, stage: dict, say, progress: bool,
+                  selection: dict | None = None) -> None:
     """Generate the target's answers, then capture its hidden states into shards."""
     import shutil
 
@@ -395,16 +407,22 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     tok = D.load_tokenizer(target_dir)
+    model = None
+    if pset.asks:
+        model = D.load_target(target_dir, device=device)
+        _ask_target(model, tok, pset, seed=seed, batch=gen_batch_size or (512 if cuda else 16),
+                    stage=stage, say=say, progress=progress)
     prompt_ids = [D.chat_prompt_ids(tok, p.messages()) for p in pset.train]
     t = time.monotonic()
     say(f"generating {len(prompt_ids)} answers with {engine} (greedy, <= {max_tokens} tokens)")
     if engine == "vllm":
         # the vLLM child holds its own copy of the target; ours is loaded after it exits
+        del model
         answers = D.generate_vllm(target_dir, prompt_ids, max_tokens=max_tokens, seed=seed,
                                   workdir=tmp / "logs")
         model = D.load_target(target_dir, device=device)
     else:
-        model = D.load_target(target_dir, device=device)
+        model = model or D.load_target(target_dir, device=device)
         torch.manual_seed(seed)
         bar = _counter("generate", len(prompt_ids), enabled=progress)
         answers = D.generate_transformers(model, tok, prompt_ids, max_tokens=max_tokens,
@@ -430,10 +448,111 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
                             progress=bar.advance)
     bar.close()
     stage["capture"] = round(time.monotonic() - t, 1)
+    if selection:
+        _capture_selection(model, tok, selection, tmp / SELECT_DIR, aux=aux,
+                           batch=gen_batch_size or (512 if cuda else 16), stage=stage, say=say)
     del model
     if data_dir.exists():
         shutil.rmtree(data_dir)
     os.replace(tmp, data_dir)
+
+
+def _ask_target(model, tok, pset, *, seed: int, batch: int, stage: dict, say,
+                progress: bool) -> None:
+    """The target writes ``pset.asks`` user turns (source target-asks); the kept ones join
+    ``pset.train`` (repeats and validate look-alikes dropped)."""
+    from speckit.ops.train import data as D
+    from speckit.ops.train.prompts import add_asked, ask_openers
+
+    t = time.monotonic()
+    say(f"the target writes {pset.asks} user turns (sampled, T=1, top-p 0.95)")
+    bar = _counter("ask", pset.asks, enabled=progress)
+    texts = D.generate_queries(model, tok, n=pset.asks, openers=ask_openers(), seed=seed,
+                               batch_size=batch, progress=bar.advance)
+    bar.close()
+    kept = add_asked(pset, texts)
+    stage["ask"] = round(time.monotonic() - t, 1)
+    say(f"{kept} of {pset.asks} asked turns kept ({pset.asks - len(texts)} never ended or "
+        f"were empty, {len(texts) - kept} repeats or validate look-alikes) in {stage['ask']:.0f} s")
+
+
+SELECT_DIR = "select"
+SELECT_MAX_TOKENS = 128  # what validate measures by default
+
+
+def _capture_selection(model, tok, selection: dict, root: Path, *, aux: list[int], batch: int,
+                       stage: dict, say) -> None:
+    """Greedy answers (<= 128 tokens, as validate decodes) to each category's selection
+    prompts, captured like the training data into root/<category>/."""
+    from speckit.ops.train import data as D
+
+    t = time.monotonic()
+    for cat, prompts in selection.items():
+        ids = [D.chat_prompt_ids(tok, p.messages()) for p in prompts]
+        answers = D.generate_transformers(model, tok, ids, max_tokens=SELECT_MAX_TOKENS,
+                                          batch_size=batch)
+        samples = [D.Sample(p, a, cat) for p, a in zip(ids, answers, strict=True)]
+        D.capture_hidden_states(model, samples, aux_layers=aux, out_dir=root / cat,
+                                batch_tokens=65536, shard_tokens=1 << 30,
+                                recipe={"selection": cat})
+    stage["select_data"] = round(time.monotonic() - t, 1)
+    say("selection prompts: " + ", ".join(f"{c} {len(p)}" for c, p in selection.items())
+        + f" (answers and hidden states in {stage['select_data']:.0f} s)")
+
+
+class _Selector:
+    """The loop's epoch-end hook: simulated acceptance on each selection set, keeping the
+    weights of the best epoch (highest lowest-category AL); then the vLLM hook, if any."""
+
+    def __init__(self, data_dir: Path, head, *, k: int, dvocab, device: str, stage: dict, say,
+                 then, enabled: bool = True):
+        from speckit.ops.train import data as D
+
+        root = data_dir / SELECT_DIR  # under FSDP the head is sharded: no simulation
+        self.sets = {p.name: D.DataManifest.load(p) for p in sorted(root.iterdir())
+                     if (p / D.MANIFEST).exists()} if root.is_dir() and enabled else {}
+        self.head, self.k, self.device, self.stage, self.say = head, k, device, stage, say
+        self.d2t = dvocab.draft_to_target()
+        self.then = then
+        self.best_score, self.best_epoch, self.best_weights = -1.0, None, None
+
+    def __call__(self, epoch: int, weights: dict, last: bool) -> dict[str, Any] | None:
+        extra = dict(self.then(epoch, weights, last) or {})
+        if not self.sets:
+            return extra or None
+        t = time.monotonic()
+        scores = {cat: self._score(m) for cat, m in self.sets.items()}
+        self.stage["select"] = self.stage.get("select", 0.0) + time.monotonic() - t
+        score = min(a["al"] for a in scores.values())
+        if score > self.best_score:
+            self.best_score, self.best_epoch = score, epoch
+            self.best_weights = {n: v.detach().to("cpu", copy=True) for n, v in weights.items()}
+        extra.update({"select_k": self.k, "select": scores, "selected_epoch": self.best_epoch})
+        self.say(f"epoch {epoch}: simulated AL at k={self.k} " + ", ".join(
+            f"{c} {a['al']:.3f}" for c, a in scores.items())
+            + f"; best so far: epoch {self.best_epoch}")
+        return extra
+
+    def _score(self, manifest) -> dict[str, Any]:
+        import torch
+
+        from speckit.ops.train.accept import Acceptance, eagle3_acceptance
+        from speckit.ops.train.data import ShardDataset
+
+        ds = ShardDataset(manifest, batch_tokens=1 << 15)
+        acc = Acceptance(self.k)
+        was = self.head.training
+        self.head.eval()
+        d2t = self.d2t.to(self.device)
+        with torch.autocast(self.device.split(":")[0], dtype=torch.bfloat16,
+                            enabled=self.device.startswith("cuda")):
+            for shard, seqs in ds.plan(0, 0):
+                b = ds.load(shard, seqs)
+                b = type(b)(*(x.to(self.device) for x in (b.input_ids, b.aux, b.target_ids,
+                                                            b.loss_mask)))
+                eagle3_acceptance(self.head, b, k=self.k, draft_to_target=d2t, acc=acc)
+        self.head.train(was)
+        return acc.as_dict()
 
 
 def vocab_summary(counts) -> str:

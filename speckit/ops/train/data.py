@@ -165,6 +165,70 @@ def generate_transformers(model, tok, prompts: list[list[int]], *, max_tokens: i
     return [o or [] for o in out]
 
 
+def generate_queries(model, tok, *, n: int, openers: list[tuple[str, float]], seed: int,
+                     batch_size: int, max_tokens: int = 96, temperature: float = 1.0,
+                     top_p: float = 0.95,
+                     progress: Callable[[int], None] | None = None) -> list[str]:
+    """``n`` user turns written by the target itself (Magpie-style): the chat template up to
+    the user's content, one weighted opener, then sampled tokens until the end of the turn.
+
+    Turns that run to ``max_tokens`` without ending, or that are near empty, are dropped, so
+    fewer than ``n`` may come back. Seeded: the same model, device and seed give the same turns.
+    """
+    import random
+
+    import torch
+
+    prefix, stop = _user_turn_frame(tok)
+    rng = random.Random(f"target-asks/{seed}")
+    starts = rng.choices([o for o, _ in openers], weights=[w for _, w in openers], k=n)
+    eos = sorted(set(eos_ids(model, tok)) | {stop})
+    pad = tok.pad_token_id if tok.pad_token_id is not None else eos[0]
+    device = next(model.parameters()).device
+    out: list[str] = []
+    for b, start in enumerate(range(0, n, batch_size)):
+        chunk = starts[start:start + batch_size]
+        ids = [prefix + (tok.encode(o, add_special_tokens=False) if o else []) for o in chunk]
+        width = max(len(x) for x in ids)
+        inp = torch.full((len(ids), width), pad, dtype=torch.long)
+        mask = torch.zeros_like(inp)
+        for r, x in enumerate(ids):
+            inp[r, width - len(x):] = torch.tensor(x)
+            mask[r, width - len(x):] = 1
+        torch.manual_seed(seed * 100003 + b)
+        with torch.inference_mode():
+            gen = model.generate(input_ids=inp.to(device), attention_mask=mask.to(device),
+                                 max_new_tokens=max_tokens, do_sample=True,
+                                 temperature=temperature, top_p=top_p, top_k=0, num_beams=1,
+                                 eos_token_id=eos, pad_token_id=pad)
+        for r, o in enumerate(chunk):
+            cont = gen[r, width:].tolist()
+            if not any(t in eos for t in cont):
+                continue  # never ended its turn: a ramble, not a prompt
+            text = (o + tok.decode(_cut_at_eos(cont, eos), skip_special_tokens=True)).strip()
+            if len(text) >= 12:
+                out.append(text)
+        if progress:
+            progress(len(chunk))
+    return out
+
+
+def _user_turn_frame(tok) -> tuple[list[int], int]:
+    """(token ids of the chat template up to a user turn's content, the id ending the turn)."""
+    mark = "\u2063speckit\u2063"
+    ids = chat_prompt_ids(tok, [{"role": "user", "content": mark}])
+    text = tok.decode(ids, skip_special_tokens=False)
+    head, sep, tail = text.partition(mark)
+    if not sep:
+        raise FormatError("the target's chat template does not show the user's text verbatim",
+                          hint="target-asks needs a template that embeds the user turn as is")
+    after = tok.encode(tail, add_special_tokens=False)
+    if not after:
+        raise FormatError("the target's chat template ends nothing after the user's turn",
+                          hint="target-asks needs an end-of-turn token")
+    return tok.encode(head, add_special_tokens=False), int(after[0])
+
+
 def _cut_at_eos(ids: list[int], eos: list[int]) -> list[int]:
     for n, t in enumerate(ids):
         if t in eos:

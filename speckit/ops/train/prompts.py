@@ -22,9 +22,13 @@ DATA_DIR = PACKAGE_DIR / "data"
 TEMPLATES = DATA_DIR / "train_prompts" / "templates.json"
 VALIDATE_PROMPTS = DATA_DIR / "prompts"
 
-# sources with a fixed number of prompts; "speckit-mix" is a generator and fills the rest
+ASK_OPENERS = DATA_DIR / "train_prompts" / "ask_openers.json"
+
+# sources with a fixed number of prompts; "speckit-mix" is a generator and fills the rest;
+# "target-asks" prompts are written by the target itself once it is loaded (data stage)
 FINITE_SOURCES = ("humaneval", "mtbench")
 GENERATED_SOURCES = ("speckit-mix",)
+TARGET_ASKS = "target-asks"
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,9 @@ class PromptSet:
     per_source: dict[str, int] = field(default_factory=dict)
     dropped_validate_overlap: int = 0
     dropped_duplicates: int = 0
+    # how many more user turns the target writes itself (source "target-asks"), made at the
+    # data stage with the model loaded and filtered like every other prompt (see add_asked)
+    asks: int = 0
 
 
 def load_prompts(spec: str, *, samples: int, seed: int, heldout: int = 0,
@@ -56,9 +63,9 @@ def load_prompts(spec: str, *, samples: int, seed: int, heldout: int = 0,
     """
     if samples < 1:
         raise UsageError("--samples must be >= 1")
-    finite, generators = _read_sources(spec)
+    finite, generators, asks = _read_sources(spec, samples=samples)
     rng = random.Random(seed)
-    want = samples + heldout
+    want = samples - asks + heldout
     picker = _Picker(validate_prompt_texts() if exclude_validate else set())
     rng.shuffle(finite)
     for p in finite:
@@ -69,28 +76,91 @@ def load_prompts(spec: str, *, samples: int, seed: int, heldout: int = 0,
         _fill_from_templates(picker, want=want, seed=seed)
     out = picker.kept
     rng.shuffle(out)
-    if len(out) <= heldout:
+    if len(out) <= heldout and not asks:
         raise UsageError(f"only {len(out)} distinct prompts from {spec!r}, need more than "
                          f"--holdout {heldout}", hint="add a source or lower --holdout")
     held, train = out[:heldout], out[heldout:]
     per: dict[str, int] = {}
     for p in train:
         per[p.source] = per.get(p.source, 0) + 1
+    if asks:
+        per[TARGET_ASKS] = asks
     return PromptSet(train=train, heldout=held, per_source=per,
                      dropped_validate_overlap=picker.dropped_overlap,
-                     dropped_duplicates=picker.dropped_duplicates)
+                     dropped_duplicates=picker.dropped_duplicates, asks=asks)
 
 
-def _read_sources(spec: str) -> tuple[list[TrainPrompt], list[str]]:
-    """(every prompt of the finite sources, in spec order; the generator sources named)."""
+def add_asked(pset: PromptSet, texts: list[str], *, exclude_validate: bool = True) -> int:
+    """Append the target's own user turns to ``pset.train`` after the same filters as every
+    source (repeats, validate's prompts and near copies of them); returns how many were kept."""
+    picker = _Picker(validate_prompt_texts() if exclude_validate else set())
+    for p in pset.train + pset.heldout:
+        picker.seen.add(_norm(p.text))
+    for text in texts:
+        picker.take(TrainPrompt(TARGET_ASKS, text))
+    pset.train += picker.kept
+    pset.per_source[TARGET_ASKS] = len(picker.kept)
+    pset.dropped_validate_overlap += picker.dropped_overlap
+    pset.dropped_duplicates += picker.dropped_duplicates
+    return len(picker.kept)
+
+
+def selection_prompts(spec: str, pset: PromptSet, *, seed: int, per_set: int = 64
+                      ) -> dict[str, list[TrainPrompt]]:
+    """Prompts for picking the checkpoint, one set per category, none of them trained on:
+    chat = MT-Bench first turns, code = HumanEval (each only when --prompts does not train on
+    it and its package is installed), math = fresh speckit-mix maths prompts not in the run."""
+    names = {s.strip().lower().partition(":")[0] for s in spec.split(",")}
+    seen = {_norm(p.text) for p in pset.train + pset.heldout}
+    blocked = _Blocklist(validate_prompt_texts())
+    out: dict[str, list[TrainPrompt]] = {}
+    for cat, source, load in (("chat", "mtbench", mtbench_prompts),
+                              ("code", "humaneval", humaneval_prompts)):
+        if source in names:
+            continue
+        try:
+            out[cat] = load()[:per_set]
+        except UsageError:
+            continue  # package not installed: that category is not scored
+    maths, stream = [], template_prompts(seed=seed + 7919, only="math")
+    for _ in range(50 * per_set):
+        p = next(stream)
+        key = _norm(p.text)
+        if key not in seen and not blocked.hit(key):
+            seen.add(key)
+            maths.append(p)
+        if len(maths) == per_set:
+            break
+    out["math"] = maths
+    return out
+
+
+def ask_openers(path: Path = ASK_OPENERS) -> list[tuple[str, float]]:
+    """(opening words of a user turn, weight): the target continues them into a prompt; ""
+    lets it write the whole turn. Openers steer part of the mix to code and maths."""
+    try:
+        sets = json.loads(path.read_text())["openers"]
+        out = [(str(o), float(s["weight"]) / len(s["starts"]))
+               for s in sets.values() for o in s["starts"]]
+    except (OSError, ValueError, KeyError, TypeError, ZeroDivisionError) as e:
+        raise FormatError(f"{path}: cannot read the target-asks openers ({e})") from e
+    return out
+
+
+def _read_sources(spec: str, *, samples: int) -> tuple[list[TrainPrompt], list[str], int]:
+    """(every prompt of the finite sources, in spec order; the generator sources named; how
+    many prompts the target writes: ``target-asks:N``, or half of --samples without N)."""
     names = [s.strip() for s in spec.split(",") if s.strip()]
     if not names:
         raise UsageError("--prompts is empty", hint="e.g. --prompts speckit-mix,humaneval")
     finite: list[TrainPrompt] = []
     generators = []
+    asks = 0
     for name in names:
         low = name.lower()
-        if low in GENERATED_SOURCES:
+        if low == TARGET_ASKS or low.startswith(TARGET_ASKS + ":"):
+            asks = _ask_count(low, samples=samples, alone=len(names) == 1)
+        elif low in GENERATED_SOURCES:
             generators.append(low)
         elif low == "humaneval":
             finite += humaneval_prompts()
@@ -98,7 +168,17 @@ def _read_sources(spec: str) -> tuple[list[TrainPrompt], list[str]]:
             finite += mtbench_prompts()
         else:
             finite += file_prompts(Path(name))
-    return finite, generators
+    return finite, generators, asks
+
+
+def _ask_count(token: str, *, samples: int, alone: bool) -> int:
+    _, _, n = token.partition(":")
+    if not n:
+        return samples if alone else samples // 2
+    if not n.isdigit() or not 0 < int(n) <= samples:
+        raise UsageError(f"--prompts {token!r}: the count must be an integer in [1, --samples "
+                         f"{samples}]", hint="e.g. --prompts target-asks:6000,speckit-mix")
+    return int(n)
 
 
 class _Picker:

@@ -1,0 +1,84 @@
+"""Acceptance of a training head, simulated offline exactly as vLLM's greedy verification runs.
+
+Used at epoch ends to pick the checkpoint (no vLLM needed, so it runs on the training GPU);
+tests/test_train_accept.py checks it against vLLM's own counters on the same prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from speckit.ops.train.model import Eagle3Head
+
+
+@dataclass
+class Acceptance:
+    """Counters like vLLM's: drafts, accepted tokens per draft position."""
+
+    k: int
+    drafts: int = 0
+    accepted_per_pos: list[int] | None = None
+
+    def __post_init__(self):
+        self.accepted_per_pos = self.accepted_per_pos or [0] * self.k
+
+    @property
+    def al(self) -> float:
+        return 1.0 + sum(self.accepted_per_pos) / max(1, self.drafts)
+
+    @property
+    def per_position(self) -> list[float]:
+        return [a / max(1, self.drafts) for a in self.accepted_per_pos]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"al": round(self.al, 4), "per_pos": [round(x, 4) for x in self.per_position],
+                "drafts": self.drafts}
+
+
+def walk_chain(ok: torch.Tensor, *, first: int, last: int, acc: Acceptance) -> None:
+    """Greedy verification along one answer: ``ok[j, a]`` says the draft's step j at anchor a
+    equals the target's token. The first anchor is the position whose next token the target
+    produced itself (the prompt's last); after n accepted tokens the next anchor is a + n + 1
+    (the target's bonus token). Anchors run while the answer has a token to verify."""
+    k = acc.k
+    okl = ok.tolist()
+    a = first
+    while a <= last:
+        n = 0
+        while n < k and a + n <= last and okl[n][a]:
+            n += 1
+        acc.drafts += 1
+        for j in range(n):
+            acc.accepted_per_pos[j] += 1
+        a += n + 1
+
+
+@torch.no_grad()
+def eagle3_acceptance(head: Eagle3Head, batch, *, k: int, draft_to_target: torch.Tensor,
+                      acc: Acceptance | None = None) -> Acceptance:
+    """Simulated vLLM acceptance of ``head`` at ``k`` on a Batch of captured answers.
+
+    Row a of TTT step j proposes the token at a + 2 + j (its input is token a + 1 + j), which
+    vLLM accepts when it equals the target's greedy token target_ids[a + 1 + j].
+    """
+    acc = acc or Acceptance(k)
+    preds = [draft_to_target[logits.argmax(-1)] for _, logits in
+             head.unroll(batch.input_ids, batch.aux, k)]
+    for r in range(batch.input_ids.shape[0]):
+        mask = batch.loss_mask[r]
+        idx = mask.nonzero().flatten()
+        if idx.numel() < 2:
+            continue
+        lab = batch.target_ids[r]
+        t = lab.shape[0]
+        ok = torch.zeros((k, t), dtype=torch.bool, device=lab.device)
+        for j in range(k):
+            ok[j, : t - 1 - j] = preds[j][r, : t - 1 - j] == lab[1 + j:]
+        # loss_mask runs from the prompt's last position (p - 1) to the answer's second to
+        # last; the first draft is made at p (after the target's own first token)
+        first, last = int(idx[0]) + 1, int(idx[-1]) - 1
+        walk_chain(ok, first=first, last=last, acc=acc)
+    return acc
