@@ -287,7 +287,7 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
     pset = load_prompts(prompts, samples=samples, seed=seed, heldout=holdout)
     recipe = {"target": _target_identity(tgt.dir), "prompts": prompts, "samples": samples,
               "heldout": holdout, "max_tokens": max_tokens, "seed": seed, "engine": engine,
-              "aux_layers": tgt.aux, "per_source": pset.per_source}
+              "aux_layers": tgt.aux, "per_source": dict(pset.per_source)}
     if select_prompts:
         recipe["select_prompts"] = select_prompts
     data_dir = work / f"data-{D.recipe_hash(recipe)}"
@@ -304,9 +304,22 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
     if fsdp:
         _wait_for(data_dir / D.MANIFEST)
     manifest = D.DataManifest.load(data_dir)
+    pset.per_source = _sources_kept(data_dir) or pset.per_source
     if manifest.aux_layers != tgt.aux:
         raise UsageError(f"{data_dir}: captured aux layers {manifest.aux_layers} != {tgt.aux}")
     return _Data(pset=pset, recipe=recipe, dir=data_dir, reused=reused, manifest=manifest)
+
+
+def _sources_kept(data_dir: Path) -> dict[str, int]:
+    """Conversations per prompt source as captured (target-asks keeps fewer than it asks)."""
+    path = data_dir / "samples.jsonl"
+    per: dict[str, int] = {}
+    if path.is_file():
+        with open(path) as f:
+            for line in f:
+                src = json.loads(line).get("source", "?")
+                per[src] = per.get(src, 0) + 1
+    return per
 
 
 def _draft_vocab(tgt: _Target, manifest):
