@@ -106,6 +106,9 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               "loss/top-1 per epoch.")
 @click.option("--gen-batch", default=None, type=int,
               help="Prompts per transformers generate() call (default 512 on cuda, 16 on cpu).")
+@click.option("--answers", type=click.Path(dir_okay=False, exists=True),
+              help="Capture the conversations of an earlier run's WORK/data-*/samples.jsonl "
+              "instead of generating answers (other --aux-layers, a second draft).")
 @click.option("--select-prompts", default=0, show_default=True, type=click.IntRange(min=0),
               metavar="N",
               help="Capture N untrained prompts per category (chat: MT-Bench, code: HumanEval, "
@@ -126,7 +129,7 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_steps, epochs, lr,
            batch_tokens, step_decay, seed, device, engine, holdout, eval_every, eval_k, work_dir,
            resume, save_every, fsdp, nproc, grad_accum, data_order_seed, val_fraction, gen_batch,
-           select_prompts, max_minutes, data_only, force, out, json_mode, quiet):
+           answers, select_prompts, max_minutes, data_only, force, out, json_mode, quiet):
     """Train a one-layer EAGLE-3 draft on the target's own greedy answers and export it.
 
     The target answers every prompt with its chat template; its aux hidden states are captured
@@ -149,6 +152,7 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
         step_decay=step_decay, work_dir=work_dir, resume=resume, force=force, fsdp=fsdp,
         save_every=save_every, grad_accum=grad_accum, data_order_seed=data_order_seed,
         val_fraction=val_fraction, gen_batch=gen_batch, select_prompts=select_prompts,
+        answers=answers,
         max_minutes=max_minutes, data_only=data_only, progress=progress_enabled(json_mode or quiet),
         command=command)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job

@@ -79,13 +79,16 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  save_every: int = 0, grad_accum: int = 1, data_order_seed: int | None = None,
                  data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
                  gen_batch: int | None = None, select_prompts: int = 0,
-                 progress: bool = False, log: Callable[[str], None] | None = None,
+                 answers: str | os.PathLike | None = None, progress: bool = False,
+                 log: Callable[[str], None] | None = None,
                  command: str | None = None) -> TrainResult:
     """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
 
     ``eval_every`` > 0 runs vLLM (when installed) on the held-out prompts every that many
     epochs and after the last; 0 only after the last. Pass ``holdout=0`` to skip it.
     ``data_only`` stops after the shards are written (several runs can then share them).
+    ``answers``: an earlier run's samples.jsonl; its conversations are captured instead of
+    generating new ones (other aux layers, another draft on the same data).
     ``select_prompts`` > 0 captures that many untrained prompts per category (chat, code,
     math) and exports the epoch with the best simulated acceptance at ``eval_k`` (the lowest
     category decides), not simply the last.
@@ -112,7 +115,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     engine = _pick_engine(engine, cuda=cuda)
     data = _captured_data(tgt, work, prompts=prompts, samples=samples, holdout=holdout,
                           max_tokens=max_tokens, seed=seed, engine=engine, device=device,
-                          gen_batch=gen_batch, select_prompts=select_prompts, rank=rank,
+                          gen_batch=gen_batch, select_prompts=select_prompts,
+                          answers=Path(answers) if answers else None, rank=rank,
                           fsdp=fsdp, stage=stage, say=say, progress=progress)
     dvocab = _draft_vocab(tgt, data.manifest)
     if data_only:
@@ -279,7 +283,7 @@ def _pick_engine(engine: str, *, cuda: bool) -> str:
 def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, holdout: int,
                    max_tokens: int, seed: int, engine: str, device: str, gen_batch: int | None,
                    select_prompts: int, rank: int, fsdp: bool, stage: dict, say,
-                   progress: bool) -> _Data:
+                   progress: bool, answers: Path | None = None) -> _Data:
     """The run's shards: reused when this recipe was captured before, else made by rank 0."""
     from speckit.ops.train import data as D
     from speckit.ops.train.prompts import load_prompts, selection_prompts
@@ -290,6 +294,14 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
               "aux_layers": tgt.aux, "per_source": dict(pset.per_source)}
     if select_prompts:
         recipe["select_prompts"] = select_prompts
+    if answers is not None:
+        if not answers.is_file():
+            raise UsageError(f"--answers {answers}: no such file",
+                             hint="pass WORK/data-*/samples.jsonl of an earlier run")
+        from speckit.io.hub.hashing import sha256_file
+
+        recipe = {"target": recipe["target"], "answers": sha256_file(answers),
+                  "aux_layers": tgt.aux, "select_prompts": select_prompts, "seed": seed}
     data_dir = work / f"data-{D.recipe_hash(recipe)}"
     reused = (data_dir / D.MANIFEST).exists()
     if rank == 0 and not reused:
@@ -298,7 +310,7 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
         _prepare_data(tgt.dir, pset, recipe, data_dir, device=device, engine=engine,
                       max_tokens=max_tokens, seed=seed, aux=tgt.aux,
                       cuda=device.startswith("cuda"), gen_batch_size=gen_batch, stage=stage,
-                      say=say, progress=progress, selection=sel)
+                      say=say, progress=progress, selection=sel, answers=answers)
     elif reused and rank == 0:
         say(f"reusing captured data in {data_dir}")
     if fsdp:
@@ -408,11 +420,9 @@ def _export(weights, hcfg, dvocab, tgt: _Target, *, out: Path, ttt_steps: int, v
 def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, device: str,
                   engine: str, max_tokens: int, seed: int, aux: list[int], cuda: bool,
                   gen_batch_size: int | None, stage: dict, say, progress: bool,
-                  selection: dict | None = None) -> None:
-    """Generate the target's answers, then capture its hidden states into shards."""
+                  selection: dict | None = None, answers: Path | None = None) -> None:
+    """Generate the target's answers (or read ``answers``), then capture its hidden states."""
     import shutil
-
-    import torch
 
     from speckit.ops.train import data as D
 
@@ -420,39 +430,15 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     tok = D.load_tokenizer(target_dir)
-    model = None
-    if pset.asks:
+    if answers is not None:
         model = D.load_target(target_dir, device=device)
-        _ask_target(model, tok, pset, seed=seed, batch=gen_batch_size or (512 if cuda else 16),
-                    stage=stage, say=say, progress=progress)
-    prompt_ids = [D.chat_prompt_ids(tok, p.messages()) for p in pset.train]
-    t = time.monotonic()
-    say(f"generating {len(prompt_ids)} answers with {engine} (greedy, <= {max_tokens} tokens)")
-    if engine == "vllm":
-        # the vLLM child holds its own copy of the target; ours is loaded after it exits
-        del model
-        answers = D.generate_vllm(target_dir, prompt_ids, max_tokens=max_tokens, seed=seed,
-                                  workdir=tmp / "logs")
-        model = D.load_target(target_dir, device=device)
+        samples = _read_answers(answers, tmp / "samples.jsonl", say=say)
     else:
-        model = model or D.load_target(target_dir, device=device)
-        torch.manual_seed(seed)
-        bar = _counter("generate", len(prompt_ids), enabled=progress)
-        answers = D.generate_transformers(model, tok, prompt_ids, max_tokens=max_tokens,
-                                          batch_size=gen_batch_size or (512 if cuda else 16),
-                                          progress=bar.advance)
-        bar.close()
-    stage["generate"] = round(time.monotonic() - t, 1)
-    samples = [D.Sample(p, a, src.source)
-               for p, a, src in zip(prompt_ids, answers, pset.train, strict=True)]
-    with open(tmp / "samples.jsonl", "w") as f:
-        f.writelines(json.dumps({"source": s.source, "prompt_ids": s.prompt_ids,
-                                 "response_ids": s.response_ids}) + "\n" for s in samples)
-    n_tok = sum(len(s.response_ids) for s in samples)
-    cut = sum(len(s.response_ids) >= max_tokens for s in samples)
-    say(f"{len(samples)} answers, {n_tok} tokens ({n_tok / max(1, len(samples)):.0f} per answer,"
-        f" {cut} cut at --max-tokens) in {stage['generate']:.0f} s; capturing aux hidden states "
-        f"{aux}")
+        model, samples = _answer_prompts(target_dir, tok, pset, tmp, device=device,
+                                         engine=engine, max_tokens=max_tokens, seed=seed,
+                                         batch=gen_batch_size or (512 if cuda else 16),
+                                         stage=stage, say=say, progress=progress)
+    say(f"capturing aux hidden states {aux} of {len(samples)} conversations")
     t = time.monotonic()
     bar = _counter("capture", len(samples), enabled=progress)
     D.capture_hidden_states(model, samples, aux_layers=aux, out_dir=tmp,
@@ -468,6 +454,73 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
     if data_dir.exists():
         shutil.rmtree(data_dir)
     os.replace(tmp, data_dir)
+
+
+def _read_answers(path: Path, copy_to: Path, *, say) -> list:
+    """Conversations of an earlier run's samples.jsonl (its prompts and on-policy answers)."""
+    import shutil
+
+    from speckit.errors import FormatError
+    from speckit.ops.train import data as D
+
+    samples = []
+    with open(path) as f:
+        for i, line in enumerate(f, 1):
+            try:
+                rec = json.loads(line)
+                samples.append(D.Sample([int(t) for t in rec["prompt_ids"]],
+                                        [int(t) for t in rec["response_ids"]],
+                                        str(rec.get("source", path.name))))
+            except (ValueError, KeyError, TypeError) as e:
+                raise FormatError(f"{path}:{i}: not a samples.jsonl record ({e})",
+                                  hint="--answers takes WORK/data-*/samples.jsonl of a run") from e
+    if not samples:
+        raise FormatError(f"{path}: no conversations", hint="--answers needs a samples.jsonl")
+    shutil.copyfile(path, copy_to)
+    say(f"answers from {path}: {len(samples)} conversations (no generation)")
+    return samples
+
+
+def _answer_prompts(target_dir: Path, tok, pset, tmp: Path, *, device: str, engine: str,
+                    max_tokens: int, seed: int, batch: int, stage: dict, say, progress: bool):
+    """(the loaded target, its on-policy samples): the target's own prompts first when asked,
+    then its greedy answers to every prompt (also written to tmp/samples.jsonl)."""
+    import torch
+
+    from speckit.ops.train import data as D
+
+    model = None
+    if pset.asks:
+        model = D.load_target(target_dir, device=device)
+        _ask_target(model, tok, pset, seed=seed, batch=batch, stage=stage, say=say,
+                    progress=progress)
+    prompt_ids = [D.chat_prompt_ids(tok, p.messages()) for p in pset.train]
+    t = time.monotonic()
+    say(f"generating {len(prompt_ids)} answers with {engine} (greedy, <= {max_tokens} tokens)")
+    if engine == "vllm":
+        # the vLLM child holds its own copy of the target; ours is loaded after it exits
+        del model
+        answers = D.generate_vllm(target_dir, prompt_ids, max_tokens=max_tokens, seed=seed,
+                                  workdir=tmp / "logs")
+        model = D.load_target(target_dir, device=device)
+    else:
+        model = model or D.load_target(target_dir, device=device)
+        torch.manual_seed(seed)
+        bar = _counter("generate", len(prompt_ids), enabled=progress)
+        answers = D.generate_transformers(model, tok, prompt_ids, max_tokens=max_tokens,
+                                          batch_size=batch, progress=bar.advance)
+        bar.close()
+    stage["generate"] = round(time.monotonic() - t, 1)
+    samples = [D.Sample(p, a, src.source)
+               for p, a, src in zip(prompt_ids, answers, pset.train, strict=True)]
+    with open(tmp / "samples.jsonl", "w") as f:
+        f.writelines(json.dumps({"source": s.source, "prompt_ids": s.prompt_ids,
+                                 "response_ids": s.response_ids}) + "\n" for s in samples)
+    n_tok = sum(len(s.response_ids) for s in samples)
+    cut = sum(len(s.response_ids) >= max_tokens for s in samples)
+    say(f"{len(samples)} answers, {n_tok} tokens ({n_tok / max(1, len(samples)):.0f} per answer,"
+        f" {cut} cut at --max-tokens) in {stage['generate']:.0f} s")
+    return model, samples
 
 
 def _ask_target(model, tok, pset, *, seed: int, batch: int, stage: dict, say,
