@@ -84,16 +84,9 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  command: str | None = None) -> TrainResult:
     """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
 
-    ``eval_every`` > 0 runs vLLM (when installed) on the held-out prompts every that many
-    epochs and after the last; 0 only after the last. Pass ``holdout=0`` to skip it.
-    ``data_only`` stops after the shards are written (several runs can then share them).
-    ``answers``: an earlier run's samples.jsonl; its conversations are captured instead of
-    generating new ones (other aux layers, another draft on the same data).
-    ``select_prompts`` > 0 captures that many untrained prompts per category (chat, code,
-    math) and exports the epoch with the best simulated acceptance at ``eval_k`` (the lowest
-    category decides), not simply the last.
-    Under torchrun ``fsdp`` is implied: N ranks x ``grad_accum`` batches a step train like one
-    process with N x ``grad_accum``. ``data_order_seed`` reorders batches only (default seed).
+    Flags as in docs/train.md: ``eval_every`` (vLLM on the held-out prompts), ``data_only``,
+    ``answers`` (an earlier samples.jsonl), ``select_prompts`` (export the epoch with the best
+    simulated acceptance), ``fsdp`` (implied under torchrun), ``data_order_seed``.
     """
     import torch
 
@@ -133,18 +126,17 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                      max_train_s=max_minutes * 60.0, grad_accum=grad_accum,
                      order_seed=data_order_seed)
     verifier = verifier_name(target, tgt.cfg)
-    accept = _acceptance_hook(tgt, hcfg, dvocab, data, verifier=verifier, work=work,
-                              eval_every=eval_every, k=eval_k, max_tokens=eval_max_tokens,
-                              seed=seed, stage=stage)
     picker = _Selector(data.dir, head, k=eval_k, dvocab=dvocab, device=device, stage=stage,
-                       say=say, then=accept, enabled=not fsdp)
+                       say=say, enabled=not fsdp, then=_acceptance_hook(
+                           tgt, hcfg, dvocab, data, verifier=verifier, work=work,
+                           eval_every=eval_every, k=eval_k, max_tokens=eval_max_tokens,
+                           seed=seed, stage=stage))
     t = time.monotonic()
     result = train_loop(head, dataset, cfg=cfg, work_dir=work, device=device,
                         target_to_draft=dvocab.target_to_draft(),
                         draft_to_target=dvocab.draft_to_target(), resume=resume, fsdp=fsdp,
                         progress=progress, on_epoch_end=picker, log=say)
-    stage["train"] = round(time.monotonic() - t - stage.get("acceptance", 0.0)
-                           - stage.get("select", 0.0), 1)
+    stage["train"] = round(time.monotonic() - t - sum(stage.get(n, 0.0) for n in _EVALS), 1)
     weights = picker.best_weights or full_model_state(head, fsdp=fsdp)
     res = _result(out, work, tgt, data, dvocab, t_start=t_start, stage=stage, loop=result,
                   params=n_params)
@@ -160,6 +152,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
 
 
 # ---- steps of train_eagle3 -------------------------------------------------------------------
+
+_EVALS = ("acceptance", "select")  # epoch-end evaluation stages, not training time
 
 @dataclass(frozen=True)
 class _Target:
