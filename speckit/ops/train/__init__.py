@@ -84,9 +84,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  command: str | None = None) -> TrainResult:
     """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
 
-    Flags as in docs/train.md: ``eval_every`` (vLLM on the held-out prompts), ``data_only``,
-    ``answers`` (an earlier samples.jsonl), ``select_prompts`` (export the epoch with the best
-    simulated acceptance), ``fsdp`` (implied under torchrun), ``data_order_seed``.
+    Flags as in docs/train.md (``answers``: an earlier samples.jsonl; ``select_prompts``: export
+    the epoch with the best simulated acceptance; ``fsdp``: implied under torchrun).
     """
     import torch
 
