@@ -209,8 +209,9 @@ def pick_mask_token(target_dir: Path, manifest) -> int:
     vocab = int(counts.numel())
     try:
         tok = load_tokenizer(target_dir)
-        special = sorted({int(i) for i in tok.all_special_ids} | set(
-            int(i) for i in getattr(tok, "added_tokens_decoder", {}) or {}), reverse=True)
+        added = getattr(tok, "added_tokens_decoder", None) or {}
+        special = sorted({int(i) for i in tok.all_special_ids} | {int(i) for i in added},
+                         reverse=True)
     except FormatError:
         special = []
     for i in special:

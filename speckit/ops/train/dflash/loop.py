@@ -184,7 +184,7 @@ def _epoch(draft, data, plan, opt, params, weights, *, cfg, st, total, device, e
         opt.step()
         st["step"] += 1
         if st["step"] % cfg.log_every == 0:
-            say(f"step {st['step']}/{total} epoch {epoch + 1}: loss {float(loss):.3f}")
+            say(f"step {st['step']}/{total} epoch {epoch + 1}: loss {float(loss.detach()):.3f}")
         if budget_s and time.monotonic() - t0 > budget_s:
             say(f"--max-minutes reached after step {st['step']}: evaluating and exporting")
             return stats, True
