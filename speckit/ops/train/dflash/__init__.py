@@ -230,12 +230,12 @@ def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
 
     from speckit.ops.train.dflash.model import DFlashDraft, config_from_target
 
-    embed, head, norm = target_tensors(tdir)
+    embed, head, _ = target_tensors(tdir)
     dcfg = config_from_target(tcfg, num_layers=layers, num_aux=len(manifest.aux_layers),
                               block_size=block_size, mask_token_id=mask_token_id)
     torch.manual_seed(seed)
     draft = DFlashDraft(dcfg, embed, head)
-    draft.init_weights(seed=seed, final_norm=norm)
+    draft.init_weights(seed=seed)
     return draft, dcfg
 
 
