@@ -252,7 +252,10 @@ def test_cli_dflash_json_and_errors(trained, tiny_target, tmp_path):
 @pytest.mark.vllm
 def test_simulator_matches_vllm_spec_decoding(trained, tiny_target, tmp_path):
     """vLLM CPU greedy DFlash on 12 prompts vs the simulator on vLLM's own answers (hidden states
-    captured with transformers): same drafts, AL and per-position acceptance within 0.02."""
+    captured with transformers): drafts within 2%, AL and per-position acceptance within 0.02.
+
+    What is left is the target's hidden-state numerics (vLLM vs transformers), which flip a
+    draft's argmax at a few near-tie anchors; the accept rule itself matched exactly."""
     pytest.importorskip("vllm")
     from speckit.io.engine import EngineJob, run_engine
     from speckit.ops.train import data as D
@@ -270,11 +273,16 @@ def test_simulator_matches_vllm_spec_decoding(trained, tiny_target, tmp_path):
     run = run_engine(job, workdir=tmp_path / "logs")
     c = run.counters
     assert c.num_drafts > 0 and not c.problems(BLOCK - 1)
-    model = D.load_target(tiny_target, device="cpu")
+    # fp32 capture: vLLM's bf16 CPU kernels land nearer it than transformers' bf16 path does
+    # (2 of 3 requests that differ by a draft with a bf16 capture match with an fp32 one)
+    model = D.load_target(tiny_target, device="cpu", dtype="float32")
     samples = [D.Sample(p, a, "x") for p, a in zip(ids, run.token_ids, strict=True)]
     draft = load_exported(trained.out, tiny_target)
     acc = simulate_answers(draft, model, samples, aux_layers=AUX, work=tmp_path / "sim",
                            device="cpu")
+    print(f"vLLM: drafts {c.num_drafts} AL {c.acceptance_length:.4f} per-pos "
+          f"{[round(x, 4) for x in c.per_position]}; simulator: drafts {acc.drafts} AL "
+          f"{acc.acceptance_length:.4f} per-pos {[round(x, 4) for x in acc.per_position()]}")
     assert acc.accepted > 0  # a trained draft: the comparison is not 0 == 0
     assert abs(acc.drafts - c.num_drafts) <= 0.02 * c.num_drafts
     assert acc.acceptance_length == pytest.approx(c.acceptance_length, abs=0.02)
