@@ -26,7 +26,7 @@ SYNONYMS = {"--output": "--out", "--output-dir": "--out", "--out-dir": "--out",
             "--as-json": "--json"}
 LEGACY = {"--local-dir"}  # old spellings kept as aliases (not required of other commands)
 # commands that write files or directories the user names
-WRITERS = {"convert", "quantize", "validate", "demo", "fetch", "train eagle3"}
+WRITERS = {"convert", "quantize", "validate", "demo", "fetch", "train eagle3", "train dflash"}
 
 
 def _leaves(group: click.Group, prefix: str = "") -> dict[str, click.Command]:

@@ -1,4 +1,4 @@
-"""`speckit train`: train drafts; `train eagle3` is a thin shell over ops.train.train_eagle3.
+"""`speckit train`: train drafts; `train eagle3` and `train dflash` are thin shells over ops.train.
 
 --json prints the TrainResult; otherwise a progress bar on a TTY and a short summary. --nproc N
 re-launches the command as N torchrun ranks (ops.train.launch).
@@ -175,5 +175,87 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
                f"[{loss}] top-1/step [{acc}]")
     if result.acceptance_length is not None:
         click.echo(f"vLLM acceptance on held-out prompts: AL {result.acceptance_length:.3f}")
+    click.echo(f"wall: {result.wall_s:.0f} s {result.stage_s}")
+    click.echo(f"next: speckit validate --target {target} --draft {result.out}")
+
+
+@train.command("dflash")
+@click.option("-t", "--target", required=True, metavar="DIR|ID",
+              help="Target: a Hugging Face checkpoint directory or a built-in target id "
+              "(smollm2-135m-instruct).")
+@click.option("--data-dir", type=click.Path(file_okay=False, exists=True),
+              help="Shards captured before (a data-* folder of `train eagle3 --data-only`); "
+              "default: run or reuse eagle3's data stage in --work-dir.")
+@click.option("--prompts", default="speckit-mix", show_default=True, metavar="SOURCES",
+              help="Prompt sources of the data stage (as train eagle3).")
+@click.option("--samples", default=2000, show_default=True, type=int,
+              help="Number of training conversations (data stage).")
+@click.option("--max-tokens", default=512, show_default=True, type=int,
+              help="Longest on-policy answer, in tokens (data stage).")
+@click.option("--aux-layers", default=None, metavar="A,B,C",
+              help="Target aux layer ids (vLLM convention, as train eagle3); default: eagle3's "
+              "default, or the ids the --data-dir shards hold.")
+@click.option("--layers", default=3, show_default=True, type=int, help="Draft decoder layers.")
+@click.option("--block-size", default=8, show_default=True, type=int,
+              help="Block length B: anchor + B-1 mask slots (num_speculative_tokens = B-1).")
+@click.option("--mask-token-id", default=None, type=int,
+              help="Token fed to the mask slots (frozen target embedding); default: an unused "
+              "special token.")
+@click.option("--epochs", default=3, show_default=True, type=int)
+@click.option("--lr", default=6e-4, show_default=True, type=float, help="Peak learning rate.")
+@click.option("--batch-tokens", default=None, type=int,
+              help="Padded tokens per batch (default 16384 on cuda, 2048 on cpu).")
+@click.option("--blocks-per-seq", default=0, show_default=True, type=int,
+              help="Random blocks per sequence per step (0: 2 x answer tokens / block size).")
+@click.option("--pos-gamma", default=4.0, show_default=True, type=float,
+              help="Loss weight of mask slot i is exp(-(i-1)/gamma).")
+@click.option("--val-fraction", default=0.02, show_default=True, type=float,
+              help="Share of captured conversations held out for the acceptance simulator.")
+@click.option("--seed", default=0, show_default=True, type=int)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
+              help="Default: cuda when available.")
+@click.option("--engine", type=click.Choice(["auto", "vllm", "transformers"]), default="auto",
+              show_default=True, help="Who generates the answers in the data stage.")
+@click.option("--work-dir", type=click.Path(file_okay=False),
+              help="Data shards and checkpoints (default: OUT.work beside OUT).")
+@click.option("--resume", is_flag=True, help="Continue from the last epoch checkpoint.")
+@click.option("--max-minutes", default=0.0, type=float, show_default=True,
+              help="Stop training at the first step past this, then evaluate and export.")
+@click.option("--force", is_flag=True, help="Replace OUT and start over.")
+@click.option("-o", "--out", required=True, type=click.Path(file_okay=False),
+              help="Output draft directory (speculators dflash layout).")
+@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
+@handle_errors
+def dflash(target, data_dir, prompts, samples, max_tokens, aux_layers, layers, block_size,
+           mask_token_id, epochs, lr, batch_tokens, blocks_per_seq, pos_gamma, val_fraction, seed,
+           device, engine, work_dir, resume, max_minutes, force, out, json_mode, quiet):
+    """Train a DFlash (block-parallel) draft on the target's own greedy answers and export it.
+
+    Trains on eagle3's hidden-state shards; each epoch ends with an offline acceptance
+    simulation (vLLM's greedy rule) on held-out conversations and the best epoch is exported.
+    """
+    from speckit.ops.train.dflash import train_dflash
+
+    command = "speckit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    result = train_dflash(
+        target=target, out=out, data_dir=data_dir, prompts=prompts, samples=samples,
+        max_tokens=max_tokens, aux_layers=_int_list(aux_layers), layers=layers,
+        block_size=block_size, mask_token_id=mask_token_id, epochs=epochs, lr=lr,
+        batch_tokens=batch_tokens, blocks_per_seq=blocks_per_seq, pos_gamma=pos_gamma,
+        val_fraction=val_fraction, seed=seed, device=device, engine=engine, work_dir=work_dir,
+        resume=resume, force=force, max_minutes=max_minutes,
+        progress=progress_enabled(json_mode or quiet),
+        log=(lambda m: None) if (json_mode or quiet) else None, command=command)
+    if json_mode:
+        print_json(result)
+        return
+    click.echo(f"draft: {result.out} (epoch {result.best_epoch} of {result.epochs})")
+    click.echo(f"data: {result.samples} conversations, {result.tokens} tokens in "
+               f"{result.data_dir}; {result.held_out} held out")
+    if result.acceptance_length is not None:
+        pos = " ".join(f"{x:.3f}" for x in result.acceptance_per_pos)
+        click.echo(f"simulated acceptance (k={result.block_size - 1}): AL "
+                   f"{result.acceptance_length:.3f}, per position [{pos}]")
     click.echo(f"wall: {result.wall_s:.0f} s {result.stage_s}")
     click.echo(f"next: speckit validate --target {target} --draft {result.out}")

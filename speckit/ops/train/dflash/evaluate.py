@@ -1,0 +1,152 @@
+"""Offline DFlash acceptance: draft every block of held-out answers, walk them as vLLM verifies.
+
+Greedy rule: accept the longest prefix of the B-1 drafts equal to the target's tokens; the next
+anchor is the first rejected position (the bonus token). AL = 1 + accepted / drafts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from speckit.errors import FormatError
+from speckit.ops.train.data import Batch, ShardDataset
+from speckit.ops.train.dflash.model import DFlashDraft
+
+LOGIT_BUDGET = 1 << 27  # logits elements per forward: anchors are drafted in chunks under it
+
+
+@dataclass
+class Acceptance:
+    """Counters like vLLM's spec-decode metrics, summed over sequences."""
+
+    k: int
+    drafts: int = 0
+    accepted: int = 0
+    per_pos: list[int] = field(default_factory=list)
+    sequences: int = 0
+
+    def __post_init__(self):
+        if not self.per_pos:
+            self.per_pos = [0] * self.k
+
+    @property
+    def acceptance_length(self) -> float:
+        return 1.0 + self.accepted / self.drafts if self.drafts else float("nan")
+
+    def per_position(self) -> list[float]:
+        return [c / self.drafts if self.drafts else float("nan") for c in self.per_pos]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"acceptance_length": round(self.acceptance_length, 4), "acceptance_k": self.k,
+                "acceptance_per_pos": [round(x, 4) for x in self.per_position()],
+                "acceptance_drafts": self.drafts, "acceptance_sequences": self.sequences}
+
+
+def anchor_candidates(loss_mask: torch.Tensor) -> torch.Tensor:
+    """bool [B, T]: positions p whose token is an answer token that still has a successor to
+    draft, i.e. loss_mask[p - 1] and loss_mask[p] (loss_mask marks t when t+1 is an answer)."""
+    ok = torch.zeros_like(loss_mask)
+    ok[:, 1:] = loss_mask[:, 1:] & loss_mask[:, :-1]
+    return ok
+
+
+@torch.no_grad()
+def draft_all(draft: DFlashDraft, batch: Batch, *, device: str) -> torch.Tensor:
+    """int64 [B, T, B-1]: the greedy drafts of the block anchored at every position."""
+    bsz, t = batch.input_ids.shape
+    k = draft.cfg.block_size - 1
+    ids, aux = batch.input_ids.to(device), batch.aux.to(device)
+    out = torch.zeros((bsz, t, k), dtype=torch.int64)
+    chunk = max(1, LOGIT_BUDGET // max(1, bsz * k * draft.cfg.vocab_size))
+    cuda = device.startswith("cuda")
+    for start in range(0, t, chunk):
+        anchors = torch.arange(start, min(t, start + chunk), device=device).expand(bsz, -1)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+            logits = draft(ids, aux, anchors)
+        out[:, start:start + anchors.shape[1]] = logits.argmax(-1).cpu()
+    return out
+
+
+def walk(drafts: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor,
+         acc: Acceptance) -> None:
+    """Verify one sequence's drafts ([T, k]) greedily against its answer, as vLLM would."""
+    where = torch.nonzero(loss_mask).flatten()
+    if where.numel() < 2:
+        return
+    first, last = int(where[0]), int(where[-1])  # answer tokens are first+1 .. last+1
+    ids = input_ids.tolist()
+    rows = drafts.tolist()
+    p = first + 1  # the first answer token: vLLM's first draft follows the prefill
+    while p <= last:
+        room = min(acc.k, last + 1 - p)  # tokens after the anchor still in the answer
+        n = 0
+        while n < room and rows[p][n] == ids[p + 1 + n]:
+            n += 1
+        acc.drafts += 1
+        acc.accepted += n
+        for j in range(n):
+            acc.per_pos[j] += 1
+        p += n + 1
+    acc.sequences += 1
+
+
+def simulate(draft: DFlashDraft, data: ShardDataset, *, device: str, seed: int = 0,
+             split: str = "val") -> Acceptance:
+    """Acceptance of ``draft`` on the ``split`` conversations of ``data`` (k = block - 1)."""
+    acc = Acceptance(k=draft.cfg.block_size - 1)
+    was_training = draft.training
+    draft.eval()
+    for shard, seqs in data.plan(0, seed, split=split):
+        batch = data.load(shard, seqs)
+        drafts = draft_all(draft, batch, device=device)
+        for r in range(len(seqs)):
+            walk(drafts[r], batch.input_ids[r], batch.loss_mask[r], acc)
+    draft.train(was_training)
+    return acc
+
+
+def load_exported(draft_dir: Path, target_dir: Path) -> DFlashDraft:
+    """An exported speculators `dflash` draft as a DFlashDraft (target embedding and lm_head)."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from speckit.ops.train.dflash import target_tensors
+    from speckit.ops.train.dflash.model import DFlashConfig
+
+    cfg = json.loads((Path(draft_dir) / "config.json").read_text())
+    layer = cfg["transformer_layer_config"]
+    dcfg = DFlashConfig(
+        hidden_size=layer["hidden_size"], num_layers=layer["num_hidden_layers"],
+        num_attention_heads=layer["num_attention_heads"],
+        num_key_value_heads=layer["num_key_value_heads"], head_dim=layer["head_dim"],
+        intermediate_size=layer["intermediate_size"], rms_norm_eps=layer["rms_norm_eps"],
+        rope_theta=layer["rope_parameters"]["rope_theta"],
+        max_position_embeddings=layer["max_position_embeddings"],
+        vocab_size=layer["vocab_size"], target_hidden_size=cfg["target_hidden_size"],
+        num_aux=len(cfg["aux_hidden_state_layer_ids"]), block_size=cfg["block_size"],
+        mask_token_id=cfg["mask_token_id"], causal=not cfg.get("sliding_window_non_causal", True))
+    embed, head, _ = target_tensors(Path(target_dir))
+    draft = DFlashDraft(dcfg, embed, head)
+    weights = load_file(str(Path(draft_dir) / "model.safetensors"))
+    missing = set(draft.trainable()) - set(weights)
+    if missing:
+        raise FormatError(f"{draft_dir}: tensors {sorted(missing)[:4]} missing",
+                          hint="export the draft with speckit train dflash")
+    draft.load_state_dict(weights, strict=False)
+    return draft.eval()
+
+
+def simulate_answers(draft: DFlashDraft, model, samples: list, *, aux_layers: list[int],
+                     work: Path, device: str) -> Acceptance:
+    """Capture the target's hidden states on ``samples`` (prompt + answer) and simulate."""
+    from speckit.ops.train.data import capture_hidden_states
+
+    manifest = capture_hidden_states(model, samples, aux_layers=aux_layers, out_dir=Path(work),
+                                     batch_tokens=4096, shard_tokens=1 << 20, recipe={})
+    data = ShardDataset(manifest, batch_tokens=4096, val_fraction=1.0)
+    return simulate(draft.to(device), data, device=device)
