@@ -145,7 +145,7 @@ def test_builtin_has_the_eleven_drafts_with_required_fields(builtin):
     drafts = [e for e in builtin.filter(kind="draft") if e.repo]  # Hub drafts
     assert len(drafts) == 11
     bundled = [e for e in builtin.filter(kind="draft") if e.bundled]
-    assert [e.id for e in bundled] == ["smollm2-135m-eagle3"]
+    assert [e.id for e in bundled] == ["smollm2-135m-eagle3", "smollm2-135m-dflash"]
     by_repo = {e.repo: e for e in drafts}
     assert set(by_repo) == set(ISSUE_DRAFTS)
     ids = [e.id for e in drafts]
@@ -372,7 +372,7 @@ def test_layering_order_builtin_config_env_cli(tmp_path):
     e = reg.get(ident)
     assert (e.provider, e.origin, e.overrides) == ("from-cli", str(cli), str(env2))
     assert reg.get("only-env1").origin == str(env1)
-    assert len(reg.filter()) == 13  # 11 Hub drafts + the bundled one + one new id
+    assert len(reg.filter()) == 14  # 11 Hub drafts + the two bundled ones + one new id
 
     assert load_registry(env=env).get(ident).provider == "from-env2"
     env["SPECKIT_REGISTRY"] = str(env1)
@@ -424,7 +424,7 @@ def test_filter(builtin):
     assert {e.id for e in builtin.filter(method="dspark")} == {
         "gemma-4-31b-it-dspark", "kimi-k3-dspark"}
     assert len(builtin.filter(target="qwen/qwen3-8b")) == 3
-    assert len(builtin.filter(kind=None)) == 13
+    assert len(builtin.filter(kind=None)) == 14  # 11 Hub drafts, 2 bundled drafts, 1 target
     with pytest.raises(UsageError, match="did you mean dflash"):
         builtin.filter(method="dflsh")
 
@@ -519,7 +519,8 @@ def test_cli_list_json_has_all_drafts_with_figures():
     data = json.loads(r.output)
     hub = [e for e in data["entries"] if e["repo"]]
     assert len(hub) == 11
-    assert {e["id"] for e in data["entries"] if not e["repo"]} == {"smollm2-135m-eagle3"}
+    assert {e["id"] for e in data["entries"] if not e["repo"]} == {"smollm2-135m-eagle3",
+                                                                 "smollm2-135m-dflash"}
     by_repo = {e["repo"]: e for e in hub}
     assert set(by_repo) == set(ISSUE_DRAFTS)
     dflash = by_repo["z-lab/gemma-4-26B-A4B-it-DFlash"]["published"]

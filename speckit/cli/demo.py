@@ -31,8 +31,9 @@ def _parse_ks(value: str) -> list[int]:
 @click.option("--dataset", default="mixed", show_default=True)
 @click.option("--gpu", default="mi300x", show_default=True,
               help="GPU to plan the deployment for (speckit plan --gpu).")
-@click.option("-d", "--draft", type=click.Path(exists=True, file_okay=False),
-              help="Use this draft instead of the bundled one.")
+@click.option("-d", "--draft", metavar="DIR|ID",
+              help="Use this draft (a directory, or a bundled draft's id such as "
+              "smollm2-135m-dflash) instead of the bundled EAGLE-3 one.")
 @click.option("--json", "json_mode", is_flag=True, help="Print every stage's result as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors

@@ -47,6 +47,22 @@ def bundled_draft(name: str = DEFAULT_DRAFT) -> Path:
     return path
 
 
+def _draft_path(draft: str | Path | None) -> Path:
+    """--draft as a directory, else a bundled draft's id (speckit/data/drafts/ID)."""
+    if not draft:
+        return bundled_draft()
+    path = Path(draft).expanduser()
+    if path.is_dir():
+        return path.resolve()
+    name = str(draft)
+    if "/" not in name and (PACKAGE_DIR / "data" / "drafts" / name / "config.json").exists():
+        return bundled_draft(name)
+    raise UsageError(f"--draft {name}: no such directory or bundled draft",
+                     hint="bundled drafts: " + ", ".join(sorted(
+                         p.name for p in (PACKAGE_DIR / "data" / "drafts").iterdir()
+                         if (p / "config.json").exists())))
+
+
 def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 3),
              num_prompts: int = 8, max_tokens: int = 48, dataset: str = "mixed",
              gpu: str = DEFAULT_GPU, draft: str | Path | None = None,
@@ -69,7 +85,7 @@ def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 
     from speckit.ops.validate import validate
 
     t0 = time.monotonic()
-    draft_path = Path(draft).expanduser().resolve() if draft else bundled_draft()
+    draft_path = _draft_path(draft)
     # OUT is a directory the demo writes into (reused across runs), never one of its inputs
     out = check_output(out, {"--draft": draft_path, "target": targets.target_dir(DEFAULT_TARGET),
                              "--dataset": Path(dataset)}, force=True, reuse=True)
