@@ -48,17 +48,7 @@ def draft_config(cfg: HeadConfig, *, aux_layers: list[int], ttt_steps: int,
         if target_cfg.get(key) is not None:
             layer[key] = target_cfg[key]
     return {
-        "architectures": [eagle3.SPEC.speculators_architecture],
-        "speculators_model_type": "eagle3",
-        "speculators_version": SPECULATORS_VERSION,
-        "speculators_config": {
-            "algorithm": "eagle3",
-            "default_proposal_method": "greedy",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": ttt_steps,
-                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-            "verifier": {"name_or_path": verifier,
-                         "architectures": list(target_cfg.get("architectures") or [])},
-        },
+        **speculators_header(eagle3.SPEC, k=ttt_steps, verifier=verifier, target_cfg=target_cfg),
         "transformer_layer_config": layer,
         "draft_vocab_size": cfg.draft_vocab_size,
         "target_hidden_size": cfg.target_hidden_size,
@@ -71,6 +61,25 @@ def draft_config(cfg: HeadConfig, *, aux_layers: list[int], ttt_steps: int,
         "norm_output": False,
         "dtype": "bfloat16",
         "tie_word_embeddings": False,
+    }
+
+
+def speculators_header(spec, *, k: int, verifier: str, target_cfg: dict[str, Any]
+                       ) -> dict[str, Any]:
+    """The speculators envelope of a trained draft: architecture, type, greedy proposal of k
+    tokens and the verifier it was trained against (docs/formats.md#speculators-envelope)."""
+    return {
+        "architectures": [spec.speculators_architecture],
+        "speculators_model_type": spec.speculators_type,
+        "speculators_version": SPECULATORS_VERSION,
+        "speculators_config": {
+            "algorithm": spec.speculators_type,
+            "default_proposal_method": "greedy",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k,
+                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
+            "verifier": {"name_or_path": verifier,
+                         "architectures": list(target_cfg.get("architectures") or [])},
+        },
     }
 
 

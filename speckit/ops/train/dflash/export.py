@@ -13,7 +13,7 @@ from speckit.core.methods import dflash
 from speckit.io.checkpoint import CheckpointWriter, write_json
 from speckit.io.output import atomic_output_dir, write_provenance
 from speckit.ops.train.dflash.model import DFlashConfig
-from speckit.ops.train.export import SPECULATORS_VERSION
+from speckit.ops.train.export import speculators_header
 
 PROVENANCE = "speckit-train.json"
 
@@ -42,17 +42,7 @@ def draft_config(cfg: DFlashConfig, *, aux_layers: list[int], target_cfg: dict[s
     }
     k = cfg.block_size - 1
     return {
-        "architectures": [dflash.SPEC.speculators_architecture],
-        "speculators_model_type": dflash.SPEC.speculators_type,
-        "speculators_version": SPECULATORS_VERSION,
-        "speculators_config": {
-            "algorithm": dflash.SPEC.speculators_type,
-            "default_proposal_method": "greedy",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k,
-                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-            "verifier": {"name_or_path": verifier,
-                         "architectures": list(target_cfg.get("architectures") or [])},
-        },
+        **speculators_header(dflash.SPEC, k=k, verifier=verifier, target_cfg=target_cfg),
         "transformer_layer_config": layer,
         "draft_vocab_size": cfg.vocab_size,
         "target_hidden_size": cfg.target_hidden_size,
