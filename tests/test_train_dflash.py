@@ -288,3 +288,19 @@ def test_simulator_matches_vllm_spec_decoding(trained, tiny_target, tmp_path):
     assert acc.acceptance_length == pytest.approx(c.acceptance_length, abs=0.02)
     for got, want in zip(acc.per_position(), c.per_position, strict=True):
         assert got == pytest.approx(want, abs=0.02)
+
+
+def test_causal_flag_trains_and_exports_a_causal_block(trained, tiny_target, tmp_path):
+    """--causal: vLLM reads sliding_window_non_causal false as dflash_config.causal true, and
+    the exported draft reloads with the causal mask it was trained with."""
+    from speckit.ops.train.dflash.evaluate import load_exported
+
+    out = tmp_path / "causal"
+    res = train_dflash(target=str(tiny_target), out=out, epochs=1, causal=True,
+                       data_dir=trained.data_dir, **{k: v for k, v in KW.items()
+                                                     if k != "data_dir"})
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["sliding_window_non_causal"] is False
+    assert load_exported(out, tiny_target).cfg.causal is True
+    assert load_exported(trained.out, tiny_target).cfg.causal is False
+    assert res.history and 1.0 <= res.acceptance_length <= BLOCK

@@ -52,7 +52,8 @@ class TrainDflashResult:
 def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.PathLike | None = None,
                  prompts: str = "speckit-mix", samples: int = 2000, max_tokens: int = 512,
                  aux_layers: list[int] | None = None, layers: int = 3, block_size: int = 8,
-                 mask_token_id: int | None = None, epochs: int = 3, lr: float = 6e-4,
+                 mask_token_id: int | None = None, causal: bool = False, epochs: int = 3,
+                 lr: float = 6e-4,
                  batch_tokens: int | None = None, blocks_per_seq: int = 0,
                  pos_gamma: float = 4.0, val_fraction: float = 0.02, seed: int = 0,
                  device: str | None = None, engine: str = "auto",
@@ -86,7 +87,7 @@ def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.Path
     stage["data"] = round(time.monotonic() - t, 1)
     mask = mask_token_id if mask_token_id is not None else pick_mask_token(tdir, manifest)
     draft, dcfg = _build(tdir, tcfg, manifest, layers=layers, block_size=block_size,
-                         mask_token_id=mask, seed=seed)
+                         mask_token_id=mask, causal=causal, seed=seed)
     n_params = param_count(draft)
     cuda = device.startswith("cuda")
     dataset = ShardDataset(manifest, batch_tokens=batch_tokens or (16384 if cuda else 2048),
@@ -225,7 +226,9 @@ def pick_mask_token(target_dir: Path, manifest) -> int:
 
 
 def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
-           mask_token_id: int, seed: int):
+           mask_token_id: int, causal: bool, seed: int):
+    import dataclasses
+
     import torch
 
     from speckit.ops.train.dflash.model import DFlashDraft, config_from_target
@@ -233,6 +236,7 @@ def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
     embed, head, _ = target_tensors(tdir)
     dcfg = config_from_target(tcfg, num_layers=layers, num_aux=len(manifest.aux_layers),
                               block_size=block_size, mask_token_id=mask_token_id)
+    dcfg = dataclasses.replace(dcfg, causal=causal)  # exported as sliding_window_non_causal
     torch.manual_seed(seed)
     draft = DFlashDraft(dcfg, embed, head)
     draft.init_weights(seed=seed)
