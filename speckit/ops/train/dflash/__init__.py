@@ -52,7 +52,8 @@ class TrainDflashResult:
 def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.PathLike | None = None,
                  prompts: str = "speckit-mix", samples: int = 2000, max_tokens: int = 512,
                  aux_layers: list[int] | None = None, layers: int = 3, block_size: int = 8,
-                 mask_token_id: int | None = None, causal: bool = False, epochs: int = 3,
+                 mask_token_id: int | None = None, causal: bool = False,
+                 init_from: str | os.PathLike | None = None, epochs: int = 3,
                  lr: float = 6e-4,
                  batch_tokens: int | None = None, blocks_per_seq: int = 0,
                  pos_gamma: float = 4.0, val_fraction: float = 0.02, seed: int = 0,
@@ -87,7 +88,7 @@ def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.Path
     stage["data"] = round(time.monotonic() - t, 1)
     mask = mask_token_id if mask_token_id is not None else pick_mask_token(tdir, manifest)
     draft, dcfg = _build(tdir, tcfg, manifest, layers=layers, block_size=block_size,
-                         mask_token_id=mask, causal=causal, seed=seed)
+                         mask_token_id=mask, causal=causal, seed=seed, init_from=init_from)
     n_params = param_count(draft)
     cuda = device.startswith("cuda")
     dataset = ShardDataset(manifest, batch_tokens=batch_tokens or (16384 if cuda else 2048),
@@ -226,7 +227,9 @@ def pick_mask_token(target_dir: Path, manifest) -> int:
 
 
 def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
-           mask_token_id: int, causal: bool, seed: int):
+           mask_token_id: int, causal: bool, seed: int, init_from=None):
+    """The draft to train: fresh (seeded) or, with ``init_from``, an exported draft's tensors
+    (its dims must match; the block mask is this run's)."""
     import dataclasses
 
     import torch
@@ -240,7 +243,25 @@ def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
     torch.manual_seed(seed)
     draft = DFlashDraft(dcfg, embed, head)
     draft.init_weights(seed=seed)
+    if init_from is not None:
+        _load_init(draft, Path(init_from))
     return draft, dcfg
+
+
+def _load_init(draft, src: Path) -> None:
+    from safetensors.torch import load_file
+
+    try:
+        weights = load_file(str(src / "model.safetensors"))
+    except OSError as e:
+        raise UsageError(f"--init-from {src}: cannot read model.safetensors ({e})",
+                         hint="pass a draft exported by speckit train dflash") from e
+    mine = draft.trainable()
+    bad = sorted(n for n in mine if n not in weights or weights[n].shape != mine[n].shape)
+    if bad:
+        raise UsageError(f"--init-from {src}: tensor {bad[0]} is missing or of another shape "
+                         f"({len(bad)} in all)", hint="--layers/--aux-layers must match it")
+    draft.load_state_dict({n: weights[n] for n in mine}, strict=False)
 
 
 def target_tensors(target_dir: Path):
