@@ -117,7 +117,7 @@ def simulate_dflash(target: Path, draft: Path, ids: dict[str, list[list[int]]], 
                 d.cfg = dataclasses.replace(d.cfg, causal=causal)
             acc = simulate_answers(d, model, samples, aux_layers=aux,
                                    work=work / f"sim-{c}-{name}", device="cpu")
-            out.setdefault(c, {})[name] = round(1 + acc.accepted / max(1, acc.drafts), 4)
+            out.setdefault(c, {})[name] = round(acc.acceptance_length, 4)
     return out
 
 

@@ -24,21 +24,20 @@ def test_walk_chain_counts_like_greedy_verification():
     walk_chain(ok, first=0, last=9, acc=acc)
     # anchors 0, 3, 7, 8, 9
     assert acc.drafts == 5
-    assert acc.accepted_per_pos == [2, 2, 1]
-    assert acc.al == pytest.approx(1 + 5 / 5)
-    assert acc.per_position == pytest.approx([0.4, 0.4, 0.2])
+    assert acc.per_pos == [2, 2, 1]
+    assert acc.accepted == 5 and acc.acceptance_length == pytest.approx(1 + 5 / 5)
+    assert acc.per_position() == pytest.approx([0.4, 0.4, 0.2])
 
 
 def test_walk_chain_stops_at_the_answer_end():
     ok = torch.ones(3, 6, dtype=torch.bool)
     acc = Acceptance(3)
     walk_chain(ok, first=2, last=4, acc=acc)
-    # anchor 2 may only verify positions up to 4: 3 accepted would reach 5, so 2 + ... = 3
-    # steps checked at a+0, a+1, a+2 <= last -> 3 accepted, next anchor 6 > last
-    assert acc.drafts == 1 and acc.accepted_per_pos == [1, 1, 1]
+    # anchor 2 verifies steps at 2, 3, 4 (all <= last): 3 accepted, the next anchor 6 > last
+    assert acc.drafts == 1 and acc.per_pos == [1, 1, 1]
     acc = Acceptance(3)
-    walk_chain(ok, first=3, last=4, acc=acc)
-    assert acc.drafts == 1 and acc.accepted_per_pos == [1, 1, 0]
+    walk_chain(ok, first=3, last=4, acc=acc)  # only steps at 3 and 4 fit before the end
+    assert acc.drafts == 1 and acc.per_pos == [1, 1, 0]
 
 
 def test_target_asks_counts_and_filters(tmp_path):
@@ -94,6 +93,7 @@ def test_simulated_acceptance_matches_vllm_on_the_shipped_draft(tmp_path):
     c = run_engine(job, workdir=tmp_path / "logs").counters
     assert sim.drafts > 50 and c.num_drafts > 50
     # an off-by-one in the simulator moves AL by > 0.5 (it was 1.01 instead of 1.8 once)
-    assert abs(sim.al - c.acceptance_length) < 0.15, (sim.as_dict(), c.acceptance_length)
-    for s, v in zip(sim.per_position, c.per_position, strict=True):
+    assert abs(sim.acceptance_length - c.acceptance_length) < 0.15, (sim.as_dict(),
+                                                                     c.acceptance_length)
+    for s, v in zip(sim.per_position(), c.per_position, strict=True):
         assert abs(s - v) < 0.1

@@ -14,8 +14,9 @@ import torch
 from click.testing import CliRunner
 
 from speckit.errors import UsageError
+from speckit.ops.train.accept import Acceptance
 from speckit.ops.train.dflash import train_dflash
-from speckit.ops.train.dflash.evaluate import Acceptance, walk
+from speckit.ops.train.dflash.evaluate import walk
 from speckit.ops.train.dflash.loop import sample_anchors
 from speckit.ops.train.dflash.model import DFlashConfig, DFlashDraft, block_mask
 from tests.factories import make_target

@@ -6,7 +6,7 @@ tests/test_train_accept.py checks it against vLLM's own counters on the same pro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -16,26 +16,36 @@ from speckit.ops.train.model import Eagle3Head
 
 @dataclass
 class Acceptance:
-    """Counters like vLLM's: drafts, accepted tokens per draft position."""
+    """Counters like vLLM's spec-decode metrics (drafts, accepted tokens in all and per draft
+    position), summed over sequences; EAGLE-3 and DFlash simulations both fill one."""
 
     k: int
     drafts: int = 0
-    accepted_per_pos: list[int] | None = None
+    accepted: int = 0
+    per_pos: list[int] = field(default_factory=list)
+    sequences: int = 0
 
     def __post_init__(self):
-        self.accepted_per_pos = self.accepted_per_pos or [0] * self.k
+        if not self.per_pos:
+            self.per_pos = [0] * self.k
 
     @property
-    def al(self) -> float:
-        return 1.0 + sum(self.accepted_per_pos) / max(1, self.drafts)
+    def acceptance_length(self) -> float:
+        return 1.0 + self.accepted / self.drafts if self.drafts else float("nan")
 
-    @property
     def per_position(self) -> list[float]:
-        return [a / max(1, self.drafts) for a in self.accepted_per_pos]
+        return [c / self.drafts if self.drafts else float("nan") for c in self.per_pos]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields a training run's history entry gets."""
+        return {"acceptance_length": round(self.acceptance_length, 4), "acceptance_k": self.k,
+                "acceptance_per_pos": [round(x, 4) for x in self.per_position()],
+                "acceptance_drafts": self.drafts, "acceptance_sequences": self.sequences}
 
     def as_dict(self) -> dict[str, Any]:
-        return {"al": round(self.al, 4), "per_pos": [round(x, 4) for x in self.per_position],
-                "drafts": self.drafts}
+        """The short form of one selection set: AL, per position, drafts."""
+        return {"al": round(self.acceptance_length, 4),
+                "per_pos": [round(x, 4) for x in self.per_position()], "drafts": self.drafts}
 
 
 def walk_chain(ok: torch.Tensor, *, first: int, last: int, acc: Acceptance) -> None:
@@ -51,9 +61,11 @@ def walk_chain(ok: torch.Tensor, *, first: int, last: int, acc: Acceptance) -> N
         while n < k and a + n <= last and okl[n][a]:
             n += 1
         acc.drafts += 1
+        acc.accepted += n
         for j in range(n):
-            acc.accepted_per_pos[j] += 1
+            acc.per_pos[j] += 1
         a += n + 1
+    acc.sequences += 1
 
 
 @torch.no_grad()

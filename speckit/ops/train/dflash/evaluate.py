@@ -6,44 +6,16 @@ anchor is the first rejected position (the bonus token). AL = 1 + accepted / dra
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from speckit.errors import FormatError
+from speckit.ops.train.accept import Acceptance
 from speckit.ops.train.data import Batch, ShardDataset
 from speckit.ops.train.dflash.model import DFlashDraft
 
 LOGIT_BUDGET = 1 << 27  # logits elements per forward: anchors are drafted in chunks under it
-
-
-@dataclass
-class Acceptance:
-    """Counters like vLLM's spec-decode metrics, summed over sequences."""
-
-    k: int
-    drafts: int = 0
-    accepted: int = 0
-    per_pos: list[int] = field(default_factory=list)
-    sequences: int = 0
-
-    def __post_init__(self):
-        if not self.per_pos:
-            self.per_pos = [0] * self.k
-
-    @property
-    def acceptance_length(self) -> float:
-        return 1.0 + self.accepted / self.drafts if self.drafts else float("nan")
-
-    def per_position(self) -> list[float]:
-        return [c / self.drafts if self.drafts else float("nan") for c in self.per_pos]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"acceptance_length": round(self.acceptance_length, 4), "acceptance_k": self.k,
-                "acceptance_per_pos": [round(x, 4) for x in self.per_position()],
-                "acceptance_drafts": self.drafts, "acceptance_sequences": self.sequences}
 
 
 def anchor_candidates(loss_mask: torch.Tensor) -> torch.Tensor:
