@@ -11,7 +11,7 @@ from pathlib import Path
 import torch
 
 from speckit.errors import FormatError
-from speckit.ops.train.accept import Acceptance
+from speckit.ops.train.accept import Acceptance, walk_chain
 from speckit.ops.train.data import Batch, ShardDataset
 from speckit.ops.train.dflash.model import DFlashDraft
 
@@ -45,25 +45,20 @@ def draft_all(draft: DFlashDraft, batch: Batch, *, device: str) -> torch.Tensor:
 
 def walk(drafts: torch.Tensor, input_ids: torch.Tensor, loss_mask: torch.Tensor,
          acc: Acceptance) -> None:
-    """Verify one sequence's drafts ([T, k]) greedily against its answer, as vLLM would."""
+    """Verify one sequence's drafts ([T, k]: slot j of the block anchored at p proposes token
+    p + 1 + j) greedily against its answer, as vLLM would (accept.walk_chain)."""
     where = torch.nonzero(loss_mask).flatten()
     if where.numel() < 2:
         return
     first, last = int(where[0]), int(where[-1])  # answer tokens are first+1 .. last+1
-    ids = input_ids.tolist()
-    rows = drafts.tolist()
-    p = first + 1  # the first answer token: vLLM's first draft follows the prefill
-    while p <= last:
-        room = min(acc.k, last + 1 - p)  # tokens after the anchor still in the answer
-        n = 0
-        while n < room and rows[p][n] == ids[p + 1 + n]:
-            n += 1
-        acc.drafts += 1
-        acc.accepted += n
-        for j in range(n):
-            acc.per_pos[j] += 1
-        p += n + 1
-    acc.sequences += 1
+    t = drafts.shape[0]
+    ids = input_ids.to(drafts.device)
+    ok = torch.zeros((acc.k, t), dtype=torch.bool)
+    for j in range(acc.k):
+        n = max(0, t - 1 - j)
+        ok[j, :n] = (drafts[:n, j] == ids[1 + j:1 + j + n]).cpu()
+    # the first anchor is the first answer token: vLLM's first draft follows the prefill
+    walk_chain(ok, first=first + 1, last=last, acc=acc)
 
 
 def simulate(draft: DFlashDraft, data: ShardDataset, *, device: str, seed: int = 0,
