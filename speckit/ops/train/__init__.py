@@ -346,10 +346,11 @@ def _build_head(tgt: _Target, dvocab, *, seed: int):
     """(head, its config, trainable parameter count): initialised from the target's tensors."""
     import torch
 
+    from speckit.ops.train.data import target_tensors
     from speckit.ops.train.model import Eagle3Head, head_config_from_target
 
     # head init needs three target tensors only; read them from the checkpoint, not the model
-    embed, lm_head, final_norm = _target_tensors(tgt.dir, tgt.cfg)
+    embed, lm_head, final_norm = target_tensors(tgt.dir)
     hcfg = head_config_from_target(tgt.cfg, draft_vocab_size=dvocab.size, num_aux=len(tgt.aux))
     torch.manual_seed(seed)
     head = Eagle3Head(hcfg, embed)
@@ -624,31 +625,6 @@ def vocab_summary(counts) -> str:
     parts = [f"top-{n} {float(c[:n].sum()) / total:.2%}" for n in (4096, 8192, 16384, 32768)
              if n < c.numel()]
     return f"answer tokens use {distinct} distinct ids; coverage " + ", ".join(parts)
-
-
-def _target_tensors(target_dir: Path, target_cfg: dict):
-    """(embed [V,H], lm_head [V,H], final norm [H]) straight from the target's safetensors."""
-    from speckit.errors import FormatError
-    from speckit.io.checkpoint import Checkpoint
-
-    ck = Checkpoint.open(target_dir)
-    names = ck.names()
-
-    def find(*cands):
-        for c in cands:
-            if c in names:
-                return ck.get(c).float()
-        return None
-
-    embed = find("model.embed_tokens.weight", "model.language_model.embed_tokens.weight",
-                 "embed_tokens.weight")
-    head = find("lm_head.weight")
-    norm = find("model.norm.weight", "model.language_model.norm.weight", "norm.weight")
-    if embed is None:
-        raise FormatError(f"{target_dir}: no embed_tokens weight found")
-    if head is None:
-        head = embed  # tied embeddings
-    return embed, head, norm
 
 
 def _heldout_ids(target_dir: Path, heldout) -> list[list[int]]:

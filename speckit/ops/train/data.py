@@ -103,6 +103,27 @@ def load_target(path: Path, *, device: str, dtype: str = "bfloat16"):
     return model.to(device).eval()
 
 
+def target_tensors(target_dir: Path):
+    """(embed [V,H], lm_head [V,H] (the embedding when tied), final norm [H] or None), read
+    straight from the target's safetensors: what a draft head starts from or shares."""
+    from speckit.io.checkpoint import Checkpoint
+
+    ck = Checkpoint.open(target_dir)
+    names = ck.names()
+
+    def find(*cands):
+        return next((ck.get(c).float() for c in cands if c in names), None)
+
+    embed = find("model.embed_tokens.weight", "model.language_model.embed_tokens.weight",
+                 "embed_tokens.weight")
+    if embed is None:
+        raise FormatError(f"{target_dir}: no embed_tokens weight found",
+                          hint="--target must be a decoder checkpoint with its embedding")
+    head = find("lm_head.weight", "model.language_model.lm_head.weight")
+    norm = find("model.norm.weight", "model.language_model.norm.weight", "norm.weight")
+    return embed, embed if head is None else head, norm
+
+
 def decoder_parts(model):
     """(layers, final_norm, embed, lm_head) of a HF decoder-only model."""
     inner = getattr(model, "model", None)

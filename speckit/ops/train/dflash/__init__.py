@@ -234,6 +234,7 @@ def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
 
     import torch
 
+    from speckit.ops.train.data import target_tensors
     from speckit.ops.train.dflash.model import DFlashDraft, config_from_target
 
     embed, head, _ = target_tensors(tdir)
@@ -262,26 +263,6 @@ def _load_init(draft, src: Path) -> None:
         raise UsageError(f"--init-from {src}: tensor {bad[0]} is missing or of another shape "
                          f"({len(bad)} in all)", hint="--layers/--aux-layers must match it")
     draft.load_state_dict({n: weights[n] for n in mine}, strict=False)
-
-
-def target_tensors(target_dir: Path):
-    """(embed [V,H], lm_head [V,H] (the embedding when tied), final norm [H] or None)."""
-    from speckit.io.checkpoint import Checkpoint
-
-    ck = Checkpoint.open(target_dir)
-    names = ck.names()
-
-    def find(*cands):
-        return next((ck.get(c).float() for c in cands if c in names), None)
-
-    embed = find("model.embed_tokens.weight", "model.language_model.embed_tokens.weight",
-                 "embed_tokens.weight")
-    if embed is None:
-        raise FormatError(f"{target_dir}: no embed_tokens weight found",
-                          hint="--target must be a decoder checkpoint with its embedding")
-    head = find("lm_head.weight", "model.language_model.lm_head.weight")
-    norm = find("model.norm.weight", "model.language_model.norm.weight", "norm.weight")
-    return embed, embed if head is None else head, norm
 
 
 def _result(out, work, target, manifest, dcfg, loop, *, reused: bool, held: int,

@@ -82,7 +82,7 @@ def load_exported(draft_dir: Path, target_dir: Path) -> DFlashDraft:
 
     from safetensors.torch import load_file
 
-    from speckit.ops.train.dflash import target_tensors
+    from speckit.ops.train.data import target_tensors
     from speckit.ops.train.dflash.model import DFlashConfig
 
     cfg = json.loads((Path(draft_dir) / "config.json").read_text())
