@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 from pathlib import Path
@@ -42,21 +41,19 @@ def draft_method_k(draft: Path) -> tuple[str, int]:
 
 
 def summarize(hists: list[list[int]], k: int) -> dict:
-    """AL (1 + accepted / drafts), its standard error over requests, acceptance per position."""
-    d = [sum(h) for h in hists]
-    a = [sum(n * c for n, c in enumerate(h)) for h in hists]
-    drafts, acc = sum(d), sum(a)
-    r = acc / max(1, drafts)
-    n = len(hists)
-    resid = [ai - r * di for ai, di in zip(a, d, strict=True)]
-    var = sum(x * x for x in resid) / max(1, n - 1)
-    se = math.sqrt(var / n) / (drafts / n) if drafts and n > 1 else float("nan")
-    per_pos = [sum(sum(h[m] for m in range(j + 1, len(h))) for h in hists) / max(1, drafts)
-               for j in range(k)]
-    return {"al": round(1 + r, 4), "al_se": round(se, 4), "drafts": drafts,
-            "per_position": [round(x, 4) for x in per_pos],
-            "conditional": [round(per_pos[j] / (per_pos[j - 1] if j else 1.0), 4)
-                            if (per_pos[j - 1] if j else 1.0) else 0.0 for j in range(k)]}
+    """AL (1 + accepted / drafts), its standard error over requests, acceptance per position
+    and conditional acceptance: speckit.core.metrics, as validate computes them."""
+    from speckit.core.metrics import conditional_acceptance, counters_from_histograms, ratio_stderr
+
+    c = counters_from_histograms(hists, [k * sum(h) for h in hists])
+    per_pos = (c.per_position + [0.0] * k)[:k]
+    se = ratio_stderr([sum(j * n for j, n in enumerate(h)) for h in hists],
+                      [sum(h) for h in hists])
+    return {"al": round(c.acceptance_length, 4),
+            "al_se": round(se, 4) if se is not None else float("nan"),
+            "drafts": c.num_drafts, "per_position": [round(x, 4) for x in per_pos],
+            "conditional": [round(x, 4) if x is not None else 0.0
+                            for x in conditional_acceptance(per_pos)]}
 
 
 def measure(target: Path, draft: Path, prompts: dict[str, list[str]], *, max_tokens: int,
