@@ -210,6 +210,12 @@ def test_capture_aux_is_hf_hidden_states_and_labels_are_target_argmax(trained, t
     normed = model.model.norm(final.to(torch.bfloat16)[None])[0].float()
     assert torch.allclose(normed, hs[8][0].float(), atol=5e-2)
     assert torch.equal(shard["target_ids"][s:e].long(), out.logits[0].argmax(-1))
+    # "final" is the lm_head's input (post-norm): the soft labels recomputed from it are the
+    # target's own logits
+    fin = shard["final"][s:e].float()
+    assert fin.shape == (e - s, h) and torch.allclose(fin, hs[8][0].float(), atol=5e-2)
+    logits = fin @ model.get_output_embeddings().weight.float().T
+    assert (logits.argmax(-1) == out.logits[0].argmax(-1)).float().mean() > 0.95
     # answers were generated greedily by the same target: its argmax is the next token
     mask = shard["loss_mask"][:-1]
     agree = (shard["target_ids"][:-1] == shard["input_ids"][1:])[mask].float().mean()
@@ -279,6 +285,74 @@ def test_resume_continues_the_step_count(tiny_target, trained, tmp_path):
         keys = set(f.keys())
         assert {"fc.weight::exp_avg", "fc.weight::exp_avg_sq", "fc.weight::step"} <= keys
         assert float(f.get_tensor("fc.weight::step")) == more.steps
+
+
+def _soft_fixture(peak: float):
+    from speckit.ops.train.data import Batch
+
+    torch.manual_seed(0)
+    cfg = HeadConfig(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                     intermediate_size=24, rms_norm_eps=1e-6, rope_theta=10000.0,
+                     max_position_embeddings=128, vocab_size=40, draft_vocab_size=40,
+                     target_hidden_size=16, num_aux=3)
+    head = Eagle3Head(cfg, torch.randn(40, 16))
+    head.init_weights(lm_head_rows=torch.randn(40, 16), final_norm=None, seed=1)
+    teacher = torch.randn(40, 16)
+    final = peak * torch.randn(2, 12, 16)
+    labels = (final @ teacher.T).argmax(-1)
+    mask = torch.ones(2, 12, dtype=torch.bool)
+    mask[:, :3] = False
+    batch = Batch(torch.randint(0, 40, (2, 12)), torch.randn(2, 12, 48), labels, mask, final)
+    return head, batch, teacher.double()
+
+
+def test_soft_labels_are_the_target_distribution_and_reduce_to_argmax_when_peaked():
+    from speckit.ops.train.loop import ttt_loss
+
+    ident = torch.arange(40)
+    kw = {"steps": 2, "decay": 0.8, "target_to_draft": ident, "draft_to_target": ident}
+    # a nearly one-hot target distribution: the soft loss is the argmax loss
+    head, batch, teacher = _soft_fixture(peak=200.0)
+    hard = ttt_loss(head, batch, **kw)
+    soft = ttt_loss(head, batch, teacher=teacher, **kw)
+    assert soft.item() == pytest.approx(hard.item(), rel=1e-4)
+    # a spread one: cross-entropy to softmax(final @ W.T), checked by hand
+    head, batch, teacher = _soft_fixture(peak=0.3)
+    soft = ttt_loss(head, batch, teacher=teacher, **kw)
+    want = 0.0
+    for j, logits in enumerate(head(batch.input_ids, batch.aux, 2)):
+        m = torch.zeros_like(batch.loss_mask)
+        m[:, :12 - 1 - j] = batch.loss_mask[:, 1 + j:]
+        p = torch.softmax(batch.final[:, 1 + j:].double() @ teacher.T, -1)[m[:, :12 - 1 - j]]
+        lp = torch.log_softmax(logits[m].double(), -1)
+        want += 0.8 ** j * float(-(p * lp).sum().detach() / m.sum())
+    assert soft.item() == pytest.approx(want, rel=1e-4)
+    assert abs(soft.item() - ttt_loss(head, batch, **kw).item()) > 0.05
+
+
+def test_soft_label_run_learns_and_refuses_shards_without_final(tiny_target, trained, tmp_path):
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(trained.work_dir, work)
+    shutil.rmtree(work / "checkpoints")
+    kw = {"target": str(tiny_target), "samples": 40, "max_tokens": 24, "draft_vocab": 96,
+          "aux_layers": AUX, "ttt_steps": 3, "epochs": 3, "device": "cpu",
+          "engine": "transformers", "lr": 3e-3, "batch_tokens": 384, "holdout": 0,
+          "val_fraction": 0.0, "seed": 0, "work_dir": work, "log": lambda m: None}
+    res = train_eagle3(out=tmp_path / "soft", soft_labels=True, **kw)
+    assert res.data_reused and res.history[-1]["acc"][0] > res.history[0]["acc"][0]
+    assert res.history[-1]["loss"][0] < res.history[0]["loss"][0] - 0.3
+    prov = json.loads((tmp_path / "soft" / "speckit-train.json").read_text())
+    assert prov["labels"] == "soft"
+    manifest = next(work.glob("data-*")) / "data.json"
+    m = json.loads(manifest.read_text())
+    m.pop("final_hidden")
+    manifest.write_text(json.dumps(m))
+    shutil.rmtree(work / "checkpoints")
+    with pytest.raises(UsageError, match="final hidden states"):
+        train_eagle3(out=tmp_path / "soft2", soft_labels=True, **kw)
+    assert not (tmp_path / "soft2").exists()
 
 
 def test_default_aux_layers():

@@ -114,6 +114,9 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               help="Capture N untrained prompts per category (chat: MT-Bench, code: HumanEval, "
               "math: fresh speckit-mix) and export the epoch whose simulated acceptance at "
               "--eval-k is best on its weakest category (0: export the last epoch).")
+@click.option("--soft-labels", is_flag=True,
+              help="Learn the target's probabilities over the draft vocabulary (recomputed from "
+              "its captured final hidden states) instead of only its argmax token.")
 @click.option("--max-minutes", default=0.0, type=float, show_default=True,
               help="Cap the training loop's wall time: fewer epochs when they would not fit "
               "(0: no cap).")
@@ -129,7 +132,8 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_steps, epochs, lr,
            batch_tokens, step_decay, seed, device, engine, holdout, eval_every, eval_k, work_dir,
            resume, save_every, fsdp, nproc, grad_accum, data_order_seed, val_fraction, gen_batch,
-           answers, select_prompts, max_minutes, data_only, force, out, json_mode, quiet):
+           answers, select_prompts, soft_labels, max_minutes, data_only, force, out, json_mode,
+           quiet):
     """Train a one-layer EAGLE-3 draft on the target's own greedy answers and export it.
 
     The target answers every prompt with its chat template; its aux hidden states are captured
@@ -152,7 +156,7 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
         step_decay=step_decay, work_dir=work_dir, resume=resume, force=force, fsdp=fsdp,
         save_every=save_every, grad_accum=grad_accum, data_order_seed=data_order_seed,
         val_fraction=val_fraction, gen_batch=gen_batch, select_prompts=select_prompts,
-        answers=answers,
+        answers=answers, soft_labels=soft_labels,
         max_minutes=max_minutes, data_only=data_only, progress=progress_enabled(json_mode or quiet),
         command=command)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job

@@ -79,13 +79,15 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  save_every: int = 0, grad_accum: int = 1, data_order_seed: int | None = None,
                  data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
                  gen_batch: int | None = None, select_prompts: int = 0,
-                 answers: str | os.PathLike | None = None, progress: bool = False,
+                 answers: str | os.PathLike | None = None, soft_labels: bool = False,
+                 progress: bool = False,
                  log: Callable[[str], None] | None = None,
                  command: str | None = None) -> TrainResult:
     """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
 
     Flags as in docs/train.md (``answers``: an earlier samples.jsonl; ``select_prompts``: export
-    the epoch with the best simulated acceptance; ``fsdp``: implied under torchrun).
+    the epoch with the best simulated acceptance; ``soft_labels``: learn the target's
+    distribution over the draft vocabulary, not only its argmax; ``fsdp``: implied under torchrun).
     """
     import torch
 
@@ -116,8 +118,10 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
         return _result(out, work, tgt, data, dvocab, t_start=t_start, stage=stage)
     say(_vocab_line(dvocab, tgt, data))
     head, hcfg, n_params = _build_head(tgt, dvocab, seed=seed)
+    teacher = _teacher(tgt, dvocab, data) if soft_labels else None
     say(f"EAGLE-3 head: {n_params / 1e6:.2f} M trainable parameters, aux layers {tgt.aux}, "
-        f"{ttt_steps} TTT steps, device {device}" + (f" x{world} (FSDP2)" if fsdp else ""))
+        f"{ttt_steps} TTT steps, {'soft' if soft_labels else 'argmax'} labels, device {device}"
+        + (f" x{world} (FSDP2)" if fsdp else ""))
     dataset = D.ShardDataset(data.manifest, batch_tokens=batch_tokens,
                              val_fraction=val_fraction, seed=seed)
     cfg = LoopConfig(epochs=epochs, ttt_steps=ttt_steps, lr=lr, batch_tokens=batch_tokens,
@@ -134,14 +138,15 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     result = train_loop(head, dataset, cfg=cfg, work_dir=work, device=device,
                         target_to_draft=dvocab.target_to_draft(),
                         draft_to_target=dvocab.draft_to_target(), resume=resume, fsdp=fsdp,
-                        progress=progress, on_epoch_end=picker, log=say)
+                        progress=progress, on_epoch_end=picker, log=say, teacher=teacher)
     stage["train"] = round(time.monotonic() - t - sum(stage.get(n, 0.0) for n in _EVALS), 1)
     weights = picker.best_weights or full_model_state(head, fsdp=fsdp)
     res = _result(out, work, tgt, data, dvocab, t_start=t_start, stage=stage, loop=result,
                   params=n_params)
     if rank == 0:
         provenance = {"command_line": command, "recipe": data.recipe, "seed": seed,
-                      "loop": cfg.__dict__, "result": _jsonable(res),
+                      "loop": cfg.__dict__, "labels": "soft" if soft_labels else "argmax",
+                      "result": _jsonable(res),
                       "torch": torch.__version__, "device": device, "world_size": world}
         _export(weights, hcfg, dvocab, tgt, out=out, ttt_steps=ttt_steps, verifier=verifier,
                 provenance=provenance, say=say, force=force or resume)
@@ -284,7 +289,7 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
     pset = load_prompts(prompts, samples=samples, seed=seed, heldout=holdout)
     recipe = {"target": _target_identity(tgt.dir), "prompts": prompts, "samples": samples,
               "heldout": holdout, "max_tokens": max_tokens, "seed": seed, "engine": engine,
-              "aux_layers": tgt.aux, "per_source": dict(pset.per_source)}
+              "aux_layers": tgt.aux, "per_source": dict(pset.per_source), "final_hidden": True}
     if select_prompts:
         recipe["select_prompts"] = select_prompts
     if answers is not None:
@@ -294,7 +299,8 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
         from speckit.io.hub.hashing import sha256_file
 
         recipe = {"target": recipe["target"], "answers": sha256_file(answers),
-                  "aux_layers": tgt.aux, "select_prompts": select_prompts, "seed": seed}
+                  "aux_layers": tgt.aux, "select_prompts": select_prompts, "seed": seed,
+                  "final_hidden": True}
     data_dir = work / f"data-{D.recipe_hash(recipe)}"
     reused = (data_dir / D.MANIFEST).exists()
     if rank == 0 and not reused:
@@ -358,6 +364,20 @@ def _build_head(tgt: _Target, dvocab, *, seed: int):
                       seed=seed)
     n_params = sum(p.numel() for p in head.parameters() if p.requires_grad)
     return head, hcfg, n_params
+
+
+def _teacher(tgt: _Target, dvocab, data: _Data):
+    """The target's lm_head rows of the draft vocabulary: soft labels are softmax(final @ W.T)."""
+    import torch
+
+    from speckit.ops.train.data import target_tensors
+
+    if not data.manifest.final_hidden:
+        raise UsageError(f"{data.dir}: these shards hold no final hidden states, which "
+                         "--soft-labels needs",
+                         hint="capture the data again (a new --work-dir, or --force)")
+    _, lm_head, _ = target_tensors(tgt.dir)
+    return lm_head[dvocab.draft_to_target()].to(torch.bfloat16)
 
 
 def _acceptance_hook(tgt: _Target, hcfg, dvocab, data: _Data, *, verifier: str, work: Path,

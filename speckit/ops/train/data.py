@@ -44,6 +44,7 @@ class DataManifest:
     num_loss_tokens: int
     shards: list[dict[str, Any]]
     recipe: dict[str, Any]
+    final_hidden: bool = False  # shards hold ``final`` (captured since soft labels came in)
 
     @classmethod
     def load(cls, path: Path) -> DataManifest:
@@ -59,7 +60,7 @@ class DataManifest:
                    hidden_size=int(d["hidden_size"]), vocab_size=int(d["vocab_size"]),
                    num_sequences=int(d["num_sequences"]), num_tokens=int(d["num_tokens"]),
                    num_loss_tokens=int(d["num_loss_tokens"]), shards=list(d["shards"]),
-                   recipe=dict(d["recipe"]))
+                   recipe=dict(d["recipe"]), final_hidden=bool(d.get("final_hidden", False)))
 
     def token_counts(self):
         """int64 [V]: how often each target id is the label of a loss-masked position."""
@@ -290,11 +291,12 @@ class ShardWriter:
         self._buf: list[tuple] = []
         self._buf_tokens = 0
 
-    def add(self, input_ids, aux, target_ids, loss_mask) -> None:
+    def add(self, input_ids, aux, target_ids, loss_mask, final=None) -> None:
         import torch
 
         self._buf.append((input_ids.to(torch.int32), aux.to(torch.bfloat16).contiguous(),
-                          target_ids.to(torch.int32), loss_mask.to(torch.bool)))
+                          target_ids.to(torch.int32), loss_mask.to(torch.bool),
+                          None if final is None else final.to(torch.bfloat16).contiguous()))
         self.counts += torch.bincount(target_ids[loss_mask].long(),
                                       minlength=self.counts.numel())
         n = int(input_ids.numel())
@@ -321,6 +323,8 @@ class ShardWriter:
             "loss_mask": torch.cat([b[3] for b in self._buf]),
             "offsets": offsets,
         }
+        if all(b[4] is not None for b in self._buf):
+            tensors["final"] = torch.cat([b[4] for b in self._buf])
         name = f"shard-{len(self.shards):05d}.safetensors"
         tmp = self.out_dir / f".{name}.tmp"
         save_file(tensors, str(tmp), metadata={"format": DATA_FORMAT})
@@ -337,7 +341,9 @@ def capture_hidden_states(model, samples: list[Sample], *, aux_layers: list[int]
 
     Aux id k is the residual stream entering decoder layer k (k = num_layers: the final pre-norm
     state), read with forward pre-hooks, which is exactly what vLLM hands the draft at serve time.
-    Labels are the target's own argmax at each position (its next-token choice).
+    Labels are the target's own argmax at each position (its next-token choice); ``final`` is the
+    final norm's output, the lm_head's input, from which training recomputes the target's
+    probabilities (``--soft-labels``) without storing a vocabulary-wide row per token.
     """
     import torch
 
@@ -358,6 +364,7 @@ def capture_hidden_states(model, samples: list[Sample], *, aux_layers: list[int]
     for k in aux_layers:
         mod = norm if k == n_layers else layers[k]
         hooks.append(mod.register_forward_pre_hook(grab(k), with_kwargs=True))
+    hooks.append(norm.register_forward_hook(lambda _m, _a, out: captured.__setitem__("final", out)))
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab = int(model.get_output_embeddings().weight.shape[0])
     writer = ShardWriter(out_dir, shard_tokens=shard_tokens, vocab_size=vocab)
@@ -380,13 +387,14 @@ def capture_hidden_states(model, samples: list[Sample], *, aux_layers: list[int]
                 del logits
                 aux = torch.cat([captured[k] for k in sorted(aux_layers)], dim=-1)
                 aux = aux.to(torch.bfloat16).cpu()
+                final = captured["final"].to(torch.bfloat16).cpu()
             for r, i in enumerate(batch):
                 n = len(seqs[r])
                 p = len(samples[i].prompt_ids)
                 pos = torch.arange(n)
                 # position t predicts token t+1: learn answer tokens, not the turn after the end
                 loss_mask = (pos >= p - 1) & (pos <= n - 2)
-                writer.add(ids[r, :n], aux[r, :n], labels[r, :n], loss_mask)
+                writer.add(ids[r, :n], aux[r, :n], labels[r, :n], loss_mask, final[r, :n])
             if progress:
                 progress(len(batch))
         writer.flush()
@@ -399,7 +407,8 @@ def capture_hidden_states(model, samples: list[Sample], *, aux_layers: list[int]
     manifest = {
         "format": DATA_FORMAT, "version": DATA_VERSION,
         "aux_layers": sorted(aux_layers), "hidden_size": int(aux.shape[-1]) // len(aux_layers),
-        "vocab_size": vocab, "num_sequences": writer.num_seqs, "num_tokens": writer.num_tokens,
+        "vocab_size": vocab, "final_hidden": True, "num_sequences": writer.num_seqs,
+        "num_tokens": writer.num_tokens,
         "num_loss_tokens": writer.num_loss, "shards": writer.shards, "recipe": recipe,
         "recipe_hash": recipe_hash(recipe), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
@@ -430,6 +439,13 @@ class Batch:
     aux: Any  # bf16 [B, T, A*H]
     target_ids: Any  # int64 [B, T]
     loss_mask: Any  # bool [B, T]
+    final: Any = None  # bf16 [B, T, H]: the target's lm_head input (shards captured with it)
+
+    def to(self, device: str) -> Batch:
+        nb = device.startswith("cuda")
+        return Batch(*(None if t is None else t.to(device, non_blocking=nb)
+                       for t in (self.input_ids, self.aux, self.target_ids, self.loss_mask,
+                                 self.final)))
 
 
 class ShardDataset:
@@ -495,6 +511,7 @@ class ShardDataset:
             if self.max_seq_len:
                 spans = [(a, min(b, a + self.max_seq_len)) for a, b in spans]
             width = max(b - a for a, b in spans)
+            fin_sl = f.get_slice("final") if "final" in set(f.keys()) else None
             aux_sl, ids_sl = f.get_slice("aux"), f.get_slice("input_ids")
             tgt_sl, msk_sl = f.get_slice("target_ids"), f.get_slice("loss_mask")
             dim = aux_sl.get_shape()[1]
@@ -502,10 +519,14 @@ class ShardDataset:
             tgt = torch.zeros((len(seqs), width), dtype=torch.int64)
             msk = torch.zeros((len(seqs), width), dtype=torch.bool)
             aux = torch.zeros((len(seqs), width, dim), dtype=torch.bfloat16)
+            fin = None if fin_sl is None else torch.zeros(
+                (len(seqs), width, fin_sl.get_shape()[1]), dtype=torch.bfloat16)
             for r, (a, b) in enumerate(spans):
                 n = b - a
                 ids[r, :n] = ids_sl[a:b].to(torch.int64)
                 tgt[r, :n] = tgt_sl[a:b].to(torch.int64)
                 msk[r, :n] = msk_sl[a:b]
                 aux[r, :n] = aux_sl[a:b]
-        return Batch(ids, aux, tgt, msk)
+                if fin is not None:
+                    fin[r, :n] = fin_sl[a:b]
+        return Batch(ids, aux, tgt, msk, fin)

@@ -108,23 +108,26 @@ class LoopResult:
 
 def ttt_loss(head: Eagle3Head, batch: Batch, *, steps: int, decay: float,
              target_to_draft: torch.Tensor, draft_to_target: torch.Tensor,
-             stats: StepStats | None = None) -> torch.Tensor:
-    """Weighted sum over TTT steps of the cross-entropy to the target's argmax token.
+             stats: StepStats | None = None, teacher: torch.Tensor | None = None) -> torch.Tensor:
+    """Weighted sum over TTT steps of the cross-entropy to the target's next token.
 
-    Step j at anchor a is scored on the target's choice at position a + 1 + j. A label outside
-    the draft vocabulary cannot be proposed: it is left out of the loss but counted as a miss.
+    Step j at anchor a is scored on the target's choice at position a + 1 + j. Without
+    ``teacher`` the label is the target's argmax; a label outside the draft vocabulary cannot be
+    proposed: it is left out of the loss but counted as a miss. With ``teacher`` (the target's
+    lm_head rows of the draft vocabulary, [D, H]) the label is the target's distribution over the
+    draft vocabulary, softmax(final @ teacher.T), at every position (EAGLE-3's soft labels).
     """
     total = torch.zeros((), device=batch.input_ids.device)
     for j, logits in enumerate(head(batch.input_ids, batch.aux, steps)):
         labels_t = shift_left(batch.target_ids, 1 + j)
         mask = shift_left(batch.loss_mask, 1 + j, fill=False)
-        labels_d = target_to_draft[labels_t]
-        learnable = mask & (labels_d >= 0)
         n = int(mask.sum())
         if n == 0:
             continue
-        logits_m = logits[learnable].float()
-        ce = F.cross_entropy(logits_m, labels_d[learnable], reduction="sum")
+        if teacher is None:
+            ce = _argmax_ce(logits, labels_t, mask, target_to_draft)
+        else:
+            ce = _soft_ce(logits, shift_left(batch.final, 1 + j)[mask], mask, teacher)
         total = total + (decay ** j) * ce / n
         if stats is not None:
             with torch.no_grad():
@@ -134,9 +137,24 @@ def ttt_loss(head: Eagle3Head, batch: Batch, *, steps: int, decay: float,
     return total
 
 
+def _argmax_ce(logits: torch.Tensor, labels_t: torch.Tensor, mask: torch.Tensor,
+               target_to_draft: torch.Tensor) -> torch.Tensor:
+    labels_d = target_to_draft[labels_t]
+    learnable = mask & (labels_d >= 0)
+    return F.cross_entropy(logits[learnable].float(), labels_d[learnable], reduction="sum")
+
+
+def _soft_ce(logits: torch.Tensor, final: torch.Tensor, mask: torch.Tensor,
+             teacher: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        target_p = torch.softmax(F.linear(final.to(teacher.dtype), teacher).float(), dim=-1)
+    return -(target_p * torch.log_softmax(logits[mask].float(), dim=-1)).sum()
+
+
 @torch.no_grad()
 def evaluate(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, device: str,
-             target_to_draft: torch.Tensor, draft_to_target: torch.Tensor) -> StepStats:
+             target_to_draft: torch.Tensor, draft_to_target: torch.Tensor,
+             teacher: torch.Tensor | None = None) -> StepStats:
     """Loss and top-1 per TTT step on the held-out conversations (summed over ranks)."""
     rank, world = _rank_world()
     stats = StepStats(cfg.ttt_steps)
@@ -147,11 +165,11 @@ def evaluate(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, device: s
         # first one without counting it
         mine = rank + i * world < len(plan)
         shard, seqs = plan[rank + i * world if mine else 0]
-        batch = _to(data.load(shard, seqs), device)
+        batch = data.load(shard, seqs).to(device)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=device.startswith("cuda")):
             ttt_loss(head, batch, steps=cfg.ttt_steps, decay=cfg.step_decay,
                      target_to_draft=target_to_draft, draft_to_target=draft_to_target,
-                     stats=stats if mine else None)
+                     stats=stats if mine else None, teacher=teacher)
     head.train()
     stats.reduce()
     return stats
@@ -186,15 +204,17 @@ def train_loop(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, work_di
                device: str, target_to_draft: torch.Tensor, draft_to_target: torch.Tensor,
                resume: bool, fsdp: bool = False, progress: bool = False,
                on_epoch_end: EpochHook | None = None,
-               log: Callable[[str], None] | None = None) -> LoopResult:
+               log: Callable[[str], None] | None = None,
+               teacher: torch.Tensor | None = None) -> LoopResult:
     """Train ``head`` for ``cfg.epochs`` over ``data``, checkpointing into ``work_dir``.
 
     ``on_epoch_end(epoch, full weights, last)`` may add fields (vLLM acceptance) to the
-    epoch's history entry; under FSDP only rank 0 calls it.
+    epoch's history entry; under FSDP only rank 0 calls it. ``teacher``: see ``ttt_loss``.
     """
     t0 = time.monotonic()
     run = _start(head, data, cfg=cfg, work_dir=work_dir, device=device, fsdp=fsdp,
                  target_to_draft=target_to_draft, draft_to_target=draft_to_target, log=log)
+    run.teacher = None if teacher is None else teacher.to(device)
     if resume:
         _resume(run)
     _open_step_log(run)
@@ -253,6 +273,7 @@ class _Run:
     t_loop: float = 0.0
     t_rate: float = 0.0
     steps_at_start: int = 0
+    teacher: torch.Tensor | None = None  # soft labels: the target's lm_head rows, [D, H]
 
 
 def _start(head: Eagle3Head, data: ShardDataset, *, cfg: LoopConfig, work_dir: Path,
@@ -344,9 +365,9 @@ def _step(run: _Run, epoch: int, micro: list[tuple[int, list[int]]]) -> None:
         if run.fsdp and len(micro) > 1:  # reduce-scatter the summed gradient once, at the end
             run.head.set_requires_gradient_sync(i == len(micro) - 1)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=run.device.startswith("cuda")):
-            loss = ttt_loss(run.head, _to(batch, run.device), steps=cfg.ttt_steps,
+            loss = ttt_loss(run.head, batch.to(run.device), steps=cfg.ttt_steps,
                             decay=cfg.step_decay, target_to_draft=run.t2d,
-                            draft_to_target=run.d2t, stats=run.window)
+                            draft_to_target=run.d2t, stats=run.window, teacher=run.teacher)
         (loss / len(micro) if len(micro) > 1 else loss).backward()
         loss_sum += float(loss.detach())
     if cfg.grad_clip:
@@ -425,7 +446,7 @@ def _finish_epoch(run: _Run, epoch: int, on_epoch_end: EpochHook | None) -> None
                              "acc": _round(run.epoch_stats.acc())}
     if run.data.num_val:
         val = evaluate(run.head, run.data, cfg=run.cfg, device=run.device,
-                       target_to_draft=run.t2d, draft_to_target=run.d2t)
+                       target_to_draft=run.t2d, draft_to_target=run.d2t, teacher=run.teacher)
         entry.update({"val_loss": _round(val.loss()), "val_acc": _round(val.acc()),
                       "val_al_proxy": round(al_proxy(val.acc()), 4)})
     if on_epoch_end is not None:
@@ -478,12 +499,6 @@ def _describe(entry: dict[str, Any]) -> str:
 
 def _round(xs: list[float]) -> list[float]:
     return [None if math.isnan(x) else round(x, 4) for x in xs]
-
-
-def _to(b: Batch, device: str) -> Batch:
-    nb = device.startswith("cuda")
-    return Batch(b.input_ids.to(device, non_blocking=nb), b.aux.to(device, non_blocking=nb),
-                 b.target_ids.to(device, non_blocking=nb), b.loss_mask.to(device, non_blocking=nb))
 
 
 def full_model_state(head: Eagle3Head, *, fsdp: bool) -> dict[str, torch.Tensor]:

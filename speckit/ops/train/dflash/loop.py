@@ -176,7 +176,7 @@ def _epoch(draft, data, plan, opt, params, weights, *, cfg, st, total, device, e
             g["lr"] = lr_at(st["step"], total, cfg)
         opt.zero_grad(set_to_none=True)
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
-            loss = block_loss(draft, _to(batch, device), anchors.to(device), valid.to(device),
+            loss = block_loss(draft, batch.to(device), anchors.to(device), valid.to(device),
                               weights, stats)
         loss.backward()
         if cfg.grad_clip:
@@ -229,11 +229,6 @@ def _resume(root: Path, draft, opt, st: dict, say) -> dict[str, torch.Tensor] | 
 def _trainable_copy(draft) -> dict[str, torch.Tensor]:
     """The draft's own (exported) tensors, on the CPU; the frozen target parts are left out."""
     return {n: p.detach().cpu().clone() for n, p in draft.trainable().items()}
-
-
-def _to(batch: Batch, device: str) -> Batch:
-    return Batch(batch.input_ids.to(device), batch.aux.to(device), batch.target_ids.to(device),
-                 batch.loss_mask.to(device))
 
 
 def _line(e: dict[str, Any]) -> str:
