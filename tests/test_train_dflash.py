@@ -41,10 +41,12 @@ def _rope(x, pos, theta):
     return x * cos + torch.cat([-b, a], -1) * sin
 
 
-def _serve_block(d: DFlashDraft, ids, aux, p: int, *, causal: bool):
+def _serve_block(d: DFlashDraft, ids, aux, p: int, *, causal: bool, cpu: bool = False):
     """vLLM's DFlash step at anchor p, longhand: context K/V of positions < p straight from
-    hidden_norm(fc(aux)) (no input_layernorm), block [ids[p], mask...] at positions p..p+B-1."""
+    hidden_norm(fc(aux)) (no input_layernorm), block [ids[p], mask...] at positions p..p+B-1.
+    ``cpu``: context keys normed with layer 0's k_norm in every layer, as vLLM CPU does."""
     c = d.cfg
+    k_norm0 = d.layers[0].self_attn.k_norm.weight
     eps, hd, nkv = c.rms_norm_eps, c.head_dim, c.num_key_value_heads
     ctx = _rms(aux[:p] @ d.fc.weight.T, d.hidden_norm.weight, eps)
     tok = torch.tensor([int(ids[p])] + [c.mask_token_id] * (c.block_size - 1))
@@ -54,15 +56,15 @@ def _serve_block(d: DFlashDraft, ids, aux, p: int, *, causal: bool):
         a = lay.self_attn
         h = _rms(x, lay.input_layernorm.weight, eps)
 
-        def kv(z, pos, a=a):
-            k = _rms((z @ a.k_proj.weight.T).view(-1, nkv, hd), a.k_norm.weight, eps)
+        def kv(z, pos, a=a, kn=a.k_norm.weight):
+            k = _rms((z @ a.k_proj.weight.T).view(-1, nkv, hd), kn, eps)
             return _rope(k.transpose(0, 1), pos, c.rope_theta), \
                 (z @ a.v_proj.weight.T).view(-1, nkv, hd).transpose(0, 1)
 
         q = _rms((h @ a.q_proj.weight.T).view(-1, c.num_attention_heads, hd), a.q_norm.weight,
                  eps)
         q = _rope(q.transpose(0, 1), pos_b, c.rope_theta)
-        (kc, vc), (kb, vb) = kv(ctx, pos_c), kv(h, pos_b)
+        (kc, vc), (kb, vb) = kv(ctx, pos_c, kn=k_norm0 if cpu else a.k_norm.weight), kv(h, pos_b)
         g = c.num_attention_heads // nkv
         k = torch.cat([kc, kb], 1).repeat_interleave(g, 0)
         v = torch.cat([vc, vb], 1).repeat_interleave(g, 0)
@@ -79,13 +81,13 @@ def _serve_block(d: DFlashDraft, ids, aux, p: int, *, causal: bool):
     return (_rms(x, d.norm.weight, eps) @ d.lm_head.weight.T)[1:]
 
 
-def _tiny_draft(causal: bool) -> DFlashDraft:
+def _tiny_draft(causal: bool, cpu: bool = False) -> DFlashDraft:
     torch.manual_seed(0)
     cfg = DFlashConfig(hidden_size=16, num_layers=2, num_attention_heads=4,
                        num_key_value_heads=2, head_dim=8, intermediate_size=24,
                        rms_norm_eps=1e-6, rope_theta=10000.0, max_position_embeddings=128,
                        vocab_size=40, target_hidden_size=16, num_aux=3, block_size=BLOCK,
-                       mask_token_id=39, causal=causal)
+                       mask_token_id=39, causal=causal, ctx_k_norm_layer0=cpu)
     d = DFlashDraft(cfg, torch.randn(40, 16), torch.randn(40, 16)).double()
     d.init_weights(seed=1)
     for p in d.parameters():  # norms off 1.0 and bigger weights, so a swapped norm would show
@@ -109,6 +111,25 @@ def test_batched_blocks_equal_vllm_one_block_at_a_time(causal):
     other = _tiny_draft(not causal)
     with torch.no_grad():  # the block mask matters: the other attention gives other logits
         assert not torch.allclose(other(ids, aux, anchors), got, atol=1e-4)
+
+
+def test_vllm_cpu_context_keys_use_layer0_k_norm():
+    """ctx_k_norm_layer0 (load_exported(vllm_cpu=True)) == vLLM CPU's step, longhand: context
+    keys of every layer normed with layer 0's k_norm; the per-layer draft gives other logits."""
+    d, cpu = _tiny_draft(False), _tiny_draft(False, cpu=True)
+    k0, k1 = (lay.self_attn.k_norm.weight for lay in d.layers)
+    assert not torch.allclose(k0, k1)  # else the quirk could not show
+    ids = torch.randint(0, 39, (1, 12))
+    aux = torch.randn(1, 12, 48, dtype=torch.float64)
+    anchors = torch.tensor([[0, 4, 9]])
+    with torch.no_grad():
+        got, per_layer = cpu(ids, aux, anchors), d(ids, aux, anchors)
+        for j, p in enumerate(anchors[0].tolist()):
+            want = _serve_block(cpu, ids[0], aux[0], p, causal=False, cpu=True)
+            assert torch.allclose(got[0, j], want, atol=1e-4), p
+    # anchor 0 has no context, so both agree there; with context they do not
+    assert torch.allclose(got[0, 0], per_layer[0, 0], atol=1e-6)
+    assert not torch.allclose(got[0, 1:], per_layer[0, 1:], atol=1e-3)
 
 
 def test_block_mask_isolates_blocks_and_hides_the_future():
@@ -250,25 +271,44 @@ def test_cli_dflash_json_and_errors(trained, tiny_target, tmp_path):
 
 # ---- vLLM: the simulator's counts are vLLM's ---------------------------------------------------
 
+def _distinct_k_norms(src: Path, dst: Path) -> Path:
+    """A copy of the export whose layers' k_norm weights differ (layer i scaled by 1 + i/2): a
+    trained tiny draft keeps them near 1.0, which hides which layer's k_norm a server uses."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(src, dst)
+    w = load_file(str(dst / "model.safetensors"))
+    for name in w:
+        if name.endswith("self_attn.k_norm.weight"):
+            w[name] = w[name] * (1.0 + 0.5 * int(name.split(".")[1]))
+    save_file(w, str(dst / "model.safetensors"))
+    return dst
+
+
 @pytest.mark.vllm
 def test_simulator_matches_vllm_spec_decoding(trained, tiny_target, tmp_path):
     """vLLM CPU greedy DFlash on 12 prompts vs the simulator on vLLM's own answers (hidden states
     captured with transformers): drafts within 2%, AL and per-position acceptance within 0.02.
 
-    What is left is the target's hidden-state numerics (vLLM vs transformers), which flip a
-    draft's argmax at a few near-tie anchors; the accept rule itself matched exactly."""
+    The served copy has a different k_norm per layer, and vLLM CPU normalizes the context keys
+    of every layer with layer 0's (vllm_cpu=True reproduces that; the per-layer simulator is
+    further off). What is left is the target's hidden-state numerics (vLLM vs transformers),
+    which flip a draft's argmax at a few near-tie anchors; the accept rule matched exactly."""
     pytest.importorskip("vllm")
     from speckit.io.engine import EngineJob, run_engine
     from speckit.ops.train import data as D
     from speckit.ops.train.dflash.evaluate import load_exported, simulate_answers
     from speckit.ops.train.prompts import load_prompts
 
+    served = _distinct_k_norms(trained.out, tmp_path / "served")
     tok = D.load_tokenizer(tiny_target)
     prompts = load_prompts("speckit-mix", samples=12, seed=123, heldout=0).train
     ids = [D.chat_prompt_ids(tok, p.messages()) for p in prompts]
     job = EngineJob(label="dflash", model=str(tiny_target), tokenizer=str(tiny_target),
                     max_tokens=32, prompt_token_ids=ids, temperature=0.0, concurrency=1,
-                    speculative_config={"method": "dflash", "model": str(trained.out),
+                    speculative_config={"method": "dflash", "model": str(served),
                                         "num_speculative_tokens": BLOCK - 1},
                     cpu_kv_bytes=1 << 28)
     run = run_engine(job, workdir=tmp_path / "logs")
@@ -278,17 +318,38 @@ def test_simulator_matches_vllm_spec_decoding(trained, tiny_target, tmp_path):
     # (2 of 3 requests that differ by a draft with a bf16 capture match with an fp32 one)
     model = D.load_target(tiny_target, device="cpu", dtype="float32")
     samples = [D.Sample(p, a, "x") for p, a in zip(ids, run.token_ids, strict=True)]
-    draft = load_exported(trained.out, tiny_target)
-    acc = simulate_answers(draft, model, samples, aux_layers=AUX, work=tmp_path / "sim",
-                           device="cpu")
+    accs = {cpu: simulate_answers(load_exported(served, tiny_target, vllm_cpu=cpu), model,
+                                  samples, aux_layers=AUX, work=tmp_path / f"sim{cpu}",
+                                  device="cpu") for cpu in (True, False)}
+    acc = accs[True]
     print(f"vLLM: drafts {c.num_drafts} AL {c.acceptance_length:.4f} per-pos "
           f"{[round(x, 4) for x in c.per_position]}; simulator: drafts {acc.drafts} AL "
-          f"{acc.acceptance_length:.4f} per-pos {[round(x, 4) for x in acc.per_position()]}")
+          f"{acc.acceptance_length:.4f} per-pos {[round(x, 4) for x in acc.per_position()]}; "
+          f"per-layer k_norm: AL {accs[False].acceptance_length:.4f}")
     assert acc.accepted > 0  # a trained draft: the comparison is not 0 == 0
     assert abs(acc.drafts - c.num_drafts) <= 0.02 * c.num_drafts
     assert acc.acceptance_length == pytest.approx(c.acceptance_length, abs=0.02)
     for got, want in zip(acc.per_position(), c.per_position, strict=True):
         assert got == pytest.approx(want, abs=0.02)
+    wrong = abs(accs[False].acceptance_length - c.acceptance_length)
+    assert wrong > abs(acc.acceptance_length - c.acceptance_length)
+
+
+@pytest.mark.vllm
+def test_vllm_cpu_grouped_rms_norm_reads_only_the_first_weight_row():
+    """Why vllm_cpu exists: DFlashQwen3Model._normalize_context_k norms [L, N, heads, hd] keys
+    with a stacked [L, hd] k_norm weight, and vLLM CPU's rms_norm applies row 0 to all L. If
+    this fails, vLLM fixed it: load_exported(vllm_cpu=True) must then no longer be used."""
+    pytest.importorskip("vllm")
+    from vllm import _custom_ops as ops
+
+    x = torch.randn(3, 5, 2, 64)
+    w = torch.stack([torch.full((64,), v) for v in (1.0, 2.0, 3.0)])
+    out = torch.empty_like(x)
+    ops.rms_norm(out, x, w, 1e-5)
+    normed = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5)
+    assert torch.allclose(out, normed * w[0], atol=1e-5)
+    assert not torch.allclose(out[1:], (normed * w[:, None, None, :])[1:], atol=1e-1)
 
 
 def test_causal_flag_trains_and_exports_a_causal_block(trained, tiny_target, tmp_path):

@@ -76,8 +76,12 @@ def simulate(draft: DFlashDraft, data: ShardDataset, *, device: str, seed: int =
     return acc
 
 
-def load_exported(draft_dir: Path, target_dir: Path) -> DFlashDraft:
-    """An exported speculators `dflash` draft as a DFlashDraft (target embedding and lm_head)."""
+def load_exported(draft_dir: Path, target_dir: Path, *, vllm_cpu: bool = False) -> DFlashDraft:
+    """An exported speculators `dflash` draft as a DFlashDraft (target embedding and lm_head).
+
+    ``vllm_cpu``: compute the context keys as vLLM CPU 0.32 serves them (layer 0's k_norm in
+    every layer, DFlashConfig.ctx_k_norm_layer0), to compare with acceptance measured there.
+    """
     import json
 
     from safetensors.torch import load_file
@@ -96,7 +100,8 @@ def load_exported(draft_dir: Path, target_dir: Path) -> DFlashDraft:
         max_position_embeddings=layer["max_position_embeddings"],
         vocab_size=layer["vocab_size"], target_hidden_size=cfg["target_hidden_size"],
         num_aux=len(cfg["aux_hidden_state_layer_ids"]), block_size=cfg["block_size"],
-        mask_token_id=cfg["mask_token_id"], causal=not cfg.get("sliding_window_non_causal", True))
+        mask_token_id=cfg["mask_token_id"], causal=not cfg.get("sliding_window_non_causal", True),
+        ctx_k_norm_layer0=vllm_cpu)
     embed, head, _ = target_tensors(Path(target_dir))
     draft = DFlashDraft(dcfg, embed, head)
     weights = load_file(str(Path(draft_dir) / "model.safetensors"))

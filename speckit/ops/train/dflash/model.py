@@ -37,6 +37,10 @@ class DFlashConfig:
     block_size: int
     mask_token_id: int
     causal: bool = False  # vLLM serves speculators DFlash non-causal inside the block
+    # vLLM CPU (0.32) normalizes every layer's context keys with layer 0's k_norm weight: its
+    # grouped rms_norm kernel reads only the first row of the stacked [L, head_dim] weight.
+    # True reproduces that for acceptance parity on CPU; training keeps per-layer k_norm (GPU).
+    ctx_k_norm_layer0: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -90,20 +94,24 @@ class DFlashLayer(nn.Module):
         self.mlp.up_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
         self.mlp.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
 
-    def _kv(self, x: torch.Tensor, positions: torch.Tensor, rope: Rope):
+    def _kv(self, x: torch.Tensor, positions: torch.Tensor, rope: Rope,
+            k_norm: nn.Module | None = None):
         """k (k_norm, then RoPE) and v of ``x`` [B, T, H], as [B, nkv, T, hd]."""
         c, a = self.cfg, self.self_attn
         b, t, _ = x.shape
-        k = a.k_norm(a.k_proj(x).view(b, t, c.num_key_value_heads, c.head_dim)).transpose(1, 2)
+        k_norm = a.k_norm if k_norm is None else k_norm
+        k = k_norm(a.k_proj(x).view(b, t, c.num_key_value_heads, c.head_dim)).transpose(1, 2)
         v = a.v_proj(x).view(b, t, c.num_key_value_heads, c.head_dim).transpose(1, 2)
         return rope(k, positions), v
 
     def forward(self, x: torch.Tensor, ctx: torch.Tensor, positions: torch.Tensor,
-                ctx_positions: torch.Tensor, mask: torch.Tensor, rope: Rope) -> torch.Tensor:
+                ctx_positions: torch.Tensor, mask: torch.Tensor, rope: Rope,
+                ctx_k_norm: nn.Module | None = None) -> torch.Tensor:
         """x [B, Q, H] block tokens at ``positions``; ctx [B, T, H] = hidden_norm(fc(aux)).
 
         The context goes straight into k/v (no input_layernorm), as vLLM's
-        precompute_and_store_context_kv does; ``mask`` [B, Q, T + Q] says who sees what.
+        precompute_and_store_context_kv does; ``mask`` [B, Q, T + Q] says who sees what;
+        ``ctx_k_norm`` replaces this layer's k_norm on the context keys (the vLLM CPU quirk).
         """
         c, a = self.cfg, self.self_attn
         b, q_len, _ = x.shape
@@ -111,7 +119,7 @@ class DFlashLayer(nn.Module):
         q = a.q_norm(a.q_proj(h).view(b, q_len, c.num_attention_heads, c.head_dim))
         q = rope(q.transpose(1, 2), positions)
         k_blk, v_blk = self._kv(h, positions, rope)
-        k_ctx, v_ctx = self._kv(ctx, ctx_positions, rope)
+        k_ctx, v_ctx = self._kv(ctx, ctx_positions, rope, ctx_k_norm)
         keys, values = torch.cat([k_ctx, k_blk], 2), torch.cat([v_ctx, v_blk], 2)
         groups = c.num_attention_heads // c.num_key_value_heads
         if groups > 1:
@@ -188,8 +196,9 @@ class DFlashDraft(nn.Module):
         x = self.embed_tokens(ids.reshape(bsz, n * blk)).to(ctx.dtype)
         mask = block_mask(anchors, t, blk, causal=cfg.causal)
         ctx_pos = torch.arange(t, device=dev).expand(bsz, t)
+        k_norm0 = self.layers[0].self_attn.k_norm if cfg.ctx_k_norm_layer0 else None
         for layer in self.layers:
-            x = layer(x, ctx, positions, ctx_pos, mask, self.rope)
+            x = layer(x, ctx, positions, ctx_pos, mask, self.rope, k_norm0)
         x = self.norm(x).view(bsz, n, blk, -1)[:, :, 1:]
         return self.lm_head(x.to(self.lm_head.weight.dtype))
 
