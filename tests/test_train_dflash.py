@@ -272,7 +272,7 @@ def test_cli_dflash_json_and_errors(trained, tiny_target, tmp_path):
 # ---- vLLM: the simulator's counts are vLLM's ---------------------------------------------------
 
 def _distinct_k_norms(src: Path, dst: Path) -> Path:
-    """A copy of the export whose layers' k_norm weights differ (layer i scaled by 1 + i/2): a
+    """A copy of the export whose layers' k_norm weights differ (layer i scaled by 1 + i): a
     trained tiny draft keeps them near 1.0, which hides which layer's k_norm a server uses."""
     import shutil
 
@@ -282,7 +282,7 @@ def _distinct_k_norms(src: Path, dst: Path) -> Path:
     w = load_file(str(dst / "model.safetensors"))
     for name in w:
         if name.endswith("self_attn.k_norm.weight"):
-            w[name] = w[name] * (1.0 + 0.5 * int(name.split(".")[1]))
+            w[name] = w[name] * (1.0 + int(name.split(".")[1]))
     save_file(w, str(dst / "model.safetensors"))
     return dst
 
