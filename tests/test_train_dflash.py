@@ -231,6 +231,31 @@ def test_export_is_a_speculators_dflash_draft_inspect_accepts(trained, tiny_targ
     assert report.block_size == BLOCK and report.aux_layer_ids == AUX
 
 
+def test_tied_k_norm_exports_one_weight_per_layer_that_vllm_cpu_serves_as_trained(
+        trained, tiny_target, tmp_path):
+    from safetensors.torch import load_file
+
+    from speckit.ops.train.data import DataManifest, ShardDataset
+    from speckit.ops.train.dflash.evaluate import load_exported, simulate
+
+    w = load_file(str(trained.out / "model.safetensors"))
+    k0, k1 = (w[f"layers.{i}.self_attn.k_norm.weight"] for i in range(2))
+    assert torch.equal(k0, k1) and not torch.allclose(k0.float(), torch.ones_like(k0.float()))
+    data = ShardDataset(DataManifest.load(trained.data_dir), batch_tokens=512,
+                        val_fraction=0.15, seed=0)
+    per_layer = simulate(load_exported(trained.out, tiny_target).float(), data, device="cpu")
+    cpu = simulate(load_exported(trained.out, tiny_target, vllm_cpu=True).float(), data,
+                   device="cpu")
+    assert cpu.accepted == per_layer.accepted and cpu.drafts == per_layer.drafts
+    # --per-layer-k-norm trains each layer's own, which vLLM CPU would not serve as trained
+    out = tmp_path / "untied"
+    train_dflash(target=str(tiny_target), out=out, epochs=1, tie_k_norm=False,
+                 data_dir=trained.data_dir, **KW)
+    w = load_file(str(out / "model.safetensors"))
+    assert not torch.equal(w["layers.0.self_attn.k_norm.weight"],
+                           w["layers.1.self_attn.k_norm.weight"])
+
+
 def test_data_dir_reuse_and_resume(trained, tiny_target, tmp_path):
     import shutil
 

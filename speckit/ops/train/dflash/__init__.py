@@ -53,8 +53,8 @@ def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.Path
                  prompts: str = "speckit-mix", samples: int = 2000, max_tokens: int = 512,
                  aux_layers: list[int] | None = None, layers: int = 3, block_size: int = 8,
                  mask_token_id: int | None = None, causal: bool = False,
-                 init_from: str | os.PathLike | None = None, epochs: int = 3,
-                 lr: float = 6e-4,
+                 tie_k_norm: bool = True, init_from: str | os.PathLike | None = None,
+                 epochs: int = 3, lr: float = 6e-4,
                  batch_tokens: int | None = None, blocks_per_seq: int = 0,
                  pos_gamma: float = 4.0, val_fraction: float = 0.02, seed: int = 0,
                  device: str | None = None, engine: str = "auto",
@@ -67,6 +67,8 @@ def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.Path
     ``data_dir``: shards captured before (``speckit train eagle3 --data-only``); otherwise the
     eagle3 data stage runs (or reuses its shards) in the work directory. The shards' held-out
     conversations (``val_fraction``) feed the acceptance simulator after every epoch.
+    ``tie_k_norm``: one k_norm weight for all layers, which vLLM CPU 0.32 serves as trained (it
+    applies layer 0's k_norm to every layer's context keys).
     """
     import torch
 
@@ -88,7 +90,8 @@ def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.Path
     stage["data"] = round(time.monotonic() - t, 1)
     mask = mask_token_id if mask_token_id is not None else pick_mask_token(tdir, manifest)
     draft, dcfg = _build(tdir, tcfg, manifest, layers=layers, block_size=block_size,
-                         mask_token_id=mask, causal=causal, seed=seed, init_from=init_from)
+                         mask_token_id=mask, causal=causal, tie_k_norm=tie_k_norm, seed=seed,
+                         init_from=init_from)
     n_params = param_count(draft)
     cuda = device.startswith("cuda")
     dataset = ShardDataset(manifest, batch_tokens=batch_tokens or (16384 if cuda else 2048),
@@ -227,7 +230,8 @@ def pick_mask_token(target_dir: Path, manifest) -> int:
 
 
 def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
-           mask_token_id: int, causal: bool, seed: int, init_from=None):
+           mask_token_id: int, causal: bool, seed: int, tie_k_norm: bool = True,
+           init_from=None):
     """The draft to train: fresh (seeded) or, with ``init_from``, an exported draft's tensors
     (its dims must match; the block mask is this run's)."""
     import dataclasses
@@ -240,7 +244,8 @@ def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
     embed, head, _ = target_tensors(tdir)
     dcfg = config_from_target(tcfg, num_layers=layers, num_aux=len(manifest.aux_layers),
                               block_size=block_size, mask_token_id=mask_token_id)
-    dcfg = dataclasses.replace(dcfg, causal=causal)  # exported as sliding_window_non_causal
+    # causal: exported as sliding_window_non_causal; a tied k_norm as equal per-layer copies
+    dcfg = dataclasses.replace(dcfg, causal=causal, tie_k_norm=tie_k_norm)
     torch.manual_seed(seed)
     draft = DFlashDraft(dcfg, embed, head)
     draft.init_weights(seed=seed)

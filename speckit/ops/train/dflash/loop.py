@@ -228,7 +228,7 @@ def _resume(root: Path, draft, opt, st: dict, say) -> dict[str, torch.Tensor] | 
 
 def _trainable_copy(draft) -> dict[str, torch.Tensor]:
     """The draft's own (exported) tensors, on the CPU; the frozen target parts are left out."""
-    return {n: p.detach().cpu().clone() for n, p in draft.trainable().items()}
+    return draft.exported()
 
 
 def _line(e: dict[str, Any]) -> str:

@@ -41,6 +41,9 @@ class DFlashConfig:
     # grouped rms_norm kernel reads only the first row of the stacked [L, head_dim] weight.
     # True reproduces that for acceptance parity on CPU; training keeps per-layer k_norm (GPU).
     ctx_k_norm_layer0: bool = False
+    # one k_norm weight shared by every layer: then vLLM CPU's quirk above changes nothing, and
+    # the draft is served as trained on CPU and GPU alike
+    tie_k_norm: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,6 +157,9 @@ class DFlashDraft(nn.Module):
         self.fc = nn.Linear(cfg.num_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.layers = nn.ModuleList([DFlashLayer(cfg) for _ in range(cfg.num_layers)])
+        if cfg.tie_k_norm:
+            for layer in self.layers[1:]:
+                layer.self_attn.k_norm = self.layers[0].self_attn.k_norm
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.rope = Rope(cfg.head_dim, cfg.rope_theta)
 
@@ -176,7 +182,14 @@ class DFlashDraft(nn.Module):
         self.norm.weight.data.fill_(min(1.0, 16.0 / (self.cfg.hidden_size ** 0.5 * max(rms, 1e-6))))
 
     def trainable(self) -> dict[str, nn.Parameter]:
+        """Each trainable parameter once (a tied k_norm under layer 0's name)."""
         return {n: p for n, p in self.named_parameters() if p.requires_grad}
+
+    def exported(self) -> dict[str, torch.Tensor]:
+        """CPU copies of the trainable tensors under every name they serve (a tied k_norm once
+        per layer, as the speculators layout and vLLM expect)."""
+        return {n: p.detach().cpu().clone()
+                for n, p in self.named_parameters(remove_duplicate=False) if p.requires_grad}
 
     def forward(self, input_ids: torch.Tensor, aux: torch.Tensor, anchors: torch.Tensor
                 ) -> torch.Tensor:
