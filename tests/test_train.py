@@ -408,6 +408,31 @@ def test_max_minutes_cuts_epochs_to_what_fits():
     assert al_proxy([0.5, 0.5, 0.5]) == pytest.approx(1.875)
 
 
+def test_max_minutes_refits_at_epoch_end_from_the_mean_step_time():
+    """A cold-cache estimate at step 30 cut 12 epochs to 4; the epoch-end mean lets it back up
+    to what really fits (never past --epochs), or stops when the time is gone."""
+    import time
+    from types import SimpleNamespace
+
+    from speckit.ops.train.loop import LoopConfig, _refit_at_epoch_end
+
+    cfg = LoopConfig(epochs=12, ttt_steps=3, max_train_s=100.0)
+    bar = SimpleNamespace(total=lambda n: None)
+    msgs: list[str] = []
+    # 4 epochs of 10 steps took 40 s of steps, 45 s in all: 55 s left at 1 s/step = 5 more
+    run = SimpleNamespace(cfg=cfg, per_epoch=[10] * 12, step=40, steps_at_start=0, train_s=40.0,
+                          t_loop=time.monotonic() - 45.0, n_epochs=4, total_steps=40,
+                          log=msgs.append, rank=0, bar=bar)
+    _refit_at_epoch_end(run, 3)
+    assert (run.n_epochs, run.total_steps) == (9, 90) and "9 of 12" in msgs[-1]
+    run.train_s = 4.0  # 0.1 s/step: everything fits, but never more than --epochs
+    _refit_at_epoch_end(run, 3)
+    assert run.n_epochs == 12
+    run.t_loop = time.monotonic() - 200.0  # out of time: stop after the epoch just finished
+    _refit_at_epoch_end(run, 3)
+    assert run.n_epochs == 4 and run.total_steps == 40
+
+
 def test_outputs_never_touch_the_target(tiny_target, tmp_path):
     before = sorted(p.name for p in tiny_target.iterdir())
     kw = {"target": str(tiny_target), "samples": 4, "device": "cpu", "engine": "transformers",

@@ -385,12 +385,36 @@ def _apply_time_cap(run: _Run, epoch: int) -> None:
     if cfg.max_train_s and done == 10:
         run.t_rate = time.monotonic()  # the first steps carry CUDA/allocator warm-up
     elif cfg.max_train_s and done == 30:
-        rate = (time.monotonic() - run.t_rate) / 20
-        left = cfg.max_train_s - (time.monotonic() - run.t_loop)
-        run.n_epochs, run.total_steps = _fit_epochs(cfg, run.per_epoch, epoch, run.step, rate,
-                                                    left, run.n_epochs, run.total_steps,
-                                                    run.log)
-        run.bar.total(run.total_steps)
+        _refit(run, epoch, (time.monotonic() - run.t_rate) / 20, ceiling=run.n_epochs)
+
+
+def _refit(run: _Run, epoch: int, rate: float, *, ceiling: int) -> None:
+    """Lay the epoch count (at most ``ceiling``) and the cosine over the time left at ``rate``
+    s/step; every rank takes the smallest count, so they keep stepping together."""
+    left = run.cfg.max_train_s - (time.monotonic() - run.t_loop)
+    n, _ = _fit_epochs(run.cfg, run.per_epoch, epoch, run.step, rate, left, ceiling,
+                       run.total_steps, None)
+    if _dist_on():
+        import torch.distributed as dist
+
+        t = torch.tensor([n], dtype=torch.int64, device=_dist_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MIN)
+        n = int(t)
+    if n == run.n_epochs:
+        return
+    run.n_epochs, run.total_steps = n, sum(run.per_epoch[:n])
+    if run.log and run.rank == 0:
+        run.log(f"--max-minutes: {rate * 1000:.0f} ms/step, so {n} of {run.cfg.epochs} epochs "
+                f"({run.total_steps} steps) fit")
+    run.bar.total(run.total_steps)
+
+
+def _refit_at_epoch_end(run: _Run, epoch: int) -> None:
+    """Steps 10-30 run on a cold page cache and overstate the step time; at each epoch end the
+    run's mean so far re-lays the count, up to --epochs (the cosine stretches with it)."""
+    done = run.step - run.steps_at_start
+    if run.cfg.max_train_s and done > 30 and epoch + 1 < run.cfg.epochs:
+        _refit(run, epoch, run.train_s / done, ceiling=run.cfg.epochs)
 
 
 def _log_window(run: _Run, epoch: int) -> None:
@@ -449,6 +473,7 @@ def _finish_epoch(run: _Run, epoch: int, on_epoch_end: EpochHook | None) -> None
                        target_to_draft=run.t2d, draft_to_target=run.d2t, teacher=run.teacher)
         entry.update({"val_loss": _round(val.loss()), "val_acc": _round(val.acc()),
                       "val_al_proxy": round(al_proxy(val.acc()), 4)})
+    _refit_at_epoch_end(run, epoch)  # before the hook: it is told whether this epoch is the last
     if on_epoch_end is not None:
         weights = full_model_state(run.head, fsdp=run.fsdp)  # collective under FSDP
         last = epoch + 1 == run.n_epochs
