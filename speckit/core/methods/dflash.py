@@ -214,6 +214,7 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
 SPEC = spec_from(
     globals(),
     name="dflash",
+    cpu_context_k_norm_of_layer0=True,
     vllm_method="dflash",
     speculators_type="dflash",
     speculators_architecture="DFlashDraftModel",

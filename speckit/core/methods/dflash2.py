@@ -127,6 +127,7 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
 SPEC = spec_from(
     globals(),
     name="dflash2",
+    cpu_context_k_norm_of_layer0=True,
     vllm_method="dflash",
     speculators_type="dflash2",
     speculators_architecture="DFlash2DraftModel",
