@@ -80,8 +80,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
                  gen_batch: int | None = None, select_prompts: int = 0,
                  answers: str | os.PathLike | None = None, soft_labels: bool = False,
-                 progress: bool = False,
-                 log: Callable[[str], None] | None = None,
+                 progress: bool = False, log: Callable[[str], None] | None = None,
                  command: str | None = None) -> TrainResult:
     """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
 
@@ -89,8 +88,6 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     the epoch with the best simulated acceptance; ``soft_labels``: learn the target's
     distribution over the draft vocabulary, not only its argmax; ``fsdp``: implied under torchrun).
     """
-    import torch
-
     from speckit.ops.train import data as D
     from speckit.ops.train.export import verifier_name
     from speckit.ops.train.loop import LoopConfig, full_model_state, train_loop
@@ -104,9 +101,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     tgt = _open_target(target, aux_layers=aux_layers, draft_vocab=draft_vocab)
     work = _check_outputs(out, _work_dir(out, work_dir, force=force, resume=resume, rank=rank),
                           tgt.dir, prompts, force=force or resume)
-    cuda = device.startswith("cuda")
-    batch_tokens = batch_tokens or (16384 if cuda else 2048)
-    engine = _pick_engine(engine, cuda=cuda)
+    batch_tokens = batch_tokens or (16384 if device.startswith("cuda") else 2048)
+    engine = _pick_engine(engine, cuda=device.startswith("cuda"))
     data = _captured_data(tgt, work, prompts=prompts, samples=samples, holdout=holdout,
                           max_tokens=max_tokens, seed=seed, engine=engine, device=device,
                           gen_batch=gen_batch, select_prompts=select_prompts,
@@ -119,11 +115,11 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     say(_vocab_line(dvocab, tgt, data))
     head, hcfg, n_params = _build_head(tgt, dvocab, seed=seed)
     teacher = _teacher(tgt, dvocab, data) if soft_labels else None
+    labels = "soft" if soft_labels else "argmax"
     say(f"EAGLE-3 head: {n_params / 1e6:.2f} M trainable parameters, aux layers {tgt.aux}, "
-        f"{ttt_steps} TTT steps, {'soft' if soft_labels else 'argmax'} labels, device {device}"
-        + (f" x{world} (FSDP2)" if fsdp else ""))
-    dataset = D.ShardDataset(data.manifest, batch_tokens=batch_tokens,
-                             val_fraction=val_fraction, seed=seed)
+        f"{ttt_steps} TTT steps, {labels} labels, device {device}{_ranks(fsdp, world)}")
+    dataset = D.ShardDataset(data.manifest, batch_tokens=batch_tokens, val_fraction=val_fraction,
+                             seed=seed)
     cfg = LoopConfig(epochs=epochs, ttt_steps=ttt_steps, lr=lr, batch_tokens=batch_tokens,
                      seed=seed, step_decay=step_decay, save_every=save_every,
                      max_train_s=max_minutes * 60.0, grad_accum=grad_accum,
@@ -145,9 +141,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                   params=n_params)
     if rank == 0:
         provenance = {"command_line": command, "recipe": data.recipe, "seed": seed,
-                      "loop": cfg.__dict__, "labels": "soft" if soft_labels else "argmax",
-                      "result": _jsonable(res),
-                      "torch": torch.__version__, "device": device, "world_size": world}
+                      "loop": cfg.__dict__, "labels": labels, "result": _jsonable(res),
+                      **_runtime(device, world)}
         _export(weights, hcfg, dvocab, tgt, out=out, ttt_steps=ttt_steps, verifier=verifier,
                 provenance=provenance, say=say, force=force or resume)
     if fsdp:
@@ -180,6 +175,16 @@ class _Data:
     dir: Path
     reused: bool
     manifest: Any  # data.DataManifest
+
+
+def _runtime(device: str, world: int) -> dict[str, Any]:
+    import torch
+
+    return {"torch": torch.__version__, "device": device, "world_size": world}
+
+
+def _ranks(fsdp: bool, world: int) -> str:
+    return f" x{world} (FSDP2)" if fsdp else ""
 
 
 def _to_stderr(message: str) -> None:
