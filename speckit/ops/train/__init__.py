@@ -294,7 +294,7 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
     pset = load_prompts(prompts, samples=samples, seed=seed, heldout=holdout)
     recipe = {"target": _target_identity(tgt.dir), "prompts": prompts, "samples": samples,
               "heldout": holdout, "max_tokens": max_tokens, "seed": seed, "engine": engine,
-              "aux_layers": tgt.aux, "per_source": dict(pset.per_source), "final_hidden": True}
+              "aux_layers": tgt.aux, "per_source": dict(pset.per_source)}
     if select_prompts:
         recipe["select_prompts"] = select_prompts
     if answers is not None:
@@ -304,8 +304,8 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
         from speckit.io.hub.hashing import sha256_file
 
         recipe = {"target": recipe["target"], "answers": sha256_file(answers),
-                  "aux_layers": tgt.aux, "select_prompts": select_prompts, "seed": seed,
-                  "final_hidden": True}
+                  "aux_layers": tgt.aux, "select_prompts": select_prompts, "seed": seed}
+    recipe["final_hidden"] = True  # shards without it (older captures) are not reused
     data_dir = work / f"data-{D.recipe_hash(recipe)}"
     reused = (data_dir / D.MANIFEST).exists()
     if rank == 0 and not reused:

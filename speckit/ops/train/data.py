@@ -291,12 +291,12 @@ class ShardWriter:
         self._buf: list[tuple] = []
         self._buf_tokens = 0
 
-    def add(self, input_ids, aux, target_ids, loss_mask, final=None) -> None:
+    def add(self, input_ids, aux, target_ids, loss_mask, final) -> None:
         import torch
 
         self._buf.append((input_ids.to(torch.int32), aux.to(torch.bfloat16).contiguous(),
                           target_ids.to(torch.int32), loss_mask.to(torch.bool),
-                          None if final is None else final.to(torch.bfloat16).contiguous()))
+                          final.to(torch.bfloat16).contiguous()))
         self.counts += torch.bincount(target_ids[loss_mask].long(),
                                       minlength=self.counts.numel())
         n = int(input_ids.numel())
@@ -322,9 +322,8 @@ class ShardWriter:
             "target_ids": torch.cat([b[2] for b in self._buf]),
             "loss_mask": torch.cat([b[3] for b in self._buf]),
             "offsets": offsets,
+            "final": torch.cat([b[4] for b in self._buf]),
         }
-        if all(b[4] is not None for b in self._buf):
-            tensors["final"] = torch.cat([b[4] for b in self._buf])
         name = f"shard-{len(self.shards):05d}.safetensors"
         tmp = self.out_dir / f".{name}.tmp"
         save_file(tensors, str(tmp), metadata={"format": DATA_FORMAT})

@@ -91,7 +91,7 @@ def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.Path
     mask = mask_token_id if mask_token_id is not None else pick_mask_token(tdir, manifest)
     draft, dcfg = _build(tdir, tcfg, manifest, layers=layers, block_size=block_size,
                          mask_token_id=mask, causal=causal, tie_k_norm=tie_k_norm, seed=seed,
-                         init_from=init_from)
+                         init_from=init_from, say=say)
     n_params = param_count(draft)
     cuda = device.startswith("cuda")
     dataset = ShardDataset(manifest, batch_tokens=batch_tokens or (16384 if cuda else 2048),
@@ -231,7 +231,7 @@ def pick_mask_token(target_dir: Path, manifest) -> int:
 
 def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
            mask_token_id: int, causal: bool, seed: int, tie_k_norm: bool = True,
-           init_from=None):
+           say, init_from=None):
     """The draft to train: fresh (seeded) or, with ``init_from``, an exported draft's tensors
     (its dims must match; the block mask is this run's)."""
     import dataclasses
@@ -250,11 +250,11 @@ def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
     draft = DFlashDraft(dcfg, embed, head)
     draft.init_weights(seed=seed)
     if init_from is not None:
-        _load_init(draft, Path(init_from))
+        _load_init(draft, Path(init_from), say)
     return draft, dcfg
 
 
-def _load_init(draft, src: Path) -> None:
+def _load_init(draft, src: Path, say) -> None:
     from safetensors.torch import load_file
 
     try:
@@ -268,6 +268,13 @@ def _load_init(draft, src: Path) -> None:
         raise UsageError(f"--init-from {src}: tensor {bad[0]} is missing or of another shape "
                          f"({len(bad)} in all)", hint="--layers/--aux-layers must match it")
     draft.load_state_dict({n: weights[n] for n in mine}, strict=False)
+    # a tied k_norm takes layer 0's: say so when the source's other layers had their own
+    k0 = weights.get("layers.0.self_attn.k_norm.weight")
+    untied = [n for n in draft.exported() if n not in mine and n in weights
+              and k0 is not None and not weights[n].equal(k0)]
+    if untied:
+        say(f"--init-from {src}: {len(untied)} per-layer k_norm weight(s) ({untied[0]}, ...) "
+            "replaced by layer 0's: --tie-k-norm trains one for every layer")
 
 
 def _result(out, work, target, manifest, dcfg, loop, *, reused: bool, held: int,

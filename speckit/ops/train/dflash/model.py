@@ -39,7 +39,7 @@ class DFlashConfig:
     causal: bool = False  # vLLM serves speculators DFlash non-causal inside the block
     # vLLM CPU (0.32) normalizes every layer's context keys with layer 0's k_norm weight: its
     # grouped rms_norm kernel reads only the first row of the stacked [L, head_dim] weight.
-    # True reproduces that for acceptance parity on CPU; training keeps per-layer k_norm (GPU).
+    # True reproduces that, to compare a per-layer draft with acceptance measured there.
     ctx_k_norm_layer0: bool = False
     # one k_norm weight shared by every layer: then vLLM CPU's quirk above changes nothing, and
     # the draft is served as trained on CPU and GPU alike
