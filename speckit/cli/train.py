@@ -42,6 +42,8 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
         value, flag = ctx.params[name], param.opts[-1]
         if getattr(param, "is_flag", False):
             args += [flag] if value else []
+        elif getattr(param, "multiple", False):  # a repeatable option: the flag once per value
+            args += [a for v in value for a in (flag, str(v))]
         elif value is not None:
             args += [flag, str(value)]
     return args
@@ -106,9 +108,11 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               "loss/top-1 per epoch.")
 @click.option("--gen-batch", default=None, type=int,
               help="Prompts per transformers generate() call (default 512 on cuda, 16 on cpu).")
-@click.option("--answers", type=click.Path(dir_okay=False, exists=True),
+@click.option("--answers", type=click.Path(dir_okay=False, exists=True), multiple=True,
+              metavar="FILE",
               help="Capture the conversations of an earlier run's WORK/data-*/samples.jsonl "
-              "instead of generating answers (other --aux-layers, a second draft).")
+              "instead of generating answers (other --aux-layers, a second draft). Repeatable: "
+              "the conversations are read in the order given.")
 @click.option("--select-prompts", default=0, show_default=True, type=click.IntRange(min=0),
               metavar="N",
               help="Capture N untrained prompts per category (chat: MT-Bench, code: HumanEval, "

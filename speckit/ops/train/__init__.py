@@ -9,7 +9,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,9 @@ from speckit.errors import UsageError
 from speckit.io.output import check_output
 
 DEFAULT_PROMPTS = "speckit-mix"
+ANSWERS_CHUNK = 8 * 1024 * 1024  # bytes per read when hashing/copying --answers files
+# --answers: none, one samples.jsonl, or several read in the order given
+AnswerFiles = str | os.PathLike | Sequence[str | os.PathLike] | None
 
 
 @dataclass
@@ -79,14 +82,14 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  save_every: int = 0, grad_accum: int = 1, data_order_seed: int | None = None,
                  data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
                  gen_batch: int | None = None, select_prompts: int = 0,
-                 answers: str | os.PathLike | None = None, soft_labels: bool = False,
-                 progress: bool = False, log: Callable[[str], None] | None = None,
+                 answers: AnswerFiles = None, soft_labels: bool = False, progress: bool = False,
+                 log: Callable[[str], None] | None = None,
                  command: str | None = None) -> TrainResult:
     """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
 
-    Flags as in docs/train.md (``answers``: an earlier samples.jsonl; ``select_prompts``: export
-    the epoch with the best simulated acceptance; ``soft_labels``: learn the target's
-    distribution over the draft vocabulary, not only its argmax; ``fsdp``: implied under torchrun).
+    Flags as in docs/train.md (``answers``: earlier samples.jsonl files, in order;
+    ``select_prompts``: export the epoch of best simulated acceptance; ``soft_labels``: learn the
+    target's distribution over the draft vocab, not only argmax; ``fsdp``: implied by torchrun).
     """
     from speckit.ops.train import data as D
     from speckit.ops.train.export import verifier_name
@@ -106,7 +109,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     data = _captured_data(tgt, work, prompts=prompts, samples=samples, holdout=holdout,
                           max_tokens=max_tokens, seed=seed, engine=engine, device=device,
                           gen_batch=gen_batch, select_prompts=select_prompts,
-                          answers=Path(answers) if answers else None, rank=rank,
+                          answers=_answer_paths(answers), rank=rank,
                           fsdp=fsdp, stage=stage, say=say, progress=progress)
     dvocab = _draft_vocab(tgt, data.manifest)
     if data_only:
@@ -286,7 +289,7 @@ def _pick_engine(engine: str, *, cuda: bool) -> str:
 def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, holdout: int,
                    max_tokens: int, seed: int, engine: str, device: str, gen_batch: int | None,
                    select_prompts: int, rank: int, fsdp: bool, stage: dict, say,
-                   progress: bool, answers: Path | None = None) -> _Data:
+                   progress: bool, answers: list[Path] | None = None) -> _Data:
     """The run's shards: reused when this recipe was captured before, else made by rank 0."""
     from speckit.ops.train import data as D
     from speckit.ops.train.prompts import load_prompts, selection_prompts
@@ -298,12 +301,7 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
     if select_prompts:
         recipe["select_prompts"] = select_prompts
     if answers is not None:
-        if not answers.is_file():
-            raise UsageError(f"--answers {answers}: no such file",
-                             hint="pass WORK/data-*/samples.jsonl of an earlier run")
-        from speckit.io.hub.hashing import sha256_file
-
-        recipe = {"target": recipe["target"], "answers": sha256_file(answers),
+        recipe = {"target": recipe["target"], "answers": _answers_digest(answers),
                   "aux_layers": tgt.aux, "select_prompts": select_prompts, "seed": seed}
     recipe["final_hidden"] = True  # shards without it (older captures) are not reused
     data_dir = work / f"data-{D.recipe_hash(recipe)}"
@@ -439,7 +437,7 @@ def _export(weights, hcfg, dvocab, tgt: _Target, *, out: Path, ttt_steps: int, v
 def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, device: str,
                   engine: str, max_tokens: int, seed: int, aux: list[int], cuda: bool,
                   gen_batch_size: int | None, stage: dict, say, progress: bool,
-                  selection: dict | None = None, answers: Path | None = None) -> None:
+                  selection: dict | None = None, answers: list[Path] | None = None) -> None:
     """Generate the target's answers (or read ``answers``), then capture its hidden states."""
     import shutil
 
@@ -475,10 +473,67 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
     os.replace(tmp, data_dir)
 
 
-def _read_answers(path: Path, copy_to: Path, *, say) -> list:
-    """Conversations of an earlier run's samples.jsonl (its prompts and on-policy answers)."""
+def _answer_paths(answers) -> list[Path] | None:
+    """``answers`` as a list of paths: None or an empty sequence (click's unset multiple) is
+    None, one path (str or PathLike) is a list of one."""
+    if answers is None or isinstance(answers, (str, os.PathLike)):
+        return [Path(answers)] if answers else None
+    return [Path(a) for a in answers] or None
+
+
+def _answers_digest(paths: Sequence[Path]) -> str:
+    """sha256 of the files' bytes concatenated in order (so one file keeps its own sha256 and
+    ``--answers B --answers A`` names the data of ``cat B A``), streamed in chunks. Refuses a
+    missing or empty file, and a file before the last whose final byte is not a newline (its
+    last record would run into the next file's first)."""
+    import hashlib
+
+    from speckit.errors import FormatError
+
+    h = hashlib.sha256()
+    for n, path in enumerate(paths, 1):
+        if not path.is_file():
+            raise UsageError(f"--answers {path}: no such file",
+                             hint="pass WORK/data-*/samples.jsonl of an earlier run")
+        last = b""
+        with open(path, "rb") as f:
+            while chunk := f.read(ANSWERS_CHUNK):
+                h.update(chunk)
+                last = chunk[-1:]
+        if not last:
+            raise FormatError(f"{path}: no conversations", hint="--answers needs a samples.jsonl")
+        if n < len(paths) and last != b"\n":
+            raise FormatError(f"{path}: does not end with a newline, so its last record would "
+                              "run into the next --answers file",
+                              hint=f"append one (echo >> {path}) or give it last")
+    return h.hexdigest()
+
+
+def _read_answers(paths: list[Path], copy_to: Path, *, say) -> list:
+    """Conversations of earlier runs' samples.jsonl files in order (prompts and on-policy
+    answers); ``copy_to`` gets their concatenation, byte for byte."""
     import shutil
 
+    counts, samples = [], []
+    for path in paths:
+        got = _parse_answers(path)
+        counts.append(len(got))
+        samples += got
+    with open(copy_to, "wb") as out:
+        for path in paths:
+            with open(path, "rb") as f:
+                shutil.copyfileobj(f, out, ANSWERS_CHUNK)
+    if len(paths) == 1:
+        say(f"answers from {paths[0]}: {len(samples)} conversations (no generation)")
+    else:
+        each = ", ".join(f"{p} {c}" for p, c in zip(paths, counts, strict=True))
+        say(f"answers from {len(paths)} files ({each}): {len(samples)} conversations "
+            "(no generation)")
+    return samples
+
+
+def _parse_answers(path: Path) -> list:
+    """The conversations of one samples.jsonl; errors name the file and line."""
     from speckit.errors import FormatError
     from speckit.ops.train import data as D
 
@@ -495,8 +550,6 @@ def _read_answers(path: Path, copy_to: Path, *, say) -> list:
                                   hint="--answers takes WORK/data-*/samples.jsonl of a run") from e
     if not samples:
         raise FormatError(f"{path}: no conversations", hint="--answers needs a samples.jsonl")
-    shutil.copyfile(path, copy_to)
-    say(f"answers from {path}: {len(samples)} conversations (no generation)")
     return samples
 
 
