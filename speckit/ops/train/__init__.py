@@ -465,7 +465,8 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
     bar.close()
     stage["capture"] = round(time.monotonic() - t, 1)
     if selection:
-        _capture_selection(model, tok, selection, tmp / SELECT_DIR, aux=aux,
+        _capture_selection(model, tok, _untrained(selection, samples, tok, say=say),
+                           tmp / SELECT_DIR, aux=aux,
                            batch=gen_batch_size or (512 if cuda else 16), stage=stage, say=say)
     del model
     if data_dir.exists():
@@ -616,6 +617,29 @@ def _ask_target(model, tok, pset, *, seed: int, batch: int, stage: dict, say,
 
 SELECT_DIR = "select"
 SELECT_MAX_TOKENS = 128  # what validate measures by default
+
+
+def _untrained(selection: dict, samples: list, tok, *, say) -> dict:
+    """The selection sets less what the run trains on. --prompts alone cannot tell: the
+    target's own prompts and --answers files are only known here. A set whose benchmark is a
+    source of the training conversations is dropped whole; any other prompt is dropped when its
+    chat-formatted ids equal a training prompt's."""
+    from speckit.ops.train import data as D
+    from speckit.ops.train.prompts import SELECTION_BENCHMARKS
+
+    sources = {s.source for s in samples}
+    trained = {tuple(s.prompt_ids) for s in samples}
+    out = {}
+    for cat, prompts in selection.items():
+        if SELECTION_BENCHMARKS.get(cat) in sources:
+            say(f"selection: no {cat} set (the training conversations include its prompts)")
+            continue
+        kept = [p for p in prompts if tuple(D.chat_prompt_ids(tok, p.messages())) not in trained]
+        if len(kept) < len(prompts):
+            say(f"selection: {len(prompts) - len(kept)} {cat} prompt(s) dropped (trained on)")
+        if kept:
+            out[cat] = kept
+    return out
 
 
 def _capture_selection(model, tok, selection: dict, root: Path, *, aux: list[int], batch: int,

@@ -105,6 +105,10 @@ def add_asked(pset: PromptSet, texts: list[str], *, exclude_validate: bool = Tru
     return len(picker.kept)
 
 
+# checkpoint selection scores chat and code on these benchmarks (their --prompts source names)
+SELECTION_BENCHMARKS = {"chat": "mtbench", "code": "humaneval"}
+
+
 def selection_prompts(spec: str, pset: PromptSet, *, seed: int, per_set: int = 64
                       ) -> dict[str, list[TrainPrompt]]:
     """Prompts for picking the checkpoint, one set per category, none of them trained on:
@@ -114,8 +118,8 @@ def selection_prompts(spec: str, pset: PromptSet, *, seed: int, per_set: int = 6
     seen = {_norm(p.text) for p in pset.train + pset.heldout}
     blocked = _Blocklist(validate_prompt_texts())
     out: dict[str, list[TrainPrompt]] = {}
-    for cat, source, load in (("chat", "mtbench", mtbench_prompts),
-                              ("code", "humaneval", humaneval_prompts)):
+    for cat, load in (("chat", mtbench_prompts), ("code", humaneval_prompts)):
+        source = SELECTION_BENCHMARKS[cat]
         if source in names:
             continue
         try:
