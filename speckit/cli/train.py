@@ -124,6 +124,12 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 @click.option("--max-minutes", default=0.0, type=float, show_default=True,
               help="Cap the training loop's wall time: fewer epochs when they would not fit "
               "(0: no cap).")
+@click.option("--online", is_flag=True,
+              help="Write no hidden-state shards of the training conversations (their bf16 aux "
+              "and final hidden states, often tens of GB): the target stays loaded and runs on "
+              "each batch just before its step, one extra target forward per batch on the "
+              "training device. Same batches and weights as without it; one process only (no "
+              "--fsdp/--nproc).")
 @click.option("--data-only", is_flag=True,
               help="Stop after generating and capturing the data (runs with the same data "
               "flags and --work-dir reuse it).")
@@ -136,15 +142,16 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_steps, epochs, lr,
            batch_tokens, step_decay, seed, device, engine, holdout, eval_every, eval_k, work_dir,
            resume, save_every, fsdp, nproc, grad_accum, data_order_seed, val_fraction, gen_batch,
-           answers, select_prompts, soft_labels, max_minutes, data_only, force, out, json_mode,
-           quiet):
+           answers, select_prompts, soft_labels, max_minutes, online, data_only, force, out,
+           json_mode, quiet):
     """Train a one-layer EAGLE-3 draft on the target's own greedy answers and export it.
 
     The target answers every prompt with its chat template; its aux hidden states are captured
     to disk shards; the head is trained with the TTT loss; OUT is ready for speckit validate.
     """
-    from speckit.ops.train import train_eagle3
+    from speckit.ops.train import check_online, train_eagle3
 
+    check_online(online, fsdp=fsdp, nproc=nproc)
     if nproc is not None and "RANK" not in os.environ:
         from speckit.ops.train.launch import run_ranks
 
@@ -160,7 +167,7 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
         step_decay=step_decay, work_dir=work_dir, resume=resume, force=force, fsdp=fsdp,
         save_every=save_every, grad_accum=grad_accum, data_order_seed=data_order_seed,
         val_fraction=val_fraction, gen_batch=gen_batch, select_prompts=select_prompts,
-        answers=answers, soft_labels=soft_labels,
+        answers=answers, soft_labels=soft_labels, online=online,
         max_minutes=max_minutes, data_only=data_only, progress=progress_enabled(json_mode or quiet),
         command=command)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job

@@ -82,22 +82,21 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  save_every: int = 0, grad_accum: int = 1, data_order_seed: int | None = None,
                  data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
                  gen_batch: int | None = None, select_prompts: int = 0,
-                 answers: AnswerFiles = None, soft_labels: bool = False, progress: bool = False,
-                 log: Callable[[str], None] | None = None,
+                 answers: AnswerFiles = None, soft_labels: bool = False, online: bool = False,
+                 progress: bool = False, log: Callable[[str], None] | None = None,
                  command: str | None = None) -> TrainResult:
     """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
 
     Flags as in docs/train.md (``answers``: earlier samples.jsonl files, in order;
     ``select_prompts``: export the epoch of best simulated acceptance; ``soft_labels``: learn the
-    target's distribution over the draft vocab, not only argmax; ``fsdp``: implied by torchrun).
+    target's distribution over the draft vocab, not only argmax; ``fsdp``: implied by torchrun;
+    ``online``: no hidden-state shards, the target recomputes each batch on the training device).
     """
-    from speckit.ops.train import data as D
     from speckit.ops.train.export import verifier_name
     from speckit.ops.train.loop import LoopConfig, full_model_state, train_loop
 
     t_start, say, stage = time.monotonic(), log or _to_stderr, {}
-    if epochs < 1 or ttt_steps < 1:
-        raise UsageError("--epochs and --ttt-steps must be >= 1")
+    _check_flags(epochs, ttt_steps, online=online, fsdp=fsdp)
     device = _pick_device(device)
     fsdp, rank, world, device, say = _join_ranks(fsdp, device, say)
     out = check_output(out, {}, force=force or resume)  # the quick refusals, before any work
@@ -109,7 +108,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     data = _captured_data(tgt, work, prompts=prompts, samples=samples, holdout=holdout,
                           max_tokens=max_tokens, seed=seed, engine=engine, device=device,
                           gen_batch=gen_batch, select_prompts=select_prompts,
-                          answers=_answer_paths(answers), rank=rank,
+                          answers=_answer_paths(answers), rank=rank, online=online,
                           fsdp=fsdp, stage=stage, say=say, progress=progress)
     dvocab = _draft_vocab(tgt, data.manifest)
     if data_only:
@@ -121,8 +120,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     labels = "soft" if soft_labels else "argmax"
     say(f"EAGLE-3 head: {n_params / 1e6:.2f} M trainable parameters, aux layers {tgt.aux}, "
         f"{ttt_steps} TTT steps, {labels} labels, device {device}{_ranks(fsdp, world)}")
-    dataset = D.ShardDataset(data.manifest, batch_tokens=batch_tokens, val_fraction=val_fraction,
-                             seed=seed)
+    dataset = _dataset(tgt, data, device=device, batch_tokens=batch_tokens,
+                       val_fraction=val_fraction, seed=seed)
     cfg = LoopConfig(epochs=epochs, ttt_steps=ttt_steps, lr=lr, batch_tokens=batch_tokens,
                      seed=seed, step_decay=step_decay, save_every=save_every,
                      max_train_s=max_minutes * 60.0, grad_accum=grad_accum,
@@ -178,6 +177,7 @@ class _Data:
     dir: Path
     reused: bool
     manifest: Any  # data.DataManifest
+    target: Any = None  # --online: the target model the data step loaded, kept for training
 
 
 def _runtime(device: str, world: int) -> dict[str, Any]:
@@ -188,6 +188,38 @@ def _runtime(device: str, world: int) -> dict[str, Any]:
 
 def _ranks(fsdp: bool, world: int) -> str:
     return f" x{world} (FSDP2)" if fsdp else ""
+
+
+def check_online(online: bool, *, fsdp: bool = False, nproc: int | None = None) -> None:
+    """--online runs the target beside the head in one process: refuse ranks (not supported
+    yet), before anything is launched or written."""
+    ranks = max(nproc or 1, int(os.environ.get("WORLD_SIZE", "1")))
+    if online and (fsdp or ranks > 1):
+        raise UsageError("--online trains in one process; --fsdp and --nproc > 1 are not "
+                         "supported with it yet",
+                         hint="drop --online (hidden states captured to disk shards), or train "
+                         "in one process")
+
+
+def _check_flags(epochs: int, ttt_steps: int, *, online: bool, fsdp: bool) -> None:
+    if epochs < 1 or ttt_steps < 1:
+        raise UsageError("--epochs and --ttt-steps must be >= 1")
+    check_online(online, fsdp=fsdp)
+
+
+def _dataset(tgt: _Target, data: _Data, *, device: str, batch_tokens: int,
+             val_fraction: float, seed: int):
+    """The run's batches: read from the shards, or (--online) computed by the target, which is
+    loaded onto the training device when the data step did not leave it loaded."""
+    from speckit.ops.train import data as D
+
+    if not data.manifest.online:
+        return D.ShardDataset(data.manifest, batch_tokens=batch_tokens,
+                              val_fraction=val_fraction, seed=seed)
+    model = data.target or D.load_target(tgt.dir, device=device)
+    samples = _parse_answers(data.dir / "samples.jsonl")
+    return D.OnlineDataset(data.manifest, samples, model, batch_tokens=batch_tokens,
+                           val_fraction=val_fraction, seed=seed)
 
 
 def _to_stderr(message: str) -> None:
@@ -289,8 +321,10 @@ def _pick_engine(engine: str, *, cuda: bool) -> str:
 def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, holdout: int,
                    max_tokens: int, seed: int, engine: str, device: str, gen_batch: int | None,
                    select_prompts: int, rank: int, fsdp: bool, stage: dict, say,
-                   progress: bool, answers: list[Path] | None = None) -> _Data:
-    """The run's shards: reused when this recipe was captured before, else made by rank 0."""
+                   progress: bool, answers: list[Path] | None = None,
+                   online: bool = False) -> _Data:
+    """The run's shards: reused when this recipe was captured before, else made by rank 0.
+    ``online``: its own data dir, with the label counts and the shard layout but no shards."""
     from speckit.ops.train import data as D
     from speckit.ops.train.prompts import load_prompts, selection_prompts
 
@@ -304,15 +338,18 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
         recipe = {"target": recipe["target"], "answers": _answers_digest(answers),
                   "aux_layers": tgt.aux, "select_prompts": select_prompts, "seed": seed}
     recipe["final_hidden"] = True  # shards without it (older captures) are not reused
+    if online:
+        recipe["online"] = True
     data_dir = work / f"data-{D.recipe_hash(recipe)}"
-    reused = (data_dir / D.MANIFEST).exists()
+    reused, model = (data_dir / D.MANIFEST).exists(), None
     if rank == 0 and not reused:
         sel = selection_prompts(prompts, pset, seed=seed, per_set=select_prompts) \
             if select_prompts else {}
-        _prepare_data(tgt.dir, pset, recipe, data_dir, device=device, engine=engine,
-                      max_tokens=max_tokens, seed=seed, aux=tgt.aux,
-                      cuda=device.startswith("cuda"), gen_batch_size=gen_batch, stage=stage,
-                      say=say, progress=progress, selection=sel, answers=answers)
+        model = _prepare_data(tgt.dir, pset, recipe, data_dir, device=device, engine=engine,
+                              max_tokens=max_tokens, seed=seed, aux=tgt.aux,
+                              cuda=device.startswith("cuda"), gen_batch_size=gen_batch,
+                              stage=stage, say=say, progress=progress, selection=sel,
+                              answers=answers, online=online)
     elif reused and rank == 0:
         say(f"reusing captured data in {data_dir}")
     if fsdp:
@@ -321,7 +358,8 @@ def _captured_data(tgt: _Target, work: Path, *, prompts: str, samples: int, hold
     pset.per_source = _sources_kept(data_dir) or pset.per_source
     if manifest.aux_layers != tgt.aux:
         raise UsageError(f"{data_dir}: captured aux layers {manifest.aux_layers} != {tgt.aux}")
-    return _Data(pset=pset, recipe=recipe, dir=data_dir, reused=reused, manifest=manifest)
+    return _Data(pset=pset, recipe=recipe, dir=data_dir, reused=reused, manifest=manifest,
+                 target=model)
 
 
 def _sources_kept(data_dir: Path) -> dict[str, int]:
@@ -437,8 +475,10 @@ def _export(weights, hcfg, dvocab, tgt: _Target, *, out: Path, ttt_steps: int, v
 def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, device: str,
                   engine: str, max_tokens: int, seed: int, aux: list[int], cuda: bool,
                   gen_batch_size: int | None, stage: dict, say, progress: bool,
-                  selection: dict | None = None, answers: list[Path] | None = None) -> None:
-    """Generate the target's answers (or read ``answers``), then capture its hidden states."""
+                  selection: dict | None = None, answers: list[Path] | None = None,
+                  online: bool = False):
+    """Generate the target's answers (or read ``answers``), then capture its hidden states
+    (``online``: count the labels only, and return the loaded target for training)."""
     import shutil
 
     from speckit.ops.train import data as D
@@ -455,23 +495,24 @@ def _prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, devic
                                          engine=engine, max_tokens=max_tokens, seed=seed,
                                          batch=gen_batch_size or (512 if cuda else 16),
                                          stage=stage, say=say, progress=progress)
-    say(f"capturing aux hidden states {aux} of {len(samples)} conversations")
+    say(f"counting the target's labels of {len(samples)} conversations (--online: no shards)"
+        if online else f"capturing aux hidden states {aux} of {len(samples)} conversations")
     t = time.monotonic()
     bar = _counter("capture", len(samples), enabled=progress)
     D.capture_hidden_states(model, samples, aux_layers=aux, out_dir=tmp,
                             batch_tokens=65536 if cuda else 4096,
                             shard_tokens=262144 if cuda else 32768, recipe=recipe,
-                            progress=bar.advance)
+                            progress=bar.advance, online=online)
     bar.close()
     stage["capture"] = round(time.monotonic() - t, 1)
     if selection:
         _capture_selection(model, tok, _untrained(selection, samples, tok, say=say),
                            tmp / SELECT_DIR, aux=aux,
                            batch=gen_batch_size or (512 if cuda else 16), stage=stage, say=say)
-    del model
     if data_dir.exists():
         shutil.rmtree(data_dir)
     os.replace(tmp, data_dir)
+    return model if online else None  # offline, training needs the shards, not the target
 
 
 def _answer_paths(answers) -> list[Path] | None:

@@ -2,6 +2,7 @@
 
 Shards are safetensors (aux states bf16, input ids, target argmax ids, loss mask, sequence offsets),
 written as they fill, so RAM holds one shard at most; data.json is written last (= complete).
+--online writes no shards: OnlineDataset recomputes each batch with the target.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class DataManifest:
     shards: list[dict[str, Any]]
     recipe: dict[str, Any]
     final_hidden: bool = False  # shards hold ``final`` (captured since soft labels came in)
+    online: bool = False  # --online: no shard files; shards list each one's sample indices
 
     @classmethod
     def load(cls, path: Path) -> DataManifest:
@@ -60,7 +62,8 @@ class DataManifest:
                    hidden_size=int(d["hidden_size"]), vocab_size=int(d["vocab_size"]),
                    num_sequences=int(d["num_sequences"]), num_tokens=int(d["num_tokens"]),
                    num_loss_tokens=int(d["num_loss_tokens"]), shards=list(d["shards"]),
-                   recipe=dict(d["recipe"]), final_hidden=bool(d.get("final_hidden", False)))
+                   recipe=dict(d["recipe"]), final_hidden=bool(d.get("final_hidden", False)),
+                   online=bool(d.get("online", False)))
 
     def token_counts(self):
         """int64 [V]: how often each target id is the label of a loss-masked position."""
@@ -278,41 +281,59 @@ def generate_vllm(target: Path, prompts: list[list[int]], *, max_tokens: int, se
 # ---- hidden-state capture --------------------------------------------------------------------
 
 class ShardWriter:
-    """Accumulate sequences; write a safetensors shard each time ``shard_tokens`` is reached."""
+    """Tally sequences and write a safetensors shard each time the layout's next shard is full.
 
-    def __init__(self, out_dir: Path, *, shard_tokens: int, vocab_size: int):
+    ``virtual`` (--online): the same tallies and shard entries (with each shard's sample
+    indices), but no tensors are kept or written.
+    """
+
+    def __init__(self, out_dir: Path, *, sizes: list[int], vocab_size: int,
+                 virtual: bool = False):
         import torch
 
         self.out_dir = Path(out_dir)
-        self.shard_tokens = shard_tokens
+        self.sizes = sizes  # sequences per shard (shard_layout)
+        self.virtual = virtual
         self.shards: list[dict[str, Any]] = []
         self.counts = torch.zeros(vocab_size, dtype=torch.int64)
         self.num_tokens = self.num_loss = self.num_seqs = 0
         self._buf: list[tuple] = []
+        self._index: list[int] = []
         self._buf_tokens = 0
 
-    def add(self, input_ids, aux, target_ids, loss_mask, final) -> None:
+    def add(self, index: int, input_ids, aux, target_ids, loss_mask, final) -> None:
         import torch
 
-        self._buf.append((input_ids.to(torch.int32), aux.to(torch.bfloat16).contiguous(),
-                          target_ids.to(torch.int32), loss_mask.to(torch.bool),
-                          final.to(torch.bfloat16).contiguous()))
-        self.counts += torch.bincount(target_ids[loss_mask].long(),
+        if not self.virtual:
+            self._buf.append((input_ids.to(torch.int32), aux.to(torch.bfloat16).contiguous(),
+                              target_ids.to(torch.int32), loss_mask.to(torch.bool),
+                              final.to(torch.bfloat16).contiguous()))
+        self._index.append(index)
+        self.counts += torch.bincount(target_ids[loss_mask].long().cpu(),
                                       minlength=self.counts.numel())
         n = int(input_ids.numel())
         self._buf_tokens += n
         self.num_tokens += n
         self.num_loss += int(loss_mask.sum())
         self.num_seqs += 1
-        if self._buf_tokens >= self.shard_tokens:
+        if len(self._index) == self.sizes[len(self.shards)]:
             self.flush()
 
     def flush(self) -> None:
+        if not self._index:
+            return
+        entry = {"sequences": len(self._index), "tokens": self._buf_tokens}
+        if self.virtual:
+            entry["samples"] = self._index
+        else:
+            entry["file"] = self._write()
+        self.shards.append(entry)
+        self._buf, self._index, self._buf_tokens = [], [], 0
+
+    def _write(self) -> str:
         import torch
         from safetensors.torch import save_file
 
-        if not self._buf:
-            return
         lengths = torch.tensor([b[0].numel() for b in self._buf], dtype=torch.int64)
         offsets = torch.zeros(len(self._buf) + 1, dtype=torch.int64)
         offsets[1:] = lengths.cumsum(0)
@@ -328,89 +349,140 @@ class ShardWriter:
         tmp = self.out_dir / f".{name}.tmp"
         save_file(tensors, str(tmp), metadata={"format": DATA_FORMAT})
         os.replace(tmp, self.out_dir / name)
-        self.shards.append({"file": name, "sequences": len(self._buf),
-                            "tokens": int(offsets[-1])})
-        self._buf, self._buf_tokens = [], 0
+        return name
 
 
-def capture_hidden_states(model, samples: list[Sample], *, aux_layers: list[int], out_dir: Path,
-                          batch_tokens: int, shard_tokens: int, recipe: dict[str, Any],
-                          progress: Callable[[int], None] | None = None) -> DataManifest:
-    """Forward every (prompt + answer) through the target and stream the training tensors.
+class TargetForward:
+    """The target's training tensors for a batch of conversations: the one forward that capture
+    (to disk) and --online (per training batch) both run.
 
     Aux id k is the residual stream entering decoder layer k (k = num_layers: the final pre-norm
     state), read with forward pre-hooks, which is exactly what vLLM hands the draft at serve time.
     Labels are the target's own argmax at each position (its next-token choice); ``final`` is the
     final norm's output, the lm_head's input, from which training recomputes the target's
-    probabilities (``--soft-labels``) without storing a vocabulary-wide row per token.
+    probabilities (``--soft-labels``) without storing a vocabulary-wide row per token. Use it as
+    a context manager: the hooks are on the model only inside ``with``.
     """
-    import torch
 
-    layers, norm, _, _ = decoder_parts(model)
-    n_layers = len(layers)
-    for k in aux_layers:
-        if not 0 <= k <= n_layers:
-            raise UsageError(f"--aux-layers id {k} is outside [0, {n_layers}] for this "
-                             f"{n_layers}-layer target")
-    captured: dict[int, Any] = {}
-    hooks = []
+    def __init__(self, model, aux_layers: list[int], *, keep_on_device: bool = False):
+        layers, norm, _, _ = decoder_parts(model)
+        n_layers = len(layers)
+        for k in aux_layers:
+            if not 0 <= k <= n_layers:
+                raise UsageError(f"--aux-layers id {k} is outside [0, {n_layers}] for this "
+                                 f"{n_layers}-layer target")
+        self.model, self.aux = model, sorted(aux_layers)
+        self.mods = [(k, norm if k == n_layers else layers[k]) for k in self.aux]
+        self.norm = norm
+        self.device = next(model.parameters()).device
+        self.out = self.device if keep_on_device else "cpu"  # where the tensors come back
+        self.captured: dict[Any, Any] = {}
+        self.hooks: list[Any] = []
 
-    def grab(k):
-        def hook(_mod, args, kwargs):
-            captured[k] = args[0] if args else kwargs["hidden_states"]
-        return hook
+    def __enter__(self) -> TargetForward:
+        def grab(k):
+            def hook(_mod, args, kwargs):
+                self.captured[k] = args[0] if args else kwargs["hidden_states"]
+            return hook
 
-    for k in aux_layers:
-        mod = norm if k == n_layers else layers[k]
-        hooks.append(mod.register_forward_pre_hook(grab(k), with_kwargs=True))
-    hooks.append(norm.register_forward_hook(lambda _m, _a, out: captured.__setitem__("final", out)))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    vocab = int(model.get_output_embeddings().weight.shape[0])
-    writer = ShardWriter(out_dir, shard_tokens=shard_tokens, vocab_size=vocab)
-    device = next(model.parameters()).device
-    order = sorted(range(len(samples)),
-                   key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
-    try:
-        for batch in _token_batches(order, samples, batch_tokens):
-            seqs = [samples[i].prompt_ids + samples[i].response_ids for i in batch]
-            width = max(len(s) for s in seqs)
-            ids = torch.zeros((len(seqs), width), dtype=torch.long)
-            mask = torch.zeros((len(seqs), width), dtype=torch.long)
-            for r, s in enumerate(seqs):
-                ids[r, :len(s)] = torch.tensor(s)
-                mask[r, :len(s)] = 1
-            captured.clear()
-            with torch.inference_mode():
-                logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
-                labels = logits.argmax(-1).cpu()
-                del logits
-                aux = torch.cat([captured[k] for k in sorted(aux_layers)], dim=-1)
-                aux = aux.to(torch.bfloat16).cpu()
-                final = captured["final"].to(torch.bfloat16).cpu()
-            for r, i in enumerate(batch):
-                n = len(seqs[r])
-                p = len(samples[i].prompt_ids)
-                pos = torch.arange(n)
-                # position t predicts token t+1: learn answer tokens, not the turn after the end
-                loss_mask = (pos >= p - 1) & (pos <= n - 2)
-                writer.add(ids[r, :n], aux[r, :n], labels[r, :n], loss_mask, final[r, :n])
-            if progress:
-                progress(len(batch))
-        writer.flush()
-    finally:
-        for h in hooks:
+        self.hooks = [m.register_forward_pre_hook(grab(k), with_kwargs=True)
+                      for k, m in self.mods]
+        self.hooks.append(self.norm.register_forward_hook(
+            lambda _m, _a, out: self.captured.__setitem__("final", out)))
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for h in self.hooks:
             h.remove()
+        self.hooks, self.captured = [], {}
+
+    def __call__(self, seqs: list[list[int]], prompt_lens: list[int]) -> list[tuple]:
+        """(input ids, aux bf16 [n, A*H], argmax labels, loss mask, final bf16 [n, H]) of each
+        sequence, unpadded; the batch runs right-padded with an attention mask."""
+        import torch
+
+        width = max(len(s) for s in seqs)
+        ids = torch.zeros((len(seqs), width), dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        for r, s in enumerate(seqs):
+            ids[r, :len(s)] = torch.tensor(s)
+            mask[r, :len(s)] = 1
+        self.captured.clear()
+        with torch.inference_mode():
+            logits = self.model(input_ids=ids.to(self.device),
+                                attention_mask=mask.to(self.device)).logits
+            labels = logits.argmax(-1).to(self.out)
+            del logits
+            aux = torch.cat([self.captured[k] for k in self.aux], dim=-1)
+            aux = aux.to(torch.bfloat16).to(self.out)
+            final = self.captured["final"].to(torch.bfloat16).to(self.out)
+        ids = ids.to(self.out)
+        rows = []
+        for r, (s, p) in enumerate(zip(seqs, prompt_lens, strict=True)):
+            n = len(s)
+            pos = torch.arange(n, device=self.out)
+            # position t predicts token t+1: learn answer tokens, not the turn after the end
+            loss_mask = (pos >= p - 1) & (pos <= n - 2)
+            rows.append((ids[r, :n], aux[r, :n], labels[r, :n], loss_mask, final[r, :n]))
+        return rows
+
+
+def capture_order(samples: list[Sample]) -> list[int]:
+    """The order capture visits (and shards store) the conversations: by total length."""
+    return sorted(range(len(samples)),
+                  key=lambda i: len(samples[i].prompt_ids) + len(samples[i].response_ids))
+
+
+def shard_layout(samples: list[Sample], shard_tokens: int) -> list[list[int]]:
+    """Sample indices of each shard, in capture order: a shard ends once it holds at least
+    ``shard_tokens`` tokens (the layout --online keeps without writing the shards)."""
+    shards, cur, n = [], [], 0
+    for i in capture_order(samples):
+        cur.append(i)
+        n += len(samples[i].prompt_ids) + len(samples[i].response_ids)
+        if n >= shard_tokens:
+            shards.append(cur)
+            cur, n = [], 0
+    if cur:
+        shards.append(cur)
+    return shards
+
+
+def capture_hidden_states(model, samples: list[Sample], *, aux_layers: list[int], out_dir: Path,
+                          batch_tokens: int, shard_tokens: int, recipe: dict[str, Any],
+                          progress: Callable[[int], None] | None = None,
+                          online: bool = False) -> DataManifest:
+    """Forward every (prompt + answer) through the target (TargetForward) and stream the
+    training tensors into shards. ``online``: the same pass, but only the label counts and the
+    (virtual) shard layout are written; training recomputes each batch (OnlineDataset)."""
     from safetensors.torch import save_file
 
+    tap = TargetForward(model, aux_layers)
+    layout = shard_layout(samples, shard_tokens)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    writer = ShardWriter(out_dir, sizes=[len(s) for s in layout], vocab_size=vocab,
+                         virtual=online)
+    with tap:
+        for batch in _token_batches(capture_order(samples), samples, batch_tokens):
+            rows = tap([samples[i].prompt_ids + samples[i].response_ids for i in batch],
+                       [len(samples[i].prompt_ids) for i in batch])
+            for i, row in zip(batch, rows, strict=True):
+                writer.add(i, *row)
+            if progress:
+                progress(len(batch))
+    writer.flush()
     save_file({"counts": writer.counts}, str(out_dir / "counts.safetensors"))
     manifest = {
-        "format": DATA_FORMAT, "version": DATA_VERSION,
-        "aux_layers": sorted(aux_layers), "hidden_size": int(aux.shape[-1]) // len(aux_layers),
+        "format": DATA_FORMAT, "version": DATA_VERSION, "aux_layers": sorted(aux_layers),
+        "hidden_size": int(model.get_input_embeddings().weight.shape[1]),
         "vocab_size": vocab, "final_hidden": True, "num_sequences": writer.num_seqs,
         "num_tokens": writer.num_tokens,
         "num_loss_tokens": writer.num_loss, "shards": writer.shards, "recipe": recipe,
         "recipe_hash": recipe_hash(recipe), "created": time.strftime("%Y-%m-%dT%H:%M:%S"),
     }
+    if online:
+        manifest["online"] = True
     write_json(out_dir / MANIFEST, manifest)
     return DataManifest.load(out_dir)
 
@@ -429,7 +501,6 @@ def _token_batches(order: list[int], samples: list[Sample], budget: int) -> Iter
     if batch:
         yield batch
 
-
 # ---- reading shards for training -------------------------------------------------------------
 
 @dataclass
@@ -447,27 +518,61 @@ class Batch:
                                  self.final)))
 
 
+def padded_batch(rows: list[tuple], max_seq_len: int | None = None) -> Batch:
+    """Per-sequence (ids, aux, target ids, loss mask, final or None) as one zero-padded Batch,
+    each cut to ``max_seq_len``: what a shard read and an --online forward both return."""
+    import torch
+
+    n_of = [min(len(r[0]), max_seq_len or len(r[0])) for r in rows]
+    width, b = max(n_of), len(rows)
+    ids0, aux0, _, _, fin0 = rows[0]
+    dev = ids0.device
+    ids = torch.zeros((b, width), dtype=torch.int64, device=dev)
+    tgt = torch.zeros((b, width), dtype=torch.int64, device=dev)
+    msk = torch.zeros((b, width), dtype=torch.bool, device=dev)
+    aux = torch.zeros((b, width, aux0.shape[-1]), dtype=torch.bfloat16, device=dev)
+    fin = None if fin0 is None else torch.zeros((b, width, fin0.shape[-1]),
+                                                dtype=torch.bfloat16, device=dev)
+    for r, ((i, a, t, m, f), n) in enumerate(zip(rows, n_of, strict=True)):
+        ids[r, :n] = i[:n].to(torch.int64)
+        tgt[r, :n] = t[:n].to(torch.int64)
+        msk[r, :n] = m[:n]
+        aux[r, :n] = a[:n]
+        if fin is not None:
+            fin[r, :n] = f[:n]
+    return Batch(ids, aux, tgt, msk, fin)
+
+
 class ShardDataset:
     """Deterministic, resumable batches over the shards: epoch e's order depends on (seed, e)."""
 
     def __init__(self, manifest: DataManifest, *, batch_tokens: int, max_seq_len: int | None = None,
                  val_fraction: float = 0.0, seed: int = 0):
-        from safetensors import safe_open
-
         self.manifest = manifest
         self.batch_tokens = batch_tokens
         self.max_seq_len = max_seq_len
-        self._lengths: list[list[int]] = []
+        self._lengths: list[list[int]] = self._shard_lengths()
         self._val: list[set[int]] = []
         pick = random.Random(f"val/{seed}")
-        for shard in manifest.shards:
-            with safe_open(str(manifest.path / shard["file"]), framework="pt") as f:
-                offsets = f.get_tensor("offsets")
-            lens = (offsets[1:] - offsets[:-1]).tolist()
-            self._lengths.append(lens)
+        for lens in self._lengths:
             # a fixed slice of conversations never trained on: the loss/top-1 we report on it
             # is an honest estimate, unlike the training window's
             self._val.append({i for i in range(len(lens)) if pick.random() < val_fraction})
+
+    def _shard_lengths(self) -> list[list[int]]:
+        """Each shard's sequence lengths, from its offsets."""
+        from safetensors import safe_open
+
+        if self.manifest.online:
+            raise FormatError(f"{self.manifest.path}: captured --online, so it holds no shard "
+                              "files", hint="capture the data without --online to train on "
+                              "shards (or train eagle3 with --online)")
+        out = []
+        for shard in self.manifest.shards:
+            with safe_open(str(self.manifest.path / shard["file"]), framework="pt") as f:
+                offsets = f.get_tensor("offsets")
+            out.append((offsets[1:] - offsets[:-1]).tolist())
+        return out
 
     @property
     def num_val(self) -> int:
@@ -500,7 +605,6 @@ class ShardDataset:
         return plan
 
     def load(self, shard: int, seqs: list[int]) -> Batch:
-        import torch
         from safetensors import safe_open
 
         path = self.manifest.path / self.manifest.shards[shard]["file"]
@@ -509,23 +613,51 @@ class ShardDataset:
             spans = [(int(offsets[i]), int(offsets[i + 1])) for i in seqs]
             if self.max_seq_len:
                 spans = [(a, min(b, a + self.max_seq_len)) for a, b in spans]
-            width = max(b - a for a, b in spans)
             fin_sl = f.get_slice("final") if "final" in set(f.keys()) else None
             aux_sl, ids_sl = f.get_slice("aux"), f.get_slice("input_ids")
             tgt_sl, msk_sl = f.get_slice("target_ids"), f.get_slice("loss_mask")
-            dim = aux_sl.get_shape()[1]
-            ids = torch.zeros((len(seqs), width), dtype=torch.int64)
-            tgt = torch.zeros((len(seqs), width), dtype=torch.int64)
-            msk = torch.zeros((len(seqs), width), dtype=torch.bool)
-            aux = torch.zeros((len(seqs), width, dim), dtype=torch.bfloat16)
-            fin = None if fin_sl is None else torch.zeros(
-                (len(seqs), width, fin_sl.get_shape()[1]), dtype=torch.bfloat16)
-            for r, (a, b) in enumerate(spans):
-                n = b - a
-                ids[r, :n] = ids_sl[a:b].to(torch.int64)
-                tgt[r, :n] = tgt_sl[a:b].to(torch.int64)
-                msk[r, :n] = msk_sl[a:b]
-                aux[r, :n] = aux_sl[a:b]
-                if fin is not None:
-                    fin[r, :n] = fin_sl[a:b]
-        return Batch(ids, aux, tgt, msk, fin)
+            rows = [(ids_sl[a:b], aux_sl[a:b], tgt_sl[a:b], msk_sl[a:b],
+                     None if fin_sl is None else fin_sl[a:b]) for a, b in spans]
+        return padded_batch(rows)
+
+
+class OnlineDataset(ShardDataset):
+    """ShardDataset's batches without its files (--online): the manifest keeps the virtual
+    shards' sample indices, and load() runs the target on exactly the batch's conversations.
+
+    Same lengths, val split and plan() as the shards capture would have written; the tensors are
+    those capture stores (the shared TargetForward), computed on the target's device.
+    """
+
+    def __init__(self, manifest: DataManifest, samples: list[Sample], model, *,
+                 batch_tokens: int, max_seq_len: int | None = None, val_fraction: float = 0.0,
+                 seed: int = 0):
+        self.samples = samples
+        self.forward = TargetForward(model, manifest.aux_layers, keep_on_device=True)
+        super().__init__(manifest, batch_tokens=batch_tokens, max_seq_len=max_seq_len,
+                         val_fraction=val_fraction, seed=seed)
+
+    def _shard_lengths(self) -> list[list[int]]:
+        m = self.manifest
+        if not m.online or len(self.samples) != m.num_sequences:
+            raise FormatError(f"{m.path}: not an --online manifest of these {len(self.samples)} "
+                              f"conversations ({m.num_sequences} recorded)",
+                              hint="delete the work directory's data-*/ and run again")
+        out = []
+        for shard in m.shards:
+            lens = [self._length(i) for i in shard["samples"]]
+            if sum(lens) != shard["tokens"]:
+                raise FormatError(f"{m.path}: virtual shard {len(out)} does not match "
+                                  "samples.jsonl", hint="delete the data-*/ folder and run again")
+            out.append(lens)
+        return out
+
+    def _length(self, i: int) -> int:
+        return len(self.samples[i].prompt_ids) + len(self.samples[i].response_ids)
+
+    def load(self, shard: int, seqs: list[int]) -> Batch:
+        picked = [self.samples[self.manifest.shards[shard]["samples"][i]] for i in seqs]
+        with self.forward:
+            rows = self.forward([s.prompt_ids + s.response_ids for s in picked],
+                                [len(s.prompt_ids) for s in picked])
+        return padded_batch(rows, self.max_seq_len)
