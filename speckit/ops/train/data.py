@@ -378,6 +378,7 @@ class TargetForward:
         self.out = self.device if keep_on_device else "cpu"  # where the tensors come back
         self.captured: dict[Any, Any] = {}
         self.hooks: list[Any] = []
+        self.hidden_size = int(model.get_input_embeddings().weight.shape[1])  # then as captured
 
     def __enter__(self) -> TargetForward:
         def grab(k):
@@ -414,6 +415,7 @@ class TargetForward:
             labels = logits.argmax(-1).to(self.out)
             del logits
             aux = torch.cat([self.captured[k] for k in self.aux], dim=-1)
+            self.hidden_size = int(aux.shape[-1]) // len(self.aux)
             aux = aux.to(torch.bfloat16).to(self.out)
             final = self.captured["final"].to(torch.bfloat16).to(self.out)
         ids = ids.to(self.out)
@@ -457,7 +459,7 @@ def capture_hidden_states(model, samples: list[Sample], *, aux_layers: list[int]
     (virtual) shard layout are written; training recomputes each batch (OnlineDataset)."""
     from safetensors.torch import save_file
 
-    tap = TargetForward(model, aux_layers)
+    tap = TargetForward(model, aux_layers, keep_on_device=online)  # online: nothing kept
     layout = shard_layout(samples, shard_tokens)
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab = int(model.get_output_embeddings().weight.shape[0])
@@ -475,7 +477,7 @@ def capture_hidden_states(model, samples: list[Sample], *, aux_layers: list[int]
     save_file({"counts": writer.counts}, str(out_dir / "counts.safetensors"))
     manifest = {
         "format": DATA_FORMAT, "version": DATA_VERSION, "aux_layers": sorted(aux_layers),
-        "hidden_size": int(model.get_input_embeddings().weight.shape[1]),
+        "hidden_size": tap.hidden_size,
         "vocab_size": vocab, "final_hidden": True, "num_sequences": writer.num_seqs,
         "num_tokens": writer.num_tokens,
         "num_loss_tokens": writer.num_loss, "shards": writer.shards, "recipe": recipe,
