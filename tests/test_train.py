@@ -101,17 +101,21 @@ def _rope(x, pos, theta):
     return x * cos + torch.cat([-b, a], -1) * sin
 
 
-def _draft_token(head: Eagle3Head, emb, hidden, pos, keys, values):
-    """One draft query in vLLM's Eagle3 Llama layer (norm_before_residual), written out longhand.
+def _layer_longhand(head: Eagle3Head, i: int, stream, emb, pos, keys, values):
+    """Layer i of vLLM's Eagle3 Llama head for one draft query, written out longhand: layer 0
+    reads [rms(emb) ; rms(hidden)] with the normed hidden state as residual
+    (norm_before_residual), later layers are pre-norm Llama layers over the residual stream.
 
-    ``keys``/``values``: lists of [kv_heads, hd] already in the draft KV cache; this query's own
-    key/value is appended. Returns (pre-norm output fed to the next step, logits).
+    ``keys``/``values``: this layer's lists of [kv_heads, hd] already in the draft KV cache; the
+    query's own key/value is appended. Returns the layer's output stream.
     """
-    c, lay = head.cfg, head.layers[0]
+    c, lay = head.cfg, head.layers[i]
     eps = c.rms_norm_eps
-    e = _rms(emb, lay.input_layernorm.weight, eps)
-    h = _rms(hidden, lay.hidden_norm.weight, eps)
-    x = torch.cat([e, h])
+    if i == 0:
+        res = _rms(stream, lay.hidden_norm.weight, eps)
+        x = torch.cat([_rms(emb, lay.input_layernorm.weight, eps), res])
+    else:
+        res, x = stream, _rms(stream, lay.input_layernorm.weight, eps)
     a = lay.self_attn
     q = (a.q_proj.weight @ x).view(c.num_attention_heads, c.head_dim)
     k = (a.k_proj.weight @ x).view(c.num_key_value_heads, c.head_dim)
@@ -123,27 +127,41 @@ def _draft_token(head: Eagle3Head, emb, hidden, pos, keys, values):
     g = c.num_attention_heads // c.num_key_value_heads
     kk, vv = kk.repeat_interleave(g, 0), vv.repeat_interleave(g, 0)
     att = torch.softmax((kk @ q[:, :, None]).squeeze(-1) / math.sqrt(c.head_dim), -1)
-    o = a.o_proj.weight @ (att[:, None, :] @ vv).squeeze(1).reshape(-1)
-    res = o + h
+    res = a.o_proj.weight @ (att[:, None, :] @ vv).squeeze(1).reshape(-1) + res
     m = lay.mlp
     y = _rms(res, lay.post_attention_layernorm.weight, eps)
     y = m.down_proj.weight @ (torch.nn.functional.silu(m.gate_proj.weight @ y)
                               * (m.up_proj.weight @ y))
-    out = y + res
-    return out, head.lm_head.weight @ _rms(out, head.norm.weight, eps)
+    return y + res
 
 
-def test_ttt_unroll_matches_sequential_drafting():
-    torch.manual_seed(0)
+def _draft_token(head: Eagle3Head, emb, hidden, pos, keys, values):
+    """One draft query through every layer (``keys``/``values``: one cache list per layer).
+    Returns (pre-norm output fed to the next step, logits)."""
+    out = hidden
+    for i in range(head.cfg.num_layers):
+        out = _layer_longhand(head, i, out, emb, pos, keys[i], values[i])
+    return out, head.lm_head.weight @ _rms(out, head.norm.weight, head.cfg.rms_norm_eps)
+
+
+def _tiny_head(*, layers: int = 1, shared: bool = False, dtype=torch.float64) -> Eagle3Head:
     cfg = HeadConfig(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
                      intermediate_size=24, rms_norm_eps=1e-6, rope_theta=10000.0,
                      max_position_embeddings=128, vocab_size=40, draft_vocab_size=40,
-                     target_hidden_size=16, num_aux=3)
-    head = Eagle3Head(cfg, torch.randn(40, 16)).double()
-    head.init_weights(lm_head_rows=torch.randn(40, 16).double(), final_norm=None, seed=1)
+                     target_hidden_size=16, num_aux=3, num_layers=layers, shared_lm_head=shared)
+    target_head = torch.randn(40, 16)
+    head = Eagle3Head(cfg, torch.randn(40, 16), target_head if shared else None).to(dtype)
+    head.init_weights(lm_head_rows=torch.randn(40, 16).to(dtype), final_norm=None, seed=1)
     for p in head.parameters():  # norms off 1.0 so a swapped norm would show
         if p.dim() == 1:
             p.data += 0.1 * torch.randn_like(p)
+    return head
+
+
+@pytest.mark.parametrize("layers,shared", [(1, False), (3, True)])
+def test_ttt_unroll_matches_sequential_drafting(layers, shared):
+    torch.manual_seed(0)
+    head = _tiny_head(layers=layers, shared=shared)
     t, steps = 9, 3
     ids = torch.randint(0, 40, (1, t))
     aux = torch.randn(1, t, 48, dtype=torch.float64)
@@ -151,23 +169,44 @@ def test_ttt_unroll_matches_sequential_drafting():
     with torch.no_grad():
         emb = head.embed_tokens.weight
         fc = head.fc.weight @ aux[0].T  # [H, T]
-        # step 0 over the whole context (vLLM's first pass), keeping its KV
-        k0, v0, g0 = [], [], []
+        # step 0 over the whole context (vLLM's first pass), keeping each layer's KV
+        k0, v0 = [[] for _ in range(layers)], [[] for _ in range(layers)]
+        g0 = []
         for a in range(t):
             nxt = ids[0, a + 1] if a + 1 < t else 0
-            keys, vals = list(k0), list(v0)
+            keys, vals = [list(x) for x in k0], [list(x) for x in v0]
             out, logits = _draft_token(head, emb[nxt], fc[:, a], a, keys, vals)
-            k0.append(keys[-1])
-            v0.append(vals[-1])
+            for i in range(layers):
+                k0[i].append(keys[i][-1])
+                v0[i].append(vals[i][-1])
             g0.append(out)
             assert torch.allclose(got[0][a], logits, atol=1e-4)
         for a in range(t - steps):
-            keys, vals = k0[:a + 1], v0[:a + 1]
+            keys, vals = [x[:a + 1] for x in k0], [x[:a + 1] for x in v0]
             hidden = g0[a]
             for j in range(1, steps):
                 out, logits = _draft_token(head, emb[ids[0, a + 1 + j]], hidden, a + j, keys, vals)
                 assert torch.allclose(got[j][a], logits, atol=1e-4), (a, j)
                 hidden = out
+
+
+def test_shared_lm_head_is_the_targets_frozen_and_not_exported():
+    from speckit.ops.train.model import exported
+
+    torch.manual_seed(0)
+    head = _tiny_head(layers=2, shared=True, dtype=torch.float32)
+    assert not head.lm_head.weight.requires_grad and not head.embed_tokens.weight.requires_grad
+    names = [n for n, p in head.named_parameters() if p.requires_grad]
+    assert "lm_head.weight" not in names and "layers.1.self_attn.q_proj.weight" in names
+    assert "layers.1.hidden_norm.weight" not in dict(head.named_parameters())  # layer 0 only
+    assert tuple(head.layers[1].self_attn.q_proj.weight.shape) == (32, 16)  # H wide, not 2H
+    kept = {n for n in head.state_dict() if exported(n, head.cfg)}
+    assert "lm_head.weight" not in kept and "embed_tokens.weight" not in kept
+    assert "fc.weight" in kept and "layers.1.mlp.down_proj.weight" in kept
+    own = _tiny_head(layers=1, shared=False, dtype=torch.float32)
+    assert own.lm_head.weight.requires_grad and exported("lm_head.weight", own.cfg)
+    with pytest.raises(UsageError, match="lm_head"):
+        Eagle3Head(head.cfg, torch.randn(40, 16))  # shared, but no target lm_head given
 
 
 # ---- end to end on a tiny target ---------------------------------------------------------------
@@ -355,6 +394,69 @@ def test_soft_label_run_learns_and_refuses_shards_without_final(tiny_target, tra
     assert not (tmp_path / "soft2").exists()
 
 
+@pytest.fixture(scope="module")
+def deep_shared(tiny_target, trained, tmp_path_factory):
+    """A two-layer head on the target's lm_head, trained on the ``trained`` run's data."""
+    import shutil
+
+    work = tmp_path_factory.mktemp("deep") / "work"
+    shutil.copytree(trained.work_dir, work)
+    shutil.rmtree(work / "checkpoints")
+    return train_eagle3(target=str(tiny_target), out=work.parent / "draft", samples=40,
+                        max_tokens=24, aux_layers=AUX, layers=2, shared_lm_head=True,
+                        soft_labels=True, ttt_steps=3, epochs=3, device="cpu",
+                        engine="transformers", lr=3e-3, batch_tokens=384, holdout=0,
+                        val_fraction=0.0, seed=0, work_dir=work, log=lambda m: None)
+
+
+def test_two_layer_shared_head_learns_and_exports_what_vllm_reads(deep_shared, tiny_target):
+    from speckit.core.methods import eagle3
+    from speckit.ops.train.accept import head_from_draft
+
+    res = deep_shared
+    assert res.data_reused and res.history[-1]["acc"][0] > res.history[0]["acc"][0]
+    tgt = json.loads((tiny_target / "config.json").read_text())
+    assert res.draft_vocab_size == tgt["vocab_size"] and res.vocab_coverage == 1.0
+    ck = Checkpoint.open(res.out)
+    cfg = ck.config
+    assert cfg["transformer_layer_config"]["num_hidden_layers"] == 2
+    assert cfg["draft_vocab_size"] == tgt["vocab_size"]  # vLLM: no d2t, the target's lm_head
+    got = ck.tensors
+    assert not {"lm_head.weight", "d2t", "t2d", "embed_tokens.weight"} & set(got)
+    want = {s.name: s for s in eagle3.expected_tensors(cfg)}
+    assert set(got) == {n for n, s in want.items() if s.required}
+    assert "layers.1.self_attn.q_proj.weight" in got and "layers.1.hidden_norm.weight" not in got
+    for name, info in got.items():
+        assert info.shape == want[name].shape, name
+    # one layer more than the one-layer head, and no lm_head of its own
+    h, i = tgt["hidden_size"], tgt["intermediate_size"]
+    assert res.params == sum(math.prod(info.shape) for info in got.values())
+    assert res.params > 4 * h * h + 3 * h * i
+    head, d2t = head_from_draft(res.out, tiny_target)
+    assert head.cfg.num_layers == 2 and head.cfg.shared_lm_head
+    assert torch.equal(d2t, torch.arange(tgt["vocab_size"]))
+    from speckit.ops.train.data import target_tensors
+
+    assert torch.equal(head.lm_head.weight, target_tensors(tiny_target)[1])  # the target's
+
+
+def test_inspect_finds_no_problem_in_the_two_layer_shared_head(deep_shared, tiny_target):
+    from speckit.ops.inspect import inspect
+
+    rep = inspect(str(deep_shared.out), target=str(tiny_target))
+    assert rep.method == "eagle3" and not [p for p in rep.problems if p.is_error], rep.problems
+
+
+def test_shared_lm_head_refuses_a_reduced_vocabulary(tiny_target, tmp_path):
+    from speckit.cli import main
+
+    r = CliRunner().invoke(main, ["train", "eagle3", "--target", str(tiny_target),
+                                  "--shared-lm-head", "--draft-vocab", "64", "-o",
+                                  str(tmp_path / "d")])
+    assert r.exit_code == 2 and "--shared-lm-head" in r.output and "hint:" in r.output
+    assert not (tmp_path / "d").exists()
+
+
 def test_default_aux_layers():
     assert default_aux_layers(30) == [2, 15, 27]
     assert default_aux_layers(8) == [2, 4, 5]
@@ -377,13 +479,15 @@ def test_cli_validates_aux_layers(tiny_target, tmp_path):
 # ---- vLLM --------------------------------------------------------------------------------------
 
 @pytest.mark.vllm
-def test_export_serves_in_vllm_next_to_the_target(trained, tiny_target, tmp_path):
+@pytest.mark.parametrize("which", ["one_layer", "two_layers_shared_head"])
+def test_export_serves_in_vllm_next_to_the_target(which, request, tiny_target, tmp_path):
     pytest.importorskip("vllm")
     from speckit.io.engine import EngineJob, run_engine
 
+    draft = request.getfixturevalue("trained" if which == "one_layer" else "deep_shared").out
     job = EngineJob(label="eagle3", model=str(tiny_target), tokenizer=str(tiny_target),
                     max_tokens=16, prompt_token_ids=[[3, 10, 20, 30, 40, 5], [3, 50, 60, 70, 5]],
-                    speculative_config={"method": "eagle3", "model": str(trained.out),
+                    speculative_config={"method": "eagle3", "model": str(draft),
                                         "num_speculative_tokens": 3},
                     concurrency=2, cpu_kv_bytes=1 << 26)
     run = run_engine(job, workdir=tmp_path / "logs")

@@ -66,6 +66,13 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 @click.option("--aux-layers", default=None, metavar="A,B,C",
               help="Target aux layer ids (vLLM convention: k = residual stream entering layer "
               "k); default: vLLM's 2,L/2,L-3.")
+@click.option("--layers", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Decoder layers of the head: layer 0 reads [embedding ; hidden state], the "
+              "others are plain Llama layers (vLLM's llama_eagle3 runs any number).")
+@click.option("--shared-lm-head", is_flag=True,
+              help="No lm_head of the draft's own: train against the target's (frozen, the full "
+              "vocabulary) and leave it out of the export; vLLM gives the draft the target's. "
+              "Frees the bytes of a draft lm_head for layers.")
 @click.option("--ttt-steps", default=3, show_default=True, type=int,
               help="Unrolled draft steps per position (training-time test).")
 @click.option("--epochs", default=3, show_default=True, type=int)
@@ -139,12 +146,12 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 @click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
-def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_steps, epochs, lr,
-           batch_tokens, step_decay, seed, device, engine, holdout, eval_every, eval_k, work_dir,
-           resume, save_every, fsdp, nproc, grad_accum, data_order_seed, val_fraction, gen_batch,
-           answers, select_prompts, soft_labels, max_minutes, online, data_only, force, out,
-           json_mode, quiet):
-    """Train a one-layer EAGLE-3 draft on the target's own greedy answers and export it.
+def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, layers, shared_lm_head,
+           ttt_steps, epochs, lr, batch_tokens, step_decay, seed, device, engine, holdout,
+           eval_every, eval_k, work_dir, resume, save_every, fsdp, nproc, grad_accum,
+           data_order_seed, val_fraction, gen_batch, answers, select_prompts, soft_labels,
+           max_minutes, online, data_only, force, out, json_mode, quiet):
+    """Train an EAGLE-3 draft on the target's own greedy answers and export it.
 
     The target answers every prompt with its chat template; its aux hidden states are captured
     to disk shards; the head is trained with the TTT loss; OUT is ready for speckit validate.
@@ -161,7 +168,8 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, ttt_st
     command = "speckit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     result = train_eagle3(
         target=target, out=out, prompts=prompts, samples=samples, max_tokens=max_tokens,
-        draft_vocab=draft_vocab, aux_layers=_int_list(aux_layers), ttt_steps=ttt_steps,
+        draft_vocab=draft_vocab, aux_layers=_int_list(aux_layers), layers=layers,
+        shared_lm_head=shared_lm_head, ttt_steps=ttt_steps,
         epochs=epochs, device=device, engine=engine, lr=lr, batch_tokens=batch_tokens,
         seed=seed, holdout=holdout, eval_every=eval_every, eval_k=eval_k,
         step_decay=step_decay, work_dir=work_dir, resume=resume, force=force, fsdp=fsdp,

@@ -83,15 +83,15 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
                  gen_batch: int | None = None, select_prompts: int = 0,
                  answers: AnswerFiles = None, soft_labels: bool = False, online: bool = False,
-                 progress: bool = False, log: Callable[[str], None] | None = None,
+                 layers: int = 1, shared_lm_head: bool = False, progress: bool = False,
+                 log: Callable[[str], None] | None = None,
                  command: str | None = None) -> TrainResult:
-    """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
-
-    Flags as in docs/train.md (``answers``: earlier samples.jsonl files, in order;
-    ``select_prompts``: export the epoch of best simulated acceptance; ``soft_labels``: learn the
-    target's distribution over the draft vocab, not only argmax; ``fsdp``: implied by torchrun;
-    ``online``: no hidden-state shards, the target recomputes each batch on the training device).
-    """
+    """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout). Flags
+    as in docs/train.md (``answers``: earlier samples.jsonl files, in order; ``select_prompts``:
+    export the epoch of best simulated acceptance; ``soft_labels``: learn the target's
+    distribution over the draft vocab, not only argmax; ``fsdp``: implied by torchrun;
+    ``online``: no hidden-state shards, the target recomputes each batch on the training device;
+    ``layers``: decoder layers of the head; ``shared_lm_head``: the target's lm_head, frozen)."""
     from speckit.ops.train.export import verifier_name
     from speckit.ops.train.loop import LoopConfig, full_model_state, train_loop
 
@@ -100,7 +100,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     device = _pick_device(device)
     fsdp, rank, world, device, say = _join_ranks(fsdp, device, say)
     out = check_output(out, {}, force=force or resume)  # the quick refusals, before any work
-    tgt = _open_target(target, aux_layers=aux_layers, draft_vocab=draft_vocab)
+    tgt = _open_target(target, aux_layers=aux_layers, draft_vocab=draft_vocab, layers=layers,
+                       shared_lm_head=shared_lm_head)
     work = _check_outputs(out, _work_dir(out, work_dir, force=force, resume=resume, rank=rank),
                           tgt.dir, prompts, force=force or resume)
     batch_tokens = batch_tokens or (16384 if device.startswith("cuda") else 2048)
@@ -118,8 +119,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     head, hcfg, n_params = _build_head(tgt, dvocab, seed=seed)
     teacher = _teacher(tgt, dvocab, data) if soft_labels else None
     labels = "soft" if soft_labels else "argmax"
-    say(f"EAGLE-3 head: {n_params / 1e6:.2f} M trainable parameters, aux layers {tgt.aux}, "
-        f"{ttt_steps} TTT steps, {labels} labels, device {device}{_ranks(fsdp, world)}")
+    say(f"EAGLE-3 head: {n_params / 1e6:.2f} M trainable parameters, {_shape(hcfg)}, aux layers "
+        f"{tgt.aux}, {ttt_steps} TTT steps, {labels} labels, device {device}{_ranks(fsdp, world)}")
     dataset = _dataset(tgt, data, device=device, batch_tokens=batch_tokens,
                        val_fraction=val_fraction, seed=seed)
     cfg = LoopConfig(epochs=epochs, ttt_steps=ttt_steps, lr=lr, batch_tokens=batch_tokens,
@@ -166,6 +167,8 @@ class _Target:
     aux: list[int]
     vocab_size: int
     draft_vocab: int  # the draft vocabulary size asked for (<= vocab_size)
+    layers: int = 1  # the head's decoder layers
+    shared_lm_head: bool = False  # the target's lm_head (full vocabulary), not the draft's own
 
 
 @dataclass(frozen=True)
@@ -285,8 +288,8 @@ def _check_outputs(out: Path, work: Path, target_dir: Path, prompts: str, *,
     return work
 
 
-def _open_target(target: str, *, aux_layers: list[int] | None,
-                 draft_vocab: int | None) -> _Target:
+def _open_target(target: str, *, aux_layers: list[int] | None, draft_vocab: int | None,
+                 layers: int = 1, shared_lm_head: bool = False) -> _Target:
     """Resolve the target, read its config and check the aux layer ids against its depth."""
     from speckit.io.checkpoint import load_config
 
@@ -302,8 +305,15 @@ def _open_target(target: str, *, aux_layers: list[int] | None,
         if not 0 <= k <= n_layers:
             raise UsageError(f"--aux-layers id {k} is outside [0, {n_layers}]",
                              hint=f"id k = residual stream entering layer k of {n_layers}")
+    if layers < 1:
+        raise UsageError(f"--layers {layers} must be >= 1")
+    if shared_lm_head and draft_vocab and draft_vocab < vocab_size:
+        raise UsageError(f"--shared-lm-head uses the target's lm_head over all {vocab_size} "
+                         f"tokens; --draft-vocab {draft_vocab} would reduce it",
+                         hint="drop --draft-vocab, or drop --shared-lm-head")
     return _Target(name=target, dir=target_dir, cfg=target_cfg, aux=aux, vocab_size=vocab_size,
-                   draft_vocab=min(draft_vocab or vocab_size, vocab_size))
+                   draft_vocab=min(draft_vocab or vocab_size, vocab_size), layers=layers,
+                   shared_lm_head=shared_lm_head)
 
 
 def _pick_engine(engine: str, *, cuda: bool) -> str:
@@ -398,13 +408,21 @@ def _build_head(tgt: _Target, dvocab, *, seed: int):
 
     # head init needs three target tensors only; read them from the checkpoint, not the model
     embed, lm_head, final_norm = target_tensors(tgt.dir)
-    hcfg = head_config_from_target(tgt.cfg, draft_vocab_size=dvocab.size, num_aux=len(tgt.aux))
+    hcfg = head_config_from_target(tgt.cfg, draft_vocab_size=dvocab.size, num_aux=len(tgt.aux),
+                                   num_layers=tgt.layers, shared_lm_head=tgt.shared_lm_head)
     torch.manual_seed(seed)
-    head = Eagle3Head(hcfg, embed)
+    head = Eagle3Head(hcfg, embed, lm_head if hcfg.shared_lm_head else None)
     head.init_weights(lm_head_rows=lm_head[dvocab.draft_to_target()], final_norm=final_norm,
                       seed=seed)
     n_params = sum(p.numel() for p in head.parameters() if p.requires_grad)
     return head, hcfg, n_params
+
+
+def _shape(hcfg) -> str:
+    layers = f"{hcfg.num_layers} layer{'s' if hcfg.num_layers > 1 else ''}"
+    head = "the target's lm_head (shared)" if hcfg.shared_lm_head else \
+        f"its own lm_head over {hcfg.draft_vocab_size} tokens"
+    return f"{layers}, {head}"
 
 
 def _teacher(tgt: _Target, dvocab, data: _Data):

@@ -98,8 +98,8 @@ def eagle3_acceptance(head: Eagle3Head, batch, *, k: int, draft_to_target: torch
 
 def head_from_draft(draft_dir, target_dir) -> tuple[Eagle3Head, torch.Tensor]:
     """(an exported speculators EAGLE-3 draft as a training head, its draft->target id map);
-    the embedding comes from the target, as vLLM shares it. Every head tensor must be in the
-    draft and every draft tensor must be used."""
+    the embedding comes from the target, as vLLM shares it, and so does the lm_head when the
+    draft has none. Every head tensor must be in the draft and every draft tensor must be used."""
     from pathlib import Path
 
     from safetensors.torch import load_file
@@ -107,21 +107,27 @@ def head_from_draft(draft_dir, target_dir) -> tuple[Eagle3Head, torch.Tensor]:
     from speckit.errors import FormatError
     from speckit.io.checkpoint import load_config
     from speckit.ops.train.data import target_tensors
-    from speckit.ops.train.model import head_config_from_target
+    from speckit.ops.train.model import exported, head_config_from_target
 
     draft_dir, target_dir = Path(draft_dir), Path(target_dir)
     weights = load_file(str(draft_dir / "model.safetensors"))
     cfg = load_config(draft_dir)
-    hcfg = head_config_from_target(load_config(target_dir),
-                                   draft_vocab_size=weights["lm_head.weight"].shape[0],
-                                   num_aux=len(cfg["eagle_aux_hidden_state_layer_ids"]))
-    head = Eagle3Head(hcfg, target_tensors(target_dir)[0])
+    layer_cfg = cfg.get("transformer_layer_config") or {}
+    target_cfg = load_config(target_dir)
+    embed, target_head, _ = target_tensors(target_dir)
+    shared = "lm_head.weight" not in weights
+    hcfg = head_config_from_target(
+        target_cfg, draft_vocab_size=(target_head if shared else weights["lm_head.weight"]
+                                      ).shape[0],
+        num_aux=len(cfg["eagle_aux_hidden_state_layer_ids"]),
+        num_layers=int(layer_cfg.get("num_hidden_layers", 1)), shared_lm_head=shared)
+    head = Eagle3Head(hcfg, embed, target_head if shared else None)
     body = {k: v for k, v in weights.items() if k not in ("d2t", "t2d")}
     res = head.load_state_dict(body, strict=False)
-    missing = [n for n in res.missing_keys if n != "embed_tokens.weight"]
+    missing = [n for n in res.missing_keys if exported(n, hcfg)]
     if missing or res.unexpected_keys:
         raise FormatError(f"{draft_dir}: tensors missing {missing[:3]} / unexpected "
-                          f"{res.unexpected_keys[:3]} for a one-layer EAGLE-3 head",
+                          f"{res.unexpected_keys[:3]} for a {hcfg.num_layers}-layer EAGLE-3 head",
                           hint="pass a draft exported by speckit train eagle3")
     d2t = weights.get("d2t")
     full = torch.arange(hcfg.draft_vocab_size) + (d2t if d2t is not None else 0)

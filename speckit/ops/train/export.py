@@ -13,7 +13,7 @@ from typing import Any
 from speckit.core.methods import eagle3
 from speckit.io.checkpoint import CheckpointWriter, write_json
 from speckit.io.output import atomic_output_dir, write_provenance
-from speckit.ops.train.model import HeadConfig
+from speckit.ops.train.model import HeadConfig, exported
 from speckit.ops.train.vocab import DraftVocab, check_draft_vocab
 
 PROVENANCE = "speckit-train.json"
@@ -22,13 +22,13 @@ SPECULATORS_VERSION = "0.9.0"  # the layout version we write (read by vLLM's spe
 
 def draft_config(cfg: HeadConfig, *, aux_layers: list[int], ttt_steps: int,
                  target_cfg: dict[str, Any], verifier: str) -> dict[str, Any]:
-    """config.json of the draft: speculators envelope + a one-layer Llama decoder config."""
+    """config.json of the draft: speculators envelope + the head's Llama decoder config."""
     layer = {
         "model_type": "llama",
         "architectures": ["LlamaForCausalLM"],
         "hidden_size": cfg.hidden_size,
         "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": 1,
+        "num_hidden_layers": cfg.num_layers,
         "num_attention_heads": cfg.num_attention_heads,
         "num_key_value_heads": cfg.num_key_value_heads,
         "head_dim": cfg.head_dim,
@@ -88,12 +88,13 @@ def export_draft(weights: dict[str, Any], cfg: HeadConfig, vocab: DraftVocab, *,
                  provenance: dict[str, Any] | None = None, force: bool = False) -> Path:
     """Atomically write config.json, model.safetensors (bf16 + d2t/t2d) and the provenance.
 
-    ``weights`` is the head's full state (``export_state``); embed_tokens is dropped here.
+    ``weights`` is the head's state; what the draft borrows from the target (embed_tokens, a
+    shared lm_head) is dropped here.
     """
     import torch
 
     state = {k: v.detach().to("cpu", torch.bfloat16).contiguous()
-             for k, v in weights.items() if not k.startswith("embed_tokens.")}
+             for k, v in weights.items() if exported(k, cfg)}
     if vocab.reduced:
         check_draft_vocab(vocab.d2t, vocab.t2d, where="draft vocabulary")
         state["d2t"] = vocab.d2t.to(torch.int64).contiguous()

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import write_json
 from speckit.ops.train.data import Batch, ShardDataset
-from speckit.ops.train.model import Eagle3Head, shift_left
+from speckit.ops.train.model import Eagle3Head, exported, shift_left
 
 CKPT_DIR = "checkpoints"
 LATEST = "latest.json"
@@ -538,7 +538,7 @@ def full_model_state(head: Eagle3Head, *, fsdp: bool) -> dict[str, torch.Tensor]
                                                                   cpu_offload=True))
     else:
         sd = head.state_dict()
-    return {k: v.detach().cpu() for k, v in sd.items() if not k.startswith("embed_tokens.")}
+    return {k: v.detach().cpu() for k, v in sd.items() if exported(k, head.cfg)}
 
 
 # ---- checkpoints -----------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """The EAGLE-3 draft head in plain torch, computing exactly what vLLM's Eagle3LlamaForCausalLM does.
 
-Layer 0 sees cat(input_layernorm(embed), hidden_norm(h)) (2H wide); unroll() runs training-time
-test.
+Layer 0 sees cat(input_layernorm(embed), hidden_norm(h)) (2H wide); later layers (``--layers``)
+are plain pre-norm Llama layers over the residual stream; unroll() runs training-time test. The
+lm_head is the draft's own (its vocabulary, trained) or, with ``shared_lm_head``, the target's:
+frozen, the full vocabulary, and not exported (vLLM then gives the draft the target's).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from speckit.errors import FormatError, UsageError
 
 @dataclass(frozen=True)
 class HeadConfig:
-    """Shapes and flags of a one-layer Llama-style EAGLE-3 head."""
+    """Shapes and flags of a Llama-style EAGLE-3 head."""
 
     hidden_size: int
     num_attention_heads: int
@@ -35,12 +37,15 @@ class HeadConfig:
     num_aux: int
     # vLLM's default when the key is absent; we always write it and train with it
     norm_before_residual: bool = True
+    num_layers: int = 1  # decoder layers; layer 0 reads [embed ; hidden], the rest are plain
+    shared_lm_head: bool = False  # the target's lm_head (frozen, full vocab, not exported)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def head_config_from_target(target_cfg: dict[str, Any], *, draft_vocab_size: int, num_aux: int,
+                            num_layers: int = 1, shared_lm_head: bool = False,
                             where: str = "target config.json") -> HeadConfig:
     """Draft dims copied from the target's decoder config (as speculators' trainer does)."""
     cfg = target_cfg.get("text_config") if isinstance(target_cfg.get("text_config"), dict) \
@@ -53,12 +58,18 @@ def head_config_from_target(target_cfg: dict[str, Any], *, draft_vocab_size: int
     theta = hfconfig.rope_theta(cfg, where=where, default=10000.0)
     eps = hfconfig.get_float(cfg, "rms_norm_eps", where=where, default=1e-6)
     max_pos = hfconfig.get_int(cfg, "max_position_embeddings", where=where, default=4096)
+    if num_layers < 1:
+        raise UsageError(f"--layers {num_layers} must be >= 1")
+    if shared_lm_head and draft_vocab_size != vocab:
+        raise UsageError(f"a shared lm_head is the target's, over all {vocab} tokens; the draft "
+                         f"vocabulary {draft_vocab_size} cannot be reduced with it",
+                         hint="drop --draft-vocab, or drop --shared-lm-head")
     return HeadConfig(
         hidden_size=att.hidden_size, num_attention_heads=att.num_heads,
         num_key_value_heads=att.num_kv_heads, head_dim=att.head_dim, intermediate_size=inter,
         rms_norm_eps=eps, rope_theta=theta, max_position_embeddings=max_pos, vocab_size=vocab,
         draft_vocab_size=int(draft_vocab_size), target_hidden_size=att.hidden_size,
-        num_aux=int(num_aux))
+        num_aux=int(num_aux), num_layers=int(num_layers), shared_lm_head=bool(shared_lm_head))
 
 
 class RMSNorm(nn.Module):
@@ -96,21 +107,25 @@ class Rope(nn.Module):
         return (xf * cos + _rotate_half(xf) * sin).to(x.dtype)
 
 
-class DecoderLayer0(nn.Module):
-    """EAGLE-3's first (and here only) layer: q/k/v read [embed ; hidden], 2H wide."""
+class DecoderLayer(nn.Module):
+    """One layer of the head. The first reads [input_layernorm(embed) ; hidden_norm(h)] (q/k/v
+    2H wide, vLLM's llama_eagle3 layer 0); the others are pre-norm Llama layers over the residual
+    stream (vLLM runs them as layer_idx > 0, with no embeddings and no hidden_norm)."""
 
-    def __init__(self, cfg: HeadConfig):
+    def __init__(self, cfg: HeadConfig, *, first: bool):
         super().__init__()
         h, nh, nkv, hd = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, \
             cfg.head_dim
-        self.cfg = cfg
+        width = 2 * h if first else h
+        self.cfg, self.first = cfg, first
         self.input_layernorm = RMSNorm(h, cfg.rms_norm_eps)
-        self.hidden_norm = RMSNorm(h, cfg.rms_norm_eps)
+        if first:
+            self.hidden_norm = RMSNorm(h, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(h, cfg.rms_norm_eps)
         self.self_attn = nn.Module()
-        self.self_attn.q_proj = nn.Linear(2 * h, nh * hd, bias=False)
-        self.self_attn.k_proj = nn.Linear(2 * h, nkv * hd, bias=False)
-        self.self_attn.v_proj = nn.Linear(2 * h, nkv * hd, bias=False)
+        self.self_attn.q_proj = nn.Linear(width, nh * hd, bias=False)
+        self.self_attn.k_proj = nn.Linear(width, nkv * hd, bias=False)
+        self.self_attn.v_proj = nn.Linear(width, nkv * hd, bias=False)
         self.self_attn.o_proj = nn.Linear(nh * hd, h, bias=False)
         self.mlp = nn.Module()
         self.mlp.gate_proj = nn.Linear(h, cfg.intermediate_size, bias=False)
@@ -118,19 +133,29 @@ class DecoderLayer0(nn.Module):
         self.mlp.down_proj = nn.Linear(cfg.intermediate_size, h, bias=False)
         self.rope = Rope(hd, cfg.rope_theta)
 
-    def forward(self, embeds: torch.Tensor, hidden: torch.Tensor, positions: torch.Tensor,
-                cache: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, positions: torch.Tensor,
+                cache: list[tuple[torch.Tensor, torch.Tensor]],
+                embeds: torch.Tensor | None = None) -> torch.Tensor:
         """One TTT step. ``cache`` holds (k, v) of earlier steps and gets this step's appended.
 
-        Returns the pre-norm output, which vLLM feeds back as the next step's hidden state.
+        Returns the pre-norm output (the residual stream): the next layer's input, and after
+        the last layer what vLLM feeds back as the next step's hidden state.
         """
-        cfg = self.cfg
-        b, t, _ = embeds.shape
-        e = self.input_layernorm(embeds)
-        hn = self.hidden_norm(hidden)
-        residual = hn if cfg.norm_before_residual else hidden
-        x = torch.cat([e, hn], dim=-1)
-        attn = self.self_attn
+        if self.first:
+            hn = self.hidden_norm(hidden)
+            residual = hn if self.cfg.norm_before_residual else hidden
+            x = torch.cat([self.input_layernorm(embeds), hn], dim=-1)
+        else:
+            residual, x = hidden, self.input_layernorm(hidden)
+        residual = self._attention(x, positions, cache) + residual
+        x = self.post_attention_layernorm(residual)
+        mlp = self.mlp
+        return mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x)) + residual
+
+    def _attention(self, x: torch.Tensor, positions: torch.Tensor,
+                   cache: list[tuple[torch.Tensor, torch.Tensor]]) -> torch.Tensor:
+        cfg, attn = self.cfg, self.self_attn
+        b, t, _ = x.shape
         q = attn.q_proj(x).view(b, t, cfg.num_attention_heads, cfg.head_dim).transpose(1, 2)
         k = attn.k_proj(x).view(b, t, cfg.num_key_value_heads, cfg.head_dim).transpose(1, 2)
         v = attn.v_proj(x).view(b, t, cfg.num_key_value_heads, cfg.head_dim).transpose(1, 2)
@@ -139,12 +164,7 @@ class DecoderLayer0(nn.Module):
         cache.append((k, v))
         o = ttt_attention(q, cache, num_kv_groups=cfg.num_attention_heads
                           // cfg.num_key_value_heads)
-        o = attn.o_proj(o.transpose(1, 2).reshape(b, t, -1))
-        residual = o + residual
-        x = self.post_attention_layernorm(residual)
-        mlp = self.mlp
-        x = mlp.down_proj(F.silu(mlp.gate_proj(x)) * mlp.up_proj(x))
-        return x + residual
+        return attn.o_proj(o.transpose(1, 2).reshape(b, t, -1))
 
 
 def ttt_attention(q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]], *,
@@ -168,24 +188,27 @@ def ttt_attention(q: torch.Tensor, cache: list[tuple[torch.Tensor, torch.Tensor]
 
 
 class Eagle3Head(nn.Module):
-    """fc over the concatenated aux states, one decoder layer, final norm, reduced lm_head.
+    """fc over the concatenated aux states, the decoder layers, final norm, lm_head.
 
-    The token embedding is the target's, frozen, and never exported (vLLM shares the target's).
+    The token embedding is the target's, frozen, and never exported (vLLM shares the target's);
+    so is the lm_head when ``cfg.shared_lm_head`` (``lm_head_weight``: the target's [V, H]).
     """
 
-    def __init__(self, cfg: HeadConfig, embed_weight: torch.Tensor):
+    def __init__(self, cfg: HeadConfig, embed_weight: torch.Tensor,
+                 lm_head_weight: torch.Tensor | None = None):
         super().__init__()
-        if tuple(embed_weight.shape) != (cfg.vocab_size, cfg.hidden_size):
-            raise FormatError(f"target embedding is {list(embed_weight.shape)}, expected "
-                              f"[{cfg.vocab_size}, {cfg.hidden_size}]")
         self.cfg = cfg
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.embed_tokens.weight.data.copy_(embed_weight)
-        self.embed_tokens.weight.requires_grad_(False)
+        self.embed_tokens = _frozen_embedding(embed_weight, cfg, what="embedding")
         self.fc = nn.Linear(cfg.num_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
-        self.layers = nn.ModuleList([DecoderLayer0(cfg)])
+        self.layers = nn.ModuleList([DecoderLayer(cfg, first=i == 0)
+                                     for i in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        if cfg.shared_lm_head:
+            if lm_head_weight is None:
+                raise UsageError("a shared-lm_head EAGLE-3 head needs the target's lm_head")
+            frozen = _frozen_embedding(lm_head_weight, cfg, what="lm_head")
+            self.lm_head.weight = frozen.weight
 
     def init_weights(self, *, lm_head_rows: torch.Tensor, final_norm: torch.Tensor | None,
                      seed: int) -> None:
@@ -224,14 +247,26 @@ class Eagle3Head(nn.Module):
             raise UsageError("--ttt-steps must be >= 1")
         anchor = torch.arange(t, device=input_ids.device).expand(b, t)
         hidden = self.fc(aux.to(self.fc.weight.dtype))  # shards hold bf16; autocast decides
-        cache: list[tuple[torch.Tensor, torch.Tensor]] = []
-        layer = self.layers[0]
+        caches: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self.layers]
         for j in range(steps):
             ids = shift_left(input_ids, 1 + j)
-            embeds = self.embed_tokens(ids).to(hidden.dtype)
-            out = layer(embeds, hidden, anchor + j, cache)
+            out = hidden
+            for layer, cache in zip(self.layers, caches, strict=True):
+                embeds = self.embed_tokens(ids).to(hidden.dtype) if layer.first else None
+                out = layer(out, anchor + j, cache, embeds=embeds)
             yield j, self.lm_head(self.norm(out))
             hidden = out
+
+
+def _frozen_embedding(weight: torch.Tensor, cfg: HeadConfig, *, what: str) -> nn.Embedding:
+    """A copy of one of the target's [V, H] tensors, not trained."""
+    if tuple(weight.shape) != (cfg.vocab_size, cfg.hidden_size):
+        raise FormatError(f"target {what} is {list(weight.shape)}, expected "
+                          f"[{cfg.vocab_size}, {cfg.hidden_size}]")
+    emb = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+    emb.weight.data.copy_(weight)
+    emb.weight.requires_grad_(False)
+    return emb
 
 
 def shift_left(x: torch.Tensor, n: int, fill: int = 0) -> torch.Tensor:
@@ -243,14 +278,11 @@ def shift_left(x: torch.Tensor, n: int, fill: int = 0) -> torch.Tensor:
         else torch.full_like(x, fill)
 
 
-def export_state(head: Eagle3Head) -> dict[str, torch.Tensor]:
-    """The head's exportable tensors under speculators names (no embed_tokens)."""
-    out = {}
-    for name, p in head.state_dict().items():
-        if name.startswith("embed_tokens.") or ".rope." in name:
-            continue
-        out[name] = p
-    return out
+def exported(name: str, cfg: HeadConfig) -> bool:
+    """Whether a head state tensor goes into the draft: not the target's frozen embedding, nor
+    its lm_head when shared (vLLM gives the draft both of the target's)."""
+    return not (name.startswith("embed_tokens.")
+                or (cfg.shared_lm_head and name.startswith("lm_head.")))
 
 
 def param_count(head: Eagle3Head) -> int:
