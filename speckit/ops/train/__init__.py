@@ -129,10 +129,10 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                      order_seed=data_order_seed)
     verifier = verifier_name(target, tgt.cfg)
     picker = _Selector(data.dir, head, k=eval_k, dvocab=dvocab, device=device, stage=stage,
-                       say=say, enabled=not fsdp, then=_acceptance_hook(
-                           tgt, hcfg, dvocab, data, verifier=verifier, work=work,
-                           eval_every=eval_every, k=eval_k, max_tokens=eval_max_tokens,
-                           seed=seed, stage=stage))
+                       say=say, store=work / "checkpoints", resume=resume, enabled=not fsdp,
+                       then=_acceptance_hook(tgt, hcfg, dvocab, data, verifier=verifier,
+                                             work=work, eval_every=eval_every, k=eval_k,
+                                             max_tokens=eval_max_tokens, seed=seed, stage=stage))
     t = time.monotonic()
     result = train_loop(head, dataset, cfg=cfg, work_dir=work, device=device,
                         target_to_draft=dvocab.target_to_draft(),
@@ -723,10 +723,15 @@ def _capture_selection(model, tok, selection: dict, root: Path, *, aux: list[int
 
 class _Selector:
     """The loop's epoch-end hook: simulated acceptance on each selection set, keeping the
-    weights of the best epoch (highest lowest-category AL); then the vLLM hook, if any."""
+    weights of the best epoch (highest lowest-category AL); then the vLLM hook, if any.
+
+    The best epoch's weights also go to ``store`` (the run's checkpoints dir), so a --resume'd
+    run still exports an epoch it trained before the interruption when that one stays best."""
+
+    BEST = "selected.safetensors"
 
     def __init__(self, data_dir: Path, head, *, k: int, dvocab, device: str, stage: dict, say,
-                 then, enabled: bool = True):
+                 then, store: Path | None = None, resume: bool = False, enabled: bool = True):
         from speckit.ops.train import data as D
 
         root = data_dir / SELECT_DIR  # under FSDP the head is sharded: no simulation
@@ -734,8 +739,33 @@ class _Selector:
                      if (p / D.MANIFEST).exists()} if root.is_dir() and enabled else {}
         self.head, self.k, self.device, self.stage, self.say = head, k, device, stage, say
         self.d2t = dvocab.draft_to_target()
-        self.then = then
+        self.then, self.store = then, store
         self.best_score, self.best_epoch, self.best_weights = -1.0, None, None
+        if resume and self.sets and store is not None and (store / self.BEST).is_file():
+            self._load_best()
+
+    def _load_best(self) -> None:
+        from safetensors import safe_open
+        from safetensors.torch import load_file
+
+        path = self.store / self.BEST
+        with safe_open(str(path), "pt") as f:
+            meta = f.metadata() or {}
+        self.best_weights = load_file(str(path))
+        self.best_score, self.best_epoch = float(meta["score"]), int(meta["epoch"])
+        self.say(f"selection: epoch {self.best_epoch} (weakest category AL "
+                 f"{self.best_score:.3f}) is the best before resuming")
+
+    def _keep_best(self) -> None:
+        from safetensors.torch import save_file
+
+        if self.store is None:
+            return
+        self.store.mkdir(parents=True, exist_ok=True)
+        tmp = self.store / f".{self.BEST}.tmp"
+        save_file({n: v.contiguous() for n, v in self.best_weights.items()}, str(tmp),
+                  metadata={"epoch": str(self.best_epoch), "score": repr(self.best_score)})
+        os.replace(tmp, self.store / self.BEST)
 
     def __call__(self, epoch: int, weights: dict, last: bool) -> dict[str, Any] | None:
         extra = dict(self.then(epoch, weights, last) or {})
@@ -748,6 +778,7 @@ class _Selector:
         if score > self.best_score:
             self.best_score, self.best_epoch = score, epoch
             self.best_weights = {n: v.detach().to("cpu", copy=True) for n, v in weights.items()}
+            self._keep_best()
         extra.update({"select_k": self.k, "select": scores, "selected_epoch": self.best_epoch})
         self.say(f"epoch {epoch}: simulated AL at k={self.k} " + ", ".join(
             f"{c} {a['al']:.3f}" for c, a in scores.items())
