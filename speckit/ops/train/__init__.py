@@ -290,8 +290,10 @@ def _check_outputs(out: Path, work: Path, target_dir: Path, prompts: str, *,
 
 def _open_target(target: str, *, aux_layers: list[int] | None, draft_vocab: int | None,
                  layers: int = 1, shared_lm_head: bool = False) -> _Target:
-    """Resolve the target, read its config and check the aux layer ids against its depth."""
+    """Resolve the target, read its config and check the aux layer ids against its depth (and
+    the head options, before any work)."""
     from speckit.io.checkpoint import load_config
+    from speckit.ops.train.model import check_head_options
 
     target_dir = resolve_target(target)
     target_cfg = load_config(target_dir)
@@ -305,12 +307,9 @@ def _open_target(target: str, *, aux_layers: list[int] | None, draft_vocab: int 
         if not 0 <= k <= n_layers:
             raise UsageError(f"--aux-layers id {k} is outside [0, {n_layers}]",
                              hint=f"id k = residual stream entering layer k of {n_layers}")
-    if layers < 1:
-        raise UsageError(f"--layers {layers} must be >= 1")
-    if shared_lm_head and draft_vocab and draft_vocab < vocab_size:
-        raise UsageError(f"--shared-lm-head uses the target's lm_head over all {vocab_size} "
-                         f"tokens; --draft-vocab {draft_vocab} would reduce it",
-                         hint="drop --draft-vocab, or drop --shared-lm-head")
+    check_head_options(num_layers=layers, shared_lm_head=shared_lm_head,
+                       draft_vocab_size=min(draft_vocab or vocab_size, vocab_size),
+                       vocab_size=vocab_size)
     return _Target(name=target, dir=target_dir, cfg=target_cfg, aux=aux, vocab_size=vocab_size,
                    draft_vocab=min(draft_vocab or vocab_size, vocab_size), layers=layers,
                    shared_lm_head=shared_lm_head)

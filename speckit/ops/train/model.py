@@ -58,18 +58,25 @@ def head_config_from_target(target_cfg: dict[str, Any], *, draft_vocab_size: int
     theta = hfconfig.rope_theta(cfg, where=where, default=10000.0)
     eps = hfconfig.get_float(cfg, "rms_norm_eps", where=where, default=1e-6)
     max_pos = hfconfig.get_int(cfg, "max_position_embeddings", where=where, default=4096)
-    if num_layers < 1:
-        raise UsageError(f"--layers {num_layers} must be >= 1")
-    if shared_lm_head and draft_vocab_size != vocab:
-        raise UsageError(f"a shared lm_head is the target's, over all {vocab} tokens; the draft "
-                         f"vocabulary {draft_vocab_size} cannot be reduced with it",
-                         hint="drop --draft-vocab, or drop --shared-lm-head")
+    check_head_options(num_layers=num_layers, shared_lm_head=shared_lm_head,
+                       draft_vocab_size=draft_vocab_size, vocab_size=vocab)
     return HeadConfig(
         hidden_size=att.hidden_size, num_attention_heads=att.num_heads,
         num_key_value_heads=att.num_kv_heads, head_dim=att.head_dim, intermediate_size=inter,
         rms_norm_eps=eps, rope_theta=theta, max_position_embeddings=max_pos, vocab_size=vocab,
         draft_vocab_size=int(draft_vocab_size), target_hidden_size=att.hidden_size,
         num_aux=int(num_aux), num_layers=int(num_layers), shared_lm_head=bool(shared_lm_head))
+
+
+def check_head_options(*, num_layers: int, shared_lm_head: bool, draft_vocab_size: int,
+                       vocab_size: int) -> None:
+    """At least one layer; a shared lm_head is the target's, so the vocabulary is the target's."""
+    if num_layers < 1:
+        raise UsageError(f"--layers {num_layers} must be >= 1")
+    if shared_lm_head and draft_vocab_size != vocab_size:
+        raise UsageError(f"--shared-lm-head uses the target's lm_head over all {vocab_size} "
+                         f"tokens; --draft-vocab {draft_vocab_size} would reduce it",
+                         hint="drop --draft-vocab, or drop --shared-lm-head")
 
 
 class RMSNorm(nn.Module):
@@ -198,7 +205,8 @@ class Eagle3Head(nn.Module):
                  lm_head_weight: torch.Tensor | None = None):
         super().__init__()
         self.cfg = cfg
-        self.embed_tokens = _frozen_embedding(embed_weight, cfg, what="embedding")
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens.weight = _frozen_copy(embed_weight, cfg, what="embedding")
         self.fc = nn.Linear(cfg.num_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
         self.layers = nn.ModuleList([DecoderLayer(cfg, first=i == 0)
                                      for i in range(cfg.num_layers)])
@@ -207,8 +215,7 @@ class Eagle3Head(nn.Module):
         if cfg.shared_lm_head:
             if lm_head_weight is None:
                 raise UsageError("a shared-lm_head EAGLE-3 head needs the target's lm_head")
-            frozen = _frozen_embedding(lm_head_weight, cfg, what="lm_head")
-            self.lm_head.weight = frozen.weight
+            self.lm_head.weight = _frozen_copy(lm_head_weight, cfg, what="lm_head")
 
     def init_weights(self, *, lm_head_rows: torch.Tensor, final_norm: torch.Tensor | None,
                      seed: int) -> None:
@@ -258,15 +265,12 @@ class Eagle3Head(nn.Module):
             hidden = out
 
 
-def _frozen_embedding(weight: torch.Tensor, cfg: HeadConfig, *, what: str) -> nn.Embedding:
+def _frozen_copy(weight: torch.Tensor, cfg: HeadConfig, *, what: str) -> nn.Parameter:
     """A copy of one of the target's [V, H] tensors, not trained."""
     if tuple(weight.shape) != (cfg.vocab_size, cfg.hidden_size):
         raise FormatError(f"target {what} is {list(weight.shape)}, expected "
                           f"[{cfg.vocab_size}, {cfg.hidden_size}]")
-    emb = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-    emb.weight.data.copy_(weight)
-    emb.weight.requires_grad_(False)
-    return emb
+    return nn.Parameter(weight.detach().clone().float(), requires_grad=False)
 
 
 def shift_left(x: torch.Tensor, n: int, fill: int = 0) -> torch.Tensor:
