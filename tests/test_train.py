@@ -86,6 +86,21 @@ def test_prompts_hold_out_validate_sets_and_are_seeded(tmp_path):
     assert set(a.per_source) == {"speckit-mix/chat", "speckit-mix/code", "speckit-mix/math"}
 
 
+
+def test_speckit_mix_can_name_its_template_sets():
+    from speckit.errors import UsageError
+    from speckit.ops.train.prompts import load_prompts
+
+    chat = load_prompts("speckit-mix:chat", samples=60, seed=5)
+    assert set(chat.per_source) == {"speckit-mix/chat"} and len(chat.train) == 60
+    both = load_prompts("speckit-mix:chat+code", samples=60, seed=5)
+    assert set(both.per_source) == {"speckit-mix/chat", "speckit-mix/code"}
+    # a set's stream is its own: naming fewer sets does not change the prompts of the one named
+    assert {p.text for p in chat.train} & {p.text for p in both.train}
+    with pytest.raises(UsageError, match="'poems'") as e:
+        load_prompts("speckit-mix:chat+poems", samples=10, seed=5)
+    assert "chat, code, math" in e.value.hint
+
 # ---- the head: TTT unroll equals step-by-step drafting as vLLM does it -------------------------
 
 def _rms(x, w, eps):

@@ -54,7 +54,8 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               help="Target: a Hugging Face checkpoint directory or a built-in target id "
               "(smollm2-135m-instruct).")
 @click.option("--prompts", default="speckit-mix", show_default=True, metavar="SOURCES",
-              help="Comma-separated prompt sources: speckit-mix (speckit's own templates), "
+              help="Comma-separated prompt sources: speckit-mix (speckit's own templates; "
+              "speckit-mix:chat+code for some of its sets), target-asks[:N], "
               "humaneval, mtbench, or a .jsonl/.txt file. validate's built-in prompts are always "
               "held out.")
 @click.option("--samples", default=2000, show_default=True, type=int,

@@ -73,7 +73,7 @@ def load_prompts(spec: str, *, samples: int, seed: int, heldout: int = 0,
             break
         picker.take(p)
     if generators and len(picker.kept) < want:
-        _fill_from_templates(picker, want=want, seed=seed)
+        _fill_from_templates(picker, want=want, seed=seed, only=_template_sets_named(generators))
     out = picker.kept
     rng.shuffle(out)
     if len(out) <= heldout and not asks:
@@ -164,7 +164,7 @@ def _read_sources(spec: str, *, samples: int) -> tuple[list[TrainPrompt], list[s
         low = name.lower()
         if low == TARGET_ASKS or low.startswith(TARGET_ASKS + ":"):
             asks = _ask_count(low, samples=samples, alone=len(names) == 1)
-        elif low in GENERATED_SOURCES:
+        elif low.partition(":")[0] in GENERATED_SOURCES:
             generators.append(low)
         elif low == "humaneval":
             finite += humaneval_prompts()
@@ -208,12 +208,28 @@ class _Picker:
         return True
 
 
-def _fill_from_templates(picker: _Picker, *, want: int, seed: int) -> None:
-    """Top ``picker`` up to ``want`` prompts from speckit's template sets, by their weights.
+def _template_sets_named(generators: list[str]) -> set[str] | None:
+    """The template sets ``speckit-mix:chat+code`` names (None: all of them, plain
+    ``speckit-mix``); an unknown set is refused with the ones there are."""
+    if any(":" not in g for g in generators):
+        return None
+    known = set(template_weights())
+    named = {n.strip() for g in generators for n in g.partition(":")[2].split("+")}
+    bad = sorted(named - known)
+    if bad or not named - {""}:
+        raise UsageError(f"--prompts speckit-mix:{'+'.join(sorted(named))}: no template set "
+                         f"{', '.join(repr(b) for b in bad) or 'named'}",
+                         hint=f"sets: {', '.join(sorted(known))} (e.g. speckit-mix:chat+code)")
+    return named
 
-    A set whose space runs dry (it keeps repeating itself) leaves its remainder to the others.
+
+def _fill_from_templates(picker: _Picker, *, want: int, seed: int,
+                         only: set[str] | None = None) -> None:
+    """Top ``picker`` up to ``want`` prompts from speckit's template sets (``only`` those
+    named), by their weights. A set whose space runs dry (it keeps repeating itself) leaves its
+    remainder to the others.
     """
-    weights = template_weights()
+    weights = {n: w for n, w in template_weights().items() if only is None or n in only}
     streams = {n: template_prompts(seed=seed, only=n) for n in weights}
     need = want - len(picker.kept)
     wsum = sum(weights.values())
