@@ -241,6 +241,15 @@ def trained(tiny_target, tmp_path_factory):
     return res
 
 
+def _bf16_close(got, want, tol=3e-2):
+    """Each position's state within 3 % (relative L2) of the reference. The capture runs padded
+    batches and a lone forward pass does not, so bf16 rounding differs by an ulp or two per layer
+    (measured: up to 1 % here) and an elementwise tolerance trips on single small entries; the
+    neighbouring layer or position is off by 58 % or more."""
+    err = (got - want).norm(dim=-1) / want.norm(dim=-1).clamp_min(1e-6)
+    return bool(err.max() < tol)
+
+
 def test_capture_aux_is_hf_hidden_states_and_labels_are_target_argmax(trained, tiny_target):
     from safetensors.torch import load_file
     from transformers import AutoModelForCausalLM
@@ -259,15 +268,15 @@ def test_capture_aux_is_hf_hidden_states_and_labels_are_target_argmax(trained, t
     # id k < L is HF hidden_states[k]; id L is the last layer's output BEFORE the final norm
     # (HF's hidden_states[L] is post-norm, vLLM's aux id L is not)
     for i, k in enumerate(AUX[:-1]):
-        assert torch.allclose(aux[:, i * h:(i + 1) * h], hs[k][0].float(), atol=2e-2)
+        assert _bf16_close(aux[:, i * h:(i + 1) * h], hs[k][0].float())
     final = aux[:, 2 * h:]
     normed = model.model.norm(final.to(torch.bfloat16)[None])[0].float()
-    assert torch.allclose(normed, hs[8][0].float(), atol=5e-2)
+    assert _bf16_close(normed, hs[8][0].float())
     assert torch.equal(shard["target_ids"][s:e].long(), out.logits[0].argmax(-1))
     # "final" is the lm_head's input (post-norm): the soft labels recomputed from it are the
     # target's own logits
     fin = shard["final"][s:e].float()
-    assert fin.shape == (e - s, h) and torch.allclose(fin, hs[8][0].float(), atol=5e-2)
+    assert fin.shape == (e - s, h) and _bf16_close(fin, hs[8][0].float())
     logits = fin @ model.get_output_embeddings().weight.float().T
     assert (logits.argmax(-1) == out.logits[0].argmax(-1)).float().mean() > 0.95
     # answers were generated greedily by the same target: its argmax is the next token

@@ -305,8 +305,10 @@ def test_cli_dflash_json_and_errors(trained, tiny_target, tmp_path):
 # ---- vLLM: the simulator's counts are vLLM's ---------------------------------------------------
 
 def _distinct_k_norms(src: Path, dst: Path) -> Path:
-    """A copy of the export whose layers' k_norm weights differ (layer i scaled by 1 + i): a
-    trained tiny draft keeps them near 1.0, which hides which layer's k_norm a server uses."""
+    """A copy of the export whose layers' k_norm weights differ: layer i's channels scaled by
+    1 + i * N(0, 1), seeded. A trained tiny draft keeps them near one shared weight, which hides
+    which layer's k_norm a server uses; a uniform factor (1 + i) can hide it too (it only sharpens
+    attention, and on some prompt sets flipped no draft token either way)."""
     import shutil
 
     from safetensors.torch import load_file, save_file
@@ -315,7 +317,9 @@ def _distinct_k_norms(src: Path, dst: Path) -> Path:
     w = load_file(str(dst / "model.safetensors"))
     for name in w:
         if name.endswith("self_attn.k_norm.weight"):
-            w[name] = w[name] * (1.0 + int(name.split(".")[1]))
+            i = int(name.split(".")[1])
+            noise = torch.randn(w[name].shape, generator=torch.Generator().manual_seed(i))
+            w[name] = (w[name].float() * (1.0 + i * noise)).to(w[name].dtype)
     save_file(w, str(dst / "model.safetensors"))
     return dst
 
@@ -417,3 +421,4 @@ def test_init_from_starts_at_an_exported_draft_and_refuses_other_dims(trained, t
         train_dflash(target=str(tiny_target), out=tmp_path / "bad", epochs=1,
                      init_from=trained.out, data_dir=trained.data_dir,
                      **{**kw, "layers": KW["layers"] + 1})
+
