@@ -421,4 +421,3 @@ def test_init_from_starts_at_an_exported_draft_and_refuses_other_dims(trained, t
         train_dflash(target=str(tiny_target), out=tmp_path / "bad", epochs=1,
                      init_from=trained.out, data_dir=trained.data_dir,
                      **{**kw, "layers": KW["layers"] + 1})
-
