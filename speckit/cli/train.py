@@ -74,6 +74,10 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               help="No lm_head of the draft's own: train against the target's (frozen, the full "
               "vocabulary) and leave it out of the export; vLLM gives the draft the target's. "
               "Frees the bytes of a draft lm_head for layers.")
+@click.option("--fc-norm", is_flag=True,
+              help="RMS-normalise each aux state (its own learned scale) before fc, so the "
+              "early layers' small residual streams weigh as much as the late ones' "
+              "(config fc_norm: true; vLLM's llama_eagle3 reads it).")
 @click.option("--ttt-steps", default=3, show_default=True, type=int,
               help="Unrolled draft steps per position (training-time test).")
 @click.option("--epochs", default=3, show_default=True, type=int)
@@ -148,7 +152,7 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
 def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, layers, shared_lm_head,
-           ttt_steps, epochs, lr, batch_tokens, step_decay, seed, device, engine, holdout,
+           fc_norm, ttt_steps, epochs, lr, batch_tokens, step_decay, seed, device, engine, holdout,
            eval_every, eval_k, work_dir, resume, save_every, fsdp, nproc, grad_accum,
            data_order_seed, val_fraction, gen_batch, answers, select_prompts, soft_labels,
            max_minutes, online, data_only, force, out, json_mode, quiet):
@@ -170,7 +174,7 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, layers
     result = train_eagle3(
         target=target, out=out, prompts=prompts, samples=samples, max_tokens=max_tokens,
         draft_vocab=draft_vocab, aux_layers=_int_list(aux_layers), layers=layers,
-        shared_lm_head=shared_lm_head, ttt_steps=ttt_steps,
+        shared_lm_head=shared_lm_head, fc_norm=fc_norm, ttt_steps=ttt_steps,
         epochs=epochs, device=device, engine=engine, lr=lr, batch_tokens=batch_tokens,
         seed=seed, holdout=holdout, eval_every=eval_every, eval_k=eval_k,
         step_decay=step_decay, work_dir=work_dir, resume=resume, force=force, fsdp=fsdp,

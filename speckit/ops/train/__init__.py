@@ -83,7 +83,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  data_only: bool = False, max_minutes: float = 0.0, val_fraction: float = 0.02,
                  gen_batch: int | None = None, select_prompts: int = 0,
                  answers: AnswerFiles = None, soft_labels: bool = False, online: bool = False,
-                 layers: int = 1, shared_lm_head: bool = False, progress: bool = False,
+                 layers: int = 1, shared_lm_head: bool = False, fc_norm: bool = False,
+                 progress: bool = False,
                  log: Callable[[str], None] | None = None,
                  command: str | None = None) -> TrainResult:
     """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout). Flags
@@ -91,7 +92,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     export the epoch of best simulated acceptance; ``soft_labels``: learn the target's
     distribution over the draft vocab, not only argmax; ``fsdp``: implied by torchrun;
     ``online``: no hidden-state shards, the target recomputes each batch on the training device;
-    ``layers``: decoder layers of the head; ``shared_lm_head``: the target's lm_head, frozen)."""
+    ``layers``: decoder layers of the head; ``shared_lm_head``: the target's lm_head, frozen;
+    ``fc_norm``: an RMSNorm on each aux state before fc)."""
     from speckit.ops.train.export import verifier_name
     from speckit.ops.train.loop import LoopConfig, full_model_state, train_loop
 
@@ -101,7 +103,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     fsdp, rank, world, device, say = _join_ranks(fsdp, device, say)
     out = check_output(out, {}, force=force or resume)  # the quick refusals, before any work
     tgt = _open_target(target, aux_layers=aux_layers, draft_vocab=draft_vocab, layers=layers,
-                       shared_lm_head=shared_lm_head)
+                       shared_lm_head=shared_lm_head, fc_norm=fc_norm)
     work = _check_outputs(out, _work_dir(out, work_dir, force=force, resume=resume, rank=rank),
                           tgt.dir, prompts, force=force or resume)
     batch_tokens = batch_tokens or (16384 if device.startswith("cuda") else 2048)
@@ -169,6 +171,7 @@ class _Target:
     draft_vocab: int  # the draft vocabulary size asked for (<= vocab_size)
     layers: int = 1  # the head's decoder layers
     shared_lm_head: bool = False  # the target's lm_head (full vocabulary), not the draft's own
+    fc_norm: bool = False  # RMSNorm each aux state before fc
 
 
 @dataclass(frozen=True)
@@ -289,7 +292,8 @@ def _check_outputs(out: Path, work: Path, target_dir: Path, prompts: str, *,
 
 
 def _open_target(target: str, *, aux_layers: list[int] | None, draft_vocab: int | None,
-                 layers: int = 1, shared_lm_head: bool = False) -> _Target:
+                 layers: int = 1, shared_lm_head: bool = False,
+                 fc_norm: bool = False) -> _Target:
     """Resolve the target, read its config and check the aux layer ids against its depth (and
     the head options, before any work)."""
     from speckit.io.checkpoint import load_config
@@ -312,7 +316,7 @@ def _open_target(target: str, *, aux_layers: list[int] | None, draft_vocab: int 
                        vocab_size=vocab_size)
     return _Target(name=target, dir=target_dir, cfg=target_cfg, aux=aux, vocab_size=vocab_size,
                    draft_vocab=min(draft_vocab or vocab_size, vocab_size), layers=layers,
-                   shared_lm_head=shared_lm_head)
+                   shared_lm_head=shared_lm_head, fc_norm=fc_norm)
 
 
 def _pick_engine(engine: str, *, cuda: bool) -> str:
@@ -408,7 +412,8 @@ def _build_head(tgt: _Target, dvocab, *, seed: int):
     # head init needs three target tensors only; read them from the checkpoint, not the model
     embed, lm_head, final_norm = target_tensors(tgt.dir)
     hcfg = head_config_from_target(tgt.cfg, draft_vocab_size=dvocab.size, num_aux=len(tgt.aux),
-                                   num_layers=tgt.layers, shared_lm_head=tgt.shared_lm_head)
+                                   num_layers=tgt.layers, shared_lm_head=tgt.shared_lm_head,
+                                   fc_norm=tgt.fc_norm)
     torch.manual_seed(seed)
     head = Eagle3Head(hcfg, embed, lm_head if hcfg.shared_lm_head else None)
     head.init_weights(lm_head_rows=lm_head[dvocab.draft_to_target()], final_norm=final_norm,

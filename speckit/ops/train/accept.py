@@ -120,7 +120,8 @@ def head_from_draft(draft_dir, target_dir) -> tuple[Eagle3Head, torch.Tensor]:
         target_cfg, draft_vocab_size=(target_head if shared else weights["lm_head.weight"]
                                       ).shape[0],
         num_aux=len(cfg["eagle_aux_hidden_state_layer_ids"]),
-        num_layers=int(layer_cfg.get("num_hidden_layers", 1)), shared_lm_head=shared)
+        num_layers=int(layer_cfg.get("num_hidden_layers", 1)), shared_lm_head=shared,
+        fc_norm=bool(cfg.get("fc_norm")))
     head = Eagle3Head(hcfg, embed, target_head if shared else None)
     body = {k: v for k, v in weights.items() if k not in ("d2t", "t2d")}
     res = head.load_state_dict(body, strict=False)

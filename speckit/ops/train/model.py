@@ -39,6 +39,7 @@ class HeadConfig:
     norm_before_residual: bool = True
     num_layers: int = 1  # decoder layers; layer 0 reads [embed ; hidden], the rest are plain
     shared_lm_head: bool = False  # the target's lm_head (frozen, full vocab, not exported)
+    fc_norm: bool = False  # an RMSNorm on each aux state before fc (vLLM's fc_norm.{i})
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -46,6 +47,7 @@ class HeadConfig:
 
 def head_config_from_target(target_cfg: dict[str, Any], *, draft_vocab_size: int, num_aux: int,
                             num_layers: int = 1, shared_lm_head: bool = False,
+                            fc_norm: bool = False,
                             where: str = "target config.json") -> HeadConfig:
     """Draft dims copied from the target's decoder config (as speculators' trainer does)."""
     cfg = target_cfg.get("text_config") if isinstance(target_cfg.get("text_config"), dict) \
@@ -65,7 +67,8 @@ def head_config_from_target(target_cfg: dict[str, Any], *, draft_vocab_size: int
         num_key_value_heads=att.num_kv_heads, head_dim=att.head_dim, intermediate_size=inter,
         rms_norm_eps=eps, rope_theta=theta, max_position_embeddings=max_pos, vocab_size=vocab,
         draft_vocab_size=int(draft_vocab_size), target_hidden_size=att.hidden_size,
-        num_aux=int(num_aux), num_layers=int(num_layers), shared_lm_head=bool(shared_lm_head))
+        num_aux=int(num_aux), num_layers=int(num_layers), shared_lm_head=bool(shared_lm_head),
+        fc_norm=bool(fc_norm))
 
 
 def check_head_options(*, num_layers: int, shared_lm_head: bool, draft_vocab_size: int,
@@ -207,6 +210,8 @@ class Eagle3Head(nn.Module):
         self.cfg = cfg
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
         self.embed_tokens.weight = _frozen_copy(embed_weight, cfg, what="embedding")
+        self.fc_norm = nn.ModuleList([RMSNorm(cfg.target_hidden_size, cfg.rms_norm_eps)
+                                      for _ in range(cfg.num_aux if cfg.fc_norm else 0)])
         self.fc = nn.Linear(cfg.num_aux * cfg.target_hidden_size, cfg.hidden_size, bias=False)
         self.layers = nn.ModuleList([DecoderLayer(cfg, first=i == 0)
                                      for i in range(cfg.num_layers)])
@@ -224,7 +229,7 @@ class Eagle3Head(nn.Module):
         for name, p in self.named_parameters():
             if not p.requires_grad:
                 continue
-            if name.endswith("norm.weight") or "layernorm" in name:
+            if name.endswith("norm.weight") or "layernorm" in name or name.startswith("fc_norm."):
                 p.data.fill_(1.0)
             elif name == "lm_head.weight":
                 p.data.copy_(lm_head_rows)
@@ -253,7 +258,7 @@ class Eagle3Head(nn.Module):
         if steps < 1:
             raise UsageError("--ttt-steps must be >= 1")
         anchor = torch.arange(t, device=input_ids.device).expand(b, t)
-        hidden = self.fc(aux.to(self.fc.weight.dtype))  # shards hold bf16; autocast decides
+        hidden = self.fc(self._normed(aux).to(self.fc.weight.dtype))  # shards hold bf16
         caches: list[list[tuple[torch.Tensor, torch.Tensor]]] = [[] for _ in self.layers]
         for j in range(steps):
             ids = shift_left(input_ids, 1 + j)
@@ -263,6 +268,13 @@ class Eagle3Head(nn.Module):
                 out = layer(out, anchor + j, cache, embeds=embeds)
             yield j, self.lm_head(self.norm(out))
             hidden = out
+
+    def _normed(self, aux: torch.Tensor) -> torch.Tensor:
+        """The aux states as fc reads them: each one RMS-normalised first with ``fc_norm``."""
+        if not self.fc_norm:
+            return aux
+        chunks = aux.chunk(len(self.fc_norm), dim=-1)
+        return torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks, strict=True)], -1)
 
 
 def _frozen_copy(weight: torch.Tensor, cfg: HeadConfig, *, what: str) -> nn.Parameter:
