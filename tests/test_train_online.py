@@ -72,6 +72,12 @@ def test_online_batches_equal_the_shards(setup):
     assert [(s["sequences"], s["tokens"]) for s in on.shards] == \
         [(s["sequences"], s["tokens"]) for s in off.shards]
     assert torch.equal(on.token_counts(), off.token_counts())
+    # the tallies are the answer labels the shards hold, counted apart from the writer
+    ref, whole = torch.zeros_like(off.token_counts()), D.ShardDataset(off, batch_tokens=1 << 20)
+    for shard, seqs in whole.plan(0, 0):
+        b = whole.load(shard, seqs)
+        ref += torch.bincount(b.target_ids[b.loss_mask].long(), minlength=ref.numel())
+    assert torch.equal(off.token_counts(), ref) and int(ref.sum()) == off.num_loss_tokens > 0
     assert (on.num_tokens, on.num_loss_tokens) == (off.num_tokens, off.num_loss_tokens)
     for cut in (None, 12):  # max_seq_len cuts after the forward, as a shard read does
         opts = {"batch_tokens": 64, "val_fraction": 0.25, "seed": 5, "max_seq_len": cut}

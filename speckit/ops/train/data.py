@@ -301,7 +301,20 @@ class ShardWriter:
         self._index: list[int] = []
         self._buf_tokens = 0
 
-    def add(self, index: int, input_ids, aux, target_ids, loss_mask, final) -> None:
+    def add_batch(self, indices: list[int], rows: list[tuple]) -> None:
+        """Tally one forward's rows (TargetForward's tuples) and, unless virtual, keep them.
+
+        The answer-label counts take one bincount a batch, on the rows' device: per row it was
+        a host sync and a vocabulary-wide add each, which CPU-starved runs sharing a machine."""
+        import torch
+
+        labels = torch.cat([row[2][row[3]] for row in rows]).long()
+        self.counts += torch.bincount(labels, minlength=self.counts.numel()).cpu()
+        self.num_loss += int(labels.numel())
+        for index, row in zip(indices, rows, strict=True):
+            self._add(index, *row)
+
+    def _add(self, index: int, input_ids, aux, target_ids, loss_mask, final) -> None:
         import torch
 
         if not self.virtual:
@@ -309,12 +322,9 @@ class ShardWriter:
                               target_ids.to(torch.int32), loss_mask.to(torch.bool),
                               final.to(torch.bfloat16).contiguous()))
         self._index.append(index)
-        self.counts += torch.bincount(target_ids[loss_mask].long().cpu(),
-                                      minlength=self.counts.numel())
         n = int(input_ids.numel())
         self._buf_tokens += n
         self.num_tokens += n
-        self.num_loss += int(loss_mask.sum())
         self.num_seqs += 1
         if len(self._index) == self.sizes[len(self.shards)]:
             self.flush()
@@ -469,8 +479,7 @@ def capture_hidden_states(model, samples: list[Sample], *, aux_layers: list[int]
         for batch in _token_batches(capture_order(samples), samples, batch_tokens):
             rows = tap([samples[i].prompt_ids + samples[i].response_ids for i in batch],
                        [len(samples[i].prompt_ids) for i in batch])
-            for i, row in zip(batch, rows, strict=True):
-                writer.add(i, *row)
+            writer.add_batch(batch, rows)
             if progress:
                 progress(len(batch))
     writer.flush()
