@@ -418,19 +418,24 @@ def test_soft_label_run_learns_and_refuses_shards_without_final(tiny_target, tra
     assert not (tmp_path / "soft2").exists()
 
 
-@pytest.fixture(scope="module")
-def deep_shared(tiny_target, trained, tmp_path_factory):
-    """A two-layer head on the target's lm_head, trained on the ``trained`` run's data."""
+def _retrain(tiny_target, trained, tmp_path_factory, name: str, **head):
+    """Another head, trained for 3 epochs on the ``trained`` run's captured data."""
     import shutil
 
-    work = tmp_path_factory.mktemp("deep") / "work"
+    work = tmp_path_factory.mktemp(name) / "work"
     shutil.copytree(trained.work_dir, work)
     shutil.rmtree(work / "checkpoints")
     return train_eagle3(target=str(tiny_target), out=work.parent / "draft", samples=40,
-                        max_tokens=24, aux_layers=AUX, layers=2, shared_lm_head=True,
-                        soft_labels=True, ttt_steps=3, epochs=3, device="cpu",
+                        max_tokens=24, aux_layers=AUX, ttt_steps=3, epochs=3, device="cpu",
                         engine="transformers", lr=3e-3, batch_tokens=384, holdout=0,
-                        val_fraction=0.0, seed=0, work_dir=work, log=lambda m: None)
+                        val_fraction=0.0, seed=0, work_dir=work, log=lambda m: None, **head)
+
+
+@pytest.fixture(scope="module")
+def deep_shared(tiny_target, trained, tmp_path_factory):
+    """A two-layer head on the target's lm_head, trained on the ``trained`` run's data."""
+    return _retrain(tiny_target, trained, tmp_path_factory, "deep", layers=2,
+                    shared_lm_head=True, soft_labels=True)
 
 
 def test_two_layer_shared_head_learns_and_exports_what_vllm_reads(deep_shared, tiny_target):
@@ -579,15 +584,7 @@ def test_outputs_never_touch_the_target(tiny_target, tmp_path):
 @pytest.fixture(scope="module")
 def fc_normed(tiny_target, trained, tmp_path_factory):
     """A one-layer head with an RMSNorm on each aux state, trained on the ``trained`` run's data."""
-    import shutil
-
-    work = tmp_path_factory.mktemp("fcnorm") / "work"
-    shutil.copytree(trained.work_dir, work)
-    shutil.rmtree(work / "checkpoints")
-    return train_eagle3(target=str(tiny_target), out=work.parent / "draft", samples=40,
-                        max_tokens=24, aux_layers=AUX, fc_norm=True, ttt_steps=3, epochs=3,
-                        device="cpu", engine="transformers", lr=3e-3, batch_tokens=384,
-                        holdout=0, val_fraction=0.0, seed=0, work_dir=work, log=lambda m: None)
+    return _retrain(tiny_target, trained, tmp_path_factory, "fcnorm", fc_norm=True)
 
 
 def test_fc_norm_head_learns_its_scales_and_exports_what_vllm_reads(fc_normed, tiny_target):
