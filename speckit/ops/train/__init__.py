@@ -84,8 +84,7 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  gen_batch: int | None = None, select_prompts: int = 0,
                  answers: AnswerFiles = None, soft_labels: bool = False, online: bool = False,
                  layers: int = 1, shared_lm_head: bool = False, fc_norm: bool = False,
-                 progress: bool = False,
-                 log: Callable[[str], None] | None = None,
+                 progress: bool = False, log: Callable[[str], None] | None = None,
                  command: str | None = None) -> TrainResult:
     """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout). Flags
     as in docs/train.md (``answers``: earlier samples.jsonl files, in order; ``select_prompts``:
@@ -120,9 +119,9 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
     say(_vocab_line(dvocab, tgt, data))
     head, hcfg, n_params = _build_head(tgt, dvocab, seed=seed)
     teacher = _teacher(tgt, dvocab, data) if soft_labels else None
-    labels = "soft" if soft_labels else "argmax"
     say(f"EAGLE-3 head: {n_params / 1e6:.2f} M trainable parameters, {_shape(hcfg)}, aux layers "
-        f"{tgt.aux}, {ttt_steps} TTT steps, {labels} labels, device {device}{_ranks(fsdp, world)}")
+        f"{tgt.aux}, {ttt_steps} TTT steps, {_labels(soft_labels)} labels, device "
+        f"{device}{_ranks(fsdp, world)}")
     dataset = _dataset(tgt, data, device=device, batch_tokens=batch_tokens,
                        val_fraction=val_fraction, seed=seed)
     cfg = LoopConfig(epochs=epochs, ttt_steps=ttt_steps, lr=lr, batch_tokens=batch_tokens,
@@ -146,7 +145,8 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                   params=n_params)
     if rank == 0:
         provenance = {"command_line": command, "recipe": data.recipe, "seed": seed,
-                      "loop": cfg.__dict__, "labels": labels, "result": _jsonable(res),
+                      "loop": cfg.__dict__, "labels": _labels(soft_labels),
+                      "result": _jsonable(res),
                       **_runtime(device, world)}
         _export(weights, hcfg, dvocab, tgt, out=out, ttt_steps=ttt_steps, verifier=verifier,
                 provenance=provenance, say=say, force=force or resume)
@@ -422,11 +422,15 @@ def _build_head(tgt: _Target, dvocab, *, seed: int):
     return head, hcfg, n_params
 
 
+def _labels(soft: bool) -> str:
+    return "soft" if soft else "argmax"
+
+
 def _shape(hcfg) -> str:
     layers = f"{hcfg.num_layers} layer{'s' if hcfg.num_layers > 1 else ''}"
     head = "the target's lm_head (shared)" if hcfg.shared_lm_head else \
         f"its own lm_head over {hcfg.draft_vocab_size} tokens"
-    return f"{layers}, {head}"
+    return f"{layers}, {head}" + (", fc_norm on the aux states" if hcfg.fc_norm else "")
 
 
 def _teacher(tgt: _Target, dvocab, data: _Data):
