@@ -86,13 +86,10 @@ def train_eagle3(*, target: str, out: str | os.PathLike, prompts: str = DEFAULT_
                  layers: int = 1, shared_lm_head: bool = False, fc_norm: bool = False,
                  progress: bool = False, log: Callable[[str], None] | None = None,
                  command: str | None = None) -> TrainResult:
-    """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout). Flags
-    as in docs/train.md (``answers``: earlier samples.jsonl files, in order; ``select_prompts``:
-    export the epoch of best simulated acceptance; ``soft_labels``: learn the target's
-    distribution over the draft vocab, not only argmax; ``fsdp``: implied by torchrun;
-    ``online``: no hidden-state shards, the target recomputes each batch on the training device;
-    ``layers``: decoder layers of the head; ``shared_lm_head``: the target's lm_head, frozen;
-    ``fc_norm``: an RMSNorm on each aux state before fc)."""
+    """Train an EAGLE-3 draft for ``target`` and export it to ``out`` (speculators layout).
+
+    Flags as in docs/train.md, whose option list says what each does (``answers``: earlier
+    samples.jsonl files, in order; ``fsdp``: implied by torchrun; ``online``: no shards)."""
     from speckit.ops.train.export import verifier_name
     from speckit.ops.train.loop import LoopConfig, full_model_state, train_loop
 
