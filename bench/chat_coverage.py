@@ -22,17 +22,18 @@ import torch
 
 from speckit.ops.train import data as D
 from speckit.ops.train.accept import head_from_draft
+from speckit.ops.train.prompts import VALIDATE_PROMPTS
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT = ROOT / "speckit/data/drafts/smollm2-135m-eagle3"
 SEEDS = [ROOT / f"bench/data/smollm2-135m-seed{s}.samples.jsonl.xz" for s in (1, 2)]
 WORK = Path("/tmp/speckit-chat-coverage")
-V = 49152
 HELD_OUT = 1000
 
 
-def trigram_codes(tokens: list[int]) -> np.ndarray:
-    """One int64 per trigram (t-2, t-1, t) of an answer, t from its third token on."""
+def trigram_codes(tokens, V: int) -> np.ndarray:
+    """One int64 per trigram (t-2, t-1, t) of an answer, t from its third token on (V: the
+    target's vocabulary size, the base of the code)."""
     a = np.asarray(tokens, dtype=np.int64)
     if len(a) < 3:
         return np.zeros(0, dtype=np.int64)
@@ -53,7 +54,7 @@ def corpus() -> tuple[list[list[int]], list[D.Sample]]:
 def validate_samples(model, tok) -> dict[str, list[D.Sample]]:
     out = {}
     for cat in ("chat", "code"):
-        lines = (ROOT / f"speckit/data/prompts/{cat}.jsonl").read_text().splitlines()
+        lines = (VALIDATE_PROMPTS / f"{cat}.jsonl").read_text().splitlines()
         pids = [D.chat_prompt_ids(tok, [{"role": "user", "content": json.loads(ln)["prompt"]}])
                 for ln in lines]
         ans = D.generate_transformers(model, tok, pids, max_tokens=128, batch_size=16)
@@ -61,14 +62,14 @@ def validate_samples(model, tok) -> dict[str, list[D.Sample]]:
     return out
 
 
-def coverage_curve(answers: list[list[int]], sets: dict[str, list[D.Sample]]) -> dict:
+def coverage_curve(answers: list[list[int]], sets: dict[str, list[D.Sample]], V: int) -> dict:
     sizes = [len(answers) >> k for k in range(4, -1, -1)]
     seen = np.zeros(0, dtype=np.int64)
     done, curve = 0, {name: [] for name in sets}
-    tests = {name: np.concatenate([trigram_codes(s.response_ids) for s in ss])
+    tests = {name: np.concatenate([trigram_codes(s.response_ids, V) for s in ss])
              for name, ss in sets.items()}
     for n in sizes:
-        seen = np.union1d(seen, np.concatenate([trigram_codes(a) for a in answers[done:n]]))
+        seen = np.union1d(seen, np.concatenate([trigram_codes(a, V) for a in answers[done:n]]))
         done = n
         for name, codes in tests.items():
             curve[name].append(round(float(np.isin(codes, seen).mean()), 4))
@@ -89,7 +90,8 @@ def accuracy_by_seen(head, d2t, model, samples: list[D.Sample], seen: np.ndarray
             a_idx = b.loss_mask[r].nonzero().flatten()[1:-1]  # anchors with a next-next token
             ok = (pred[r, a_idx] == b.target_ids[r, a_idx + 1]).numpy()
             ids = b.input_ids[r].numpy().astype(np.int64)
-            tri = (ids[a_idx] * V + ids[a_idx + 1]) * V + b.target_ids[r, a_idx + 1].numpy()
+            nxt = b.target_ids[r, a_idx + 1].numpy()
+            tri = (ids[a_idx] * head.cfg.vocab_size + ids[a_idx + 1]) * head.cfg.vocab_size + nxt
             known = np.isin(tri, seen).astype(int)
             np.add.at(cnt, known, 1)
             np.add.at(hit, known, ok)
@@ -98,7 +100,9 @@ def accuracy_by_seen(head, d2t, model, samples: list[D.Sample], seen: np.ndarray
 
 
 def head_aux() -> list[int]:
-    return json.loads((DRAFT / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"]
+    from speckit.io.checkpoint import load_config
+
+    return load_config(DRAFT)["eagle_aux_hidden_state_layer_ids"]
 
 
 def main() -> None:
@@ -108,7 +112,7 @@ def main() -> None:
     tok, model = D.load_tokenizer(target), D.load_target(target, device="cpu")
     answers, held = corpus()
     sets = {**validate_samples(model, tok), "held-out (train-like)": held[:200]}
-    res = coverage_curve(answers, sets)
+    res = coverage_curve(answers, sets, V=int(model.config.vocab_size))
     print("trigram coverage by corpus size (conversations):", res["sizes"])
     for name, cov in res["coverage"].items():
         print(f"  {name}: {cov}")
