@@ -95,18 +95,21 @@ def _three_layer_shared_head(src, dst) -> None:
 
 def _fc_normed(src, dst) -> None:
     """The shipped draft with an RMSNorm on each aux state: scale i is roughly the RMS of that
-    residual stream on SmolLM2 (3, 7, 20 for layers 2, 15, 27), times a seeded 1 + 0.5 N(0, 1)
-    per channel, so the fc input keeps its size but changes shape channel by channel."""
+    residual stream on SmolLM2 (3, 7, 20 for layers 2, 15, 27; in between, interpolated), times
+    a seeded 1 + 0.5 N(0, 1) per channel, so the fc input keeps its size but changes shape
+    channel by channel."""
+    import numpy as np
     from safetensors.torch import load_file, save_file
 
     dst.mkdir()
     w = load_file(str(src / "model.safetensors"))
+    cfg = json.loads((src / "config.json").read_text())
+    ids = cfg["eagle_aux_hidden_state_layer_ids"]
     gen = torch.Generator().manual_seed(0)
     h = w["fc.weight"].shape[0]
-    for i, rms in enumerate((3.0, 7.0, 20.0)):
+    for i, rms in enumerate(np.interp(ids, [2, 15, 27], [3.0, 7.0, 20.0])):
         w[f"fc_norm.{i}.weight"] = (rms * (1 + 0.5 * torch.randn(h, generator=gen))).bfloat16()
     save_file(w, str(dst / "model.safetensors"))
-    cfg = json.loads((src / "config.json").read_text())
     cfg["fc_norm"] = True
     (dst / "config.json").write_text(json.dumps(cfg))
 
@@ -168,7 +171,8 @@ def test_head_from_draft_refuses_a_draft_with_a_tensor_missing(tmp_path):
 
     target, draft = materialize_smollm2(), bundled_draft()
     head, d2t = head_from_draft(draft, target)
-    assert d2t.shape == (16384,) and int(d2t.max()) < 49152
+    vd = json.loads((draft / "config.json").read_text())["draft_vocab_size"]
+    assert d2t.shape == (vd,) and vd < 49152 and int(d2t.max()) < 49152
     broken = tmp_path / "broken"
     shutil.copytree(draft, broken)
     w = load_file(str(broken / "model.safetensors"))
