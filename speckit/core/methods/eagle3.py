@@ -164,8 +164,8 @@ def head_checks(config: dict[str, Any], d: dict[str, Any]) -> list[Problem]:
     if config.get("fc_norm") and config.get("norm_before_fc"):
         out.append(Problem("error", "conflicting-flags", "fc_norm and norm_before_fc are both "
                            "true; they are mutually exclusive", "fc_norm"))
-    built = llama_fc_aux_count(config)
-    if mt == "llama" and d.get("num_aux") != built:
+    built = llama_fc_aux_count(config) if mt == "llama" else None
+    if built is not None and d.get("num_aux") != built:
         out.append(Problem("error", "llama-aux-count",
                            f"a Llama-layer EAGLE-3 head over {d.get('num_aux')} aux layers, but "
                            f"vLLM's Eagle3LlamaForCausalLM sizes fc for {built} (it reads "
@@ -186,8 +186,9 @@ def llama_fc_aux_count(config: dict[str, Any]) -> int:
     n = hfconfig.get_int(layer_config(config), "num_aux_hidden_states")
     if n is not None:
         return n
-    ids = (config.get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids")
-    return len(ids) if isinstance(ids, list) and ids else SOURCE_NUM_AUX
+    ids = hfconfig.get_ints(config.get("eagle_config") or {}, "eagle_aux_hidden_state_layer_ids",
+                            where="config.json: eagle_config")
+    return len(ids) if ids else SOURCE_NUM_AUX
 
 
 def quantizable(name: str, config: dict[str, Any]) -> bool:
