@@ -1,13 +1,15 @@
 """Fit the step-cost model to step times measured on one machine, and check it on held-out points.
 
 validate measures decode steps at a few batch sizes (with and without speculation); the fitted
-constants then project every other batch size and k for that machine. Pure Python, no numpy.
+constants then project every other batch size and k for that machine. The search is
+``scipy.optimize.least_squares`` in log space with a bound on every constant and a robust loss,
+so noisy or flat timings give finite constants or a PlanError, never an overflow.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from speckit.core.gpus import GPU
@@ -18,6 +20,16 @@ from speckit.errors import PlanError
 # memory and compute time combine (softness 1: they add, as on a CPU; large: they overlap)
 FIT_FIELDS = ("bw_frac", "flop_frac", "attn_bw_frac", "attn_flop_frac", "attn_unit_bytes_per_s",
               "pass_overhead_s", "layer_overhead_s", "softness")
+
+# (low, high) for each fitted value. Fractions of nominal rates may exceed 1 (the machine's nominal
+# rates are guesses), but not by orders of magnitude; fixed costs stay between 10 ns and 10 s.
+# Flat timings leave a rate unconstrained: the bound then holds it instead of letting it run away.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "bw_frac": (1e-4, 1e2), "flop_frac": (1e-5, 1e2), "attn_bw_frac": (1e-5, 1e2),
+    "attn_flop_frac": (1e-6, 1e2), "attn_unit_bytes_per_s": (1e6, 1e14),
+    "pass_overhead_s": (1e-8, 10.0), "layer_overhead_s": (1e-9, 1.0),
+    "softness": (1.001, 50.0),
+}
 
 
 @dataclass(frozen=True)
@@ -62,72 +74,77 @@ def fit_steps(points: Sequence[StepPoint], *, target: _steps.ModelShape,
               draft: _steps.DraftShape | None, gpu: GPU,
               holdout: Sequence[int] = (),
               start: _steps.StepConstants | None = None) -> FitResult:
-    """Least squares on log step time over the points whose batch is not in ``holdout``."""
-    fit_on = [p for p in points if p.batch not in holdout and p.seconds > 0]
-    held = [p for p in points if p.batch in holdout and p.seconds > 0]
+    """Robust least squares on log step time over the points whose batch is not in ``holdout``."""
+    fit_on = [p for p in points if p.batch not in holdout and _usable(p.seconds)]
+    held = [p for p in points if p.batch in holdout and _usable(p.seconds)]
     if len(fit_on) < 2:
         raise PlanError(f"the step model needs >= 2 measured steps to fit (got {len(fit_on)})",
                         hint="measure more batch sizes")
     base = replace(start or _steps.StepConstants(), source="fitted to this run")
 
-    def consts(x: Sequence[float]) -> _steps.StepConstants:
-        vals = {f: math.exp(v) for f, v in zip(FIT_FIELDS, x, strict=True)}
-        vals["softness"] = 1.0 + vals["softness"]  # p >= 1 keeps it a norm
+    def consts(vals: Mapping[str, float]) -> _steps.StepConstants:
         return replace(base, **vals)
 
-    def loss(x: Sequence[float]) -> float:
-        c = consts(x)
-        return sum(math.log(model_seconds(p, target=target, draft=draft, gpu=gpu, constants=c)
-                            / p.seconds) ** 2 for p in fit_on)
+    def residuals(vals: Mapping[str, float]) -> list[float]:
+        c = consts(vals)
+        return [math.log(model_seconds(p, target=target, draft=draft, gpu=gpu, constants=c)
+                         / p.seconds) for p in fit_on]
 
-    x0 = [math.log(max(getattr(base, f) - (1.0 if f == "softness" else 0.0), 1e-9))
-          for f in FIT_FIELDS]
-    best = _nelder_mead(loss, x0)
+    best = fit_log_params(residuals, {f: getattr(base, f) for f in FIT_FIELDS}, BOUNDS,
+                          what="the measured step times")
     c = consts(best)
     pred = {(p.batch, p.k): model_seconds(p, target=target, draft=draft, gpu=gpu, constants=c)
             for p in points}
-    err = {(p.batch, p.k): pred[(p.batch, p.k)] / p.seconds - 1 for p in points if p.seconds > 0}
+    err = {(p.batch, p.k): pred[(p.batch, p.k)] / p.seconds - 1 for p in points
+           if _usable(p.seconds)}
     worst_fit = max(abs(err[(p.batch, p.k)]) for p in fit_on)
     worst_held = max((abs(err[(p.batch, p.k)]) for p in held), default=None)
     return FitResult(c, list(fit_on), list(held), pred, err, worst_fit, worst_held)
 
 
-def _nelder_mead(f: Callable[[Sequence[float]], float], x0: Sequence[float], *,
-                 step: float = 1.0, iters: int = 600, tol: float = 1e-10) -> list[float]:
-    """The downhill simplex; enough for a handful of parameters in log space."""
-    n = len(x0)
-    simplex = [list(x0)] + [[x0[j] + (step if j == i else 0.0) for j in range(n)]
-                            for i in range(n)]
-    vals = [f(x) for x in simplex]
-    for _ in range(iters):
-        order = sorted(range(n + 1), key=vals.__getitem__)
-        simplex, vals = [simplex[i] for i in order], [vals[i] for i in order]
-        if vals[-1] - vals[0] < tol:
-            break
-        centre = [sum(x[j] for x in simplex[:-1]) / n for j in range(n)]
+def fit_log_params(residuals: Callable[[Mapping[str, float]], Sequence[float]],
+                   start: Mapping[str, float], bounds: Mapping[str, tuple[float, float]], *,
+                   what: str, loss: str = "soft_l1", f_scale: float = 0.1) -> dict[str, float]:
+    """Positive parameters that minimise ``residuals`` (log errors), each kept within its bounds.
 
-        def towards(a: float, _c: list[float] = centre,
-                    _w: list[float] = simplex[-1]) -> list[float]:
-            return [c + a * (w - c) for c, w in zip(_c, _w, strict=True)]
+    The search runs in log space (scipy's bounded trust-region least squares) with a robust loss,
+    so one outlier point bends the fit less than squares would. Every term the step model gains
+    fits through here. Returns finite values or raises PlanError naming ``what`` and why.
+    """
+    from scipy.optimize import least_squares
 
-        refl = towards(-1.0)
-        fr = f(refl)
-        if fr < vals[0]:
-            exp = towards(-2.0)
-            fe = f(exp)
-            simplex[-1], vals[-1] = (exp, fe) if fe < fr else (refl, fr)
-        elif fr < vals[-2]:
-            simplex[-1], vals[-1] = refl, fr
-        else:
-            con = towards(0.5)
-            fc = f(con)
-            if fc < vals[-1]:
-                simplex[-1], vals[-1] = con, fc
-            else:  # shrink towards the best point
-                simplex = [simplex[0]] + [[b + 0.5 * (v - b) for b, v in
-                                           zip(simplex[0], x, strict=True)] for x in simplex[1:]]
-                vals = [vals[0]] + [f(x) for x in simplex[1:]]
-    return simplex[min(range(n + 1), key=vals.__getitem__)]
+    names = list(start)
+    lo = [math.log(bounds[n][0]) for n in names]
+    hi = [math.log(bounds[n][1]) for n in names]
+    x0 = [min(max(math.log(max(start[n], 1e-300)), a + 1e-9), b - 1e-9)
+          for n, a, b in zip(names, lo, hi, strict=True)]
+
+    def values(x: Sequence[float]) -> dict[str, float]:
+        return {n: math.exp(v) for n, v in zip(names, x, strict=True)}
+
+    def fun(x: Sequence[float]) -> list[float]:
+        r = [float(v) for v in residuals(values(x))]
+        # a non-finite residual (an overflowing term) counts as a very bad point, not a crash
+        return [v if math.isfinite(v) else 1e6 for v in r]
+
+    try:
+        res = least_squares(fun, x0, bounds=(lo, hi), loss=loss, f_scale=f_scale,
+                            x_scale="jac", max_nfev=400 * len(names))
+    except (ValueError, ArithmeticError) as e:
+        raise PlanError(f"could not fit the step model to {what}: {e}",
+                        hint="the timings may be too noisy; rerun on a quieter machine") from e
+    best = values(res.x)
+    final = [float(v) for v in residuals(best)]
+    if not all(math.isfinite(v) for v in (*best.values(), *final)):
+        raise PlanError(f"could not fit the step model to {what}: the fit gave non-finite "
+                        "constants", hint="the timings may be too noisy or flat to fit; rerun "
+                        "on a quieter machine, or measure more batch sizes")
+    return best
 
 
-__all__ = ["FIT_FIELDS", "FitResult", "StepPoint", "fit_steps", "machine", "model_seconds"]
+def _usable(seconds: float) -> bool:
+    return math.isfinite(seconds) and seconds > 0
+
+
+__all__ = ["BOUNDS", "FIT_FIELDS", "FitResult", "StepPoint", "fit_log_params", "fit_steps",
+           "machine", "model_seconds"]

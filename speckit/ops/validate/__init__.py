@@ -337,6 +337,9 @@ def _concurrency(ctx: _RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecR
         warnings.append("the batch probes gave fewer than 3 usable step times: no per-batch "
                         "schedule for this machine")
         return None
+    if rep.not_fitted is not None:
+        warnings.append("the step model could not be fitted to this machine's step times: no "
+                        f"concurrency projection or schedule for this machine ({rep.not_fitted})")
     if serve_gpu:
         C.project_serve(rep, gpu=serve_gpu, tp=serve_tp, method=inp.mod.name,
                         target_config=inp.tcfg, draft_config=inp.dcfg or None,

@@ -46,15 +46,18 @@ class ConcurrencyReport:
     ctx: int  # KV context of the probes (prompt + half the probe tokens)
     measured: list[BatchMeasure]
     holdout: int | None  # the batch size kept out of the fit
-    worst_fit_error: float
-    holdout_error: dict[str, float]  # "base"/"spec" -> (model - measured) / measured
-    constants: dict[str, Any]
-    ks: list[int]
-    batches: list[int]  # columns of the fitted curves
-    ratio: dict[int, list[float]]  # k -> fitted throughput ratio per batch (this machine)
-    best_k: list[int]
-    break_even: int | None
-    schedule: list[list[int]]  # this machine: (batch_lo, batch_hi, k)
+    # why the step model could not be fitted to the measured steps (None: it was); the measured
+    # steps stay, the fitted fields below are then empty
+    not_fitted: str | None = None
+    worst_fit_error: float | None = None
+    holdout_error: dict[str, float] = field(default_factory=dict)  # "base"/"spec" -> rel. error
+    constants: dict[str, Any] = field(default_factory=dict)
+    ks: list[int] = field(default_factory=list)
+    batches: list[int] = field(default_factory=list)  # columns of the fitted curves
+    ratio: dict[int, list[float]] = field(default_factory=dict)  # k -> fitted ratio per batch
+    best_k: list[int] = field(default_factory=list)
+    break_even: int | None = None
+    schedule: list[list[int]] = field(default_factory=list)  # this machine: (lo, hi, k)
     serve: dict[str, Any] | None = None  # the projection for --serve-gpu (projected)
     schedule_source: str = "this machine (fitted)"
     checks: list[ScheduleCheck] = field(default_factory=list)
@@ -83,33 +86,51 @@ def analyse(base: EngineRun, main: EngineRun, *, k: int, per_position: Sequence[
             method: str, target_config: Mapping[str, Any], draft_config: Mapping[str, Any] | None,
             draft_tensors: Sequence[tuple[str, Sequence[int]]], max_batch: int | None = None
             ) -> ConcurrencyReport | None:
-    """Fit the step model to the two engines' batch probes and schedule k for this machine."""
+    """Fit the step model to the two engines' batch probes and schedule k for this machine.
+
+    Timings the model cannot fit keep their measured steps in a report that says why
+    (``not_fitted``); the acceptance figures never depend on the fit.
+    """
     pairs = _paired(base, main)
     if len(pairs) < 3:
         return None
-    ctx = _context(base, main)
-    spec = methods.get(method)
+    al = {kk: _sched.al_from_per_position(per_position, kk)
+          for kk in range(1, len(per_position) + 1)}
+    measured = [BatchMeasure(b, tb, ts, al[k] * tb / ts if ts else None) for b, tb, ts in pairs]
+    held = holdout_of([b for b, _, _ in pairs])
+    rep = ConcurrencyReport(k=k, ctx=_context(base, main), measured=measured, holdout=held)
+    try:
+        _fit_report(rep, pairs, al, method=method, target_config=target_config,
+                    draft_config=draft_config, draft_tensors=draft_tensors, max_batch=max_batch)
+    except PlanError as e:
+        rep.not_fitted = e.message + (f" ({e.hint})" if e.hint else "")
+    return rep
+
+
+def _fit_report(rep: ConcurrencyReport, pairs: list[tuple[int, float, float]],
+                al: Mapping[int, float], *, method: str, target_config: Mapping[str, Any],
+                draft_config: Mapping[str, Any] | None,
+                draft_tensors: Sequence[tuple[str, Sequence[int]]],
+                max_batch: int | None) -> None:
+    k, ctx, held = rep.k, rep.ctx, rep.holdout
     gpu = _fit.machine("this machine")
     tshape = _steps.ModelShape.from_config(target_config, where="target/config.json")
-    dshape = _draft(spec, target_config, draft_config, draft_tensors, tshape, gpu)
-    held = holdout_of([b for b, _, _ in pairs])
+    dshape = _draft(methods.get(method), target_config, draft_config, draft_tensors, tshape, gpu)
     points = [_fit.StepPoint(b, 0, ctx, tb) for b, tb, _ in pairs] + \
         [_fit.StepPoint(b, k, ctx, ts) for b, _, ts in pairs]
     res = _fit.fit_steps(points, target=tshape, draft=dshape, gpu=gpu,
                          holdout=[held] if held else [])
-    al = {kk: _sched.al_from_per_position(per_position, kk)
-          for kk in range(1, len(per_position) + 1)}
     table = _sched.project(al, max_batch=max_batch or 2 * max(b for b, _, _ in pairs),
                            base_step=lambda b: _seconds(b, 0, ctx, tshape, dshape, gpu, res),
                            spec_step=lambda b, kk: _seconds(b, kk, ctx, tshape, dshape, gpu, res))
-    measured = [BatchMeasure(b, tb, ts, al[k] * tb / ts if ts else None,
-                             res.predicted[(b, 0)], res.predicted[(b, k)]) for b, tb, ts in pairs]
-    herr = {} if held is None else {"base": res.error[(held, 0)], "spec": res.error[(held, k)]}
-    return ConcurrencyReport(
-        k=k, ctx=ctx, measured=measured, holdout=held, worst_fit_error=res.worst_fit_error,
-        holdout_error=herr, constants=asdict(res.constants), ks=table.ks, batches=table.batches,
-        ratio=table.ratio, best_k=table.best_k, break_even=table.break_even,
-        schedule=[list(r) for r in table.schedule])
+    for m in rep.measured:
+        m.model_base_s, m.model_spec_s = res.predicted[(m.batch, 0)], res.predicted[(m.batch, k)]
+    rep.holdout_error = {} if held is None else {"base": res.error[(held, 0)],
+                                                 "spec": res.error[(held, k)]}
+    rep.worst_fit_error, rep.constants = res.worst_fit_error, asdict(res.constants)
+    rep.ks, rep.batches, rep.ratio = table.ks, table.batches, table.ratio
+    rep.best_k, rep.break_even = table.best_k, table.break_even
+    rep.schedule = [list(r) for r in table.schedule]
 
 
 def project_serve(rep: ConcurrencyReport, *, gpu: str, tp: int, method: str,
@@ -138,6 +159,8 @@ def with_schedule(spec_config: Mapping[str, Any], schedule: Sequence[Sequence[in
                   *, method: str, draft_config: Mapping[str, Any]) -> dict[str, Any] | None:
     """The spec-config carrying ``schedule`` (None when it never speculates); vLLM caps every
     range's k at num_speculative_tokens, so that is the schedule's largest k."""
+    if not schedule:  # the step model was not fitted: no schedule to carry
+        return None
     top = max(int(r[2]) for r in schedule)
     if top < 1:
         return None
@@ -211,18 +234,24 @@ __all__ = ["BatchMeasure", "ConcurrencyReport", "ScheduleCheck", "analyse", "che
 
 def summary_lines(rep: ConcurrencyReport) -> list[str]:
     """What the terminal and report.md say about concurrency, one line each."""
-    lines = [f"step costs measured at concurrency {', '.join(str(m.batch) for m in rep.measured)}"
-             f" (k={rep.k}, KV context ~{rep.ctx}); step model fitted to them: worst fit error "
-             f"{100 * rep.worst_fit_error:.1f}%"]
-    if rep.holdout is not None:
+    where = (f"step costs measured at concurrency {', '.join(str(m.batch) for m in rep.measured)}"
+             f" (k={rep.k}, KV context ~{rep.ctx})")
+    if rep.not_fitted is not None:
+        lines = [f"{where}; the step model was NOT fitted to them, so there is no concurrency "
+                 f"projection or schedule for this machine: {rep.not_fitted}"]
+    else:
+        lines = [f"{where}; step model fitted to them: worst fit error "
+                 f"{100 * (rep.worst_fit_error or 0.0):.1f}%"]
+    if rep.holdout is not None and rep.holdout_error:
         e = rep.holdout_error
         lines.append(f"held out concurrency {rep.holdout}: model vs measured "
                      f"{100 * e['base']:+.1f}% (no speculation), {100 * e['spec']:+.1f}% (k="
                      f"{rep.k})")
     be = rep.break_even
-    lines.append(f"this machine (fitted): schedule {rep.schedule}; " +
-                 (f"speculation stops paying at concurrency {be}" if be else
-                  f"speculation pays up to concurrency {rep.batches[-1]}"))
+    if rep.not_fitted is None:
+        lines.append(f"this machine (fitted): schedule {rep.schedule}; " +
+                     (f"speculation stops paying at concurrency {be}" if be else
+                      f"speculation pays up to concurrency {rep.batches[-1]}"))
     if rep.serve is not None:
         s = rep.serve
         be2 = s["tables"][-1]["break_even"]
@@ -246,13 +275,16 @@ def markdown(rep: ConcurrencyReport) -> str:
     rows = "".join(f"| {m.batch} | {_ms(m.base_step_s)} | {_ms(m.spec_step_s)} | "
                    f"{_x(m.measured_ratio)} | {_ms(m.model_base_s)} | {_ms(m.model_spec_s)} |\n"
                    for m in rep.measured)
-    fitted = "| k | " + " | ".join(f"B={b}" for b in rep.batches) + " |\n|---|" + \
-        "---|" * len(rep.batches) + "\n" + "".join(
-            f"| {k} | " + " | ".join(_x(v) for v in rep.ratio[k]) + " |\n" for k in rep.ks)
+    fitted = ""
+    if rep.not_fitted is None:
+        fitted = ("\nFitted throughput ratio on this machine:\n\n| k | "
+                  + " | ".join(f"B={b}" for b in rep.batches) + " |\n|---|"
+                  + "---|" * len(rep.batches) + "\n"
+                  + "".join(f"| {k} | " + " | ".join(_x(v) for v in rep.ratio[k]) + " |\n"
+                            for k in rep.ks))
     serve = _serve_markdown(rep.serve) if rep.serve is not None else ""
     return ("## Throughput by concurrency\n\n" + "\n".join(f"- {x}" for x in summary_lines(rep))
-            + "\n\nMeasured on this machine:\n\n" + head + rows
-            + "\nFitted throughput ratio on this machine:\n\n" + fitted + serve)
+            + "\n\nMeasured on this machine:\n\n" + head + rows + fitted + serve)
 
 
 def _serve_markdown(serve: Mapping[str, Any]) -> str:
