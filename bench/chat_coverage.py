@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from speckit.ops.train import data as D
-from speckit.ops.train.accept import head_from_draft
-from speckit.ops.train.prompts import VALIDATE_PROMPTS
+from speckit.train import data as D
+from speckit.train.accept import head_from_draft
+from speckit.train.prompts import VALIDATE_PROMPTS
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT = ROOT / "speckit/data/drafts/smollm2-135m-eagle3"

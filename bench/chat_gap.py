@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from speckit.ops.train import data as D
-from speckit.ops.train.accept import Acceptance, eagle3_acceptance, head_from_draft
+from speckit.train import data as D
+from speckit.train.accept import Acceptance, eagle3_acceptance, head_from_draft
 
 ROOT = Path(__file__).resolve().parents[1]
 DRAFT = ROOT / "speckit/data/drafts/smollm2-135m-eagle3"

@@ -20,10 +20,10 @@ def main() -> int:
     a = ap.parse_args()
     from speckit.core.plan import fit as F
     from speckit.core.plan import steps
+    from speckit.demo import bundled_draft
     from speckit.io import targets
-    from speckit.ops.demo import bundled_draft
-    from speckit.ops.validate import _draft_tensors, validate
-    from speckit.ops.validate.concurrency import _draft
+    from speckit.validate import _draft_tensors, validate
+    from speckit.validate.concurrency import _draft
 
     batches = [int(b) for b in a.batches.split(",")]
     target, draft = targets.materialize("smollm2-135m-instruct"), bundled_draft()
@@ -49,7 +49,7 @@ def main() -> int:
     dshape = _draft(methods.get("eagle3"), tcfg, dcfg, _draft_tensors(draft), tshape, gpu)
     points = [F.StepPoint(m.batch, 0, c.ctx, m.base_step_s) for m in c.measured] + \
         [F.StepPoint(m.batch, a.k, c.ctx, m.spec_step_s) for m in c.measured]
-    from speckit.ops.validate.concurrency import holdout_of
+    from speckit.validate.concurrency import holdout_of
 
     judged, worst = holdout_of(batches), 0.0
     for held in sorted(batches)[1:-1]:

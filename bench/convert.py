@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-REPO = "bench/llama-3.1-8b-eagle3-specforge"
+REPO = "speckit-bench/llama-3.1-8b-eagle3-specforge"
 
 # SpecForge LlamaForCausalLMEagle3 export of a Llama-3.1-8B draft (docs/formats.md#specforge-eagle3)
 H, INTER, HEADS, KV, HD = 4096, 14336, 32, 8, 128
@@ -147,7 +147,7 @@ def _peak_rss() -> int:
 
 def child_convert(src: str, tgt: str, dst: str) -> None:
     t0 = time.perf_counter()
-    from speckit.ops.convert import convert
+    from speckit.convert import convert
 
     t1 = time.perf_counter()
     r = convert(src, target=tgt, out=dst, num_speculative_tokens=3)
@@ -160,7 +160,7 @@ def child_convert(src: str, tgt: str, dst: str) -> None:
 
 
 def child_fetch(repo: str) -> None:
-    from speckit.ops.fetch import fetch
+    from speckit.fetch import fetch
 
     t = time.perf_counter()
     r = fetch(repo)

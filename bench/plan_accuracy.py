@@ -211,7 +211,7 @@ def _cases(work: Path) -> dict[str, dict]:
 
 
 def _run_case(name: str, case: dict, *, timeout: int) -> dict:
-    from speckit.ops.plan import plan_from_refs
+    from speckit.plan import plan_from_refs
 
     target, draft = case["make"]()
     spec = {k: case.get(k) for k in ("kv_bytes", "max_model_len", "max_num_seqs",

@@ -1,6 +1,6 @@
 """H200 half of the plan accuracy proof: allocate what speckit plans, with torch, and measure it.
 
-Runs on the device machine (torch + CUDA, no vLLM). For each case, speckit.ops.plan predicts
+Runs on the device machine (torch + CUDA, no vLLM). For each case, speckit.plan predicts
 per-rank weight bytes and the KV pool from safetensors-header-shaped tensor lists; this script
 builds the same deployment independently, the way vLLM lays it out in memory (fused qkv / gate_up,
 vocab padded to 64 and split by TP, draft sharing the target's embedding, one KV tensor per
@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from speckit.core.gpus import GPU, GiB
-from speckit.ops.plan import OverheadModel, plan
+from speckit.plan import OverheadModel, plan
 from tests.plan_shapes import (
     DEEPSEEK_V3,
     LLAMA31_8B,
@@ -43,7 +43,7 @@ def pad64(v: int) -> int:
     return -(-v // 64) * 64
 
 
-# ---- vLLM's runtime layout, built from config dims (independent of speckit.ops.plan) -------------
+# ---- vLLM's runtime layout, built from config dims (independent of speckit.plan) -------------
 def decoder_shapes(h: int, heads: int, kv: int, hd: int, inter: int, tp: int, *,
                    q_in: int | None = None, qk_norm: bool = False) -> list[tuple]:
     q, kvr = heads // tp, max(1, kv // tp)

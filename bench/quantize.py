@@ -280,7 +280,7 @@ def plain_copy(src: Path, dst: Path) -> float:
 def cuda_bench(data: Path, *, devices: tuple[str, ...] = ("cuda", "cpu")) -> str:
     import torch
 
-    from speckit.ops.quantize import quantize
+    from speckit.quant import quantize
 
     gpu = "cuda" in devices
     assert torch.cuda.is_available() or not gpu, "needs a CUDA device"
@@ -327,7 +327,7 @@ def device_identity() -> str:
     """The numerics themselves, GPU against CPU, on random and hostile tensors of each dtype."""
     import torch
 
-    from speckit.ops.quantize import fp8, mxfp4
+    from speckit.quant import fp8, mxfp4
 
     g = torch.Generator().manual_seed(0)
     bad, n = [], 0

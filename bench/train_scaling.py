@@ -38,7 +38,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from speckit.ops.train.loop import STEP_LOG
+from speckit.train.loop import STEP_LOG
 from tests.factories import make_target
 
 # target sizes: tiny is the CI one (tests/factories defaults); small gives a GPU some work
@@ -93,7 +93,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def capture(args: argparse.Namespace, work: Path) -> tuple[Path, Path]:
     """(target dir, captured data dir): a factory target and its answers, captured once."""
-    from speckit.ops.train import train_eagle3
+    from speckit.train import train_eagle3
 
     target = make_target(work / "target", with_tokenizer=True, **SIZES[args.size])
     train_eagle3(target=str(target), out=work / "capture", work_dir=work / "capture.work",
@@ -154,8 +154,8 @@ def _threads(args: argparse.Namespace) -> int:
 def export_check(ref: Run, dist: Run, target: Path) -> dict[str, Any]:
     """speckit inspect on the N-rank draft (paired with the target), and its tensors and config
     next to the 1-rank draft's."""
+    from speckit.inspect import inspect
     from speckit.io.checkpoint import Checkpoint
-    from speckit.ops.inspect import inspect
 
     report = inspect(dist.draft, target=target)
     a, b = Checkpoint.open(ref.draft), Checkpoint.open(dist.draft)

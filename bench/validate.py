@@ -60,8 +60,8 @@ def main() -> int:
 
     from speckit.io.engine import EngineJob, run_engine
     from speckit.io.targets import materialize_smollm2
-    from speckit.ops.validate import validate
-    from speckit.ops.validate.prompts import load_prompts
+    from speckit.validate import validate
+    from speckit.validate.prompts import load_prompts
 
     work = Path(tempfile.mkdtemp(prefix="speckit-bench-validate-"))
     target = materialize_smollm2(progress=True)

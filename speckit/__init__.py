@@ -7,18 +7,20 @@ stays fast: speckit.fetch, inspect, convert, quantize, plan, validate.
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 __version__ = "0.1.0"
 
 # public name -> (module, attribute)
 _API = {
-    "fetch": ("speckit.ops.fetch", "fetch"),
-    "inspect": ("speckit.ops.inspect", "inspect"),
-    "convert": ("speckit.ops.convert", "convert"),
-    "quantize": ("speckit.ops.quantize", "quantize"),
-    "plan": ("speckit.ops.plan", "plan_from_refs"),
-    "validate": ("speckit.ops.validate", "validate"),
+    "fetch": ("speckit.fetch", "fetch"),
+    "inspect": ("speckit.inspect", "inspect"),
+    "convert": ("speckit.convert", "convert"),
+    "quantize": ("speckit.quant", "quantize"),
+    "plan": ("speckit.plan", "plan_from_refs"),
+    "validate": ("speckit.validate", "validate"),
     "Checkpoint": ("speckit.io.checkpoint", "Checkpoint"),
     "SpeckitError": ("speckit.errors", "SpeckitError"),
 }
@@ -36,3 +38,18 @@ def __getattr__(name: str) -> Any:
     if name in _API:
         return _resolve(name)
     raise AttributeError(f"module 'speckit' has no attribute {name!r}")
+
+
+class _Package(types.ModuleType):
+    """speckit.convert, .fetch, .inspect, .plan and .validate name both an API function and the
+    operation package that holds it. Importing the package makes Python bind it on speckit; that
+    binding is kept out, so ``speckit.convert`` stays the function. The packages are reached as
+    ``from speckit.convert import ...`` or through sys.modules."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _API and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package

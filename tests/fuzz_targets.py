@@ -77,7 +77,7 @@ def _registry(text: str) -> None:
 
 
 def _vocab(args: tuple[list[int], list[int] | None, int]) -> None:
-    from speckit.ops.convert.common import selected_ids
+    from speckit.convert.common import selected_ids
 
     offsets, mask, vocab = args
     selected_ids(offsets, mask, vocab=vocab, where="d2t")

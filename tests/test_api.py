@@ -8,20 +8,30 @@ import sys
 
 def test_public_functions_survive_submodule_imports():
     import speckit
-    import speckit.ops.convert
-    import speckit.ops.plan
-    import speckit.ops.validate
-    from speckit.ops.convert import convert
-    from speckit.ops.plan import plan_from_refs
-    from speckit.ops.validate import validate
+    import speckit.convert
+    import speckit.fetch
+    import speckit.inspect
+    import speckit.plan
+    import speckit.quant
+    import speckit.validate
+    from speckit import convert as api_convert
+    from speckit.convert import convert
+    from speckit.fetch import fetch
+    from speckit.inspect import inspect
+    from speckit.plan import plan_from_refs
+    from speckit.quant import quantize
+    from speckit.validate import validate
 
-    assert speckit.convert is convert
+    # the operation packages share their names with the API functions: the functions win
+    assert speckit.convert is convert and api_convert is convert
+    assert speckit.fetch is fetch and speckit.inspect is inspect
     assert speckit.plan is plan_from_refs
-    assert speckit.validate is validate
-    for name in ("fetch", "inspect", "quantize"):
-        assert callable(getattr(speckit, name))
-    # the submodules themselves stay importable by name
-    assert sys.modules["speckit.ops.plan"].plan_from_refs is plan_from_refs
+    assert speckit.validate is validate and speckit.quantize is quantize
+    # the packages themselves stay importable by name, at the top level (no speckit.ops)
+    assert sys.modules["speckit.plan"].plan_from_refs is plan_from_refs
+    assert sys.modules["speckit.convert"].__file__.endswith("speckit/convert/__init__.py")
+    assert "speckit.ops" not in sys.modules
+    assert speckit.quant is sys.modules["speckit.quant"]
 
 
 def test_help_lists_every_command_without_heavy_imports():

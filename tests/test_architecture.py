@@ -46,7 +46,7 @@ def by_type(stype: str) -> "ModuleType | None": ...
 
 def _pkg(tmp_path: Path, files: dict[str, str]) -> Path:
     base = {
-        "speckit/__init__.py": 'import importlib\n_API = {"convert": ("speckit.ops.conv", "c")}\n',
+        "speckit/__init__.py": 'import importlib\n_API = {"convert": ("speckit.conv", "c")}\n',
         "speckit/errors.py": "class SpeckitError(Exception): ...\n",
         "speckit/core/__init__.py": "",
         "speckit/core/methods/__init__.py": METHODS_INIT,
@@ -56,7 +56,6 @@ def _pkg(tmp_path: Path, files: dict[str, str]) -> Path:
                                        "WEIGHTS_IN_TARGET = True\n",
         "speckit/core/methods/dflash.py": 'NAME = "dflash"\nVLLM_METHOD = "dflash"\n',
         "speckit/io/__init__.py": "",
-        "speckit/ops/__init__.py": "",
         "speckit/cli/__init__.py": "",
     }
     for rel, text in {**base, **files}.items():
@@ -75,9 +74,9 @@ def test_a_clean_package_has_no_violations(tmp_path):
     assert _found(tmp_path, {
         "speckit/io/files.py": "from speckit.core import methods\nfrom speckit.errors import "
                                "SpeckitError\nfrom speckit import __version__\n",
-        "speckit/ops/run.py": "from speckit.io.files import x\n",
+        "speckit/run.py": "from speckit.io.files import x\n",
         "speckit/cli/_common.py": "def _helper(): ...\n",
-        "speckit/cli/run.py": "from speckit.cli._common import _helper\nfrom speckit.ops import run"
+        "speckit/cli/run.py": "from speckit.cli._common import _helper\nfrom speckit.run import x"
                               "\n",
     }) == []
 
@@ -92,39 +91,40 @@ def test_a_lower_layer_importing_an_upper_one_is_a_violation(tmp_path, where):
         "lazy": 'import importlib\ndef f():\n'
                 '    return importlib.import_module("speckit.cli.app")\n',
     }[where]
-    found = _found(tmp_path, {"speckit/cli/app.py": "main = 1\n", "speckit/ops/train.py": body},
+    found = _found(tmp_path, {"speckit/cli/app.py": "main = 1\n", "speckit/train.py": body},
                    "layer")
-    assert len(found) == 1 and found[0].startswith("speckit/ops/train.py:")
+    assert len(found) == 1 and found[0].startswith("speckit/train.py:")
     assert "speckit.cli.app" in found[0] and "[layer]" in found[0]
 
 
 def test_from_speckit_import_api_name_counts_as_importing_its_module(tmp_path):
     found = _found(tmp_path, {
-        "speckit/ops/conv.py": "c = 1\n",
+        "speckit/conv.py": "c = 1\n",
         "speckit/core/plan.py": "def f():\n    from speckit import convert\n",
     }, "layer")
-    assert len(found) == 1 and "speckit.ops.conv" in found[0]
+    assert len(found) == 1 and "speckit.conv" in found[0]
 
 
 def test_errors_and_the_package_root_stay_below_everything(tmp_path):
     found = _found(tmp_path, {
         "speckit/errors.py": "from speckit.core import methods\n",
-        "speckit/__init__.py": "from speckit.ops import conv\n",
-        "speckit/ops/conv.py": "",
+        "speckit/__init__.py": "import speckit.conv\n",
+        "speckit/conv.py": "",
         "speckit/util.py": "",
     }, "layer")
     assert any(f.startswith("speckit/errors.py:1:") for f in found)
     assert any(f.startswith("speckit/__init__.py:1:") and "lazily" in f for f in found)
-    assert any(f.startswith("speckit/util.py:1:") and "no layer" in f for f in found)
+    # any other top-level module is an operation, in no need of an entry in the checker
+    assert not any(f.startswith("speckit/util.py") for f in found)
 
 
 def test_the_main_module_is_the_cli_entry(tmp_path):
-    files = {"speckit/cli/app.py": "main = 1\n", "speckit/ops/run.py": "",
+    files = {"speckit/cli/app.py": "main = 1\n", "speckit/run.py": "",
              "speckit/__main__.py": "from speckit.cli.app import main\n"}
     assert _found(tmp_path, files, "layer") == []
-    files["speckit/ops/run.py"] = "from speckit.__main__ import main\n"  # ops -> cli, upward
+    files["speckit/run.py"] = "from speckit.__main__ import main\n"  # ops -> cli, upward
     found = _found(tmp_path, files, "layer")
-    assert len(found) == 1 and found[0].startswith("speckit/ops/run.py:1:")
+    assert len(found) == 1 and found[0].startswith("speckit/run.py:1:")
 
 
 def test_private_names_stay_in_their_directory_or_module(tmp_path):
@@ -133,31 +133,31 @@ def test_private_names_stay_in_their_directory_or_module(tmp_path):
         "speckit/cli/plan.py": "def _render(r): ...\n",
         "speckit/cli/demo.py": "from speckit.cli.plan import _render\n",  # another module's own
         "speckit/io/hub.py": "def _settings(): ...\n",
-        "speckit/ops/train.py": "from speckit.cli._common import to_json\n"  # private module
+        "speckit/train.py": "from speckit.cli._common import to_json\n"  # private module
                                 "from speckit.io import hub\n"
                                 "def f():\n    return hub._settings()\n",  # attribute use
         "speckit/core/methods/peagle.py": 'NAME = "peagle"\n'
                                           "from speckit.core.methods import _MODULES\n",  # own pkg
     }, "private-name")
     assert sorted(f.split(": ")[0] for f in found) == [
-        "speckit/cli/demo.py:1", "speckit/ops/train.py:1", "speckit/ops/train.py:4"]
+        "speckit/cli/demo.py:1", "speckit/train.py:1", "speckit/train.py:4"]
     assert "speckit.cli.plan._render" in found[0]
 
 
 def test_cycles_are_reported_with_each_import_line(tmp_path):
     found = _found(tmp_path, {
-        "speckit/ops/a.py": "import os\nfrom speckit.ops import b\n",
-        "speckit/ops/b.py": "from speckit.ops.c import x\n",
-        "speckit/ops/c.py": "def x():\n    from speckit.ops import a\n",  # deferred, still a cycle
-        "speckit/ops/pkg/__init__.py": "from speckit.ops.pkg import leaf\n",
-        "speckit/ops/pkg/leaf.py": "from speckit.ops.pkg import other\n",  # parent: no cycle
-        "speckit/ops/pkg/other.py": "",
+        "speckit/a.py": "import os\nfrom speckit import b\n",
+        "speckit/b.py": "from speckit.c import x\n",
+        "speckit/c.py": "def x():\n    from speckit import a\n",  # deferred, still a cycle
+        "speckit/pkg/__init__.py": "from speckit.pkg import leaf\n",
+        "speckit/pkg/leaf.py": "from speckit.pkg import other\n",  # parent: no cycle
+        "speckit/pkg/other.py": "",
     }, "cycle")
     assert len(found) == 1
     msg = found[0]
-    assert msg.startswith("speckit/ops/a.py:2:")
-    assert "speckit.ops.a -> speckit.ops.b -> speckit.ops.c -> speckit.ops.a" in msg
-    assert "speckit/ops/c.py:2 imports speckit.ops.a in a function" in msg
+    assert msg.startswith("speckit/a.py:2:")
+    assert "speckit.a -> speckit.b -> speckit.c -> speckit.a" in msg
+    assert "speckit/c.py:2 imports speckit.a in a function" in msg
     assert "deferred" in msg
 
 
@@ -168,7 +168,7 @@ def test_an_import_time_cycle_says_so(tmp_path):
 
 
 def test_method_name_comparisons_outside_methods_are_violations(tmp_path):
-    found = _found(tmp_path, {"speckit/ops/plan.py": '''
+    found = _found(tmp_path, {"speckit/plan.py": '''
         from speckit.core import methods
         _EAGLE_LIKE = ("eagle3", "peagle")
         def f(mod, layout, cfg, method):
@@ -191,7 +191,7 @@ def test_method_name_comparisons_outside_methods_are_violations(tmp_path):
 
 
 def test_comparing_a_typed_method_spec_by_name_is_a_violation(tmp_path):
-    found = _found(tmp_path, {"speckit/ops/quant.py": '''
+    found = _found(tmp_path, {"speckit/quant.py": '''
         from speckit.core import methods
         def f(name, spec: "MethodSpec"):
             s = methods.get(name)
@@ -214,7 +214,7 @@ def test_method_rules_do_not_apply_inside_core_methods(tmp_path):
 
 def test_getattr_probes_of_method_modules_are_violations(tmp_path):
     found = _found(tmp_path, {
-        "speckit/ops/inspect.py": '''
+        "speckit/inspect.py": '''
             from speckit.core import methods
             from speckit.core.methods import by_type, mtp
             class Report:
@@ -242,13 +242,37 @@ def test_no_method_names_found_is_itself_reported(tmp_path):
 
 def test_the_script_exits_1_on_violations_and_0_when_clean(tmp_path):
     script = ROOT / "tools" / "check_architecture.py"
-    bad = _pkg(tmp_path / "bad", {"speckit/core/x.py": "from speckit.ops import y\n",
-                                  "speckit/ops/y.py": ""})
+    bad = _pkg(tmp_path / "bad", {"speckit/core/x.py": "from speckit.y import z\n",
+                                  "speckit/y.py": ""})
     good = _pkg(tmp_path / "good", {})
     r = subprocess.run([sys.executable, str(script), "--root", str(bad)], check=False,
                        capture_output=True, text=True)
     assert r.returncode == 1
-    assert "speckit/core/x.py:1: core module speckit.core.x imports speckit.ops.y" in r.stdout
+    assert "speckit/core/x.py:1: core module speckit.core.x imports speckit.y" in r.stdout
     r = subprocess.run([sys.executable, str(script), "--root", str(good)], check=False,
                        capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout == ""
+
+
+def test_a_new_operation_package_is_layered_without_editing_the_checker(tmp_path):
+    """speckit/newop/ is an operation by being top-level: it may import io and core, and an
+    upward import from it (to cli) or into it (from core or io) is caught."""
+    found = _found(tmp_path, {
+        "speckit/cli/app.py": "main = 1\n",
+        "speckit/io/files.py": "def f():\n    from speckit.newop.run import go\n",  # upward
+        "speckit/core/shape.py": "from speckit.newop import run\n",  # upward
+        "speckit/newop/__init__.py": "",
+        "speckit/newop/run.py": "from speckit.io.files import f\nfrom speckit.cli.app import "
+                                "main\ngo = 1\n",  # the cli import is upward
+    }, "layer")
+    assert sorted(f.split(": ")[0] for f in found) == [
+        "speckit/core/shape.py:1", "speckit/io/files.py:2", "speckit/newop/run.py:2"]
+    assert all("operations" in f for f in found)
+
+
+def test_the_real_tree_has_no_ops_package_and_passes():
+    root = Path(__file__).resolve().parents[1]
+    assert not (root / "speckit" / "ops").exists()
+    for pkg in ("convert", "quant", "validate", "train"):
+        assert (root / "speckit" / pkg / "__init__.py").is_file(), pkg
+    assert [str(v) for v in arch.check(root)] == []

@@ -14,11 +14,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from speckit.convert import PROVENANCE, convert
 from speckit.core.methods.detect import detect
 from speckit.errors import FormatError, UsageError
+from speckit.inspect import check_structure
 from speckit.io.checkpoint import Checkpoint
-from speckit.ops.convert import PROVENANCE, convert
-from speckit.ops.inspect import check_structure
 from tests import factories as F
 from tests import factories_convert as FC
 from tests import hubserver
@@ -675,7 +675,7 @@ def test_resident_memory_stays_below_the_largest_tensor(targets, tmp_path):
     tgt.mkdir()  # convert reads nothing of the target but its config here
     tcfg = json.loads((targets["llama"] / "config.json").read_text())
     (tgt / "config.json").write_text(json.dumps({**tcfg, "vocab_size": vocab}))
-    code = ("import sys, json; from speckit.ops.convert import convert; "
+    code = ("import sys, json; from speckit.convert import convert; "
             "r = convert(sys.argv[1], target=sys.argv[2], out=sys.argv[3], "
             "num_speculative_tokens=3); "
             "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]; "
@@ -745,7 +745,7 @@ def test_snapshot_path_of_a_fetched_draft_reuses_fetch_digests(hub, targets, tmp
     repo and commit, and the digests fetch verified against the Hub are reused, not recomputed;
     a file changed since the fetch is hashed again."""
     import speckit.io.hub.hashing as hubmod
-    from speckit.ops.fetch import fetch
+    from speckit.fetch import fetch
 
     draft = F.make_specforge_eagle3(tmp_path / "d", export="sglang")
     commit = hub.server.add_commit("org/draft", {p.name: p.read_bytes() for p in draft.iterdir()})
@@ -829,8 +829,8 @@ def test_hub_draft_whose_repo_is_in_the_registry_gets_its_published_k(hub, targe
 
 
 def test_published_k_picks_the_entry_of_the_draft():
+    from speckit.convert.common import published_k
     from speckit.core.registry import Entry
-    from speckit.ops.convert.common import published_k
 
     def entry(id_, k, *, repo="org/d", revision="main", kind="draft", k_source=None):
         return Entry(id=id_, kind=kind, provider="me", license="MIT", origin="test",

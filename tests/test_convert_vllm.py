@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from speckit.convert import convert
 from speckit.io.checkpoint import Checkpoint
-from speckit.ops.convert import convert
 from tests import factories as F
 from tests import factories_convert as FC
 

@@ -14,10 +14,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from click.testing import CliRunner
 
+from speckit import doctor as doctor_mod
 from speckit.cli import main
 from speckit.core.methods import METHOD_NAMES
-from speckit.ops import doctor as doctor_mod
-from speckit.ops.doctor import EMULATED_RATIO, doctor, requirements
+from speckit.doctor import EMULATED_RATIO, doctor, requirements
 
 SECRET = "hf_doctorTestSecret0123456789abcdef"
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None

@@ -18,8 +18,8 @@ from safetensors.numpy import save as st_save
 
 from speckit.cli import main
 from speckit.errors import FormatError, HubError, IntegrityError, UsageError
+from speckit.fetch import fetch
 from speckit.io.hub import LOCK_NAME, select_files
-from speckit.ops.fetch import fetch
 from tests import hubserver
 
 # the local Hub server (session) and the per-test isolated HF cache + HF_ENDPOINT

@@ -16,8 +16,8 @@ from speckit.cli import main
 from speckit.core.methods.common import check_vocab_maps
 from speckit.core.methods.detect import detect
 from speckit.errors import FormatError
+from speckit.inspect import InspectReport, check_structure, inspect
 from speckit.io.checkpoint import Checkpoint
-from speckit.ops.inspect import InspectReport, check_structure, inspect
 from tests import factories as F
 from tests import hubserver
 

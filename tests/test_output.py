@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from speckit.convert import convert
 from speckit.errors import OutputError, UsageError
 from speckit.io import output as O
 from speckit.io.checkpoint import write_json
 from speckit.io.output import atomic_output_dir, check_output
-from speckit.ops.convert import convert
-from speckit.ops.quantize import PROVENANCE, quantize
+from speckit.quant import PROVENANCE, quantize
 from tests import factories as F
 from tests import factories_convert as FC
 
@@ -114,7 +114,7 @@ def test_quantize_refuses_to_write_into_its_calibration_target(tmp_path, target)
 
 
 def test_validate_out_must_not_sit_inside_its_inputs(tmp_path, target):
-    from speckit.ops.validate import validate
+    from speckit.validate import validate
 
     draft = F.make_spec_eagle3(tmp_path / "draft")
     with pytest.raises(UsageError, match="sits inside the --draft input"):
@@ -515,7 +515,7 @@ def test_copy_extra_files_refuses_code_and_escaping_links(tmp_path):
 
 
 def test_demo_out_never_overlaps_its_draft(tmp_path):
-    from speckit.ops.demo import bundled_draft, run_demo
+    from speckit.demo import bundled_draft, run_demo
 
     with pytest.raises(UsageError, match="sits inside the --draft input"):
         run_demo(out=bundled_draft() / "demo-out")

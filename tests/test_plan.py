@@ -1,4 +1,4 @@
-"""speckit.ops.plan on hand-computed cases: weights per rank, KV bytes per token, vLLM's block math.
+"""speckit.plan on hand-computed cases: weights per rank, KV bytes per token, vLLM's block math.
 
 Every expected number below is worked out in the comment next to it from the published model
 dims, not by calling speckit; the tests run without torch (plan is pure arithmetic).
@@ -14,7 +14,7 @@ import pytest
 
 from speckit.core.gpus import GiB, get_gpu
 from speckit.errors import PlanError, UsageError
-from speckit.ops.plan import OverheadModel, plan, target_kv_layers, valid_tps
+from speckit.plan import OverheadModel, plan, target_kv_layers, valid_tps
 from tests.plan_shapes import (
     DEEPSEEK_V3,
     LLAMA31_8B,
@@ -362,7 +362,7 @@ def test_ngram_costs_nothing():
 
 
 def test_plan_imports_no_torch():
-    code = ("import sys, speckit.ops.plan, speckit.core.gpus; "
+    code = ("import sys, speckit.plan, speckit.core.gpus; "
             "print('torch' in sys.modules, 'vllm' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]

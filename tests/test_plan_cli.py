@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from speckit.cli import main
-from speckit.ops.plan import plan_from_refs
+from speckit.plan import plan_from_refs
 from tests import hubserver
 from tests.factories import Dims, make_causal_lm, make_spec_dflash, make_spec_eagle3, make_target
 

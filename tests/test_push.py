@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from speckit.cli import main
 from speckit.errors import FormatError, HubError, UsageError
-from speckit.ops.push import find_reports, push
+from speckit.push import find_reports, push
 from tests import factories as F
 from tests import hubserver
 
@@ -35,7 +35,7 @@ def _isolated(tmp_path, monkeypatch):
 
 
 def _convert(tmp_path: Path, name: str = "draft") -> Path:
-    from speckit.ops.convert import convert
+    from speckit.convert import convert
 
     target = F.make_target(tmp_path / "target")
     src = F.make_specforge_eagle3(tmp_path / "source")
@@ -48,8 +48,8 @@ def _convert(tmp_path: Path, name: str = "draft") -> Path:
 def _report(draft: Path, out: Path, *, concurrency: int = 1, accepted=(20, 14, 9)) -> Path:
     """A report.json written by speckit's own writer, from counters through speckit's metrics."""
     from speckit.core.metrics import RunTiming, SpecCounters, lossless_check
-    from speckit.ops.validate import write_outputs
-    from speckit.ops.validate.report import RunSummary, SpecRunReport, ValidationReport
+    from speckit.validate import write_outputs
+    from speckit.validate.report import RunSummary, SpecRunReport, ValidationReport
 
     base_t, spec_t = RunTiming(12.0, 2.0, 10.0, 104, 4), RunTiming(8.0, 2.0, 6.0, 104, 4)
     cnt = SpecCounters(25, 75, sum(accepted), list(accepted))

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import Checkpoint, CheckpointWriter
-from speckit.ops.quantize import PROVENANCE, fp8, mxfp4, quantize
+from speckit.quant import PROVENANCE, fp8, mxfp4, quantize
 from tests import factories as F
 
 MAKERS = {
@@ -297,7 +297,7 @@ def test_help_does_not_import_torch():
 def test_static_fp8_calibrates_eagle3_on_target_hidden_states(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from speckit.ops.quantize.calibrate import PROMPTS
+    from speckit.quant.calibrate import PROMPTS
 
     target = F.make_target(tmp_path / "target", with_tokenizer=True)
     src = F.make_spec_eagle3(tmp_path / "src")
@@ -334,7 +334,7 @@ def test_static_fp8_calibrates_eagle3_on_target_hidden_states(tmp_path):
 def test_static_fp8_calibrates_a_causal_lm_on_its_own_inputs(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from speckit.ops.quantize.calibrate import PROMPTS
+    from speckit.quant.calibrate import PROMPTS
 
     src = F.make_target(tmp_path / "lm", num_layers=2, with_tokenizer=True)
     quantize(src, scheme="fp8-static", out=tmp_path / "out")

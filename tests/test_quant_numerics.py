@@ -13,7 +13,7 @@ import os
 import pytest
 import torch
 
-from speckit.ops.quantize import fp8, mxfp4, schemes
+from speckit.quant import fp8, mxfp4, schemes
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MIDPOINTS = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, 6.5, 5.5, 0.1, 0.2, 0.3, 0.5, 1.0, 1.5,
@@ -200,7 +200,7 @@ def test_checkpoint_matches_quark_file2file(tmp_path, scheme):
     from quark.torch.quantization.config.config import QConfig, QLayerConfig, QTensorConfig
     from safetensors.torch import load_file
 
-    from speckit.ops.quantize import quantize
+    from speckit.quant import quantize
     from tests.factories import make_causal_lm
 
     src = make_causal_lm(tmp_path / "lm", num_layers=2)

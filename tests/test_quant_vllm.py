@@ -20,7 +20,7 @@ import torch
 
 from speckit.core import methods
 from speckit.io.checkpoint import Checkpoint
-from speckit.ops.quantize import quantize
+from speckit.quant import quantize
 from tests import factories as F
 
 pytestmark = pytest.mark.vllm

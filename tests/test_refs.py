@@ -5,23 +5,26 @@ Hub-protocol server; plan honours HF_HUB_CACHE and HF_HUB_OFFLINE like the rest.
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from speckit.convert import PROVENANCE, convert
 from speckit.core.refs import is_commit_sha, is_repo_id, split_revision
 from speckit.errors import HubError, UsageError
+from speckit.fetch import fetch
 from speckit.io.refs import classify, resolve
-from speckit.ops import inspect as inspect_op
-from speckit.ops import plan as plan_op
-from speckit.ops import validate as validate_op
-from speckit.ops.convert import PROVENANCE, convert
-from speckit.ops.fetch import fetch
-from speckit.ops.train import resolve_target
+from speckit.train import resolve_target
 from tests import factories as F
 from tests import hubserver
+
+# the operation packages (speckit.inspect etc. as attributes are the API functions)
+inspect_op = importlib.import_module("speckit.inspect")
+plan_op = importlib.import_module("speckit.plan")
+validate_op = importlib.import_module("speckit.validate")
 
 hub_server = hubserver.hub_server
 hub = hubserver.hub

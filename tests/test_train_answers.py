@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from speckit.errors import FormatError, UsageError
 from speckit.io.hub import sha256_file
-from speckit.ops.train import _answers_digest, _read_answers, train_eagle3
+from speckit.train import _answers_digest, _read_answers, train_eagle3
 from tests.factories import DIMS, make_target
 
 AUX = [1, 4, 8]

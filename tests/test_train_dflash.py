@@ -14,11 +14,11 @@ import torch
 from click.testing import CliRunner
 
 from speckit.errors import UsageError
-from speckit.ops.train.accept import Acceptance
-from speckit.ops.train.dflash import train_dflash
-from speckit.ops.train.dflash.evaluate import walk
-from speckit.ops.train.dflash.loop import sample_anchors
-from speckit.ops.train.dflash.model import DFlashConfig, DFlashDraft, block_mask
+from speckit.train.accept import Acceptance
+from speckit.train.dflash import train_dflash
+from speckit.train.dflash.evaluate import walk
+from speckit.train.dflash.loop import sample_anchors
+from speckit.train.dflash.model import DFlashConfig, DFlashDraft, block_mask
 from tests.factories import make_target
 
 AUX = [1, 4, 8]
@@ -200,8 +200,8 @@ def test_tiny_run_learns_and_exports_the_best_epoch(trained, tiny_target):
     assert trained.acceptance_length == max(als) > 1.2
     assert h[trained.best_epoch - 1]["acceptance_length"] == trained.acceptance_length
     # the exported tensors are the best epoch's: re-simulating them gives its AL
-    from speckit.ops.train.data import DataManifest, ShardDataset
-    from speckit.ops.train.dflash.evaluate import load_exported, simulate
+    from speckit.train.data import DataManifest, ShardDataset
+    from speckit.train.dflash.evaluate import load_exported, simulate
 
     data = ShardDataset(DataManifest.load(trained.data_dir), batch_tokens=512,
                         val_fraction=0.15, seed=0)
@@ -212,8 +212,8 @@ def test_tiny_run_learns_and_exports_the_best_epoch(trained, tiny_target):
 
 def test_export_is_a_speculators_dflash_draft_inspect_accepts(trained, tiny_target):
     from speckit.core.methods import dflash
+    from speckit.inspect import inspect
     from speckit.io.checkpoint import Checkpoint
-    from speckit.ops.inspect import inspect
 
     cfg = json.loads((trained.out / "config.json").read_text())
     assert cfg["speculators_model_type"] == "dflash" and "model_type" not in cfg
@@ -238,8 +238,8 @@ def test_tied_k_norm_exports_one_weight_per_layer_that_vllm_cpu_serves_as_traine
         trained, tiny_target, tmp_path):
     from safetensors.torch import load_file
 
-    from speckit.ops.train.data import DataManifest, ShardDataset
-    from speckit.ops.train.dflash.evaluate import load_exported, simulate
+    from speckit.train.data import DataManifest, ShardDataset
+    from speckit.train.dflash.evaluate import load_exported, simulate
 
     w = load_file(str(trained.out / "model.safetensors"))
     k0, k1 = (w[f"layers.{i}.self_attn.k_norm.weight"] for i in range(2))
@@ -338,9 +338,9 @@ def test_simulator_matches_vllm_spec_decoding(trained, tiny_target, tmp_path):
     which flip a draft's argmax at a few near-tie anchors; the accept rule matched exactly."""
     pytest.importorskip("vllm")
     from speckit.io.engine import EngineJob, run_engine
-    from speckit.ops.train import data as D
-    from speckit.ops.train.dflash.evaluate import load_exported, simulate_answers
-    from speckit.ops.train.prompts import load_prompts
+    from speckit.train import data as D
+    from speckit.train.dflash.evaluate import load_exported, simulate_answers
+    from speckit.train.prompts import load_prompts
 
     served = _distinct_k_norms(trained.out, tmp_path / "served")
     tok = D.load_tokenizer(tiny_target)
@@ -397,7 +397,7 @@ def test_vllm_cpu_grouped_rms_norm_reads_only_the_first_weight_row():
 def test_causal_flag_trains_and_exports_a_causal_block(trained, tiny_target, tmp_path):
     """--causal: vLLM reads sliding_window_non_causal false as dflash_config.causal true, and
     the exported draft reloads with the causal mask it was trained with."""
-    from speckit.ops.train.dflash.evaluate import load_exported
+    from speckit.train.dflash.evaluate import load_exported
 
     out = tmp_path / "causal"
     res = train_dflash(target=str(tiny_target), out=out, epochs=1, causal=True,

@@ -14,8 +14,8 @@ import torch
 from click.testing import CliRunner
 
 from speckit.errors import UsageError
-from speckit.ops.train import launch
-from speckit.ops.train.loop import LoopConfig, _plans
+from speckit.train import launch
+from speckit.train.loop import LoopConfig, _plans
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from speckit.ops.train import _untrained
-from speckit.ops.train import data as D
-from speckit.ops.train.prompts import SELECTION_BENCHMARKS, TrainPrompt
+from speckit.train import _untrained
+from speckit.train import data as D
+from speckit.train.prompts import SELECTION_BENCHMARKS, TrainPrompt
 from tests.factories import make_target
 
 
@@ -58,7 +58,7 @@ def test_resume_keeps_the_best_epoch_chosen_before_the_interruption(tmp_path):
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
-    from speckit.ops.train import train_eagle3
+    from speckit.train import train_eagle3
 
     target = make_target(tmp_path / "t", with_tokenizer=True)
     work = tmp_path / "work"

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from speckit.cli import main
 from speckit.core.specconfig import serve_line, speculative_config, token_budget
 from speckit.errors import FormatError, PlanError, UsageError
-from speckit.ops.validate import validate
-from speckit.ops.validate.prompts import BUILTIN, load_prompts, parse_row
+from speckit.validate import validate
+from speckit.validate.prompts import BUILTIN, load_prompts, parse_row
 from tests import factories
 
 # ---- prompt sets -------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ def _synthetic_report(tmp_path):
         lossless_check,
         predict_sweep,
     )
-    from speckit.ops.validate.report import (
+    from speckit.validate.report import (
         CompareReport,
         Confirmation,
         RunSummary,
@@ -298,7 +298,7 @@ def _synthetic_report(tmp_path):
 def test_report_renderings(tmp_path):
     from rich.console import Console
 
-    from speckit.ops.validate import write_outputs
+    from speckit.validate import write_outputs
 
     rep = _synthetic_report(tmp_path)
     assert rep.final.run.label == "dm-k1"
@@ -312,7 +312,7 @@ def test_report_renderings(tmp_path):
     assert d["sweep"]["confirmation"]["ratio_error"] == pytest.approx((1.03 - 0.92) / 0.92)
     assert json.loads((tmp_path / "spec-config.json").read_text())["num_speculative_tokens"] == 1
     console = Console(record=True, width=120)
-    from speckit.ops.validate import print_report
+    from speckit.validate import print_report
 
     print_report(rep, console=console)
     text = console.export_text()
@@ -331,7 +331,7 @@ def test_hub_dataset_offline_is_a_hub_error():
         return
     # datasets reads HF_HUB_OFFLINE at import time: check in a fresh interpreter
     code = ("from speckit.errors import HubError\n"
-            "from speckit.ops.validate.prompts import load_prompts\n"
+            "from speckit.validate.prompts import load_prompts\n"
             "try:\n    load_prompts('gsm8k', num_prompts=2)\n"
             "except HubError as e:\n    print('HUBERROR', e.hint)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 from speckit.core.plan import fit as F
 from speckit.errors import PlanError
-from speckit.ops.validate import concurrency as C
+from speckit.validate import concurrency as C
 from tests.test_fit import QUIET, SMOLLM2
 
 

@@ -16,10 +16,10 @@ import time
 
 import pytest
 
+from speckit.demo import bundled_draft
 from speckit.errors import EngineError
 from speckit.io.engine import EngineJob, run_engine
-from speckit.ops.demo import bundled_draft
-from speckit.ops.validate import validate
+from speckit.validate import validate
 from tests import factories
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
@@ -41,7 +41,7 @@ def smollm2():
 def fp8_copy(smollm2, tmp_path_factory):
     if importlib.util.find_spec("quark") is None:
         return None
-    from speckit.ops.quantize import quantize
+    from speckit.quant import quantize
 
     t0 = time.monotonic()
     out = quantize(smollm2, scheme="fp8", out=tmp_path_factory.mktemp("fp8") / "smollm2-fp8",

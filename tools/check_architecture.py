@@ -4,12 +4,13 @@
 `python tools/check_architecture.py` prints each violation and exits 1; tests call `check(root)`.
 
 Rules (each violation ends with its rule in brackets):
-  layer          core -> io -> ops -> cli: a module imports only its own layer or lower ones, at
+  layer          core -> io -> operations -> cli: a module imports only its layer or lower ones, at
                  any depth: function-level and TYPE_CHECKING imports, import_module("speckit.x")
                  and lazy maps naming a speckit module count too. speckit/errors.py is below every
                  layer and imports nothing from speckit; speckit/__init__.py only maps API names
                  lazily (no static speckit import); speckit/__main__.py (`python -m speckit`) is
-                 the CLI's entry, in the cli layer; any other top-level module is in no layer.
+                 the CLI's entry, in the cli layer; any other top-level package or module is an
+                 operation (speckit/convert/, quant/, validate/, plan.py, ...).
   private-name   a leading-underscore name (dunders excepted) stays home: a private module
                  (cli/_common.py) and the private names of a package __init__ or of such a helper
                  module belong to their directory; a private name of a public module (cli/plan.py's
@@ -42,8 +43,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-LAYERS = {"core": 0, "io": 1, "ops": 2, "cli": 3}
-LAYER_NAMES = {v: k for k, v in LAYERS.items()}
+# an operation is any top-level package or module of speckit other than these (convert, quant,
+# validate, plan, ...): a new operation needs no edit here
+LAYERS = {"core": 0, "io": 1, "cli": 3}
+OPERATIONS = 2
+LAYER_NAMES = {**{v: k for k, v in LAYERS.items()}, OPERATIONS: "operations"}
+# top-level modules that are no operation: errors (below every layer), the API map, `python -m`
+NOT_OPERATIONS = {"errors", "__init__", "__main__"}
 BASE = -1  # speckit.errors: importable by every layer
 ROOT_PKG = "speckit"
 METHODS_PKG = "speckit.core.methods"
@@ -206,6 +212,8 @@ def layer_of(name: str) -> int | None:
         return LAYERS["cli"]
     if len(parts) >= 2 and parts[1] in LAYERS:
         return LAYERS[parts[1]]
+    if len(parts) >= 2 and parts[1] not in NOT_OPERATIONS:
+        return OPERATIONS
     return None
 
 
@@ -221,7 +229,7 @@ def check_layers(mods: dict[str, Module]) -> Iterator[Violation]:
         mine = layer_of(mod.name)
         if mine is None:
             yield Violation(mod.rel, 1, "layer", f"{mod.name} is in no layer (put it under "
-                            "speckit/core, io, ops or cli)")
+                            "speckit/core, io, cli or an operation package)")
             continue
         for imp in mod.imports:
             theirs = layer_of(imp.target)

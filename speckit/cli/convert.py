@@ -1,6 +1,6 @@
 """`speckit convert`: turn a published draft layout into the layout vLLM loads.
 
-A thin click shell over speckit.ops.convert.convert; --json prints the ConvertResult.
+A thin click shell over speckit.convert.convert; --json prints the ConvertResult.
 """
 
 from __future__ import annotations
@@ -76,7 +76,7 @@ def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, ma
     speculators checkpoints (verified and normalised). Writes safetensors + config.json +
     speckit-provenance.json into a temporary directory, checks it, then renames it to OUT.
     """
-    from speckit.ops.convert import DEFAULT_SHARD_BYTES, convert
+    from speckit.convert import DEFAULT_SHARD_BYTES, convert
 
     result = convert(src, target=target, out=out, method=method,
                      num_speculative_tokens=num_speculative_tokens, aux_layers=aux_layers,

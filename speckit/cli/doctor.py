@@ -1,6 +1,6 @@
 """`speckit doctor`: what this machine can do (versions, devices, methods, kernels, Hub, caches).
 
-A thin click shell over speckit.ops.doctor.doctor; --json prints the DoctorReport. With --for CMD it
+A thin click shell over speckit.doctor.doctor; --json prints the DoctorReport. With --for CMD it
 exits 1 when a package CMD needs is missing, naming the pip line that installs it.
 """
 
@@ -12,7 +12,7 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json, to_jsonable
-from speckit.ops.doctor import REQUIREMENTS
+from speckit.doctor import REQUIREMENTS
 
 
 @click.command("doctor")
@@ -30,8 +30,8 @@ def doctor_cmd(for_command, no_network, no_probe, json_mode, quiet):
     vLLM serves on this device, FP8/MXFP4 kernels (native or emulated, timed), Hub settings
     (the token is never printed), cache sizes.
     """
+    from speckit.doctor import doctor
     from speckit.errors import SpeckitError
-    from speckit.ops.doctor import doctor
 
     report = doctor(for_command=for_command, probe_kernels=not no_probe,
                     check_network=not no_network)

@@ -1,6 +1,6 @@
 """`speckit fetch`: download a draft (and its target) through huggingface_hub, verify it, pin it.
 
-A thin click shell over speckit.ops.fetch.fetch; --json prints the FetchResult.
+A thin click shell over speckit.fetch.fetch; --json prints the FetchResult.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, 
     HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE and the standard Hugging Face cache.
     """
     from speckit.errors import IntegrityError
-    from speckit.ops.fetch import describe_mismatches
-    from speckit.ops.fetch import fetch as run_fetch
+    from speckit.fetch import describe_mismatches
+    from speckit.fetch import fetch as run_fetch
 
     result = run_fetch(ref, revision=revision, with_target=with_target, dry_run=dry_run,
                        cache_dir=cache_dir, local_dir=local_dir, allow_pickle=allow_pickle,

@@ -1,6 +1,6 @@
 """`speckit inspect PATH|ID`: layout, method, dims and every structural problem of a checkpoint.
 
-Thin shell over speckit.ops.inspect.inspect(); exits 3 (FormatError) when any problem is an error.
+Thin shell over speckit.inspect.inspect(); exits 3 (FormatError) when any problem is an error.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: boo
     REF is a checkpoint directory, a registry id or a Hub repo id (fetched first). Exit status:
     0 when there are no errors (warnings allowed), 3 when there are errors.
     """
-    from speckit.ops.inspect import inspect
+    from speckit.inspect import inspect
 
     report = inspect(ref, target=target, allow_pickle=allow_pickle,
                      allow_external_links=allow_external_links)

@@ -1,6 +1,6 @@
 """`speckit plan`: will target + draft fit on this GPU under vLLM, and what does the draft cost?
 
-A thin click shell over speckit.ops.plan.plan_from_refs; --json prints the PlanResult. Exit status 1
+A thin click shell over speckit.plan.plan_from_refs; --json prints the PlanResult. Exit status 1
 when the deployment will not start (0 when it does), so scripts can gate on it.
 """
 
@@ -69,7 +69,7 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
     """
     from speckit.core.gpus import get_gpu
     from speckit.errors import UsageError
-    from speckit.ops.plan import check_options, plan_from_refs
+    from speckit.plan import check_options, plan_from_refs
 
     # bad numbers fail here, before any checkpoint or Hub repo is read
     check_options(tp=tp, draft_tp=draft_tp, gpu_memory_utilization=gpu_memory_utilization,
@@ -116,7 +116,7 @@ def _floats(text: str, flag: str) -> list[float]:
 def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
            acceptance_kind, al, contexts, kv_cache_dtype, draft_quant):
     from speckit.errors import UsageError
-    from speckit.ops.speed import project_speed_from_refs
+    from speckit.speed import project_speed_from_refs
 
     if gpu is None:
         raise UsageError("--acceptance/--al project speed for a catalog GPU, not --gpu-mem-gib",

@@ -1,6 +1,6 @@
 """`speckit push`: upload a checked draft and its generated model card to the Hub.
 
-A thin click shell over speckit.ops.push.push; --json prints the PushResult.
+A thin click shell over speckit.push.push; --json prints the PushResult.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def push_cmd(path, repo_id, private, revision, create_pr, commit_message, token,
     `speckit inspect` reports errors for. Re-running after an interrupted push sends only the
     files the Hub does not have yet. Honours HF_TOKEN and HF_ENDPOINT.
     """
-    from speckit.ops.push import push
+    from speckit.push import push
 
     result = push(path, repo_id, private=private, revision=revision, create_pr=create_pr,
                   commit_message=commit_message, token=token, license=license_, report=report,

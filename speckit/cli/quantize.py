@@ -1,5 +1,5 @@
 """`speckit quantize`: MXFP4 / FP8 Linear weights in AMD Quark's format, as vLLM's Quark loader
-reads them. A thin click shell over speckit.ops.quantize.quantize; --json prints the QuantizeResult.
+reads them. A thin click shell over speckit.quant.quantize; --json prints the QuantizeResult.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def quantize_cmd(ckpt, mxfp4, w4a4, fp8, static, calib_target, out, exclude, tar
     plain causal LMs (for method draft_model). lm_head, embeddings, norms, vocab maps and biases
     keep their dtype. Writes into a temporary directory, checks it, then renames it to OUT.
     """
-    from speckit.ops.quantize import quantize
+    from speckit.quant import quantize
 
     scheme = _scheme(mxfp4, w4a4, fp8, static)
     if calib_target and scheme != "fp8-static":

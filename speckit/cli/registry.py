@@ -131,7 +131,7 @@ def resolve_cmd(ctx, target, method, registry_files, as_json):
 def add_cmd(repo_id, revision, entry_id, provider, token, registry_file, force, as_json):
     """Add a draft published by `speckit push` to your registry, pinned to its commit, with the
     figures its model card records."""
-    from speckit.ops.push import registry_add
+    from speckit.push import registry_add
 
     result = registry_add(repo_id, revision=revision, entry_id=entry_id, provider=provider,
                           token=token, force=force, registry_file=registry_file)

@@ -161,11 +161,11 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, layers
     The target answers every prompt with its chat template; its aux hidden states are captured
     to disk shards; the head is trained with the TTT loss; OUT is ready for speckit validate.
     """
-    from speckit.ops.train import check_online, train_eagle3
+    from speckit.train import check_online, train_eagle3
 
     check_online(online, fsdp=fsdp, nproc=nproc)
     if nproc is not None and "RANK" not in os.environ:
-        from speckit.ops.train.launch import run_ranks
+        from speckit.train.launch import run_ranks
 
         run_ranks(nproc, ["train", "eagle3", *_given_args(("nproc", "device", "fsdp"))],
                   device=device)
@@ -274,7 +274,7 @@ def dflash(target, data_dir, prompts, samples, max_tokens, aux_layers, layers, b
     Trains on eagle3's hidden-state shards; each epoch ends with an offline acceptance
     simulation (vLLM's greedy rule) on held-out conversations and the best epoch is exported.
     """
-    from speckit.ops.train.dflash import train_dflash
+    from speckit.train.dflash import train_dflash
 
     command = "speckit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     result = train_dflash(

@@ -1,6 +1,6 @@
 """`speckit validate`: a short real vLLM run measuring a draft against a no-speculation baseline.
 
-A thin click shell over speckit.ops.validate.validate; --json prints the ValidationReport.
+A thin click shell over speckit.validate.validate; --json prints the ValidationReport.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_toke
 
     Writes the --speculative-config and the `vllm serve` line for the measured (or best) k.
     """
-    from speckit.ops.validate import print_report, validate
+    from speckit.validate import print_report, validate
 
     report = validate(target=target, draft=draft, method=method, k=k, sweep=_parse_sweep(sweep),
                       dataset=dataset, num_prompts=num_prompts, max_tokens=max_tokens,

@@ -1,4 +1,4 @@
 """I/O: safetensors reading and writing, the Hub, the reference resolver, the vLLM child process.
 
-Modules here may import speckit.core, never speckit.ops or speckit.cli.
+Modules here may import speckit.core, never an operation package or speckit.cli.
 """

@@ -1,6 +1,6 @@
 """The checked inputs of one plan: the models as header data, the device, the vLLM settings.
 
-Built by speckit.ops.plan after flag validation; everything downstream only reads them.
+Built by speckit.plan after flag validation; everything downstream only reads them.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The Hugging Face Hub through huggingface_hub: settings, file selection, hashing, the lock,
 downloads, and errors told apart by exception type.
 
-fetch_snapshot() pins one repo at one commit; the `speckit fetch` operation is speckit.ops.fetch,
+fetch_snapshot() pins one repo at one commit; the `speckit fetch` operation is speckit.fetch,
 and turning any reference into a directory is speckit.io.refs.resolve.
 """
 

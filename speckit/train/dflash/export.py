@@ -1,0 +1,81 @@
+"""Write a trained DFlash draft in the speculators `dflash` layout that vLLM serves.
+
+docs/formats.md#dflash-speculators: Qwen3-style layers, fc, hidden_norm, norm; no embed_tokens
+or lm_head (full vocabulary: vLLM shares the target's), no mask_embedding.pt (a frozen token).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from speckit.core.methods import dflash
+from speckit.io.checkpoint import CheckpointWriter, write_json
+from speckit.io.output import atomic_output_dir, write_provenance
+from speckit.train.dflash.model import DFlashConfig
+from speckit.train.export import speculators_header
+
+PROVENANCE = "speckit-train.json"
+
+
+def draft_config(cfg: DFlashConfig, *, aux_layers: list[int], target_cfg: dict[str, Any],
+                 verifier: str) -> dict[str, Any]:
+    """config.json: speculators envelope + the Qwen3 layer config the draft was trained as."""
+    layer = {
+        "model_type": "qwen3",
+        "architectures": ["Qwen3ForCausalLM"],
+        "hidden_size": cfg.hidden_size,
+        "intermediate_size": cfg.intermediate_size,
+        "num_hidden_layers": cfg.num_layers,
+        "num_attention_heads": cfg.num_attention_heads,
+        "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": cfg.head_dim,
+        "hidden_act": "silu",
+        "rms_norm_eps": cfg.rms_norm_eps,
+        # written out: vLLM's DFlash layer defaults an absent theta to 1e6, not the target's
+        "rope_parameters": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
+        "max_position_embeddings": cfg.max_position_embeddings,
+        "vocab_size": cfg.vocab_size,
+        "attention_bias": False,
+        "tie_word_embeddings": False,
+        "dtype": "bfloat16",
+    }
+    k = cfg.block_size - 1
+    return {
+        **speculators_header(dflash.SPEC, k=k, verifier=verifier, target_cfg=target_cfg),
+        "transformer_layer_config": layer,
+        "draft_vocab_size": cfg.vocab_size,
+        "target_hidden_size": cfg.target_hidden_size,
+        "block_size": cfg.block_size,
+        "aux_hidden_state_layer_ids": list(aux_layers),
+        "mask_token_id": cfg.mask_token_id,
+        # vLLM sets dflash_config.causal = not this, for every layer: true = bidirectional
+        # inside the block, which is how the draft was trained (cfg.causal False)
+        "sliding_window_non_causal": not cfg.causal,
+        "sample_from_anchor": False,
+        "dtype": "bfloat16",
+        "tie_word_embeddings": False,
+    }
+
+
+def export_draft(weights: dict[str, Any], cfg: DFlashConfig, *, out: Path,
+                 aux_layers: list[int], target_cfg: dict[str, Any], verifier: str,
+                 provenance: dict[str, Any] | None = None, force: bool = False) -> Path:
+    """Atomically write config.json, model.safetensors (bf16) and the provenance."""
+    import torch
+
+    from speckit.core.dtypes import torch_to_code
+
+    state = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in weights.items()
+             if not k.startswith(("embed_tokens.", "lm_head."))}
+    specs = [(n, torch_to_code(t.dtype), tuple(t.shape)) for n, t in sorted(state.items())]
+    with atomic_output_dir(out, force=force) as tmp:
+        writer = CheckpointWriter(tmp, specs)
+        for name, t in sorted(state.items()):
+            writer.write(name, t)
+        writer.close()
+        write_json(tmp / "config.json", draft_config(cfg, aux_layers=aux_layers,
+                                                     target_cfg=target_cfg, verifier=verifier))
+        if provenance is not None:
+            write_provenance(tmp, provenance, command="train dflash", name=PROVENANCE)
+    return Path(out)

@@ -1,0 +1,445 @@
+"""The result of `speckit validate` and its renderings: report.json, report.md, PNG plots, a table.
+
+Everything a reader needs to trust (or distrust) an acceptance figure is recorded next to it: vLLM
+version, hardware, dtype, prompt-set hash, chat template, thinking flag and temperature.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speckit.core.metrics import KPrediction, LosslessCheck, SpecCounters, StepCosts
+
+
+@dataclass
+class RunSummary:
+    """One engine configuration: what ran and how fast."""
+
+    label: str
+    role: str  # "baseline" | "speculative" | "confirm" | "compare"
+    k: int | None
+    draft: str | None
+    speculative_config: dict[str, Any] | None
+    output_tokens: int
+    wall_s: float
+    tokens_per_s: float
+    prefill_s: float
+    decode_s: float
+    engine_start_s: float
+    child_s: float
+    log: str
+
+
+@dataclass
+class SpecRunReport:
+    run: RunSummary
+    counters: SpecCounters
+    acceptance_length: float
+    acceptance_rate: float | None
+    per_position: list[float]
+    conditional: list[float | None]
+    al_stderr: float | None
+    per_prompt_al: list[float | None]
+    throughput_ratio: float  # speculative / baseline output tokens per second
+    lossless: LosslessCheck
+    problems: list[str]  # counter inconsistencies; empty when sane
+    # timed on a machine where its kernels are emulated: acceptance counts, throughput does not
+    acceptance_only: bool = False
+
+
+@dataclass
+class Confirmation:
+    k: int
+    predicted_al: float
+    measured_al: float
+    predicted_ratio: float
+    measured_ratio: float
+
+    @property
+    def al_error(self) -> float:
+        return (self.predicted_al - self.measured_al) / self.measured_al
+
+    @property
+    def ratio_error(self) -> float:
+        return (self.predicted_ratio - self.measured_ratio) / self.measured_ratio
+
+
+@dataclass
+class SweepReport:
+    ks: list[int]
+    k_measured: int
+    costs: StepCosts
+    predictions: list[KPrediction]
+    recommended_k: int
+    confirmation: Confirmation | None
+    notes: list[str] = field(default_factory=list)
+    # after the confirmation run: the step cost refit through both measured k
+    calibrated_costs: StepCosts | None = None
+    calibrated: list[KPrediction] = field(default_factory=list)
+
+
+@dataclass
+class CompareReport:
+    """A second draft on the same prompts and k, side by side with the primary draft."""
+
+    primary_draft: str
+    other_draft: str
+    k: int
+    primary: SpecRunReport
+    other: SpecRunReport
+
+    @property
+    def al_drop(self) -> float:
+        return self.primary.acceptance_length - self.other.acceptance_length
+
+    @property
+    def al_drop_pct(self) -> float:
+        return 100.0 * self.al_drop / self.primary.acceptance_length
+
+    @property
+    def per_position_drop(self) -> list[float]:
+        return [a - b for a, b in zip(self.primary.per_position, self.other.per_position,
+                                      strict=False)]
+
+    @property
+    def ratio_drop_pct(self) -> float:
+        p = self.primary.throughput_ratio
+        return 100.0 * (p - self.other.throughput_ratio) / p if p else 0.0
+
+
+@dataclass
+class ValidationReport:
+    target: str
+    draft: str | None
+    method: str
+    vllm_method: str
+    k: int  # the k of the final spec config (recommended and confirmed with --sweep)
+    mode: str  # "single" | "sweep"
+    dataset: dict[str, Any]
+    settings: dict[str, Any]
+    environment: dict[str, Any]
+    baseline: RunSummary
+    runs: list[SpecRunReport]
+    sweep: SweepReport | None
+    compare: CompareReport | None
+    spec_config: dict[str, Any]
+    serve_command: str
+    serve_notes: list[str]
+    plan: dict[str, Any] | None
+    warnings: list[str]
+    engine_starts: int
+    seconds: float
+    chat_template: str = ""
+    files: dict[str, str] = field(default_factory=dict)
+    baseline_run: Any = field(default=None, repr=False)  # EngineRun, for reuse; not serialized
+    # step costs by concurrency, the fitted model and the per-batch-size k schedule
+    concurrency: Any = None  # speckit.validate.concurrency.ConcurrencyReport
+
+    def run_at(self, k: int, *, role: str | None = None) -> SpecRunReport | None:
+        for r in self.runs:
+            if r.run.k == k and (role is None or r.run.role == role):
+                return r
+        return None
+
+    @property
+    def final(self) -> SpecRunReport:
+        """The primary draft's run at the final k."""
+        return self.run_at(self.k, role="confirm") or self.run_at(self.k, role="speculative") \
+            or self.runs[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        d = _jsonable(self)
+        d["summary"] = {
+            "acceptance_length": self.final.acceptance_length,
+            "acceptance_rate": self.final.acceptance_rate,
+            "per_position": self.final.per_position,
+            "throughput_ratio": self.final.throughput_ratio,
+            "lossless_status": self.final.lossless.status,
+            "exact_match_share": self.final.lossless.exact_share,
+            "token_match_rate": self.final.lossless.token_match_rate,
+            "k": self.k,
+        }
+        if self.compare is not None:
+            d["compare"]["al_drop"] = self.compare.al_drop
+            d["compare"]["al_drop_pct"] = self.compare.al_drop_pct
+            d["compare"]["per_position_drop"] = self.compare.per_position_drop
+            d["compare"]["ratio_drop_pct"] = self.compare.ratio_drop_pct
+        if self.sweep is not None and self.sweep.confirmation is not None:
+            d["sweep"]["confirmation"]["al_error"] = self.sweep.confirmation.al_error
+            d["sweep"]["confirmation"]["ratio_error"] = self.sweep.confirmation.ratio_error
+        return d
+
+
+def _jsonable(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {f.name: _jsonable(getattr(obj, f.name)) for f in dataclasses.fields(obj)
+               if f.name != "baseline_run"}
+        if isinstance(obj, SpecCounters):
+            out["acceptance_length"] = obj.acceptance_length
+        return out
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if isinstance(obj, float):
+        return round(obj, 6)
+    return obj
+
+
+# ---- text renderings --------------------------------------------------------------------------
+
+def _f(x: float | None, spec: str = ".3f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{100 * x:.1f}%"
+
+
+def _speed(s: SpecRunReport) -> str:
+    """tokens/s, or why it is not shown (a run timed where its kernels are emulated)."""
+    return "acceptance only" if s.acceptance_only else f"{s.run.tokens_per_s:.2f}"
+
+
+def _ratio(s: SpecRunReport) -> str:
+    return "-" if s.acceptance_only else f"{s.throughput_ratio:.3f}"
+
+
+def _pos(xs: list[float]) -> str:
+    return " / ".join(f"{x:.3f}" for x in xs)
+
+
+def _thinking(value: Any) -> str:
+    return "no switch in the chat template" if value is None else ("on" if value else "off")
+
+
+def to_markdown(r: ValidationReport) -> str:
+    lines = _md_header(r) + _md_runs(r)
+    if r.sweep is not None:
+        lines += _md_sweep(r.sweep)
+    if r.compare is not None:
+        lines += _md_compare(r.compare)
+    lines += _md_serve(r)
+    if r.warnings:
+        lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
+    if r.concurrency is not None:
+        from speckit.validate.concurrency import markdown
+
+        lines += ["", markdown(r.concurrency)]
+    lines += ["", f"{r.engine_starts} engine starts, {r.seconds:.0f} s in all.", ""]
+    return "\n".join(lines)
+
+
+def _md_header(r: ValidationReport) -> list[str]:
+    env, st, ds = r.environment, r.settings, r.dataset
+    return [
+        f"# speckit validate: {r.method} draft for `{r.target}`",
+        "",
+        f"- draft: `{r.draft or '(none: ' + r.method + ')'}`",
+        (f"- vLLM {env.get('vllm_version')} on {env.get('device')} ({env.get('platform')}), "
+        f"dtype {env.get('dtype')}, TP {st.get('tp')}"),
+        (f"- prompts: {ds.get('name')} ({ds.get('prompts')} prompts, sha256 "
+        f"`{str(ds.get('sha256'))[:16]}`), max tokens {st.get('max_tokens')}, temperature "
+        f"{st.get('temperature')}, concurrency {st.get('concurrency')}"),
+        (f"- chat template sha256 `{str(st.get('chat_template_sha256'))[:16]}`, thinking: "
+        f"{_thinking(st.get('thinking'))}"),
+    ]
+
+
+def _md_runs(r: ValidationReport) -> list[str]:
+    lines = [
+        "",
+        "## Result",
+        "",
+        "| run | k | AL | acceptance rate | per position | tokens/s | ratio | lossless |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| baseline | - | - | - | - | {r.baseline.tokens_per_s:.2f} | 1.000 | - |",
+    ]
+    for s in r.runs:
+        lines.append(
+            f"| {s.run.label} | {s.run.k} | {s.acceptance_length:.3f}"
+            f"{' ± ' + format(s.al_stderr, '.3f') if s.al_stderr is not None else ''} | "
+            f"{_pct(s.acceptance_rate)} | {_pos(s.per_position)} | {_speed(s)} | "
+            f"{_ratio(s)} | {s.lossless.status} "
+            f"({s.lossless.exact_matches}/{s.lossless.prompts} exact, "
+            f"{_pct(s.lossless.token_match_rate)} tokens) |")
+    return lines
+
+
+def _md_sweep(sw: SweepReport) -> list[str]:
+    c = sw.costs
+    lines = ["", f"## k sweep (measured at k={sw.k_measured}, derived below it)", "",
+             (f"- target step {c.target_step_s * 1e3:.2f} ms; verification step "
+             f"{c.verify_step_s(sw.k_measured) * 1e3:.2f} ms at {sw.k_measured + 1} tokens "
+             f"(+{c.verify_slope_s * 1e3:.2f} ms per token); draft "
+             f"{'forward' if c.parallel else 'step'} {c.draft_step_s * 1e3:.2f} ms; "
+             f"speculative step {c.spec_step_s * 1e3:.2f} ms; "
+             f"{_pct(c.draft_fraction)} of steps carried a draft"),
+             "", "| k | AL (derived) | step ms | predicted ratio | calibrated ratio |",
+             "|---|---|---|---|---|"]
+    cal = {p.k: p for p in sw.calibrated}
+    for p in sw.predictions:
+        star = " **recommended**" if p.k == sw.recommended_k else ""
+        cal_ratio = f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-"
+        lines.append(f"| {p.k}{star} | {p.acceptance_length:.3f} | "
+                     f"{p.spec_step_s * 1e3:.2f} | {p.throughput_ratio:.3f} | {cal_ratio} |")
+    if sw.confirmation is not None:
+        cf = sw.confirmation
+        lines += ["", (f"Confirmed at k={cf.k}: AL predicted {cf.predicted_al:.3f} vs "
+                  f"measured {cf.measured_al:.3f} ({100 * cf.al_error:+.1f}%), throughput "
+                  f"ratio predicted {cf.predicted_ratio:.3f} vs measured "
+                  f"{cf.measured_ratio:.3f} ({100 * cf.ratio_error:+.1f}%).")]
+    lines += [f"- {n}" for n in sw.notes + c.notes
+              + (sw.calibrated_costs.notes if sw.calibrated_costs else [])]
+    return lines
+
+
+def _md_compare(cp: CompareReport) -> list[str]:
+    lines = ["", f"## Draft comparison at k={cp.k}", "",
+             "| draft | AL | per position | tokens/s | ratio |", "|---|---|---|---|---|"]
+    for name, s in ((cp.primary_draft, cp.primary), (cp.other_draft, cp.other)):
+        lines.append(f"| `{name}` | {s.acceptance_length:.3f} | {_pos(s.per_position)} | "
+                     f"{_speed(s)} | {_ratio(s)} |")
+    lines += ["", (f"AL drop {cp.al_drop:+.3f} ({cp.al_drop_pct:+.1f}%), per position "
+              f"{_pos(cp.per_position_drop)}, throughput ratio drop "
+              f"{cp.ratio_drop_pct:+.1f}%.")]
+    return lines
+
+
+def _md_serve(r: ValidationReport) -> list[str]:
+    lines = ["", "## Serve it", "", "```sh", r.serve_command, "```", "",
+             "`--speculative-config`:", "", "```json",
+             json.dumps(r.spec_config, indent=2), "```"]
+    return lines + [f"- {n}" for n in r.serve_notes]
+
+
+def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
+    """acceptance-per-position.png and k-sweep.png; empty when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        r.warnings.append("matplotlib is not installed: no PNG plots (pip install matplotlib)")
+        return {}
+    files: dict[str, str] = {}
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    width = 0.8 / max(1, len(r.runs))
+    for i, s in enumerate(r.runs):
+        xs = [j + 1 + (i - (len(r.runs) - 1) / 2) * width for j in range(len(s.per_position))]
+        ax.bar(xs, s.per_position, width=width,
+               label=f"{s.run.label} (AL {s.acceptance_length:.2f})")
+    positions = max((len(s.per_position) for s in r.runs), default=1)
+    ax.set_xticks(range(1, positions + 1))
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("share of steps accepted up to here")
+    ax.set_ylim(0, 1.25)  # headroom for the legend above the bars
+    ax.set_title("Acceptance per position")
+    ax.legend(fontsize=8, loc="upper right", ncol=2)
+    p = out / "acceptance-per-position.png"
+    fig.tight_layout()
+    fig.savefig(p, dpi=110)
+    plt.close(fig)
+    files["acceptance_per_position_png"] = str(p)
+    if r.sweep is not None:
+        sw = r.sweep
+        fig, ax1 = plt.subplots(figsize=(6.4, 4.0))
+        ks = [p.k for p in sw.predictions]
+        ax1.plot(ks, [p.acceptance_length for p in sw.predictions], "o-", label="AL (derived)")
+        ax1.set_xlabel("k (num_speculative_tokens)")
+        ax1.set_ylabel("mean acceptance length")
+        ax2 = ax1.twinx()
+        ax2.plot(ks, [p.throughput_ratio for p in sw.predictions], "s--", color="tab:orange",
+                 label="predicted throughput ratio")
+        if sw.calibrated:
+            ax2.plot(ks, [p.throughput_ratio for p in sw.calibrated], "^:", color="tab:green",
+                     label="calibrated after confirmation")
+        ax1.set_xticks(ks)
+        ax2.axhline(1.0, color="grey", lw=0.8)
+        ax2.set_ylabel("throughput ratio vs baseline")
+        for s in r.runs:
+            if s.run.role in ("speculative", "confirm") and s.run.k is not None:
+                ax1.plot([s.run.k], [s.acceptance_length], "k*", ms=10)
+                ax2.plot([s.run.k], [s.throughput_ratio], "rx", ms=9)
+        ax1.set_title(f"k sweep (recommended k={sw.recommended_k}; * / x = measured)")
+        h1, l1 = ax1.get_legend_handles_labels()
+        h2, l2 = ax2.get_legend_handles_labels()
+        ax1.legend(h1 + h2, l1 + l2, fontsize=8, loc="best")
+        p = out / "k-sweep.png"
+        fig.tight_layout()
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        files["k_sweep_png"] = str(p)
+    if r.concurrency is not None:
+        from speckit.validate.concurrency import plot
+
+        files["ratio_by_concurrency_png"] = plot(r.concurrency, out, plt)
+    return files
+
+
+def print_report(r: ValidationReport, *, console=None) -> None:
+    """A rich table for the terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = console or Console()
+    env, st = r.environment, r.settings
+    console.print(f"[bold]{r.method}[/] draft [cyan]{r.draft or '-'}[/] on target "
+                  f"[cyan]{r.target}[/]")
+    console.print(f"vLLM {env.get('vllm_version')} · {env.get('device')} · {env.get('dtype')} · "
+                  f"{r.dataset.get('name')} x{r.dataset.get('prompts')} · max_tokens "
+                  f"{st.get('max_tokens')} · T={st.get('temperature')} · thinking "
+                  f"{_thinking(st.get('thinking'))}")
+    t = Table(title="acceptance and speed")
+    for col in ("run", "k", "AL", "accept rate", "per position", "tok/s", "ratio", "lossless"):
+        t.add_column(col, justify="right" if col not in ("run", "lossless") else "left")
+    t.add_row("baseline", "-", "-", "-", "-", f"{r.baseline.tokens_per_s:.2f}", "1.000", "-")
+    for s in r.runs:
+        t.add_row(s.run.label, str(s.run.k), f"{s.acceptance_length:.3f}", _pct(s.acceptance_rate),
+                  _pos(s.per_position), _speed(s), _ratio(s),
+                  f"{s.lossless.status} {s.lossless.exact_matches}/{s.lossless.prompts}, "
+                  f"{_pct(s.lossless.token_match_rate)}")
+    console.print(t)
+    if r.sweep is not None:
+        sw = r.sweep
+        t2 = Table(title=f"k sweep (measured at k={sw.k_measured})")
+        for col in ("k", "AL (derived)", "step ms", "predicted ratio", "calibrated"):
+            t2.add_column(col, justify="right")
+        cal = {p.k: p for p in sw.calibrated}
+        for p in sw.predictions:
+            mark = " ←" if p.k == sw.recommended_k else ""
+            t2.add_row(f"{p.k}{mark}", f"{p.acceptance_length:.3f}", f"{p.spec_step_s * 1e3:.1f}",
+                       f"{p.throughput_ratio:.3f}",
+                       f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-")
+        console.print(t2)
+        if sw.confirmation is not None:
+            cf = sw.confirmation
+            console.print(f"confirmed k={cf.k}: AL predicted {cf.predicted_al:.3f} / measured "
+                          f"{cf.measured_al:.3f}; ratio predicted {cf.predicted_ratio:.3f} / "
+                          f"measured {cf.measured_ratio:.3f}")
+        for n in sw.notes:
+            console.print(f"note: {n}")
+    if r.compare is not None:
+        cp = r.compare
+        speed = ("throughput not compared (acceptance only)" if cp.other.acceptance_only else
+                 f"ratio {cp.primary.throughput_ratio:.3f} -> {cp.other.throughput_ratio:.3f}")
+        console.print(f"compare at k={cp.k}: AL {cp.primary.acceptance_length:.3f} -> "
+                      f"{cp.other.acceptance_length:.3f} (drop {cp.al_drop_pct:+.1f}%), {speed}")
+    if r.concurrency is not None:
+        from speckit.validate.concurrency import summary_lines
+
+        for line in summary_lines(r.concurrency):
+            console.print(line)
+    for w in r.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    console.print("[bold]serve:[/]")
+    console.print(r.serve_command, soft_wrap=True, highlight=False, markup=False)
+    if r.files:
+        console.print(f"files in {Path(next(iter(r.files.values()))).parent}")
