@@ -93,7 +93,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 
 def capture(args: argparse.Namespace, work: Path) -> tuple[Path, Path]:
     """(target dir, captured data dir): a factory target and its answers, captured once."""
-    from speckit.train import train_eagle3
+    from speckit.train.eagle3 import train_eagle3
 
     target = make_target(work / "target", with_tokenizer=True, **SIZES[args.size])
     train_eagle3(target=str(target), out=work / "capture", work_dir=work / "capture.work",

@@ -17,7 +17,7 @@ from speckit.core.refs import is_commit_sha, is_repo_id, split_revision
 from speckit.errors import HubError, UsageError
 from speckit.fetch import fetch
 from speckit.io.refs import classify, resolve
-from speckit.train import resolve_target
+from speckit.train.common import resolve_target
 from tests import factories as F
 from tests import hubserver
 

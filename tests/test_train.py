@@ -15,7 +15,8 @@ from click.testing import CliRunner
 
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import Checkpoint
-from speckit.train import default_aux_layers, train_eagle3
+from speckit.train.common import default_aux_layers
+from speckit.train.eagle3 import train_eagle3
 from speckit.train.model import Eagle3Head, HeadConfig
 from speckit.train.vocab import build_draft_vocab, check_draft_vocab
 from tests.factories import make_target

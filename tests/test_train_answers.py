@@ -13,7 +13,8 @@ from click.testing import CliRunner
 
 from speckit.errors import FormatError, UsageError
 from speckit.io.hub import sha256_file
-from speckit.train import _answers_digest, _read_answers, train_eagle3
+from speckit.train.answers import answers_digest, read_answers
+from speckit.train.eagle3 import train_eagle3
 from tests.factories import DIMS, make_target
 
 AUX = [1, 4, 8]
@@ -49,28 +50,28 @@ def _data_only(runs, answers, work: Path, out: Path):
 
 def test_digest_is_the_sha256_of_the_concatenation(runs, tmp_path):
     a, b, ab = runs["a"], runs["b"], runs["ab"]
-    assert _answers_digest([a]) == sha256_file(a)  # one file: today's hash, old work dirs reused
-    assert _answers_digest([a, b]) == sha256_file(ab)
-    assert _answers_digest([a, b]) == hashlib.sha256(a.read_bytes() + b.read_bytes()).hexdigest()
-    assert _answers_digest([b, a]) != _answers_digest([a, b])
+    assert answers_digest([a]) == sha256_file(a)  # one file: today's hash, old work dirs reused
+    assert answers_digest([a, b]) == sha256_file(ab)
+    assert answers_digest([a, b]) == hashlib.sha256(a.read_bytes() + b.read_bytes()).hexdigest()
+    assert answers_digest([b, a]) != answers_digest([a, b])
     cut = tmp_path / "cut.jsonl"  # its last record has no newline: fine last, refused before
     cut.write_bytes(a.read_bytes().rstrip(b"\n"))
     want = hashlib.sha256(b.read_bytes() + cut.read_bytes()).hexdigest()
-    assert _answers_digest([b, cut]) == want
+    assert answers_digest([b, cut]) == want
     with pytest.raises(FormatError, match=r"cut\.jsonl: does not end with a newline") as e:
-        _answers_digest([cut, b])
+        answers_digest([cut, b])
     assert "echo >>" in e.value.hint
     empty = tmp_path / "empty.jsonl"
     empty.write_bytes(b"")
     with pytest.raises(FormatError, match=r"empty\.jsonl: no conversations"):
-        _answers_digest([a, empty, b])
+        answers_digest([a, empty, b])
     with pytest.raises(UsageError, match=r"gone\.jsonl: no such file"):
-        _answers_digest([a, tmp_path / "gone.jsonl"])
+        answers_digest([a, tmp_path / "gone.jsonl"])
 
 
-def test_read_answers_concatenates_and_names_the_bad_file_and_line(runs, tmp_path):
+def testread_answers_concatenates_and_names_the_bad_file_and_line(runs, tmp_path):
     lines: list[str] = []
-    got = _read_answers([runs["a"], runs["b"]], tmp_path / "copy.jsonl", say=lines.append)
+    got = read_answers([runs["a"], runs["b"]], tmp_path / "copy.jsonl", say=lines.append)
     assert [s.source for s in got] == ["run-a"] * 5 + ["run-b"] * 3
     assert (tmp_path / "copy.jsonl").read_bytes() == runs["ab"].read_bytes()
     assert lines == [f"answers from 2 files ({runs['a']} 5, {runs['b']} 3): 8 conversations "
@@ -78,7 +79,7 @@ def test_read_answers_concatenates_and_names_the_bad_file_and_line(runs, tmp_pat
     bad = tmp_path / "bad.jsonl"
     bad.write_text(runs["b"].read_text().splitlines()[0] + "\n{\"prompt_ids\": [1]}\n")
     with pytest.raises(FormatError, match=r"bad\.jsonl:2: not a samples.jsonl record"):
-        _read_answers([runs["a"], bad], tmp_path / "copy2.jsonl", say=lines.append)
+        read_answers([runs["a"], bad], tmp_path / "copy2.jsonl", say=lines.append)
 
 
 def test_two_files_capture_the_data_of_their_cat(runs, tmp_path):

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 
 from speckit.errors import UsageError
 from speckit.train import data as D
-from speckit.train import train_eagle3
+from speckit.train.eagle3 import train_eagle3
 from tests.factories import DIMS, make_target
 
 AUX = [1, 4, 8]  # 8 = L: the final pre-norm state

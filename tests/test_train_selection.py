@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from speckit.train import _untrained
 from speckit.train import data as D
 from speckit.train.prompts import SELECTION_BENCHMARKS, TrainPrompt
+from speckit.train.selection import untrained
 from tests.factories import make_target
 
 
@@ -34,7 +34,7 @@ def test_trained_prompts_and_benchmarks_leave_the_selection(tok):
     samples = [_sample(tok, maths[1].text, "target-asks"), _sample(tok, maths[3].text, "x"),
                _sample(tok, "unrelated", SELECTION_BENCHMARKS["code"]),
                _sample(tok, "other", "speckit-mix/math")]
-    out = _untrained(selection, samples, tok, say=said.append)
+    out = untrained(selection, samples, tok, say=said.append)
     assert set(out) == {"chat", "math"}
     assert out["chat"] == chat
     assert [p.text for p in out["math"]] == [maths[0].text, maths[2].text]
@@ -44,7 +44,7 @@ def test_trained_prompts_and_benchmarks_leave_the_selection(tok):
 
 def test_nothing_trained_keeps_every_set(tok):
     selection = {"math": [TrainPrompt("speckit-mix/math", "What is 2 + 2?")]}
-    out = _untrained(selection, [_sample(tok, "What is 3 + 3?", "speckit-mix/math")], tok,
+    out = untrained(selection, [_sample(tok, "What is 3 + 3?", "speckit-mix/math")], tok,
                      say=lambda m: None)
     assert out == selection
 
@@ -58,7 +58,7 @@ def test_resume_keeps_the_best_epoch_chosen_before_the_interruption(tmp_path):
     from safetensors import safe_open
     from safetensors.torch import load_file, save_file
 
-    from speckit.train import train_eagle3
+    from speckit.train.eagle3 import train_eagle3
 
     target = make_target(tmp_path / "t", with_tokenizer=True)
     work = tmp_path / "work"

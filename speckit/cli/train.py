@@ -161,7 +161,8 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, layers
     The target answers every prompt with its chat template; its aux hidden states are captured
     to disk shards; the head is trained with the TTT loss; OUT is ready for speckit validate.
     """
-    from speckit.train import check_online, train_eagle3
+    from speckit.train.common import check_online
+    from speckit.train.eagle3 import train_eagle3
 
     check_online(online, fsdp=fsdp, nproc=nproc)
     if nproc is not None and "RANK" not in os.environ:

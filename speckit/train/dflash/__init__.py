@@ -7,7 +7,6 @@ epoch with the best simulated acceptance, and exports the speculators `dflash` l
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ from typing import Any
 
 from speckit.errors import FormatError, UsageError
 from speckit.io.output import check_output
+from speckit.train.common import pick_device, to_stderr
 
 EAGLE3_HOLDOUT = 16  # train eagle3's default --holdout: part of the data recipe it hashes
 
@@ -76,10 +76,10 @@ def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.Path
     from speckit.train.dflash.loop import DflashLoopConfig, train_dflash_loop
     from speckit.train.dflash.model import param_count
 
-    t_start, say, stage = time.monotonic(), log or _to_stderr, {}
+    t_start, say, stage = time.monotonic(), log or to_stderr, {}
     if epochs < 1:
         raise UsageError("--epochs must be >= 1")
-    device = _pick_device(device)
+    device = pick_device(device)
     out = check_output(out, {}, force=force or resume)
     tdir, tcfg = _target(target)
     work = _work(out, work_dir, tdir, data_dir, force=force, resume=resume)
@@ -118,22 +118,13 @@ def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.Path
 
 # ---- steps of train_dflash -------------------------------------------------------------------
 
-def _to_stderr(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
-def _pick_device(device: str | None) -> str:
-    import torch
-
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("--device cuda but torch sees no CUDA device", hint="use --device cpu")
-    return device
 
 
 def _target(target: str) -> tuple[Path, dict[str, Any]]:
     from speckit.io.checkpoint import load_config
-    from speckit.train import resolve_target
+    from speckit.train.common import resolve_target
 
     tdir = resolve_target(target)
     return tdir, load_config(tdir)
@@ -166,8 +157,9 @@ def _data(target: str, tdir: Path, tcfg: dict, out: Path, work: Path, *, data_di
           samples: int, max_tokens: int, aux_layers: list[int] | None, seed: int, device: str,
           engine: str, progress: bool, say) -> tuple[Any, bool]:
     """(manifest, reused): --data-dir's shards, else train eagle3's data stage in ``work``."""
-    from speckit.train import default_aux_layers, train_eagle3
+    from speckit.train.common import default_aux_layers
     from speckit.train.data import MANIFEST, DataManifest
+    from speckit.train.eagle3 import train_eagle3
 
     text = tcfg.get("text_config") or tcfg
     if data_dir is not None:
