@@ -533,44 +533,60 @@ class RegistryAddResult:
     file: Path
     replaced: bool
     toml: str
+    warnings: list[str] = field(default_factory=list)
 
 
 def registry_add(repo_id: str, *, revision: str | None = None, entry_id: str | None = None,
                  provider: str | None = None, token: str | None = None, force: bool = False,
                  registry_file: str | os.PathLike | None = None,
-                 endpoint: str | None = None) -> RegistryAddResult:
+                 endpoint: str | None = None,
+                 shadows_builtin: bool = False) -> RegistryAddResult:
     """Add a draft pushed by `speckit push` to the user's registry, pinned to its commit, with
-    the figures its card records."""
-    from huggingface_hub import HfApi, hf_hub_download
-
-    from speckit.core.registry import draft_entry_from_card, entry_toml, user_config_registry
+    the figures its card records. An id of a curated entry is refused unless
+    ``shadows_builtin`` (then the entry says so, and every use of it warns)."""
+    from speckit.core.refs import check_revision
+    from speckit.core.registry import (
+        draft_entry_from_card,
+        entry_toml,
+        load_registry,
+        user_config_registry,
+    )
+    from speckit.io.hub import download_file
     from speckit.io.user_registry import add_entry
 
     _check_repo_id(repo_id)
-    ep = _endpoint(endpoint)
+    check_revision(revision or "main", what="--revision")
+    s = hub_settings(endpoint, token=token)
     try:
-        commit = HfApi(endpoint=ep, token=token).repo_info(repo_id, revision=revision).sha
-        card = Path(hf_hub_download(repo_id, "README.md", revision=commit, endpoint=ep,
-                                    token=token, cache_dir=_cache_dir())).read_text()
-    except Exception as e:
-        raise _read_error(e, repo_id, ep) from e
-    meta, _ = split_card(card)
+        card_path = download_file(repo_id, "README.md", revision, s)
+    except FileNotFoundError:
+        raise UsageError(f"{repo_id} has no README.md model card",
+                         hint="registry add reads the card `speckit push` writes") from None
+    commit = card_path.parent.name
+    meta, _ = split_card(_read_card(card_path))
     raw = draft_entry_from_card(meta, repo_id=repo_id, commit=commit, entry_id=entry_id,
                                 provider=provider)
+    builtin = load_registry(env={}).entries
+    warnings = []
+    if raw["id"] in builtin:
+        if not shadows_builtin:
+            raise UsageError(f"{raw['id']!r} is the id of a curated registry entry",
+                             hint="pick another with --id NEW_ID, or pass --shadows-builtin to "
+                             "replace the curated entry on purpose")
+        raw["shadows_builtin"] = True
+        warnings.append(f"{raw['id']} now replaces the curated entry of that id "
+                        f"({builtin[raw['id']].location}) wherever your registry is loaded")
     text = entry_toml(raw)
     path = Path(registry_file).expanduser() if registry_file else user_config_registry()
     replaced = add_entry(path, raw["id"], text, force=force)
-    return RegistryAddResult(raw["id"], repo_id, commit, path, replaced, text)
+    return RegistryAddResult(raw["id"], repo_id, commit, path, replaced, text, warnings)
 
 
-def _read_error(e: BaseException, repo_id: str, ep: str) -> SpeckitError:
-    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError
+def _read_card(path: Path) -> str:
+    from speckit.io.checkpoint import read_small
 
-    if isinstance(e, RepositoryNotFoundError):
-        return HubError(f"repo {repo_id} not found on {ep}",
-                        hint="check the id; for a private repo set HF_TOKEN")
-    if isinstance(e, EntryNotFoundError):
-        return UsageError(f"{repo_id} has no README.md model card",
-                          hint="registry add reads the card `speckit push` writes")
-    return HubError(f"cannot read {repo_id} from {ep}: {type(e).__name__}",
-                    hint="check the connection and HF_ENDPOINT")
+    try:
+        return read_small(path, what="model card", limit=4 * 1024 * 1024).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"{path}: the model card is not UTF-8 text",
+                          hint="registry add reads cards written by `speckit push`") from e
