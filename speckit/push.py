@@ -88,7 +88,7 @@ def push(path: str | os.PathLike, repo_id: str, *, private: bool = False,
     if not root.is_dir():
         raise UsageError(f"{root}: not a directory", hint="pass the checkpoint directory to push")
     root = root.resolve()
-    names, skipped = select_upload(root)
+    names, skipped = select_upload(root, token=token)
     facts = _inspect(root)
     config = json.loads((root / "config.json").read_text())
     chain = provenance_chain(root)
@@ -125,14 +125,18 @@ def _check_repo_id(repo_id: str) -> None:
                          hint="write it as owner/name (your user name or an organization)")
 
 
-def select_upload(root: Path) -> tuple[list[str], dict[str, str]]:
+def select_upload(root: Path, *, token: str | None = None) -> tuple[list[str], dict[str, str]]:
     """The files to upload and the ones left out (with why); FormatError for what is refused:
-    pickles, code, `auto_map`, and files the checkpoint does not describe."""
+    pickles, code, `auto_map`, files the checkpoint does not describe, links that leave the
+    directory, and anything that looks like a secret (``token``: the push token, also refused)."""
     from speckit.io.checkpoint import Checkpoint
 
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if rel.startswith(".") or "/." in rel or not p.is_file():
+        if rel.startswith(".") or "/." in rel:
+            continue
+        _check_link_stays(root, p, rel)
+        if not p.is_file():
             continue
         low = rel.lower()
         if low.endswith(PICKLE_SUFFIXES):
@@ -173,7 +177,66 @@ def select_upload(root: Path) -> tuple[list[str], dict[str, str]]:
                               "license text)",
                               hint="remove or move it; a stale shard or training leftover must "
                               "not be published")
+    _check_secrets(root, [n for n in names if n not in weights], token)
     return names, skipped
+
+
+# names and contents that are credentials, whatever the file is called
+SECRET_NAMES = re.compile(r"(^|/)(\.env(\..*)?|.*\.env|id_(rsa|dsa|ecdsa|ed25519)(\.pub)?|"
+                          r".*\.pem|.*\.key|\.netrc|\.npmrc|\.pypirc|credentials(\.json)?|"
+                          r".*secret.*)$", re.IGNORECASE)
+SECRET_TEXT = re.compile(
+    rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"  # PEM / OpenSSH private keys
+    rb"|\bhf_[A-Za-z0-9]{30,}\b"  # Hugging Face tokens
+    rb"|\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b"  # GitHub tokens
+    rb"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"  # AWS access key ids
+    rb"|\bxox[abprs]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    rb"|\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{32,}"  # OpenAI / Anthropic style API keys
+)
+SECRET_SCAN_BYTES = 64 * 1024 * 1024
+
+
+def _check_link_stays(root: Path, p: Path, rel: str) -> None:
+    """A symlink (file or folder) must point inside the directory: push uploads what a link points
+    to, and a link to ~/.ssh/id_rsa named LICENSE would publish the key."""
+    from speckit.io.checkpoint import in_hf_blob_store
+
+    if not p.is_symlink():
+        return
+    try:
+        real = p.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise FormatError(f"{root}: {rel} is a broken or looping symlink",
+                          hint="remove it before pushing") from None
+    if not real.is_relative_to(root) and not in_hf_blob_store(real):
+        raise FormatError(f"{root}: {rel} is a symlink to {real}, outside the checkpoint "
+                          "directory; push never publishes what such a link points to",
+                          hint="copy the file into the directory if it belongs to the draft, "
+                          "or remove the link")
+
+
+def _check_secrets(root: Path, names: list[str], token: str | None) -> None:
+    """Refuse a file that is named like a credential or holds one (a private key, an API token,
+    the push token itself), whatever its name."""
+    from huggingface_hub import get_token
+
+    token = token or get_token()
+    needle = token.encode() if token and len(token) >= 8 else None
+    for n in names:
+        why = None
+        if SECRET_NAMES.search(n):
+            why = "is named like a credential file"
+        else:
+            with open(root / n, "rb") as f:
+                data = f.read(SECRET_SCAN_BYTES)
+            if needle is not None and needle in data:
+                why = "holds the Hub token this push uses"
+            elif (m := SECRET_TEXT.search(data)) is not None:
+                why = f"holds what looks like a secret ({m.group()[:12].decode(errors='replace')}…)"
+        if why:
+            raise FormatError(f"{root}: {n} {why}; push refuses to publish it",
+                              hint="remove the secret from the directory (and rotate it if it was "
+                              "ever shared); push uploads every file it selects")
 
 
 def _config(root: Path) -> dict[str, Any]:

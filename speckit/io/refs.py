@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from speckit.core import PACKAGE_DIR
-from speckit.core.refs import check_revision, split_revision
+from speckit.core.refs import check_revision, printable, split_revision
 from speckit.errors import UsageError
 from speckit.io.checkpoint import load_config
 from speckit.io.hub import (
@@ -100,7 +100,11 @@ def classify(ref: str | os.PathLike, *, role: str | None = None,
     if not looks_like_path(text) and split_revision(text)[1] is not None:
         repo, rev = split_revision(text)
         return Reference(str(ref), "hub", repo=repo, revision=rev)
-    kind, value = classify_ref(text)
+    try:
+        kind, value = classify_ref(text)
+    except RuntimeError as e:  # pathlib's "Symlink loop from ..." while resolving a path
+        raise UsageError(f"{label} {printable(ref)}: a symlink loop (it links back to itself)",
+                         hint="pass the real checkpoint directory") from e
     if kind == "hub":
         return Reference(str(ref), "hub", repo=value)
     if kind == "path":
