@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core.modelcard import CardInputs, card_metadata, hub_license, render_card, split_card
+from speckit.core.refs import printable, redact_url
 from speckit.errors import FormatError, HubError, SpeckitError, UsageError
 from speckit.io.checkpoint import INDEX_NAME
 from speckit.io.hub import TOKENIZER_FILES, hub_settings, sha256_file
@@ -499,7 +500,7 @@ def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
             ops.append(CommitOperationAdd("README.md", r.card.encode()))
         if not ops:  # the Hub has every byte already: no empty commit
             r.commit = api.repo_info(r.repo_id, revision=r.revision).sha
-            r.commit_url = f"{r.endpoint}/{r.repo_id}/commit/{r.commit}"
+            r.commit_url = f"{redact_url(r.endpoint)}/{r.repo_id}/commit/{r.commit}"
             return
         info = api.create_commit(
             r.repo_id, ops, revision=r.revision, create_pr=r.create_pr,
@@ -507,7 +508,10 @@ def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
             f"for {r.metadata['base_model']}")
     except Exception as e:
         raise _upload_error(e, r, token) from e
-    r.commit, r.commit_url, r.pr_url = info.oid, info.commit_url, info.pr_url
+    # server strings, printed: escaped, and no user:password of HF_ENDPOINT in them
+    r.commit = info.oid
+    r.commit_url, r.pr_url = (printable(redact_url(u)) if u else u
+                              for u in (info.commit_url, info.pr_url))
 
 
 def _mark_unchanged(api, r: PushResult) -> None:
@@ -547,7 +551,8 @@ def _upload_error(e: BaseException, r: PushResult, token: str | None) -> Speckit
 
     if isinstance(e, SpeckitError):
         return e
-    where = f"{r.repo_id} on {r.endpoint}"
+    endpoint = redact_url(r.endpoint)  # HF_ENDPOINT may carry user:password
+    where = f"{r.repo_id} on {endpoint}"
     if isinstance(e, RevisionNotFoundError):
         return HubError(f"branch {r.revision!r} not found in {where}",
                         hint="a pull request targets an existing branch; drop --revision or "
@@ -560,7 +565,7 @@ def _upload_error(e: BaseException, r: PushResult, token: str | None) -> Speckit
         else None
     if status == 401:
         has = token or get_token()
-        return HubError(f"{r.endpoint} rejected the {'token' if has else 'request'} (HTTP 401)",
+        return HubError(f"{endpoint} rejected the {'token' if has else 'request'} (HTTP 401)",
                         hint=("the token is invalid or expired: create a write token and pass "
                               "--token or set HF_TOKEN" if has else "no token found: pass "
                               "--token, set HF_TOKEN or run `hf auth login` with a write token"))
@@ -581,6 +586,7 @@ def _upload_error(e: BaseException, r: PushResult, token: str | None) -> Speckit
     cause = e.__cause__ or e.__context__
     if cause is not None and str(cause):
         first += f" ({str(cause).splitlines()[0]})"
+    first = printable(redact_url(first))  # it quotes the server and the URL
     return HubError(f"upload to {where} failed: {first}",
                     hint="run the same command again: files already on the Hub are not sent "
                     "again, and the commit is made only when every file is up")
