@@ -229,7 +229,7 @@ class _Transfer:
             wait = _retry_after(resp.headers.get("retry-after"))
             cap = self.limits.retry_after_max_s
             if wait is not None and wait > cap:
-                raise HubError(f"{self.s.shown} asked to wait {wait:g} s (HTTP {code}, "
+                raise HubError(f"{self.s.shown} asked to wait {wait:.0f} s (HTTP {code}, "
                                f"Retry-After) before sending {self.where}; speckit waits at most "
                                f"{cap:g} s, so it stopped", hint="retry later, or raise the cap "
                                "with SPECKIT_HUB_RETRY_AFTER_MAX_S")
