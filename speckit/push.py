@@ -139,6 +139,9 @@ def select_upload(root: Path, *, token: str | None = None) -> tuple[list[str], d
         _check_link_stays(root, p, rel)
         if not p.is_file():
             continue
+        if SECRET_NAMES.search(rel):
+            raise FormatError(f"{root}: {rel} is named like a credential file; push refuses to "
+                              "publish it", hint="move it out of the checkpoint directory")
         low = rel.lower()
         if low.endswith(PICKLE_SUFFIXES):
             raise FormatError(f"{root}: {rel} is a pickle; speckit never publishes pickles "
@@ -217,23 +220,20 @@ def _check_link_stays(root: Path, p: Path, rel: str) -> None:
 
 
 def _check_secrets(root: Path, names: list[str], token: str | None) -> None:
-    """Refuse a file that is named like a credential or holds one (a private key, an API token,
-    the push token itself), whatever its name."""
+    """Refuse a file that holds a credential (a private key, an API token, the push token
+    itself), whatever its name."""
     from huggingface_hub import get_token
 
     token = token or get_token()
     needle = token.encode() if token and len(token) >= 8 else None
     for n in names:
         why = None
-        if SECRET_NAMES.search(n):
-            why = "is named like a credential file"
-        else:
-            with open(root / n, "rb") as f:
-                data = f.read(SECRET_SCAN_BYTES)
-            if needle is not None and needle in data:
-                why = "holds the Hub token this push uses"
-            elif (m := SECRET_TEXT.search(data)) is not None:
-                why = f"holds what looks like a secret ({m.group()[:12].decode(errors='replace')}…)"
+        with open(root / n, "rb") as f:
+            data = f.read(SECRET_SCAN_BYTES)
+        if needle is not None and needle in data:
+            why = "holds the Hub token this push uses"
+        elif (m := SECRET_TEXT.search(data)) is not None:
+            why = f"holds what looks like a secret ({m.group()[:12].decode(errors='replace')}…)"
         if why:
             raise FormatError(f"{root}: {n} {why}; push refuses to publish it",
                               hint="remove the secret from the directory (and rotate it if it was "
