@@ -347,12 +347,12 @@ def _registry_license(src: dict[str, Any]) -> tuple[str, str] | None:
 
 def _hub_card_license(repo: str, commit: str | None, token: str | None,
                       endpoint: str | None) -> str | None:
-    from huggingface_hub import hf_hub_download
+    from speckit.io.hub import download_file
 
     try:  # a card is a nicety here: no network, no card, or no license all mean "not found"
-        p = hf_hub_download(repo, "README.md", revision=commit, endpoint=_endpoint(endpoint),
-                            token=token, cache_dir=_cache_dir())
-        return hub_license(split_card(Path(p).read_text())[0].get("license"))
+        # through speckit's validated download (#34): no server header picks where it is written
+        p = download_file(repo, "README.md", commit, hub_settings(endpoint, token=token))
+        return hub_license(split_card(_read_card(p))[0].get("license"))
     except Exception:  # noqa: BLE001 (huggingface_hub raises many types; absence is the answer)
         return None
 
@@ -472,10 +472,6 @@ def _card_inputs(repo_id: str, root: Path, facts, config: dict[str, Any], names:
 def _endpoint(endpoint: str | None) -> str:
     """Read per call (huggingface_hub reads HF_ENDPOINT once, at import)."""
     return hub_settings(endpoint).endpoint
-
-
-def _cache_dir() -> str:
-    return str(hub_settings().cache_dir)
 
 
 def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:

@@ -206,7 +206,8 @@ class HubServer:
     def hostile_body(self, file: str, mode: str, *, interval: float = 0.25,
                      cap: int = 256 * 1024 * 1024) -> None:
         """``mode`` "endless": a chunked body that never ends (up to ``cap`` bytes, a guard for
-        the test itself); "drip": the real bytes, one every ``interval`` seconds."""
+        the test itself); "drip": the real bytes, one every ``interval`` seconds. ``file``
+        "(tree)" is the listing API's answer."""
         self._hostile.body[file] = (mode, interval, cap)
 
     def hostile_status(self, file: str, status: int, headers: dict[str, str], *,
@@ -426,6 +427,8 @@ def _make_handler(server: HubServer):
                       f"&cursor={start + server.tree_page_size}"
                 headers["Link"] = f'<{nxt}>; rel="next"'
             self._record(kind, repo_id, status=200)
+            if self._hostile_stream("(tree)", json.dumps(page).encode(), headers):
+                return
             self._json(200, page, headers)
 
         def _resolve(self, repo_id: str, rev: str, name: str):

@@ -346,6 +346,16 @@ def test_drip_feed_hits_the_floor(hub, tight):
     _no_partials(hub.cache)
 
 
+@pytest.mark.parametrize("mode", ["endless", "drip"])
+def test_listing_api_cannot_hang_or_fill_memory(hub, tight, monkeypatch, mode):
+    monkeypatch.setenv("SPECKIT_HUB_JSON_MAX_BYTES", str(1024 * 1024))
+    hub.server.add_commit(DRAFT, draft_files())
+    hub.server.hostile_body("(tree)", mode, interval=0.2)
+    with pytest.raises(HubError, match="sent more than 1048576 bytes|under the floor"):
+        fetch(DRAFT)
+    assert hub.server.hostile_sent("(tree)") < 64 * 1024 * 1024
+
+
 @pytest.mark.parametrize("retry_after", ["3600", "Wed, 21 Oct 2099 07:28:00 GMT"])
 def test_long_retry_after_is_said_and_not_waited_for(hub, tight, retry_after):
     hub.server.add_commit(DRAFT, draft_files())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from speckit.core.refs import check_revision, is_commit_sha, printable
 from speckit.errors import HubError, SpeckitError
@@ -27,7 +28,9 @@ def api(s: HubSettings):
 
 def resolve_commit(repo: str, rev: str, s: HubSettings) -> str:
     """The commit sha a branch or tag names now (raises huggingface_hub's errors as they are)."""
-    commit = api(s).repo_info(repo, revision=rev, timeout=s.limits.read_s).sha
+    info, _ = transfer.get_json(f"{s.endpoint}/api/models/{repo}/revision/{quote(rev, safe='')}",
+                                s, f"{repo}@{printable(rev)}")
+    commit = info.get("sha") if isinstance(info, dict) else None
     if not isinstance(commit, str) or not is_commit_sha(commit):
         raise HubError(f"{s.shown} answered {repo}@{printable(rev)} with the commit id "
                        f"{printable(commit)[:64]!r}, which is not 40 hex digits",
@@ -36,18 +39,46 @@ def resolve_commit(repo: str, rev: str, s: HubSettings) -> str:
 
 
 def remote_listing(repo: str, commit: str, s: HubSettings) -> dict[str, Remote]:
-    """Every file of ``repo`` at ``commit``: size, git blob id, LFS sha256."""
-    from huggingface_hub.hf_api import RepoFile
-
+    """Every file of ``repo`` at ``commit``: size, git blob id, LFS sha256 (every page of the
+    listing, each entry checked for shape)."""
     out: dict[str, Remote] = {}
-    for f in api(s).list_repo_tree(repo, recursive=True, revision=commit):
-        if isinstance(f, RepoFile):
-            if not isinstance(f.path, str) or not isinstance(f.size, int) or f.size < 0:
-                raise HubError(f"{s.shown} listed {repo}@{commit[:12]} with an entry "
-                               f"{printable(f.path)[:80]!r} of size {printable(f.size)[:20]}",
-                               hint="refusing the listing: HF_ENDPOINT is broken or hostile")
-            out[f.path] = Remote(f.size, f.blob_id, f.lfs.sha256 if f.lfs else None)
-    return out
+    url: str | None = f"{s.endpoint}/api/models/{repo}/tree/{commit}"
+    params: dict[str, str] | None = {"recursive": "true", "expand": "false"}
+    for _page in range(10_000):
+        if url is None:
+            return out
+        page, url = transfer.get_json(url, s, f"the file list of {repo}@{commit[:12]}",
+                                      params=params)
+        params = None  # the next-page URL carries them
+        if not isinstance(page, list):
+            raise _bad_listing(repo, commit, s, page)
+        for e in page:
+            if isinstance(e, dict) and e.get("type") == "file":
+                out[_entry_path(repo, commit, s, e)] = _remote(repo, commit, s, e)
+    raise HubError(f"{s.shown} gave {repo}@{commit[:12]} more than 10000 listing pages",
+                   hint="refusing the listing: HF_ENDPOINT is broken or hostile")
+
+
+def _entry_path(repo: str, commit: str, s: HubSettings, e: dict) -> str:
+    path = e.get("path")
+    if not isinstance(path, str):
+        raise _bad_listing(repo, commit, s, e)
+    return path
+
+
+def _remote(repo: str, commit: str, s: HubSettings, e: dict) -> Remote:
+    size, oid, lfs = e.get("size"), e.get("oid"), e.get("lfs")
+    sha256 = lfs.get("oid") if isinstance(lfs, dict) else None
+    if not (isinstance(size, int) and not isinstance(size, bool) and size >= 0) \
+            or not isinstance(oid, str) or (lfs is not None and not isinstance(sha256, str)):
+        raise _bad_listing(repo, commit, s, e)
+    return Remote(size, oid, sha256)
+
+
+def _bad_listing(repo: str, commit: str, s: HubSettings, what) -> HubError:
+    return HubError(f"{s.shown} listed {repo}@{commit[:12]} with an entry it cannot hold: "
+                    f"{printable(what)[:120]}", hint="refusing the listing: HF_ENDPOINT is broken "
+                    "or hostile")
 
 
 def download(repo: str, commit: str, names: list[str], s: HubSettings, *,

@@ -343,3 +343,63 @@ def _retry_after(value: str | None) -> float | None:
     except (TypeError, ValueError):
         return None
     return max(0.0, when.timestamp() - time.time())
+
+
+# ---- API answers (repo info, listings) ----------------------------------------------------------
+
+def get_json(url: str, s: HubSettings, what: str, *, params: dict[str, str] | None = None):
+    """(parsed JSON, next page URL) of one API GET, on the same terms as a file: deadlines, the
+    bytes-per-window floor, a size cap (Limits.json_max_bytes), the token only to the endpoint's
+    origin. HTTP errors are raised as huggingface_hub's typed errors (so hub_error names them)."""
+    import json
+
+    import httpx2
+    from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
+
+    lim, origin = s.limits, _origin(s.endpoint)
+    timeout = httpx2.Timeout(connect=lim.connect_s, read=lim.read_s, write=lim.read_s,
+                             pool=lim.connect_s)
+    with httpx2.Client(timeout=timeout, follow_redirects=False) as client:
+        for _ in range(_REDIRECTS + 1):
+            auth = _origin(url) == origin
+            headers = dict(build_hf_headers(token=s.token)) if auth else {}
+            resp = client.send(client.build_request("GET", url, params=params, headers=headers),
+                               stream=True)
+            try:
+                if resp.status_code in (301, 302, 303, 307, 308) and "location" in resp.headers:
+                    url, params = _next_url(url, resp.headers["location"], what, s), None
+                    continue
+                body = _capped(resp, lim, s, what)
+                if resp.status_code >= 400:
+                    hf_raise_for_status(httpx2.Response(resp.status_code, headers=resp.headers,
+                                                        content=body, request=resp.request))
+                try:
+                    data = json.loads(body)
+                except ValueError as e:
+                    raise HubError(f"{s.shown} answered {what} with something that is not JSON",
+                                   hint="HF_ENDPOINT does not look like a Hub; check it") from e
+                return data, resp.links.get("next", {}).get("url")
+            finally:
+                resp.close()
+    raise HubError(f"{s.shown} redirected {what} more than {_REDIRECTS} times", hint=_HOSTILE_HINT)
+
+
+def _capped(resp, lim: Limits, s: HubSettings, what: str) -> bytes:
+    """The whole body of an API answer, refused past the cap or under the floor."""
+    out = bytearray()
+    window_start, window_got = time.monotonic(), 0
+    for chunk in resp.iter_bytes():
+        out += chunk
+        if len(out) > lim.json_max_bytes:
+            raise HubError(f"{s.shown} sent more than {lim.json_max_bytes} bytes for {what}; "
+                           "stopped", hint=_HOSTILE_HINT)
+        window_got += len(chunk)
+        now = time.monotonic()
+        if now - window_start >= lim.stall_s:
+            if window_got < lim.min_bytes:
+                raise HubError(f"{s.shown} sent {what} at {window_got} bytes in "
+                               f"{now - window_start:.0f} s, under the floor of {lim.min_bytes} "
+                               f"bytes per {lim.stall_s:g} s; stopped",
+                               hint="retry later or use another HF_ENDPOINT")
+            window_start, window_got = now, 0
+    return bytes(out)
