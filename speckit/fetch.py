@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,10 +100,16 @@ def fetch(ref: str, *, revision: str | None = None, with_target: bool = False,
                allow_pickle, dry_run, verify, update_lock, progress)
     # draft and target both have a config.json: with a target, each gets its own subfolder
     draft_dir = run.local_dir / "draft" if with_target and run.local_dir else run.local_dir
-    result = _fetch_one(ref, run, role=role, revision=revision, local_dir=draft_dir)
-    if with_target:
-        result.target = _fetch_target_of(result, run)
-        _pair_in_lock(result, run)
+    new_dir = run.local_dir is not None and not os.path.lexists(run.local_dir)
+    try:
+        result = _fetch_one(ref, run, role=role, revision=revision, local_dir=draft_dir)
+        if with_target:
+            result.target = _fetch_target_of(result, run)
+            _pair_in_lock(result, run)
+    except BaseException:
+        if new_dir:  # a refused or interrupted fetch leaves no half-filled -o behind
+            shutil.rmtree(run.local_dir, ignore_errors=True)
+        raise
     if not dry_run and not verify:
         run.lock.save()
     return result

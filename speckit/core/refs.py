@@ -53,7 +53,7 @@ def revision_problem(value: object) -> str | None:
         return None
     if not isinstance(value, str):
         return f"is a {type(value).__name__}, not a string"
-    return (f"{printable(value)!r} is neither a 40-hex commit sha nor a branch or tag name "
+    return (f"'{printable(value)}' is neither a 40-hex commit sha nor a branch or tag name "
             "(letters, digits, '_', '-', '.', '+', components joined by single '/'; no '..', "
             "no leading '.', '/' or '-')")
 

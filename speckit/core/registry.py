@@ -603,7 +603,7 @@ def _repo_pin(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[str | None, str | None
         ctx.fail("pinned", "revision is a commit sha but pinned = false",
                  "set pinned = true")
     if not pinned and not is_revision(revision):
-        ctx.fail("revision", f"{printable(revision)!r} is neither a commit sha nor a branch/tag "
+        ctx.fail("revision", f"'{printable(revision)}' is neither a commit sha nor a branch/tag "
                  "name", "branch and tag names are letters, digits, '_', '-', '.', '+' joined by "
                  "single '/', with no '..'")
     return repo, revision, pinned
@@ -996,7 +996,7 @@ def _check_card_values(v: Any, where: str) -> None:
     if isinstance(v, Mapping):
         for k, x in v.items():
             if not isinstance(k, str) or not _FIELD_KEY.match(k):
-                raise FormatError(f"model card: {where} has the key {printable(k)[:80]!r}, which "
+                raise FormatError(f"model card: {where} has the key '{printable(k)[:80]}', which "
                                   "is not a field name (lowercase letters, digits, '_')",
                                   hint="refusing the card; nothing was written")
             _check_card_values(x, f"{where}.{k}")
@@ -1005,7 +1005,7 @@ def _check_card_values(v: Any, where: str) -> None:
             _check_card_values(x, f"{where}[{i}]")
     elif isinstance(v, str):
         if has_unprintable(v) or len(v) > 4096:
-            raise FormatError(f"model card: {where} is {printable(v)[:80]!r}, which holds control "
+            raise FormatError(f"model card: {where} is '{printable(v)[:80]}', which holds control "
                               "characters or is over 4096 characters",
                               hint="refusing the card; nothing was written")
     elif isinstance(v, float) and not math.isfinite(v):

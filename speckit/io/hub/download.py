@@ -33,7 +33,7 @@ def resolve_commit(repo: str, rev: str, s: HubSettings) -> str:
     commit = info.get("sha") if isinstance(info, dict) else None
     if not isinstance(commit, str) or not is_commit_sha(commit):
         raise HubError(f"{s.shown} answered {repo}@{printable(rev)} with the commit id "
-                       f"{printable(commit)[:64]!r}, which is not 40 hex digits",
+                       f"'{printable(commit)[:64]}', which is not 40 hex digits",
                        hint="refusing it: HF_ENDPOINT does not look like a Hub (or is hostile)")
     return commit
 

@@ -91,7 +91,7 @@ def hub_error(e: BaseException, repo: str, rev: str | None, s: HubSettings, *,
                         hint=(f"did you mean {', '.join(close)}? " if close else "")
                         + "check the id; if it is private, set HF_TOKEN")
     if isinstance(e, RevisionNotFoundError):
-        return HubError(f"revision {printable(rev)!r} not found in {repo} on {s.shown}",
+        return HubError(f"revision '{printable(rev)}' not found in {repo} on {s.shown}",
                         hint="pass a branch, tag or full 40-hex commit sha that exists in the repo")
     if isinstance(e, LocalEntryNotFoundError) or (s.offline and is_unreachable(e)):
         return not_cached(repo, rev or "main", s, _why_offline(e, s), file=file)

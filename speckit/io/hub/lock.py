@@ -101,11 +101,11 @@ def _check_entry(path: Path, repo: str, entry: object) -> None:
     if not (isinstance(entry, dict) and isinstance(entry.get("commit"), str)
             and is_commit_sha(entry["commit"]) and isinstance(entry.get("files"), dict)
             and (entry.get("revision") is None or is_revision(entry["revision"]))):
-        raise FormatError(f"{path}: entry {printable(repo)!r} needs a 40-hex 'commit', 'files' "
+        raise FormatError(f"{path}: entry '{printable(repo)}' needs a 40-hex 'commit', 'files' "
                           "and a branch, tag or sha as 'revision'",
                           hint="fix the entry or delete it to re-pin that repo")
     for name, rec in entry["files"].items():
         if not (isinstance(rec, dict) and isinstance(rec.get("size"), int)
                 and isinstance(rec.get("sha256"), str)):
-            raise FormatError(f"{path}: {printable(repo)} file {printable(name)!r} needs 'size' "
+            raise FormatError(f"{path}: {printable(repo)} file '{printable(name)}' needs 'size' "
                               "and 'sha256'", hint="fix the entry or delete it to re-pin that repo")

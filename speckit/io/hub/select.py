@@ -93,7 +93,7 @@ def check_repo_names(names: list[str], *, where: str) -> None:
     for n in names:
         if not isinstance(n, str) or "\\" in n or "\0" in n or has_unprintable(n) \
                 or len(n) > MAX_NAME:
-            raise FormatError(f"{where}: file list names {printable(n)[:120]!r}, which is not a "
+            raise FormatError(f"{where}: file list names '{printable(n)[:120]}', which is not a "
                               "plain relative path",
                               hint="refusing the repo; a Hub repo cannot hold such a name, so the "
                               "endpoint is broken or hostile")
@@ -139,7 +139,7 @@ def _check_shard(name: str, index: str, where: str, base: Path) -> None:
         ok = low.endswith(".safetensors")
         want = "*.safetensors files"
     if "/" in name or name.startswith(".") or not ok:
-        raise FormatError(f"{where}: {index} names the shard {printable(name)!r}; an index may "
+        raise FormatError(f"{where}: {index} names the shard '{printable(name)}'; an index may "
                           f"only name top-level {want}",
                           hint="refusing the repo: a weight index that names other files would "
                           "fetch code or pickles past the file rules; fetch another revision")

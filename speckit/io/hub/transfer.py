@@ -46,7 +46,7 @@ def blob_id(name: str, remote: Remote, where: str) -> str:
     """The cache's blob name of a file (LFS sha256, else git blob id), refused unless hex."""
     oid = remote.lfs_sha256 or remote.blob_id
     if oid is None or not _HEX_ID.match(oid):
-        raise HubError(f"{where}: the listing gives {printable(name)} the id {printable(oid)!r}, "
+        raise HubError(f"{where}: the listing gives {printable(name)} the id '{printable(oid)}', "
                        "which is not a 40- or 64-hex object id", hint=_HOSTILE_HINT)
     return oid
 
@@ -56,7 +56,7 @@ def target_of(repo: str, commit: str, name: str, remote: Remote, s: HubSettings,
     """The paths one file is written to, each checked to stay inside the cache or ``local_dir``."""
     where = f"{repo}@{commit[:12]}"
     if not is_commit_sha(commit):
-        raise HubError(f"{where}: {printable(commit)!r} is not a 40-hex commit id",
+        raise HubError(f"{where}: '{printable(commit)}' is not a 40-hex commit id",
                        hint=_HOSTILE_HINT)
     if local_dir is not None:
         final = safe_relpath(local_dir, name, what=f"{where} file list")
@@ -205,7 +205,7 @@ class _Transfer:
         commit = h.get("x-repo-commit")
         if commit is not None and commit != self.commit:
             raise HubError(f"{self.s.shown} answered {self.where} for commit "
-                           f"{printable(commit)[:64]!r}, not {self.commit}", hint=_HOSTILE_HINT)
+                           f"'{printable(commit)[:64]}', not {self.commit}", hint=_HOSTILE_HINT)
         for key in ("x-linked-etag", "etag"):
             raw = h.get(key)
             if raw is None:
@@ -213,7 +213,7 @@ class _Transfer:
             m = _ETAG.match(raw)
             if not m or not _HEX_ID.match(m.group(1)):
                 raise HubError(f"{self.s.shown} sent {self.where} with {key} "
-                               f"{printable(raw)[:80]!r}, which is not a hex object id",
+                               f"'{printable(raw)[:80]}', which is not a hex object id",
                                hint=_HOSTILE_HINT)
             if key == "x-linked-etag" and self.remote.lfs_sha256 and \
                     m.group(1) != self.remote.lfs_sha256:
@@ -319,7 +319,7 @@ def _origin(url: str) -> tuple[str, str, int | None]:
 def _next_url(current: str, location: str, where: str, s: HubSettings) -> str:
     url = urljoin(current, location)
     if urlsplit(url).scheme not in ("http", "https"):
-        raise HubError(f"{s.shown} redirected {where} to {printable(redact_url(url))[:120]!r}, "
+        raise HubError(f"{s.shown} redirected {where} to '{printable(redact_url(url))[:120]}', "
                        "which is not http(s)", hint=_HOSTILE_HINT)
     return url
 
