@@ -64,6 +64,14 @@ class PushResult:
     skipped: dict[str, str] = field(default_factory=dict)  # local file -> why it is not uploaded
     warnings: list[str] = field(default_factory=list)
 
+    # the endpoint huggingface_hub is given; ``endpoint`` is what is printed (and in --json),
+    # with any user:password of HF_ENDPOINT redacted
+    _api_endpoint: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        self._api_endpoint = self._api_endpoint or self.endpoint
+        self.endpoint = redact_url(self.endpoint)
+
     @property
     def sent(self) -> list[str]:
         return [f.name for f in self.files if f.status != "unchanged"]
@@ -477,7 +485,7 @@ def _endpoint(endpoint: str | None) -> str:
 def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
     from huggingface_hub import CommitOperationAdd, HfApi
 
-    api = HfApi(endpoint=r.endpoint, token=token)
+    api = HfApi(endpoint=r._api_endpoint, token=token)
     try:
         if r.create_pr:
             api.repo_info(r.repo_id)  # a pull request needs the repo; never create one for it
@@ -496,7 +504,7 @@ def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
             ops.append(CommitOperationAdd("README.md", r.card.encode()))
         if not ops:  # the Hub has every byte already: no empty commit
             r.commit = api.repo_info(r.repo_id, revision=r.revision).sha
-            r.commit_url = f"{redact_url(r.endpoint)}/{r.repo_id}/commit/{r.commit}"
+            r.commit_url = f"{r.endpoint}/{r.repo_id}/commit/{r.commit}"
             return
         info = api.create_commit(
             r.repo_id, ops, revision=r.revision, create_pr=r.create_pr,
@@ -547,7 +555,7 @@ def _upload_error(e: BaseException, r: PushResult, token: str | None) -> Speckit
 
     if isinstance(e, SpeckitError):
         return e
-    endpoint = redact_url(r.endpoint)  # HF_ENDPOINT may carry user:password
+    endpoint = r.endpoint  # redacted: HF_ENDPOINT may carry user:password
     where = f"{r.repo_id} on {endpoint}"
     if isinstance(e, RevisionNotFoundError):
         return HubError(f"branch {r.revision!r} not found in {where}",
