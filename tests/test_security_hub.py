@@ -356,6 +356,17 @@ def test_listing_api_cannot_hang_or_fill_memory(hub, tight, monkeypatch, mode):
     assert hub.server.hostile_sent("(tree)") < 64 * 1024 * 1024
 
 
+@pytest.mark.parametrize("mode", ["endless", "drip"])
+def test_header_reads_for_plan_are_bounded_too(hub, tight, mode):
+    from speckit.io.hub import hub_settings, safetensors_headers
+
+    hub.server.add_commit(DRAFT, draft_files())
+    assert safetensors_headers(DRAFT, None, hub_settings()).files_metadata  # honest: fine
+    hub.server.hostile_body("model.safetensors", mode, interval=0.5)
+    with pytest.raises(HubError, match="sent more than 8 bytes|under the floor"):
+        safetensors_headers(DRAFT, None, hub_settings())
+
+
 @pytest.mark.parametrize("retry_after", ["3600", "Wed, 21 Oct 2099 07:28:00 GMT"])
 def test_long_retry_after_is_said_and_not_waited_for(hub, tight, retry_after):
     hub.server.add_commit(DRAFT, draft_files())

@@ -6,17 +6,18 @@ speckit errors by type (see errors.py); huggingface_hub is imported only when th
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 from urllib.parse import quote
 
 from speckit.core.refs import check_revision, is_commit_sha, printable
 from speckit.errors import HubError, SpeckitError
+from speckit.io.checkpoint import INDEX_NAME
 from speckit.io.hub import transfer
 from speckit.io.hub.cache import read_ref, write_ref
 from speckit.io.hub.errors import describe_unreachable, hub_error, is_unreachable, not_cached
 from speckit.io.hub.hashing import Remote
-from speckit.io.hub.select import check_repo_names
+from speckit.io.hub.select import check_repo_names, index_shards
 from speckit.io.hub.settings import HubSettings
 
 
@@ -133,17 +134,67 @@ def _cached_file(repo: str, name: str, rev: str, s: HubSettings, why: str) -> Pa
     return path
 
 
-def safetensors_headers(repo: str, revision: str | None, s: HubSettings) -> Any:
-    """huggingface_hub's SafetensorsRepoMetadata: every header, read through range requests."""
-    from huggingface_hub.errors import NotASafetensorsRepoError
+@dataclass(frozen=True)
+class RemoteTensor:
+    dtype: str
+    shape: tuple[int, ...]
+    data_offsets: tuple[int, int]
 
+
+@dataclass(frozen=True)
+class RemoteFile:
+    tensors: dict[str, RemoteTensor]
+
+
+@dataclass(frozen=True)
+class RemoteHeaders:
+    """The safetensors header of every weight file of a commit, read by range requests."""
+
+    commit: str
+    files_metadata: dict[str, RemoteFile]
+
+
+def safetensors_headers(repo: str, revision: str | None, s: HubSettings) -> RemoteHeaders:
+    """Every safetensors header of ``repo``@``revision`` through range requests (no weights), on
+    speckit's limits, each header checked as a local one is (core.tensors.check_header)."""
+    rev = check_revision(revision or "main", what=f"{repo} revision")
     try:
-        return api(s).get_safetensors_metadata(repo, revision=revision)
-    except NotASafetensorsRepoError as e:
-        raise HubError(f"{repo}@{revision or 'main'}: no model.safetensors or "
-                       "model.safetensors.index.json",
-                       hint="speckit reads safetensors headers; convert the repo first") from e
+        commit = rev if is_commit_sha(rev) else resolve_commit(repo, rev, s)
+        listing = remote_listing(repo, commit, s)
+        check_repo_names(list(listing), where=f"{repo}@{commit[:12]}")
+        shards = _weight_files(repo, commit, listing, s)
+        files = {n: RemoteFile(_header(repo, commit, n, listing[n].size, s)) for n in shards}
     except SpeckitError:
         raise
-    except Exception as e:
+    except Exception as e:  # classified by type in hub_error
         raise hub_error(e, repo, revision, s, file="safetensors headers") from e
+    return RemoteHeaders(commit, files)
+
+
+def _weight_files(repo: str, commit: str, listing: dict[str, Remote], s: HubSettings
+                  ) -> list[str]:
+    if INDEX_NAME in listing:
+        index = download_file(repo, INDEX_NAME, commit, s)
+        return index_shards(index, listing, f"{repo}@{commit[:12]}", index.parent)
+    if "model.safetensors" in listing:
+        return ["model.safetensors"]
+    raise HubError(f"{repo}@{commit[:12]}: no model.safetensors or {INDEX_NAME}",
+                   hint="speckit reads safetensors headers; convert the repo first")
+
+
+def _header(repo: str, commit: str, name: str, size: int | None, s: HubSettings
+            ) -> dict[str, RemoteTensor]:
+    from speckit.core.tensors import check_header, header_length
+
+    url = f"{s.endpoint}/{repo}/resolve/{commit}/{quote(name)}"
+    where = f"{repo}@{commit[:12]}/{printable(name)}"
+    size = size or 0
+    prefix, _ = transfer.get_bytes(url, s, where, max_bytes=8, headers={"Range": "bytes=0-7"})
+    n = header_length(prefix, file_size=size, where=where)
+    raw, _ = transfer.get_bytes(url, s, where, max_bytes=n, headers={"Range": f"bytes=8-{7 + n}"})
+    if len(raw) != n:
+        raise HubError(f"{s.shown} sent {len(raw)} bytes of the {n}-byte header of {where}",
+                       hint="retry; the endpoint serves a damaged file")
+    tensors, _ = check_header(raw, file_size=size, where=where, file=name)
+    return {t.name: RemoteTensor(t.dtype, t.shape, (t.offsets[0] - 8 - n, t.offsets[1] - 8 - n))
+            for t in tensors.values()}

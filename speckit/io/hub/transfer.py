@@ -252,8 +252,9 @@ class _Transfer:
     def _body(self, resp, f, got: int, bar) -> int:
         """Stream the body to ``f``: never past the listed size, never slower than the floor."""
         size, lim = self.remote.size, self.limits
-        window_start, window_got = time.monotonic(), 0
+        window_start, window_got = None, 0  # the floor's clock starts at the first byte
         for chunk in resp.iter_raw():  # as it arrives: a cut keeps every byte received
+            window_start = window_start or time.monotonic()
             got += len(chunk)
             if size is not None and got > size:
                 raise IntegrityError(f"{self.s.shown} sent more than the {size} bytes the "
@@ -353,6 +354,18 @@ def get_json(url: str, s: HubSettings, what: str, *, params: dict[str, str] | No
     origin. HTTP errors are raised as huggingface_hub's typed errors (so hub_error names them)."""
     import json
 
+    body, links = get_bytes(url, s, what, params=params, max_bytes=s.limits.json_max_bytes)
+    try:
+        data = json.loads(body)
+    except ValueError as e:
+        raise HubError(f"{s.shown} answered {what} with something that is not JSON",
+                       hint="HF_ENDPOINT does not look like a Hub; check it") from e
+    return data, links.get("next", {}).get("url")
+
+
+def get_bytes(url: str, s: HubSettings, what: str, *, max_bytes: int,
+              params: dict[str, str] | None = None, headers: dict[str, str] | None = None):
+    """(body, Link header links) of one GET within the limits (at most ``max_bytes``)."""
     import httpx2
     from huggingface_hub.utils import build_hf_headers, hf_raise_for_status
 
@@ -362,41 +375,37 @@ def get_json(url: str, s: HubSettings, what: str, *, params: dict[str, str] | No
     with httpx2.Client(timeout=timeout, follow_redirects=False) as client:
         for _ in range(_REDIRECTS + 1):
             auth = _origin(url) == origin
-            headers = dict(build_hf_headers(token=s.token)) if auth else {}
-            resp = client.send(client.build_request("GET", url, params=params, headers=headers),
+            sent = {**(dict(build_hf_headers(token=s.token)) if auth else {}), **(headers or {})}
+            resp = client.send(client.build_request("GET", url, params=params, headers=sent),
                                stream=True)
             try:
                 if resp.status_code in (301, 302, 303, 307, 308) and "location" in resp.headers:
                     url, params = _next_url(url, resp.headers["location"], what, s), None
                     continue
-                body = _capped(resp, lim, s, what)
+                body = _capped(resp, lim, s, what, max_bytes)
                 if resp.status_code >= 400:
                     hf_raise_for_status(httpx2.Response(resp.status_code, headers=resp.headers,
                                                         content=body, request=resp.request))
-                try:
-                    data = json.loads(body)
-                except ValueError as e:
-                    raise HubError(f"{s.shown} answered {what} with something that is not JSON",
-                                   hint="HF_ENDPOINT does not look like a Hub; check it") from e
-                return data, resp.links.get("next", {}).get("url")
+                return body, resp.links
             finally:
                 resp.close()
     raise HubError(f"{s.shown} redirected {what} more than {_REDIRECTS} times", hint=_HOSTILE_HINT)
 
 
-def _capped(resp, lim: Limits, s: HubSettings, what: str) -> bytes:
-    """The whole body of an API answer, refused past the cap or under the floor."""
+def _capped(resp, lim: Limits, s: HubSettings, what: str, max_bytes: int) -> bytes:
+    """The whole body of an answer, refused past ``max_bytes`` or under the floor."""
     out = bytearray()
-    window_start, window_got = time.monotonic(), 0
+    window_start, window_got = None, 0  # the floor's clock starts at the first byte
     for chunk in resp.iter_bytes():
+        window_start = window_start or time.monotonic()
         out += chunk
-        if len(out) > lim.json_max_bytes:
-            raise HubError(f"{s.shown} sent more than {lim.json_max_bytes} bytes for {what}; "
-                           "stopped", hint=_HOSTILE_HINT)
+        if len(out) > max_bytes:
+            raise HubError(f"{s.shown} sent more than {max_bytes} bytes for {what}; stopped",
+                           hint=_HOSTILE_HINT)
         window_got += len(chunk)
         now = time.monotonic()
         if now - window_start >= lim.stall_s:
-            if window_got < lim.min_bytes:
+            if window_got < min(lim.min_bytes, max_bytes - len(out) + window_got):
                 raise HubError(f"{s.shown} sent {what} at {window_got} bytes in "
                                f"{now - window_start:.0f} s, under the floor of {lim.min_bytes} "
                                f"bytes per {lim.stall_s:g} s; stopped",
