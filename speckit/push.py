@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core.modelcard import CardInputs, card_metadata, hub_license, render_card, split_card
-from speckit.core.refs import printable, redact_url
+from speckit.core.refs import check_revision, printable, redact_url
 from speckit.errors import FormatError, HubError, SpeckitError, UsageError
 from speckit.io.checkpoint import INDEX_NAME
 from speckit.io.hub import TOKENIZER_FILES, hub_settings, sha256_file
@@ -90,6 +90,8 @@ def push(path: str | os.PathLike, repo_id: str, *, private: bool = False,
     gpu: also put `speckit plan`'s verdict for this GPU on the card.
     """
     _check_repo_id(repo_id)
+    if revision is not None:
+        check_revision(revision, what="--revision")
     if license is not None and hub_license(license) is None:
         raise UsageError(f"--license {license!r} is not a license id the Hub accepts",
                          hint="use an id such as apache-2.0, mit, llama3.1, gemma, or other")
@@ -617,7 +619,6 @@ def registry_add(repo_id: str, *, revision: str | None = None, entry_id: str | N
     """Add a draft pushed by `speckit push` to the user's registry, pinned to its commit, with
     the figures its card records. An id of a curated entry is refused unless
     ``shadows_builtin`` (then the entry says so, and every use of it warns)."""
-    from speckit.core.refs import check_revision
     from speckit.core.registry import (
         draft_entry_from_card,
         entry_toml,

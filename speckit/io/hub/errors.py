@@ -10,7 +10,7 @@ import difflib
 from pathlib import Path
 
 from speckit.core.refs import printable, redact_url
-from speckit.errors import HubError, IntegrityError, SpeckitError
+from speckit.errors import HubError, SpeckitError
 from speckit.io.hub.cache import cached_commits, cached_repos
 from speckit.io.hub.settings import HubSettings
 
@@ -107,28 +107,6 @@ def hub_error(e: BaseException, repo: str, rev: str | None, s: HubSettings, *,
                     hint="retry; set HF_HUB_OFFLINE=1 to use only the cache")
 
 
-def download_error(e: BaseException, repo: str, commit: str, s: HubSettings, names: list[str],
-                   sizes: dict[str, int | None]) -> SpeckitError:
-    """A failure while downloading ``names`` of ``repo``@``commit`` (sizes: what the Hub listed)."""
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-
-    which = _named_file(e, names)
-    what = f"{repo}@{commit[:12]}" + (f": {which}" if which else "")
-    if type(e) is OSError:  # huggingface_hub's consistency check: a plain OSError, nothing else
-        return _short_file(e, what, sizes.get(which) if which else None)
-    if (status := _status(e)) is not None and status >= 500:
-        return HubError(f"{s.shown} answered HTTP {status} while downloading "
-                        f"{what}", hint="retry later: files already downloaded stay in the cache "
-                        "and the next fetch gets only what is missing")
-    if is_unreachable(e) or isinstance(e, LocalEntryNotFoundError):
-        return HubError(f"lost the connection to {s.shown} while downloading {what} "
-                        f"({type(e).__name__})", hint=OFFLINE_HINT)
-    if isinstance(e, HfHubHTTPError):
-        return hub_error(e, repo, commit, s, file=which)
-    return HubError(f"downloading {what} failed: {type(e).__name__}: {_first_line(e)}",
-                    hint="retry; run with --verify afterwards to check the cache")
-
-
 def not_cached(repo: str, rev: str, s: HubSettings, why: str, *, where: Path | None = None,
                file: str | None = None) -> HubError:
     """``repo``@``rev`` is needed from the cache and is not there (offline or unreachable)."""
@@ -158,26 +136,6 @@ def _why_offline(e: BaseException, s: HubSettings) -> str:
     if s.offline:
         return "offline mode is on (HF_HUB_OFFLINE)"
     return describe_unreachable(e, s.shown) if is_unreachable(e) else "the Hub is unreachable"
-
-
-def _named_file(e: BaseException, names: list[str]) -> str | None:
-    """The file an error is about: huggingface_hub puts the file's URL in the message."""
-    from urllib.parse import unquote
-
-    text = unquote(str(e))
-    return next((n for n in sorted(names, key=len, reverse=True) if n in text), None)
-
-
-def _short_file(e: OSError, what: str, announced: int | None) -> IntegrityError:
-    """huggingface_hub's size check failed: report the sizes (its message has the actual one)."""
-    import re
-
-    got = re.search(r"has size (\d+)", str(e))  # detail for the message, not the classification
-    if announced is not None and got:
-        msg = f"{what} arrived with the wrong size: {got[1]} bytes, the Hub announced {announced}"
-    else:
-        msg = f"{what} arrived damaged: {_first_line(e)}"
-    return IntegrityError(msg, hint="retry; if it repeats, the endpoint serves a damaged file")
 
 
 def _first_line(e: BaseException) -> str:
