@@ -21,6 +21,7 @@ from typing import Any
 
 from speckit import __version__
 from speckit.core import methods
+from speckit.core.refs import printable, redact_url
 from speckit.errors import UsageError
 from speckit.io.targets import cache_root
 
@@ -634,7 +635,9 @@ def _hub(settings: tuple[str, bool, Path, str | None], reach: dict[str, Any] | N
     else:
         reach["thread"].join(HUB_TIMEOUT_S + 0.5)
         ok, detail = reach.get("result", (False, f"no answer within {HUB_TIMEOUT_S + 0.5:.1f}s"))
-    return Hub(endpoint, offline, source, token is not None, token, ok, detail)
+    # HF_ENDPOINT may carry user:password (a private mirror): never print it
+    return Hub(redact_url(endpoint), offline, source, token is not None, token, ok,
+               printable(redact_url(detail)))
 
 
 # ---- caches -------------------------------------------------------------------------------------

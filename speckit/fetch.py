@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.core.refs import is_repo_id
+from speckit.core.refs import check_revision, is_repo_id
 from speckit.errors import UsageError
 from speckit.io.hub import (
     FileRecord,
@@ -21,6 +22,7 @@ from speckit.io.hub import (
     Mismatch,
     Snapshot,
     default_lock_path,
+    fetch_sidecars,
     hub_settings,
     select_files,
     sha256_file,
@@ -90,19 +92,48 @@ def fetch(ref: str, *, revision: str | None = None, with_target: bool = False,
     mismatch in ``result.mismatches`` (``result.ok`` is False then).
     """
     _check_flags(dry_run=dry_run, verify=verify, update_lock=update_lock, role=role)
+    if revision is not None:
+        check_revision(revision, what="--revision")
     run = _Run(hub_settings(endpoint, cache_dir, token=token),
                Lock(Path(lock_path).expanduser() if lock_path else default_lock_path()),
-               Path(local_dir).expanduser().resolve() if local_dir else None,
+               _out_dir(local_dir, verify=verify) if local_dir else None,
                allow_pickle, dry_run, verify, update_lock, progress)
     # draft and target both have a config.json: with a target, each gets its own subfolder
     draft_dir = run.local_dir / "draft" if with_target and run.local_dir else run.local_dir
-    result = _fetch_one(ref, run, role=role, revision=revision, local_dir=draft_dir)
-    if with_target:
-        result.target = _fetch_target_of(result, run)
-        _pair_in_lock(result, run)
+    new_dir = run.local_dir is not None and not os.path.lexists(run.local_dir)
+    try:
+        result = _fetch_one(ref, run, role=role, revision=revision, local_dir=draft_dir)
+        if with_target:
+            result.target = _fetch_target_of(result, run)
+            _pair_in_lock(result, run)
+    except BaseException:
+        if new_dir:  # a refused or interrupted fetch leaves no half-filled -o behind
+            shutil.rmtree(run.local_dir, ignore_errors=True)
+        raise
     if not dry_run and not verify:
         run.lock.save()
     return result
+
+
+def _out_dir(local_dir: str | os.PathLike, *, verify: bool) -> Path:
+    """-o: a new or empty directory, or one `speckit fetch` filled before (its .cache/speckit
+    record); never the current directory or a folder of the user's own files."""
+    from speckit.io.output import check_output
+
+    out = check_output(local_dir, {}, force=True, reuse=True, flag="-o")
+    if verify or not out.exists():
+        return out.resolve() if out.exists() else out
+    if Path.cwd().resolve().is_relative_to(out.resolve()):
+        raise UsageError(f"-o {local_dir} is the current directory or holds it",
+                         hint="name a new directory, e.g. -o ./checkpoints/NAME")
+    has_files = any(p.name != ".cache" for p in out.iterdir())
+    fetched = fetch_sidecars(out)[2] or ((out / "draft").is_dir()
+                                         and fetch_sidecars(out / "draft")[2])
+    if has_files and not fetched:
+        raise UsageError(f"-o {local_dir} already holds files that speckit fetch did not write",
+                         hint="fetch into a new or empty directory (speckit fetch never writes "
+                         "over a folder of your own files), or remove them first")
+    return out.resolve()
 
 
 def describe_mismatches(result: FetchResult) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core.modelcard import CardInputs, card_metadata, hub_license, render_card, split_card
+from speckit.core.refs import check_revision, printable, redact_url
 from speckit.errors import FormatError, HubError, SpeckitError, UsageError
 from speckit.io.checkpoint import INDEX_NAME
 from speckit.io.hub import TOKENIZER_FILES, hub_settings, sha256_file
@@ -63,6 +64,14 @@ class PushResult:
     skipped: dict[str, str] = field(default_factory=dict)  # local file -> why it is not uploaded
     warnings: list[str] = field(default_factory=list)
 
+    # the endpoint huggingface_hub is given; ``endpoint`` is what is printed (and in --json),
+    # with any user:password of HF_ENDPOINT redacted
+    _api_endpoint: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        self._api_endpoint = self._api_endpoint or self.endpoint
+        self.endpoint = redact_url(self.endpoint)
+
     @property
     def sent(self) -> list[str]:
         return [f.name for f in self.files if f.status != "unchanged"]
@@ -81,6 +90,8 @@ def push(path: str | os.PathLike, repo_id: str, *, private: bool = False,
     gpu: also put `speckit plan`'s verdict for this GPU on the card.
     """
     _check_repo_id(repo_id)
+    if revision is not None:
+        check_revision(revision, what="--revision")
     if license is not None and hub_license(license) is None:
         raise UsageError(f"--license {license!r} is not a license id the Hub accepts",
                          hint="use an id such as apache-2.0, mit, llama3.1, gemma, or other")
@@ -88,7 +99,7 @@ def push(path: str | os.PathLike, repo_id: str, *, private: bool = False,
     if not root.is_dir():
         raise UsageError(f"{root}: not a directory", hint="pass the checkpoint directory to push")
     root = root.resolve()
-    names, skipped = select_upload(root)
+    names, skipped = select_upload(root, token=token)
     facts = _inspect(root)
     config = json.loads((root / "config.json").read_text())
     chain = provenance_chain(root)
@@ -125,15 +136,22 @@ def _check_repo_id(repo_id: str) -> None:
                          hint="write it as owner/name (your user name or an organization)")
 
 
-def select_upload(root: Path) -> tuple[list[str], dict[str, str]]:
+def select_upload(root: Path, *, token: str | None = None) -> tuple[list[str], dict[str, str]]:
     """The files to upload and the ones left out (with why); FormatError for what is refused:
-    pickles, code, `auto_map`, and files the checkpoint does not describe."""
+    pickles, code, `auto_map`, files the checkpoint does not describe, links that leave the
+    directory, and anything that looks like a secret (``token``: the push token, also refused)."""
     from speckit.io.checkpoint import Checkpoint
 
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
-        if rel.startswith(".") or "/." in rel or not p.is_file():
+        if rel.startswith(".") or "/." in rel:
             continue
+        _check_link_stays(root, p, rel)
+        if not p.is_file():
+            continue
+        if SECRET_NAMES.search(rel):
+            raise FormatError(f"{root}: {rel} is named like a credential file; push refuses to "
+                              "publish it", hint="move it out of the checkpoint directory")
         low = rel.lower()
         if low.endswith(PICKLE_SUFFIXES):
             raise FormatError(f"{root}: {rel} is a pickle; speckit never publishes pickles "
@@ -173,7 +191,63 @@ def select_upload(root: Path) -> tuple[list[str], dict[str, str]]:
                               "license text)",
                               hint="remove or move it; a stale shard or training leftover must "
                               "not be published")
+    _check_secrets(root, [n for n in names if n not in weights], token)
     return names, skipped
+
+
+# names and contents that are credentials, whatever the file is called
+SECRET_NAMES = re.compile(r"(^|/)(\.env(\..*)?|.*\.env|id_(rsa|dsa|ecdsa|ed25519)(\.pub)?|"
+                          r".*\.pem|.*\.key|\.netrc|\.npmrc|\.pypirc|credentials(\.json)?|"
+                          r".*secret.*)$", re.IGNORECASE)
+SECRET_TEXT = re.compile(
+    rb"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----"  # PEM / OpenSSH private keys
+    rb"|\bhf_[A-Za-z0-9]{30,}\b"  # Hugging Face tokens
+    rb"|\b(?:gh[pousr]_[A-Za-z0-9]{36,}|github_pat_[A-Za-z0-9_]{40,})\b"  # GitHub tokens
+    rb"|\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"  # AWS access key ids
+    rb"|\bxox[abprs]-[A-Za-z0-9-]{10,}"  # Slack tokens
+    rb"|\bsk-(?:proj-|ant-)?[A-Za-z0-9_-]{32,}"  # OpenAI / Anthropic style API keys
+)
+SECRET_SCAN_BYTES = 64 * 1024 * 1024
+
+
+def _check_link_stays(root: Path, p: Path, rel: str) -> None:
+    """A symlink (file or folder) must point inside the directory: push uploads what a link points
+    to, and a link to ~/.ssh/id_rsa named LICENSE would publish the key."""
+    from speckit.io.checkpoint import in_hf_blob_store
+
+    if not p.is_symlink():
+        return
+    try:
+        real = p.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise FormatError(f"{root}: {rel} is a broken or looping symlink",
+                          hint="remove it before pushing") from None
+    if not real.is_relative_to(root) and not in_hf_blob_store(real):
+        raise FormatError(f"{root}: {rel} is a symlink to {real}, outside the checkpoint "
+                          "directory; push never publishes what such a link points to",
+                          hint="copy the file into the directory if it belongs to the draft, "
+                          "or remove the link")
+
+
+def _check_secrets(root: Path, names: list[str], token: str | None) -> None:
+    """Refuse a file that holds a credential (a private key, an API token, the push token
+    itself), whatever its name."""
+    from huggingface_hub import get_token
+
+    token = token or get_token()
+    needle = token.encode() if token and len(token) >= 8 else None
+    for n in names:
+        why = None
+        with open(root / n, "rb") as f:
+            data = f.read(SECRET_SCAN_BYTES)
+        if needle is not None and needle in data:
+            why = "holds the Hub token this push uses"
+        elif (m := SECRET_TEXT.search(data)) is not None:
+            why = f"holds what looks like a secret ({m.group()[:12].decode(errors='replace')}…)"
+        if why:
+            raise FormatError(f"{root}: {n} {why}; push refuses to publish it",
+                              hint="remove the secret from the directory (and rotate it if it was "
+                              "ever shared); push uploads every file it selects")
 
 
 def _config(root: Path) -> dict[str, Any]:
@@ -283,12 +357,12 @@ def _registry_license(src: dict[str, Any]) -> tuple[str, str] | None:
 
 def _hub_card_license(repo: str, commit: str | None, token: str | None,
                       endpoint: str | None) -> str | None:
-    from huggingface_hub import hf_hub_download
+    from speckit.io.hub import download_file
 
     try:  # a card is a nicety here: no network, no card, or no license all mean "not found"
-        p = hf_hub_download(repo, "README.md", revision=commit, endpoint=_endpoint(endpoint),
-                            token=token, cache_dir=_cache_dir())
-        return hub_license(split_card(Path(p).read_text())[0].get("license"))
+        # through speckit's validated download (#34): no server header picks where it is written
+        p = download_file(repo, "README.md", commit, hub_settings(endpoint, token=token))
+        return hub_license(split_card(_read_card(p))[0].get("license"))
     except Exception:  # noqa: BLE001 (huggingface_hub raises many types; absence is the answer)
         return None
 
@@ -410,14 +484,10 @@ def _endpoint(endpoint: str | None) -> str:
     return hub_settings(endpoint).endpoint
 
 
-def _cache_dir() -> str:
-    return str(hub_settings().cache_dir)
-
-
 def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
     from huggingface_hub import CommitOperationAdd, HfApi
 
-    api = HfApi(endpoint=r.endpoint, token=token)
+    api = HfApi(endpoint=r._api_endpoint, token=token)
     try:
         if r.create_pr:
             api.repo_info(r.repo_id)  # a pull request needs the repo; never create one for it
@@ -444,7 +514,10 @@ def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
             f"for {r.metadata['base_model']}")
     except Exception as e:
         raise _upload_error(e, r, token) from e
-    r.commit, r.commit_url, r.pr_url = info.oid, info.commit_url, info.pr_url
+    # server strings, printed: escaped, and no user:password of HF_ENDPOINT in them
+    r.commit = info.oid
+    r.commit_url, r.pr_url = (printable(redact_url(u)) if u else u
+                              for u in (info.commit_url, info.pr_url))
 
 
 def _mark_unchanged(api, r: PushResult) -> None:
@@ -484,7 +557,8 @@ def _upload_error(e: BaseException, r: PushResult, token: str | None) -> Speckit
 
     if isinstance(e, SpeckitError):
         return e
-    where = f"{r.repo_id} on {r.endpoint}"
+    endpoint = r.endpoint  # redacted: HF_ENDPOINT may carry user:password
+    where = f"{r.repo_id} on {endpoint}"
     if isinstance(e, RevisionNotFoundError):
         return HubError(f"branch {r.revision!r} not found in {where}",
                         hint="a pull request targets an existing branch; drop --revision or "
@@ -497,7 +571,7 @@ def _upload_error(e: BaseException, r: PushResult, token: str | None) -> Speckit
         else None
     if status == 401:
         has = token or get_token()
-        return HubError(f"{r.endpoint} rejected the {'token' if has else 'request'} (HTTP 401)",
+        return HubError(f"{endpoint} rejected the {'token' if has else 'request'} (HTTP 401)",
                         hint=("the token is invalid or expired: create a write token and pass "
                               "--token or set HF_TOKEN" if has else "no token found: pass "
                               "--token, set HF_TOKEN or run `hf auth login` with a write token"))
@@ -518,6 +592,7 @@ def _upload_error(e: BaseException, r: PushResult, token: str | None) -> Speckit
     cause = e.__cause__ or e.__context__
     if cause is not None and str(cause):
         first += f" ({str(cause).splitlines()[0]})"
+    first = printable(redact_url(first))  # it quotes the server and the URL
     return HubError(f"upload to {where} failed: {first}",
                     hint="run the same command again: files already on the Hub are not sent "
                     "again, and the commit is made only when every file is up")
@@ -533,44 +608,59 @@ class RegistryAddResult:
     file: Path
     replaced: bool
     toml: str
+    warnings: list[str] = field(default_factory=list)
 
 
 def registry_add(repo_id: str, *, revision: str | None = None, entry_id: str | None = None,
                  provider: str | None = None, token: str | None = None, force: bool = False,
                  registry_file: str | os.PathLike | None = None,
-                 endpoint: str | None = None) -> RegistryAddResult:
+                 endpoint: str | None = None,
+                 shadows_builtin: bool = False) -> RegistryAddResult:
     """Add a draft pushed by `speckit push` to the user's registry, pinned to its commit, with
-    the figures its card records."""
-    from huggingface_hub import HfApi, hf_hub_download
-
-    from speckit.core.registry import draft_entry_from_card, entry_toml, user_config_registry
+    the figures its card records. An id of a curated entry is refused unless
+    ``shadows_builtin`` (then the entry says so, and every use of it warns)."""
+    from speckit.core.registry import (
+        draft_entry_from_card,
+        entry_toml,
+        load_registry,
+        user_config_registry,
+    )
+    from speckit.io.hub import download_file
     from speckit.io.user_registry import add_entry
 
     _check_repo_id(repo_id)
-    ep = _endpoint(endpoint)
+    check_revision(revision or "main", what="--revision")
+    s = hub_settings(endpoint, token=token)
     try:
-        commit = HfApi(endpoint=ep, token=token).repo_info(repo_id, revision=revision).sha
-        card = Path(hf_hub_download(repo_id, "README.md", revision=commit, endpoint=ep,
-                                    token=token, cache_dir=_cache_dir())).read_text()
-    except Exception as e:
-        raise _read_error(e, repo_id, ep) from e
-    meta, _ = split_card(card)
+        card_path = download_file(repo_id, "README.md", revision, s)
+    except FileNotFoundError:
+        raise UsageError(f"{repo_id} has no README.md model card",
+                         hint="registry add reads the card `speckit push` writes") from None
+    commit = card_path.parent.name
+    meta, _ = split_card(_read_card(card_path))
     raw = draft_entry_from_card(meta, repo_id=repo_id, commit=commit, entry_id=entry_id,
                                 provider=provider)
+    builtin = load_registry(env={}).entries
+    warnings = []
+    if raw["id"] in builtin:
+        if not shadows_builtin:
+            raise UsageError(f"{raw['id']!r} is the id of a curated registry entry",
+                             hint="pick another with --id NEW_ID, or pass --shadows-builtin to "
+                             "replace the curated entry on purpose")
+        raw["shadows_builtin"] = True
+        warnings.append(f"{raw['id']} now replaces the curated entry of that id "
+                        f"({builtin[raw['id']].location}) wherever your registry is loaded")
     text = entry_toml(raw)
     path = Path(registry_file).expanduser() if registry_file else user_config_registry()
     replaced = add_entry(path, raw["id"], text, force=force)
-    return RegistryAddResult(raw["id"], repo_id, commit, path, replaced, text)
+    return RegistryAddResult(raw["id"], repo_id, commit, path, replaced, text, warnings)
 
 
-def _read_error(e: BaseException, repo_id: str, ep: str) -> SpeckitError:
-    from huggingface_hub.errors import EntryNotFoundError, RepositoryNotFoundError
+def _read_card(path: Path) -> str:
+    from speckit.io.checkpoint import read_small
 
-    if isinstance(e, RepositoryNotFoundError):
-        return HubError(f"repo {repo_id} not found on {ep}",
-                        hint="check the id; for a private repo set HF_TOKEN")
-    if isinstance(e, EntryNotFoundError):
-        return UsageError(f"{repo_id} has no README.md model card",
-                          hint="registry add reads the card `speckit push` writes")
-    return HubError(f"cannot read {repo_id} from {ep}: {type(e).__name__}",
-                    hint="check the connection and HF_ENDPOINT")
+    try:
+        return read_small(path, what="model card", limit=4 * 1024 * 1024).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"{path}: the model card is not UTF-8 text",
+                          hint="registry add reads cards written by `speckit push`") from e

@@ -72,6 +72,15 @@ class _User:
 
 
 @dataclass
+class _Hostile:
+    headers: dict[str, dict[str, str]] = field(default_factory=dict)
+    listing: dict[tuple[str, str], dict] = field(default_factory=dict)
+    body: dict[str, tuple[str, float, int]] = field(default_factory=dict)
+    status: dict[str, list] = field(default_factory=dict)
+    sent: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
 class _Cut:
     file: str
     after: int
@@ -97,6 +106,7 @@ class HubServer:
         self._cuts: list[_Cut] = []
         self._fails: list[_Fail] = []
         self._body_override: dict[tuple[str, str, str], bytes] = {}
+        self._hostile = _Hostile()
         self.tokens: dict[str, _User] = {}
         self.lfs: dict[str, bytes] = {}  # sha256 -> bytes, the large-file store uploads land in
         self.multipart_chunk: int | None = None  # LFS objects larger than this go multipart
@@ -131,6 +141,7 @@ class HubServer:
             self._cuts.clear()
             self._fails.clear()
             self._body_override.clear()
+            self._hostile = _Hostile()
             self.tokens.clear()
             self.lfs.clear()
             self._parts.clear()
@@ -181,6 +192,33 @@ class HubServer:
     def fail(self, path_contains: str, *, status: int = 500, times: int = 1,
              method: str | None = None) -> None:
         self._fails.append(_Fail(path_contains, status, times, method))
+
+    # ---- hostile mode: what a malicious mirror sends (tests/test_security_hub.py) --------------
+    def hostile_headers(self, file: str, headers: dict[str, str]) -> None:
+        """Every /resolve answer for ``file`` carries these headers (ETag, X-Linked-Etag,
+        X-Repo-Commit, Location ...), replacing the honest ones."""
+        self._hostile.headers[file] = dict(headers)
+
+    def hostile_listing(self, repo_id: str, file: str, **fields) -> None:
+        """The tree listing gives ``file`` these fields (oid, size, lfs ...) instead."""
+        self._hostile.listing[(repo_id, file)] = fields
+
+    def hostile_body(self, file: str, mode: str, *, interval: float = 0.25,
+                     cap: int = 256 * 1024 * 1024) -> None:
+        """``mode`` "endless": a chunked body that never ends (up to ``cap`` bytes, a guard for
+        the test itself); "drip": the real bytes, one every ``interval`` seconds. ``file``
+        "(tree)" is the listing API's answer."""
+        self._hostile.body[file] = (mode, interval, cap)
+
+    def hostile_status(self, file: str, status: int, headers: dict[str, str], *,
+                       times: int = 100) -> None:
+        """The next ``times`` GETs of ``file`` answer ``status`` with ``headers`` (e.g. 429 with
+        Retry-After: 3600)."""
+        self._hostile.status[file] = [status, headers, times]
+
+    def hostile_sent(self, file: str) -> int:
+        """Body bytes the hostile body of ``file`` got out before the client stopped reading."""
+        return self._hostile.sent.get(file, 0)
 
     # ---- queries for tests ---------------------------------------------------------------------
     def requests(self, *, kind: str | None = None, method: str | None = None,
@@ -237,6 +275,7 @@ class HubServer:
             if is_lfs(name):
                 entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
                                 "pointerSize": 134}
+            entry.update(self._hostile.listing.get((repo_id, name), {}))
             out.append(entry)
         out += [{"type": "directory", "path": d, "oid": hashlib.sha1(d.encode()).hexdigest(),
                  "size": 0} for d in sorted(dirs)]
@@ -388,6 +427,8 @@ def _make_handler(server: HubServer):
                       f"&cursor={start + server.tree_page_size}"
                 headers["Link"] = f'<{nxt}>; rel="next"'
             self._record(kind, repo_id, status=200)
+            if self._hostile_stream("(tree)", json.dumps(page).encode(), headers):
+                return
             self._json(200, page, headers)
 
         def _resolve(self, repo_id: str, rev: str, name: str):
@@ -401,7 +442,10 @@ def _make_handler(server: HubServer):
                                    {"X-Repo-Commit": sha})
             data = files[name]
             common = {"X-Repo-Commit": sha, "Accept-Ranges": "bytes"}
-            if is_lfs(name):
+            if self._hostile_status(repo_id, name):
+                return
+            hostile = server._hostile.headers.get(name, {})
+            if is_lfs(name) and "Location" not in hostile:
                 sha256 = hashlib.sha256(data).hexdigest()
                 loc = (f"http://{server.cdn_host}:{server.port}/cdn/{sha256}?repo={quote(repo_id)}"
                        f"&sha={sha}&file={quote(name)}")
@@ -409,9 +453,53 @@ def _make_handler(server: HubServer):
                 return self._send(302, b"", {**common, "Location": loc,
                                              "ETag": f'"{git_blob_oid(data)}"',
                                              "X-Linked-Etag": f'"{sha256}"',
-                                             "X-Linked-Size": len(data)})
+                                             "X-Linked-Size": len(data), **hostile})
+            if "Location" in hostile:
+                self._record("resolve", repo_id, name, status=302)
+                return self._send(302, b"", {**common, **hostile})
             self._body(repo_id, sha, name, data, "resolve",
-                       {**common, "ETag": f'"{git_blob_oid(data)}"'})
+                       {**common, "ETag": f'"{git_blob_oid(data)}"', **hostile})
+
+        def _hostile_status(self, repo_id: str, name: str) -> bool:
+            st = server._hostile.status.get(name)
+            if not st or st[2] <= 0 or self.command != "GET":
+                return False
+            st[2] -= 1
+            self._record("resolve", repo_id, name, status=st[0])
+            self._send(st[0], b"", st[1])
+            return True
+
+        def _hostile_stream(self, name: str, data: bytes, headers: dict) -> bool:
+            """An endless chunked body or a drip, for the hostile mode; False when not asked."""
+            mode = server._hostile.body.get(name)
+            if mode is None or self.command != "GET":
+                return False
+            kind, interval, cap = mode
+            self.send_response(200)
+            for k, v in headers.items():
+                self.send_header(k, str(v))
+            if kind == "endless":
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            sent = 0
+            try:
+                while sent < cap and (kind == "endless" or sent < len(data)):
+                    if kind == "endless":
+                        chunk = b"\0" * 65536
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+                    else:
+                        chunk = data[sent:sent + 1]
+                        self.wfile.write(chunk)
+                        self.wfile.flush()
+                        time.sleep(interval)
+                    sent += len(chunk)
+                    server._hostile.sent[name] = sent
+            except (BrokenPipeError, ConnectionResetError, OSError):
+                pass
+            self.close_connection = True
+            return True
 
         def _cdn(self, query: dict):
             repo_id = query.get("repo", [""])[0]
@@ -425,6 +513,9 @@ def _make_handler(server: HubServer):
 
         def _body(self, repo_id, sha, name, data, kind, headers):
             data = server._body_override.get((repo_id, sha, name), data)
+            if self._hostile_stream(name, data, headers):
+                self._record(kind, repo_id, name, status=200)
+                return
             total = len(data)
             start = 0
             status = 200

@@ -143,6 +143,11 @@ def test_atomic_output_dir_existing(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "old").write_text("old")
+    with pytest.raises(UsageError, match="speckit did not write it"), \
+            atomic_output_dir(out, force=True):
+        pass  # --force replaces only what speckit wrote (#34)
+    assert (out / "old").read_text() == "old"
+    (out / "speckit-provenance.json").write_text("{}")  # now it is a speckit output
     with pytest.raises(UsageError, match="already exists"), atomic_output_dir(out):
         pass
     with pytest.raises(KeyboardInterrupt), atomic_output_dir(out, force=True) as tmp:

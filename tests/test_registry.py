@@ -359,11 +359,13 @@ def test_layering_order_builtin_config_env_cli(tmp_path):
     ident = "qwen3-8b-dflash-b16"
     cfg_home = tmp_path / "xdg"
     (cfg_home / "speckit").mkdir(parents=True)
-    cfg = _write(cfg_home / "speckit" / "registry.toml", _entry(id=ident, provider="from-config"))
-    env1 = _write(tmp_path / "env1.toml", _entry(id=ident, provider="from-env1"),
+    # a user entry takes a curated id only when it says so (#34)
+    mine = {"id": ident, "shadows_builtin": True}
+    cfg = _write(cfg_home / "speckit" / "registry.toml", _entry(**mine, provider="from-config"))
+    env1 = _write(tmp_path / "env1.toml", _entry(**mine, provider="from-env1"),
                   _entry(id="only-env1", provider="env1"))
-    env2 = _write(tmp_path / "env2.toml", _entry(id=ident, provider="from-env2"))
-    cli = _write(tmp_path / "cli.toml", _entry(id=ident, provider="from-cli"))
+    env2 = _write(tmp_path / "env2.toml", _entry(**mine, provider="from-env2"))
+    cli = _write(tmp_path / "cli.toml", _entry(**mine, provider="from-cli"))
     env = {"XDG_CONFIG_HOME": str(cfg_home),
            "SPECKIT_REGISTRY": os.pathsep.join([str(env1), str(env2)])}
 

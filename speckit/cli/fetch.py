@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.core.refs import printable
 
 
 @click.command("fetch")
@@ -76,6 +77,12 @@ def _size(n: int) -> str:
     return f"{n} B"  # unreachable
 
 
+def _echo(line: str) -> None:
+    """One line of the report; names, paths and revisions may come from a server or a lock file,
+    so control characters are written as escapes (they cannot forge lines or drive the terminal)."""
+    click.echo(printable(line))
+
+
 def render(r) -> None:
     head = r.repo or r.ref
     if r.registry_id:
@@ -86,8 +93,8 @@ def render(r) -> None:
     # a directory used as is (a path, a cache snapshot, a bundled draft, a converted target)
     local = r.commit is None or r.kind == "snapshot"
     verb = "verify" if r.verified and not local else ("dry run" if r.dry_run else r.role)
-    click.echo(f"{verb}: {head}")
-    click.echo(f"  path: {r.path}")
+    _echo(f"{verb}: {head}")
+    _echo(f"  path: {r.path}")
     width = max((len(f.name) for f in r.files), default=10)
     bad = {m.name: m for m in r.mismatches}
     for f in r.files:
@@ -99,10 +106,10 @@ def render(r) -> None:
             state = f"sha256 {f.sha256[:16]}" if f.sha256 else "local"
         else:
             state = "downloaded" if f.downloaded else "cached"
-        click.echo(f"  {f.name:<{width}}  {_size(f.size):>10}  {state}")
+        _echo(f"  {f.name:<{width}}  {_size(f.size):>10}  {state}")
     for m in r.mismatches:
         if m.problem == "missing":
-            click.echo(f"  {m.name:<{width}}  {'-':>10}  MISSING")
+            _echo(f"  {m.name:<{width}}  {'-':>10}  MISSING")
     n_down = sum(f.downloaded for f in r.files)
     summary = f"  {len(r.files)} files, {_size(r.total_bytes)}"
     if r.dry_run:
@@ -112,11 +119,11 @@ def render(r) -> None:
         summary += f"; {n_down} downloaded, {len(r.files) - n_down} from cache"
     if r.mismatches:
         summary += f"; {len(r.mismatches)} mismatching"
-    click.echo(summary)
+    _echo(summary)
     if r.skipped:
         shown = ", ".join(list(r.skipped)[:4]) + (" ..." if len(r.skipped) > 4 else "")
-        click.echo(f"  skipped {len(r.skipped)}: {shown} (--json says why)")
+        _echo(f"  skipped {len(r.skipped)}: {shown} (--json says why)")
     if r.lock_path and not local and not r.dry_run and not r.verified:
-        click.echo(f"  lock: {r.lock_path} ({'updated' if r.lock_updated else 'unchanged'})")
+        _echo(f"  lock: {r.lock_path} ({'updated' if r.lock_updated else 'unchanged'})")
     for w in r.warnings:
-        click.secho(f"  warning: {w}", fg="yellow", err=True)
+        click.secho(f"  warning: {printable(w)}", fg="yellow", err=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from speckit.cli._common import handle_errors, print_json
+from speckit.core.refs import printable
 from speckit.errors import UsageError
 
 # Importable by other commands (fetch, convert, ...) that take registry ids.
@@ -28,10 +29,19 @@ registry_option = click.option(
 
 
 def load_from_cli(*registry_files: Path):
-    """The registry as a command sees it: built-in < config dir < $SPECKIT_REGISTRY < --registry."""
+    """The registry as a command sees it: built-in < config dir < $SPECKIT_REGISTRY < --registry;
+    every curated entry a user file replaces is said on stderr."""
     from speckit.core.registry import load_registry
 
-    return load_registry(extra_files=list(registry_files))
+    reg = load_registry(extra_files=list(registry_files))
+    for w in reg.warnings:
+        click.secho(f"warning: {printable(w)}", fg="yellow", err=True)
+    return reg
+
+
+def printable_lines(text: str) -> str:
+    """Multi-line text with every line made printable (its newlines kept)."""
+    return "".join(printable(line) + "\n" for line in text.splitlines())
 
 
 def _files(ctx: click.Context, extra: tuple[Path, ...]) -> list[Path]:
@@ -126,21 +136,28 @@ def resolve_cmd(ctx, target, method, registry_files, as_json):
               help="Registry file to write (default: the user registry, "
               "$XDG_CONFIG_HOME/speckit/registry.toml).")
 @click.option("--force", is_flag=True, help="Replace an entry with the same id.")
+@click.option("--shadows-builtin", is_flag=True,
+              help="Allow an id that a curated entry has: your entry then replaces it (with a "
+              "warning wherever it is used).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @handle_errors
-def add_cmd(repo_id, revision, entry_id, provider, token, registry_file, force, as_json):
+def add_cmd(repo_id, revision, entry_id, provider, token, registry_file, force, shadows_builtin,
+            as_json):
     """Add a draft published by `speckit push` to your registry, pinned to its commit, with the
     figures its model card records."""
     from speckit.push import registry_add
 
     result = registry_add(repo_id, revision=revision, entry_id=entry_id, provider=provider,
-                          token=token, force=force, registry_file=registry_file)
+                          token=token, force=force, registry_file=registry_file,
+                          shadows_builtin=shadows_builtin)
+    for w in result.warnings:
+        click.secho(f"warning: {printable(w)}", fg="yellow", err=True)
     if as_json:
         print_json(result)
         return
     click.echo(f"{'replaced' if result.replaced else 'added'} {result.entry_id} "
-               f"({result.repo_id} @ {result.commit[:12]}) in {result.file}")
-    click.echo(result.toml, nl=False)
+               f"({result.repo_id} @ {result.commit[:12]}) in {printable(result.file)}")
+    click.echo(printable_lines(result.toml), nl=False)
 
 
 # --------------------------------------------------------------------------- rendering

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from speckit.core import PACKAGE_DIR, methods
 from speckit.core.methods.detect import LAYOUTS
-from speckit.core.refs import is_commit_sha, is_repo_id
+from speckit.core.refs import has_unprintable, is_commit_sha, is_repo_id, is_revision, printable
 from speckit.errors import FormatError, UsageError
 
 SCHEMA_VERSION = 1
@@ -40,7 +40,6 @@ BUILTIN_NAME = "registry.toml"
 
 _ID_RE = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
 _VERSION_RE = re.compile(r"^\d+(\.\d+){1,3}([.+-]?[A-Za-z0-9.]+)?$")
-_REF_RE = re.compile(r"^[A-Za-z0-9._/-]+$")  # a branch or tag name
 
 # A published acceptance length must equal 1 + sum(per-position rates) to this tolerance: the
 # registry stores both, and a mismatch is almost always a transcription typo.
@@ -137,6 +136,8 @@ class Entry:
     notes: tuple[str, ...] = ()
     published: tuple[PublishedResult, ...] = ()
     overrides: str | None = None  # origin of the entry this one replaced, if any
+    # a user file's entry may take a curated id only with `shadows_builtin = true` in it
+    shadows_builtin: bool = False
 
     @property
     def location(self) -> str:
@@ -177,6 +178,7 @@ class Registry:
     entries: dict[str, Entry]
     published: list[PublishedResult]  # registry-level figures (no curated draft for them)
     files: list[str]  # every file read, in load order
+    warnings: list[str] = field(default_factory=list)  # curated entries a user file replaced
 
     def ids(self, *, kind: str | None = None) -> list[str]:
         return [i for i, e in self.entries.items() if kind is None or e.kind == kind]
@@ -320,6 +322,8 @@ def load_registry(
     entries: dict[str, Entry] = {}
     published: list[PublishedResult] = []
     loaded: list[str] = []
+    curated: set[str] = set()
+    warnings: list[str] = []
     for path, required in registry_files(extra_files=extra_files, env=env):
         if not path.is_file():
             if required:
@@ -330,12 +334,28 @@ def load_registry(
             continue
         file_entries, file_published = parse_registry_file(path)
         for e in file_entries:
+            if e.id in curated:
+                warnings.append(_check_shadowing(e))
             if e.id in entries:
                 e = dataclasses.replace(e, overrides=entries[e.id].origin)
             entries[e.id] = e
+        if not loaded:  # the built-in file comes first: its ids are the curated ones
+            curated = set(entries)
         published.extend(file_published)
         loaded.append(str(path))
-    return Registry(entries=entries, published=published, files=loaded)
+    return Registry(entries=entries, published=published, files=loaded, warnings=warnings)
+
+
+def _check_shadowing(e: Entry) -> str:
+    """A user entry with a curated id: refused unless it says so (`shadows_builtin = true`);
+    then the warning every command that resolves it prints."""
+    if not e.shadows_builtin:
+        raise FormatError(f"{e.origin}: entry '{e.id}' has the id of a curated registry entry; a "
+                          "user entry replaces a curated one only when it says so",
+                          hint=f"rename it, or add `shadows_builtin = true` to the entry if you "
+                          f"mean to replace the curated {e.id}")
+    return (f"registry entry {e.id} comes from {e.origin}, which replaces the curated entry "
+            f"(shadows_builtin = true): {e.location}")
 
 
 def parse_registry_file(path: Path) -> tuple[list[Entry], list[PublishedResult]]:
@@ -390,6 +410,7 @@ _ENTRY_REQUIRED = ("id", "provider", "license")
 _ENTRY_OPTIONAL = (
     "kind", "method", "repo", "revision", "pinned", "bundled", "source", "target",
     "source_layout", "num_speculative_tokens", "k_source", "min_vllm", "min_vllm_source",
+    "shadows_builtin",
     "speculative_config", "target_hidden_size", "target_vocab_size", "hidden_size", "vocab_size",
     "notes", "published",
 )
@@ -535,7 +556,7 @@ def _parse_entry(raw: Mapping[str, Any], *, origin: str, index: int) -> Entry:
         target_hidden_size=_int(ctx, raw, "target_hidden_size"),
         target_vocab_size=_int(ctx, raw, "target_vocab_size"),
         hidden_size=_int(ctx, raw, "hidden_size"), vocab_size=_int(ctx, raw, "vocab_size"),
-        notes=notes, published=published,
+        notes=notes, published=published, shadows_builtin=bool(_bool(ctx, raw, "shadows_builtin")),
     )
 
 
@@ -581,8 +602,10 @@ def _repo_pin(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[str | None, str | None
     if not pinned and is_sha:
         ctx.fail("pinned", "revision is a commit sha but pinned = false",
                  "set pinned = true")
-    if not pinned and not _REF_RE.match(revision):
-        ctx.fail("revision", f"{revision!r} is neither a commit sha nor a branch/tag name")
+    if not pinned and not is_revision(revision):
+        ctx.fail("revision", f"'{printable(revision)}' is neither a commit sha nor a branch/tag "
+                 "name", "branch and tag names are letters, digits, '_', '-', '.', '+' joined by "
+                 "single '/', with no '..'")
     return repo, revision, pinned
 
 
@@ -908,7 +931,12 @@ def draft_entry_from_card(meta: Mapping[str, Any], *, repo_id: str, commit: str,
     }
     if sk.get("layout") in SOURCE_LAYOUTS:
         raw["source_layout"] = sk["layout"]
-    extra = {k: v for k, v in (sk.get("serve_fields") or {}).items()
+    fields = sk.get("serve_fields") or {}
+    if not isinstance(fields, Mapping):
+        raise FormatError(f"{repo_id}: the card's speckit.serve_fields is not a mapping",
+                          hint="refusing the card; nothing was written")
+    _check_card_values(fields, "speckit.serve_fields")
+    extra = {k: v for k, v in fields.items()
              if k not in _SPEC_RESERVED and isinstance(v, (str, int, float, bool))}
     if extra:
         raw["speculative_config"] = extra
@@ -939,36 +967,47 @@ def _card_results(m: Mapping[str, Any], repo_id: str, sk: Mapping[str, Any]) -> 
 
 
 def entry_toml(raw: Mapping[str, Any]) -> str:
-    """One `[[entry]]` table as TOML text (strings, numbers, booleans, lists, inline tables);
-    checked by parsing it back, so what is written is what load_registry reads."""
-    lines = ["[[entry]]"]
-    for key, value in raw.items():
-        if key == "published":
-            lines.append("published = [")
-            lines += [f"  {_toml_value(r)}," for r in value]
-            lines.append("]")
-        else:
-            lines.append(f"{key} = {_toml_value(value)}")
-    text = "\n".join(lines) + "\n"
-    parse_registry_text(f"schema_version = {SCHEMA_VERSION}\n" + text, origin="(new entry)")
+    """One `[[entry]]` table as TOML text, written by a real serializer (tomli_w: every key and
+    string quoted and escaped, so no value can open a table of its own); checked by parsing it
+    back, so what is written is exactly one entry and what load_registry reads."""
+    import tomli_w
+
+    _check_card_values(raw, "entry")
+    try:
+        text = tomli_w.dumps({"entry": [dict(raw)]})
+    except (TypeError, ValueError) as e:
+        raise FormatError(f"cannot write the registry entry: {e}",
+                          hint="the model card holds a value TOML cannot carry") from None
+    entries, published = parse_registry_text(f"schema_version = {SCHEMA_VERSION}\n" + text,
+                                             origin="(new entry)")
+    if len(entries) != 1 or published or entries[0].id != raw.get("id"):
+        raise FormatError("the new registry entry does not read back as exactly one entry",
+                          hint="this is a bug in speckit; nothing was written")
     return text
 
 
-def _toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        if isinstance(v, float) and not math.isfinite(v):
-            raise FormatError(f"cannot write {v} to a registry file")
-        return repr(v)
-    if isinstance(v, str):
-        return '"' + "".join(_TOML_ESC.get(ch, ch if ch >= " " else f"\\u{ord(ch):04x}")
-                             for ch in v) + '"'
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+# a --speculative-config field name (vLLM's are snake_case identifiers)
+_FIELD_KEY = re.compile(r"^[a-z_][a-z0-9_]{0,63}$")
+
+
+def _check_card_values(v: Any, where: str) -> None:
+    """Every key a card supplies is a plain field name and every string printable text: a card is
+    written by whoever owns the repo, and its values end up in the user's registry and terminal."""
     if isinstance(v, Mapping):
-        return "{ " + ", ".join(f"{k} = {_toml_value(x)}" for k, x in v.items()) + " }"
-    raise FormatError(f"cannot write a {type(v).__name__} to a registry file")
-
-
-_TOML_ESC = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+        for k, x in v.items():
+            if not isinstance(k, str) or not _FIELD_KEY.match(k):
+                raise FormatError(f"model card: {where} has the key '{printable(k)[:80]}', which "
+                                  "is not a field name (lowercase letters, digits, '_')",
+                                  hint="refusing the card; nothing was written")
+            _check_card_values(x, f"{where}.{k}")
+    elif isinstance(v, (list, tuple)):
+        for i, x in enumerate(v):
+            _check_card_values(x, f"{where}[{i}]")
+    elif isinstance(v, str):
+        if has_unprintable(v) or len(v) > 4096:
+            raise FormatError(f"model card: {where} is '{printable(v)[:80]}', which holds control "
+                              "characters or is over 4096 characters",
+                              hint="refusing the card; nothing was written")
+    elif isinstance(v, float) and not math.isfinite(v):
+        raise FormatError(f"model card: {where} is {v}, not a finite number",
+                          hint="refusing the card; nothing was written")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import stat
 import struct
@@ -52,13 +53,23 @@ def safe_relpath(base: Path, rel: str, *, what: str, allow_external_links: bool 
             f"{what} names {rel!r}, which points outside the checkpoint directory",
             hint="refusing path traversal; fix or regenerate the file list",
         )
-    full = (base / rel).resolve()
+    full = resolve_link(base / rel, what=what)
     if in_hf_blob_store(full):
         return base / rel  # keep the file's own name (the blob is named by its hash)
-    if not full.is_relative_to(base.resolve()) and not allow_external_links:
+    if not full.is_relative_to(resolve_link(base, what=what)) and not allow_external_links:
         raise FormatError(f"{what} names {rel!r}, which resolves outside {base} (to {full})",
                           hint=LINK_HINT)
     return full
+
+
+def resolve_link(path: Path, *, what: str) -> Path:
+    """``path`` with every symlink resolved; a link loop (a file linked to itself included) is a
+    FormatError naming it, not a crash."""
+    try:
+        return Path(path).resolve()
+    except (RuntimeError, OSError) as e:  # pathlib raises RuntimeError (3.11) or OSError(ELOOP)
+        raise FormatError(f"{path}: {what} is a symlink loop (it links back to itself)",
+                          hint="replace the link with the real file or directory") from e
 
 
 def in_hf_blob_store(full: Path) -> bool:
@@ -70,8 +81,9 @@ def in_hf_blob_store(full: Path) -> bool:
 def check_link(root: Path, path: Path, *, what: str, allow_external_links: bool = False) -> None:
     """The one symlink rule for every file of a checkpoint (single file, shard, config, index):
     it must resolve inside ``root`` or the HF blob store, unless ``allow_external_links``."""
-    full = path.resolve()
-    if allow_external_links or full.is_relative_to(root.resolve()) or in_hf_blob_store(full):
+    full = resolve_link(path, what=what)
+    if allow_external_links or full.is_relative_to(resolve_link(root, what=what)) \
+            or in_hf_blob_store(full):
         return
     raise FormatError(f"{path}: {what} is a link to {full}, outside the checkpoint directory",
                       hint=LINK_HINT)
@@ -347,7 +359,24 @@ def load_config(root: Path, *, required: bool = True,
                                    "weights")
         return {}
     check_link(Path(root), cfg, what="config.json", allow_external_links=allow_external_links)
-    return hfconfig.parse(read_small(cfg, what="config.json"), where=str(cfg))
+    config = hfconfig.parse(read_small(cfg, what="config.json"), where=str(cfg))
+    _refuse_non_finite(config, str(cfg), "")
+    return config
+
+
+def _refuse_non_finite(value: Any, where: str, field: str) -> None:
+    """NaN and Infinity are not JSON: a config holding one (in any field, known or not) would be
+    copied into an output that json parsers other than Python's refuse."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise FormatError(f"{where}: field {field or '(top level)'!r} is {value}, which is not a "
+                          "JSON number", hint=f"write a finite number for {field} (or remove the "
+                          "field); NaN and Infinity are not valid JSON")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _refuse_non_finite(v, where, f"{field}.{k}" if field else str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _refuse_non_finite(v, where, f"{field}[{i}]")
 
 
 def read_index(index: Path) -> dict[str, Any]:

@@ -83,7 +83,36 @@ def check_output(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike 
         if not force and not reuse:
             raise UsageError(f"{out} already exists",
                              hint="pass --force to replace it, or choose -o")
+        if force and not reuse:
+            check_replaceable(path, flag)
     return path
+
+
+# every speckit output carries one of these at its top level (provenance, training record,
+# converted target): --force replaces only a directory holding one, or an empty one
+SPECKIT_MARKERS = (PROVENANCE, "speckit-train.json", "speckit-target.json")
+
+
+def is_speckit_output(path: Path) -> bool:
+    """True for a directory speckit wrote (a marker file at its top) or an empty one."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return False
+    if not entries:
+        return True
+    return any(e.name in SPECKIT_MARKERS and e.is_file(follow_symlinks=False) for e in entries)
+
+
+def check_replaceable(path: Path, flag: str = "-o") -> None:
+    """--force replaces only what speckit wrote: refuse any other directory (a home folder, a
+    project) before anything is deleted. A symlink is fine: only the link is replaced."""
+    if os.path.lexists(path) and not path.is_symlink() and path.is_dir() \
+            and not is_speckit_output(path):
+        raise UsageError(f"{flag} {path} exists and speckit did not write it (no "
+                         f"{' / '.join(SPECKIT_MARKERS)} at its top), so --force will not "
+                         "replace it", hint="choose a new directory, or remove this one yourself "
+                         "if it really is disposable")
 
 
 def _protected_paths(ref: Path) -> Iterator[Path]:
@@ -180,6 +209,7 @@ def atomic_output_dir(out: str | os.PathLike, *, force: bool = False) -> Iterato
     if os.path.lexists(out) and not out.is_dir():
         raise UsageError(f"{out} exists and is not a directory",
                          hint="remove it or choose another output directory")
+    check_replaceable(out)
     with output_errors(out), sigterm_as_interrupt():
         out.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temp_dirs(out)
@@ -211,6 +241,7 @@ def _publish(tmp: Path, out: Path, *, force: bool) -> None:
     elif not force:  # existed at the start only with --force; this is a race
         raise OutputError(f"{out} appeared while this run was writing it",
                           hint="pass --force to replace it, or choose another -o")
+    check_replaceable(out)  # what appeared meanwhile is held to the same rule
     _replace(tmp, out)
 
 
@@ -585,7 +616,7 @@ def write_provenance(directory: str | os.PathLike, record: Mapping[str, Any], *,
 
 __all__ = [
     "PROVENANCE", "REMOTE_CODE_KEYS", "ExtraFiles", "Terminated", "atomic_output_dir",
-    "check_output", "copy_extra_files", "is_code_file", "output_errors",
-    "remove_stale_temp_dirs", "sigterm_as_interrupt", "strip_config", "strip_remote_code",
-    "write_provenance",
+    "check_output", "check_replaceable", "copy_extra_files", "is_code_file", "is_speckit_output",
+    "output_errors", "remove_stale_temp_dirs", "sigterm_as_interrupt", "strip_config",
+    "strip_remote_code", "write_provenance",
 ]

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from speckit.core import PACKAGE_DIR
-from speckit.core.refs import split_revision
+from speckit.core.refs import check_revision, printable, split_revision
 from speckit.errors import UsageError
 from speckit.io.checkpoint import load_config
 from speckit.io.hub import (
@@ -100,7 +100,11 @@ def classify(ref: str | os.PathLike, *, role: str | None = None,
     if not looks_like_path(text) and split_revision(text)[1] is not None:
         repo, rev = split_revision(text)
         return Reference(str(ref), "hub", repo=repo, revision=rev)
-    kind, value = classify_ref(text)
+    try:
+        kind, value = classify_ref(text)
+    except RuntimeError as e:  # pathlib's "Symlink loop from ..." while resolving a path
+        raise UsageError(f"{label} {printable(ref)}: a symlink loop (it links back to itself)",
+                         hint="pass the real checkpoint directory") from e
     if kind == "hub":
         return Reference(str(ref), "hub", repo=value)
     if kind == "path":
@@ -149,6 +153,8 @@ def resolve(ref: str | os.PathLike, *, role: str | None = "draft", revision: str
         raise UsageError(f"{what or role} {ref}: names revision {c.revision} and --revision "
                          f"{revision}", hint="give the revision once")
     rev = c.revision or revision
+    if rev is not None:
+        check_revision(rev, what=f"{what or role or 'reference'} {ref}: revision")
     if c.kind == "path":
         return _local(req, c.path)
     if c.repo is not None:
@@ -214,6 +220,9 @@ def _from_hub(req: _Request, repo: str, revision: str | None, entry, lock) -> Re
                           local_dir=req.local_dir, registry_id=entry.id if entry else None)
     if owned and not req.dry_run:
         the_lock.save()
+    if entry is not None and entry.shadows_builtin:
+        snap.warnings.append(f"registry entry {entry.id} comes from {entry.origin}, which "
+                             "replaces the curated entry of that id (shadows_builtin = true)")
     _, _, memos = fetch_sidecars(snap.path)
     return Resolved(req.ref, kind, snap.path, role, req.settings, repo=repo,
                     revision=snap.revision, commit=snap.commit, entry=entry, snapshot=snap,

@@ -1,7 +1,8 @@
 """Writes the user's registry file (`speckit registry add`): one [[entry]] table added or replaced.
 
 The new file is validated as a whole before it atomically replaces the old one, so a failed add
-leaves the registry as it was; comments and other entries are kept byte for byte.
+leaves the registry as it was; comments and other entries are kept byte for byte. The read and
+the write happen under a file lock, so two concurrent adds both land.
 """
 
 from __future__ import annotations
@@ -23,6 +24,20 @@ _TABLE = re.compile(r"^\[\[(entry|published)\]\]\s*$", re.MULTILINE)
 def add_entry(path: Path, entry_id: str, entry_text: str, *, force: bool = False) -> bool:
     """Add ``entry_text`` (one [[entry]] table) to ``path``; True when it replaced an entry with
     the same id (only with ``force``)."""
+    from filelock import Timeout
+
+    from speckit.io.hub.lock import LOCK_WAIT_S, file_lock
+
+    try:
+        with file_lock(path):
+            return _add_locked(path, entry_id, entry_text, force=force)
+    except Timeout:
+        raise UsageError(f"{path}: another speckit run has held {path.name}.lock for "
+                         f"{LOCK_WAIT_S:g} s", hint="wait for it, or delete the .lock file if no "
+                         "other run is going") from None
+
+
+def _add_locked(path: Path, entry_id: str, entry_text: str, *, force: bool) -> bool:
     old = path.read_text(encoding="utf-8") if path.is_file() else ""
     kept, replaced = _without(old, entry_id, where=path)
     if replaced and not force:

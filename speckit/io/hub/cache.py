@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from speckit.core.refs import is_commit_sha
+from speckit.core.refs import is_commit_sha, is_revision
 from speckit.io.hub.hashing import Remote
 from speckit.io.hub.settings import HubSettings, repo_folder
 
@@ -41,10 +41,26 @@ def sidecar_path(s: HubSettings, repo: str, commit: str, local_dir: Path | None)
     return s.cache_dir / repo_folder(repo) / "speckit" / f"{commit}.json"
 
 
+def _ref_path(storage: Path, rev: str) -> Path | None:
+    """refs/<rev> for a well-formed branch or tag name (never a path out of refs/), else None."""
+    if not is_revision(rev) or is_commit_sha(rev):
+        return None
+    refs = storage / "refs"
+    path = refs / rev
+    if not Path(os.path.realpath(path)).is_relative_to(Path(os.path.realpath(refs))):
+        return None  # a folder of the name is a symlink out of refs/
+    return path
+
+
 def read_ref(storage: Path, rev: str) -> str | None:
     """The commit a branch or tag pointed at when it was last resolved online."""
+    path = _ref_path(storage, rev)
+    if path is None:
+        return None
     try:
-        sha = (storage / "refs" / rev).read_text().strip()
+        if path.is_symlink():
+            return None
+        sha = path.read_text()[:100].strip()
     except OSError:
         return None
     return sha if is_commit_sha(sha) else None
@@ -52,9 +68,9 @@ def read_ref(storage: Path, rev: str) -> str | None:
 
 def write_ref(storage: Path, rev: str, commit: str) -> None:
     """Record branch/tag -> commit in the cache's refs/ (the documented layout) for offline use."""
-    if rev == commit or read_ref(storage, rev) == commit:
+    path = _ref_path(storage, rev)
+    if path is None or not is_commit_sha(commit) or read_ref(storage, rev) == commit:
         return
-    path = storage / "refs" / rev
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -66,7 +82,7 @@ def write_ref(storage: Path, rev: str, commit: str) -> None:
 
 def cached_commits(storage: Path) -> list[str]:
     snap = storage / "snapshots"
-    return sorted(p.name for p in snap.iterdir()) if snap.is_dir() else []
+    return sorted(p.name for p in snap.iterdir() if is_commit_sha(p.name)) if snap.is_dir() else []
 
 
 def cached_repos(cache_dir: Path) -> list[str]:

@@ -9,7 +9,8 @@ from __future__ import annotations
 import difflib
 from pathlib import Path
 
-from speckit.errors import HubError, IntegrityError, SpeckitError
+from speckit.core.refs import printable, redact_url
+from speckit.errors import HubError, SpeckitError
 from speckit.io.hub.cache import cached_commits, cached_repos
 from speckit.io.hub.settings import HubSettings
 
@@ -55,6 +56,7 @@ def is_unreachable(e: BaseException) -> bool:
 
 def describe_unreachable(e: BaseException, endpoint: str) -> str:
     """Why the Hub was not asked, as a clause ("offline mode is on (HF_HUB_OFFLINE)")."""
+    endpoint = redact_url(endpoint)
     from huggingface_hub.errors import OfflineModeIsEnabled
 
     if isinstance(e, OfflineModeIsEnabled):
@@ -81,15 +83,15 @@ def hub_error(e: BaseException, repo: str, rev: str | None, s: HubSettings, *,
         # hf_hub_download found no cached copy after the Hub failed: the Hub's failure is the news
         return hub_error(cause, repo, rev, s, file=file)
     if isinstance(e, GatedRepoError):
-        return HubError(f"{repo} is gated on {s.endpoint} and this token has no access",
+        return HubError(f"{repo} is gated on {s.shown} and this token has no access",
                         hint="accept the license on the model page, then set HF_TOKEN")
     if isinstance(e, RepositoryNotFoundError):
         close = close_repos(repo, s)
-        return HubError(f"repo {repo} not found on {s.endpoint}",
+        return HubError(f"repo {repo} not found on {s.shown}",
                         hint=(f"did you mean {', '.join(close)}? " if close else "")
                         + "check the id; if it is private, set HF_TOKEN")
     if isinstance(e, RevisionNotFoundError):
-        return HubError(f"revision {rev!r} not found in {repo} on {s.endpoint}",
+        return HubError(f"revision '{printable(rev)}' not found in {repo} on {s.shown}",
                         hint="pass a branch, tag or full 40-hex commit sha that exists in the repo")
     if isinstance(e, LocalEntryNotFoundError) or (s.offline and is_unreachable(e)):
         return not_cached(repo, rev or "main", s, _why_offline(e, s), file=file)
@@ -97,34 +99,12 @@ def hub_error(e: BaseException, repo: str, rev: str | None, s: HubSettings, *,
         return HubError(f"{where} has no file {file or '(unknown)'}",
                         hint="check the repo id and revision; pass a local directory instead")
     if (status := _status(e)) in (401, 403):
-        return HubError(f"{s.endpoint} refused access to {repo} (HTTP {status})",
+        return HubError(f"{s.shown} refused access to {repo} (HTTP {status})",
                         hint="set HF_TOKEN to a token that can read this repo")
     if is_unreachable(e):
-        return not_cached(repo, rev or "main", s, describe_unreachable(e, s.endpoint), file=file)
+        return not_cached(repo, rev or "main", s, describe_unreachable(e, s.shown), file=file)
     return HubError(f"{where}{f': {file}' if file else ''}: {type(e).__name__}: {_first_line(e)}",
                     hint="retry; set HF_HUB_OFFLINE=1 to use only the cache")
-
-
-def download_error(e: BaseException, repo: str, commit: str, s: HubSettings, names: list[str],
-                   sizes: dict[str, int | None]) -> SpeckitError:
-    """A failure while downloading ``names`` of ``repo``@``commit`` (sizes: what the Hub listed)."""
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
-
-    which = _named_file(e, names)
-    what = f"{repo}@{commit[:12]}" + (f": {which}" if which else "")
-    if type(e) is OSError:  # huggingface_hub's consistency check: a plain OSError, nothing else
-        return _short_file(e, what, sizes.get(which) if which else None)
-    if (status := _status(e)) is not None and status >= 500:
-        return HubError(f"{s.endpoint} answered HTTP {status} while downloading "
-                        f"{what}", hint="retry later: files already downloaded stay in the cache "
-                        "and the next fetch gets only what is missing")
-    if is_unreachable(e) or isinstance(e, LocalEntryNotFoundError):
-        return HubError(f"lost the connection to {s.endpoint} while downloading {what} "
-                        f"({type(e).__name__})", hint=OFFLINE_HINT)
-    if isinstance(e, HfHubHTTPError):
-        return hub_error(e, repo, commit, s, file=which)
-    return HubError(f"downloading {what} failed: {type(e).__name__}: {_first_line(e)}",
-                    hint="retry; run with --verify afterwards to check the cache")
 
 
 def not_cached(repo: str, rev: str, s: HubSettings, why: str, *, where: Path | None = None,
@@ -155,28 +135,11 @@ def close_repos(repo: str, s: HubSettings) -> list[str]:
 def _why_offline(e: BaseException, s: HubSettings) -> str:
     if s.offline:
         return "offline mode is on (HF_HUB_OFFLINE)"
-    return describe_unreachable(e, s.endpoint) if is_unreachable(e) else "the Hub is unreachable"
-
-
-def _named_file(e: BaseException, names: list[str]) -> str | None:
-    """The file an error is about: huggingface_hub puts the file's URL in the message."""
-    from urllib.parse import unquote
-
-    text = unquote(str(e))
-    return next((n for n in sorted(names, key=len, reverse=True) if n in text), None)
-
-
-def _short_file(e: OSError, what: str, announced: int | None) -> IntegrityError:
-    """huggingface_hub's size check failed: report the sizes (its message has the actual one)."""
-    import re
-
-    got = re.search(r"has size (\d+)", str(e))  # detail for the message, not the classification
-    if announced is not None and got:
-        msg = f"{what} arrived with the wrong size: {got[1]} bytes, the Hub announced {announced}"
-    else:
-        msg = f"{what} arrived damaged: {_first_line(e)}"
-    return IntegrityError(msg, hint="retry; if it repeats, the endpoint serves a damaged file")
+    return describe_unreachable(e, s.shown) if is_unreachable(e) else "the Hub is unreachable"
 
 
 def _first_line(e: BaseException) -> str:
-    return str(e).splitlines()[0] if str(e) else ""
+    """The first line of an exception's text, as printable text with credentials redacted: it
+    often quotes the server (its X-Error-Message) and the URL asked."""
+    text = str(e).splitlines()[0] if str(e) else ""
+    return printable(redact_url(text))

@@ -1,6 +1,8 @@
 """speckit-lock.json: the commit and the size + sha256 of every file fetched, per repo.
 
 A later fetch of a pinned repo must produce the same bytes, whatever the endpoint serves then.
+Two runs sharing one lock file each re-read it under a file lock when they save and write back
+only the repos they changed, so no run's pin is lost.
 """
 
 from __future__ import annotations
@@ -8,12 +10,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from speckit.core.refs import is_commit_sha
+from speckit.core.refs import is_commit_sha, is_revision, printable
 from speckit.errors import FormatError
 from speckit.io.checkpoint import write_json
 
 LOCK_NAME = "speckit-lock.json"
 LOCK_VERSION = 1
+LOCK_WAIT_S = 60.0  # another run holding the lock file this long is stuck, not busy
 
 
 def default_lock_path() -> Path:
@@ -21,36 +24,22 @@ def default_lock_path() -> Path:
     return Path.cwd() / LOCK_NAME
 
 
+def file_lock(path: Path):
+    """An exclusive lock beside ``path`` (``path``.lock) for a read-modify-write of it."""
+    from filelock import FileLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(path) + ".lock", timeout=LOCK_WAIT_S)
+
+
 class Lock:
     """speckit-lock.json: per repo the commit, and size + sha256 of every fetched file."""
 
     def __init__(self, path: Path):
         self.path = path
-        self.repos: dict[str, dict] = {}
+        self.repos: dict[str, dict] = _read(path)
         self.changed = False
-        if path.exists():
-            try:
-                data = json.loads(path.read_text())
-            except (OSError, ValueError) as e:
-                raise FormatError(f"{path}: not a readable JSON lock file ({e})",
-                                  hint="fix it, or delete it to re-pin everything") from e
-            if not isinstance(data, dict) or data.get("version") != LOCK_VERSION \
-                    or not isinstance(data.get("repos"), dict):
-                raise FormatError(f"{path}: expected "
-                                  f"{{'version': {LOCK_VERSION}, 'repos': {{...}}}}",
-                                  hint="this is not a speckit lock file; pass --lock elsewhere")
-            for repo, entry in data["repos"].items():
-                if not (isinstance(entry, dict) and isinstance(entry.get("commit"), str)
-                        and is_commit_sha(entry["commit"])
-                        and isinstance(entry.get("files"), dict)):
-                    raise FormatError(f"{path}: entry {repo!r} needs a 40-hex 'commit' and 'files'",
-                                      hint="fix the entry or delete it to re-pin that repo")
-                for name, rec in entry["files"].items():
-                    if not (isinstance(rec, dict) and isinstance(rec.get("size"), int)
-                            and isinstance(rec.get("sha256"), str)):
-                        raise FormatError(f"{path}: {repo} file {name!r} needs 'size' and 'sha256'",
-                                          hint="fix the entry or delete it to re-pin that repo")
-            self.repos = data["repos"]
+        self._mine: set[str] = set()  # repos this run put, written back on save
 
     def get(self, repo: str) -> dict | None:
         return self.repos.get(repo)
@@ -62,15 +51,61 @@ class Lock:
         if same:
             return False
         self.repos[repo] = entry
+        self._mine.add(repo)
         self.changed = True
         return True
 
     def save(self) -> None:
-        if self.changed:
-            from speckit import __version__
+        """Write this run's entries into the file as it is now (re-read under the file lock)."""
+        if not self.changed:
+            return
+        from filelock import Timeout
 
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            write_json(self.path, {"version": LOCK_VERSION,
-                                   "generated_by": f"speckit {__version__}",
-                                   "repos": dict(sorted(self.repos.items()))})
-            self.changed = False
+        from speckit import __version__
+
+        try:
+            with file_lock(self.path):
+                repos = _read(self.path)
+                repos.update({r: self.repos[r] for r in self._mine})
+                write_json(self.path, {"version": LOCK_VERSION,
+                                       "generated_by": f"speckit {__version__}",
+                                       "repos": dict(sorted(repos.items()))})
+        except Timeout:
+            raise FormatError(f"{self.path}: another speckit run has held {self.path.name}.lock "
+                              f"for {LOCK_WAIT_S:g} s", hint="wait for it, or delete the .lock "
+                              "file if no other run is going") from None
+        self.repos = repos
+        self._mine.clear()
+        self.changed = False
+
+
+def _read(path: Path) -> dict[str, dict]:
+    """The repos of a lock file (empty when there is none), every entry checked."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{path}: not a readable JSON lock file ({e})",
+                          hint="fix it, or delete it to re-pin everything") from e
+    if not isinstance(data, dict) or data.get("version") != LOCK_VERSION \
+            or not isinstance(data.get("repos"), dict):
+        raise FormatError(f"{path}: expected {{'version': {LOCK_VERSION}, 'repos': {{...}}}}",
+                          hint="this is not a speckit lock file; pass --lock elsewhere")
+    for repo, entry in data["repos"].items():
+        _check_entry(path, repo, entry)
+    return data["repos"]
+
+
+def _check_entry(path: Path, repo: str, entry: object) -> None:
+    if not (isinstance(entry, dict) and isinstance(entry.get("commit"), str)
+            and is_commit_sha(entry["commit"]) and isinstance(entry.get("files"), dict)
+            and (entry.get("revision") is None or is_revision(entry["revision"]))):
+        raise FormatError(f"{path}: entry '{printable(repo)}' needs a 40-hex 'commit', 'files' "
+                          "and a branch, tag or sha as 'revision'",
+                          hint="fix the entry or delete it to re-pin that repo")
+    for name, rec in entry["files"].items():
+        if not (isinstance(rec, dict) and isinstance(rec.get("size"), int)
+                and isinstance(rec.get("sha256"), str)):
+            raise FormatError(f"{path}: {printable(repo)} file '{printable(name)}' needs 'size' "
+                              "and 'sha256'", hint="fix the entry or delete it to re-pin that repo")

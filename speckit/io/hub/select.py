@@ -9,6 +9,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from speckit.core.refs import has_unprintable, printable
 from speckit.errors import FormatError
 from speckit.io.checkpoint import INDEX_NAME, safe_relpath
 
@@ -19,6 +20,7 @@ TOKENIZER_FILES = (
     "chat_template.json", "preprocessor_config.json", "processor_config.json",
 )
 PICKLE_INDEX = "pytorch_model.bin.index.json"
+MAX_NAME = 1024  # longer than any real repo path
 # name fragments of training leftovers that never belong in a serving checkpoint
 TRAINING_STATE = ("optimizer", "scheduler", "training_state", "trainer_state", "rng_state",
                   "training_args")
@@ -85,11 +87,14 @@ def _why_not(n: str, *, role: str, has_st_index: bool, has_st: bool,
 
 
 def check_repo_names(names: list[str], *, where: str) -> None:
-    """Refuse a file listing with any name that is absolute or leaves the checkpoint directory."""
+    """Refuse a file listing with any name that is absolute, leaves the checkpoint directory, or
+    holds a control or text-direction character (which would forge lines when printed)."""
     probe = Path("/nonexistent-speckit-root")
     for n in names:
-        if "\\" in n or "\0" in n:
-            raise FormatError(f"{where}: file list names {n!r}, which is not a plain relative path",
+        if not isinstance(n, str) or "\\" in n or "\0" in n or has_unprintable(n) \
+                or len(n) > MAX_NAME:
+            raise FormatError(f"{where}: file list names '{printable(n)[:120]}', which is not a "
+                              "plain relative path",
                               hint="refusing the repo; a Hub repo cannot hold such a name, so the "
                               "endpoint is broken or hostile")
         try:
@@ -110,15 +115,34 @@ def index_shards(index_path: Path, listing, where: str, base: Path) -> list[str]
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise FormatError(f"{where}: {index_path.name} is not a valid weight index ({e})",
                           hint="the repo's index is broken; fetch another revision") from e
-    shards = sorted({str(v) for v in weight_map.values()})
+    shards = sorted({v if isinstance(v, str) else repr(v) for v in weight_map.values()})
     for s in shards:
-        safe_relpath(base, s, what=f"{where}: {index_path.name} weight_map")
+        _check_shard(s, index_path.name, where, base)
     missing = [s for s in shards if s not in listing]
     if missing:
         raise FormatError(f"{where}: {index_path.name} names {', '.join(missing[:3])}, which the "
                           "repo does not have", hint="the index and the shards disagree; fetch "
                           "another revision or report it to the repo owner")
     return shards
+
+
+def _check_shard(name: str, index: str, where: str, base: Path) -> None:
+    """A shard an index names obeys the listing's rules: a plain top-level file name, of a weight
+    file (safetensors; pytorch_model*.bin from a pickle index), never code or a dot file."""
+    safe_relpath(base, name, what=f"{where}: {index} weight_map")
+    check_repo_names([name], where=f"{where}: {index} weight_map")
+    low = name.lower()
+    if index == PICKLE_INDEX:
+        ok = low.startswith("pytorch_model") and low.endswith(".bin")
+        want = "pytorch_model*.bin files"
+    else:
+        ok = low.endswith(".safetensors")
+        want = "*.safetensors files"
+    if "/" in name or name.startswith(".") or not ok:
+        raise FormatError(f"{where}: {index} names the shard '{printable(name)}'; an index may "
+                          f"only name top-level {want}",
+                          hint="refusing the repo: a weight index that names other files would "
+                          "fetch code or pickles past the file rules; fetch another revision")
 
 
 def no_weights(where: str, listing, sel: Selection) -> FormatError:

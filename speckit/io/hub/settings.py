@@ -7,18 +7,59 @@ the values explicitly, so a changed HF_ENDPOINT or HF_HUB_OFFLINE takes effect w
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from speckit.core.refs import redact_url
+from speckit.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What speckit grants a server: deadlines, a floor on transfer speed, and the longest
+    Retry-After it honours. Each can be set by an environment variable (SPECKIT_HUB_<NAME>)."""
+
+    connect_s: float = 10.0  # to open a connection
+    read_s: float = 30.0  # with no byte at all
+    stall_s: float = 30.0  # each window of this long must bring min_bytes (or the rest)
+    min_bytes: int = 16 * 1024
+    retry_after_max_s: float = 30.0  # a server asking to wait longer is not waited for
+    retries: int = 3  # reconnects (resuming) per file after a dropped connection or a 429/503
+    json_max_bytes: int = 64 * 1024 * 1024  # an API answer (listing, repo info)
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Limits:
+        env = dict(os.environ) if env is None else env
+        values = {}
+        for name, f in cls.__dataclass_fields__.items():
+            raw = env.get(f"SPECKIT_HUB_{name.upper()}")
+            if raw is None:
+                continue
+            kind = int if isinstance(f.default, int) else float
+            try:
+                values[name] = kind(raw)
+                if values[name] < 0:
+                    raise ValueError
+            except ValueError:
+                raise UsageError(f"SPECKIT_HUB_{name.upper()}={raw!r} is not a number >= 0",
+                                 hint="unset it to use the default") from None
+        return cls(**values)
 
 
 @dataclass(frozen=True)
 class HubSettings:
-    """The four facts every Hub call needs; ``token`` None means huggingface_hub's own lookup."""
+    """The facts every Hub call needs; ``token`` None means huggingface_hub's own lookup."""
 
     endpoint: str
     cache_dir: Path
     offline: bool
     token: str | None = None
+    limits: Limits = field(default_factory=Limits)
+
+    @property
+    def shown(self) -> str:
+        """The endpoint as printed: any user:password in it redacted."""
+        return redact_url(self.endpoint)
 
     def repo_storage(self, repo: str) -> Path:
         """The cache folder of one model repo (blobs/, refs/, snapshots/)."""
@@ -33,7 +74,8 @@ def hub_settings(endpoint: str | None = None, cache_dir: str | os.PathLike | Non
 
     ep = (endpoint or os.environ.get("HF_ENDPOINT") or c.ENDPOINT).rstrip("/")
     return HubSettings(ep, _cache_dir(cache_dir, c.HF_HUB_CACHE),
-                       offline if offline is not None else _offline(bool(c.HF_HUB_OFFLINE)), token)
+                       offline if offline is not None else _offline(bool(c.HF_HUB_OFFLINE)), token,
+                       Limits.from_env())
 
 
 def repo_folder(repo: str) -> str:

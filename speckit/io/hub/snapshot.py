@@ -11,7 +11,7 @@ import datetime
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from speckit.core.refs import is_commit_sha
+from speckit.core.refs import check_revision, is_commit_sha
 from speckit.errors import HubError, IntegrityError, SpeckitError, UsageError
 from speckit.io.checkpoint import safe_relpath
 from speckit.io.hub import download as dl
@@ -135,6 +135,10 @@ def _pick_revision(repo: str, o: FetchOptions, revision: str | None,
                    warnings: list[str]) -> tuple[dict | None, str, str]:
     """(the lock's pin, the revision to resolve, the revision to record): a pin wins unless
     --update-lock, and a different --revision than the pin is refused."""
+    if revision is not None:
+        check_revision(revision, what=f"{repo}: --revision")
+    if default_revision is not None:
+        check_revision(default_revision, what=f"{repo}: the registry's revision")
     pin = None if o.update_lock else o.lock.get(repo)
     if pin is None:
         rev = revision or default_revision or "main"
@@ -193,7 +197,7 @@ def _ask_hub(repo: str, rev: str, s: HubSettings, local_dir: Path | None
     except Exception as e:
         if not is_unreachable(e):
             raise hub_error(e, repo, rev, s) from e
-        return (rev if is_commit_sha(rev) else None), None, describe_unreachable(e, s.endpoint)
+        return (rev if is_commit_sha(rev) else None), None, describe_unreachable(e, s.shown)
 
 
 def _cached_listing(repo: str, rev: str, commit: str, base: Path, sidecar: Sidecar,
