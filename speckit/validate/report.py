@@ -410,10 +410,11 @@ def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
 
 def print_report(r: ValidationReport, *, console=None) -> None:
     """A rich table for the terminal."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from speckit.io.terminal import output_console, print_table
+
+    console = console or output_console()
     env, st = r.environment, r.settings
     console.print(f"[bold]{r.method}[/] draft [cyan]{r.draft or '-'}[/] on target "
                   f"[cyan]{r.target}[/]")
@@ -430,7 +431,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
                   _pos(s.per_position), _speed(s), _ratio(s),
                   f"{s.lossless.status} {s.lossless.exact_matches}/{s.lossless.prompts}, "
                   f"{_pct(s.lossless.token_match_rate)}")
-    console.print(t)
+    print_table(console, t)
     if r.sweep is not None:
         sw = r.sweep
         t2 = Table(title=f"k sweep (measured at k={sw.k_measured})")
@@ -442,7 +443,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
             t2.add_row(f"{p.k}{mark}", f"{p.acceptance_length:.3f}", f"{p.spec_step_s * 1e3:.1f}",
                        f"{p.throughput_ratio:.3f}",
                        f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-")
-        console.print(t2)
+        print_table(console, t2)
         if sw.confirmation is not None:
             cf = sw.confirmation
             console.print(f"confirmed k={cf.k}: AL predicted {cf.predicted_al:.3f} / measured "
