@@ -110,3 +110,21 @@ def test_training_record_from_an_in_loop_vllm_run():
     assert f["engine"] == "vLLM" and f["epoch"] == 2 and "16 held-out prompts" in f["how"]
     assert f["rows"][0]["acceptance_length"] == 2.4
     assert training_figures({"recipe": {}, "result": {}}) == []
+
+
+def test_a_report_whose_verdict_is_no_gain_says_so_on_the_card():
+    from speckit.core.modelcard import CardInputs, render_card
+
+    verdict = ("speculation does not pay at any measured concurrency on this machine (1): every "
+               "measured throughput ratio is below 1, the best 0.610x (k=1 at concurrency 1, "
+               "run draft_model-k1)")
+    rep = {"summary": {"k": 1, "acceptance_length": 2.0, "per_position": [1.0],
+                       "throughput_ratio": 0.61, "recommended": False, "verdict": verdict}}
+    c = CardInputs(repo_id="me/d", method="eagle3", vllm_method="eagle3", layout="speculators",
+                   base_model="o/t", license="mit", license_from="--license", dtype="BF16",
+                   quantization=None, num_params=1, total_bytes=2, k=1, files=[], report=rep,
+                   serve_command="vllm serve o/t")
+    card = render_card(c)
+    assert f"**Speculation did not pay in that run:** {verdict}." in card
+    rep["summary"]["recommended"] = True
+    assert "did not pay" not in render_card(c)

@@ -266,6 +266,10 @@ def _measured(c: CardInputs) -> list[str]:
            ("Acceptance length counts the bonus token (1 + accepted / drafts); position i is the "
            "share of steps that accepted at least i tokens; the throughput ratio is speculative "
            "over no-speculation output tokens per second on the same prompts."), ""]
+    if s.get("recommended") is False:  # validate's verdict: no measured ratio reached 1
+        out += [f"**Speculation did not pay in that run:** {s.get('verdict')}. The serve line "
+                "below is what the draft needs where it does pay (`speckit validate` on the "
+                "serving machine says whether it does).", ""]
     sweep = r.get("sweep")
     if sweep and sweep.get("predictions"):
         out += [(f"k sweep (measured at k={sweep.get('k_measured')}, derived below it; "
