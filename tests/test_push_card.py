@@ -41,12 +41,16 @@ def test_recipe_figures_carried_with_their_source(cards):
     e3, df = cards["eagle3"], cards["dflash"]
     assert ('### vLLM at k=3, from RECIPE.md, section "Measured acceptance (vLLM CPU, '
             'temperature 0, k = 3)"') in e3.card
-    assert "| chat (built-in) | 2.339 ± 0.079 | 0.640 / 0.410 / 0.289 | 1515 |" in e3.card
-    assert "| math (built-in) | 2.732 ± 0.055 | 0.741 / 0.558 / 0.433 | 1275 |" in e3.card
+    # the recipe's table as written, every column (its prose names the simulated column)
+    assert ("| prompt set | AL at k=3 (± s.e.) | acceptance per position | conditional "
+            "acceptance | drafts | simulated AL | goal AL >= 2.6 |") in e3.card
+    assert ("| chat (built-in) | **2.339 ± 0.079** | 0.640 / 0.410 / 0.289 | 0.640 / 0.641 / "
+            "0.705 | 1515 | 2.321 | **not met** |") in e3.card
+    assert "| math (built-in) | **2.732 ± 0.055** | 0.741 / 0.558 / 0.433 |" in e3.card
     assert "python bench/train_quality.py --draft speckit/data/drafts/smollm2-135m-eagle3" \
         in e3.card
     # as written: the first dflash draft's figure stays beside it, as the recipe explains
-    assert "| math (built-in) | 2.659 ± 0.092 (2.348) |" in df.card
+    assert "| math (built-in) | **2.659 ± 0.092** (2.348) |" in df.card
     rec = e3.metadata["speckit"]["recorded"]
     assert rec[0]["source"].startswith("RECIPE.md, section") and rec[0]["engine"] == "vLLM"
     assert [(r["set"], r["acceptance_length"], r["stderr"], r["drafts"])
@@ -91,11 +95,14 @@ def test_recipe_parsing_is_strict_and_sanitized():
     text = ("## Measured acceptance (vLLM, k = 2)\n\nhow.\n\n"
             "| prompt set | AL at k=2 | drafts |\n|---|---|---|\n"
             "| chat `x` | pwn | 9 |\n| a|b | **1.5 ± 0.1** | 12 |\n| fine | 1.7 | n/a |\n"
+            "| <img src=x onerror=1> | 1.2 | 3 |\n"
             "\n### kept inside\n\n## Next section\n\n| prompt set | AL |\n|---|---|\n| z | 9 |\n")
     f = recipe_figures(text)
     # a row whose cells do not line up, or whose AL is no number, is not carried
     assert [(r["set"], r["acceptance_length"], r["drafts"]) for r in f["rows"]] == [
-        ("fine", 1.7, None)]
+        ("fine", 1.7, None), ("<img src=x onerror=1>", 1.2, 3)]
+    assert f["rows"][1]["as_written"][0] == "&lt;img src=x onerror=1>"  # no raw HTML shown
+    assert f["header"] == ["prompt set", "AL at k=2", "drafts"]
     assert f["k"] == 2 and f["engine"] == "vLLM" and f["how"] == "how."
 
 

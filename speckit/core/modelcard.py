@@ -231,6 +231,15 @@ def _md(x: Any) -> str:
     return " ".join(str(x).replace("|", "/").replace("`", "'").split())
 
 
+def _cell(x: Any) -> str:
+    """Recorded text in a table cell: _md, and no raw HTML."""
+    return _no_html(_md(x))
+
+
+def _no_html(text: str) -> str:
+    return text.replace("<", "&lt;")  # no tag can open; a lone '>' (">= 2.6") stays
+
+
 def _exported_epoch(res: dict[str, Any]) -> int | None:
     hist = [h for h in res.get("history") or [] if isinstance(h, dict)]
     for key in ("best_epoch", "selected_epoch"):
@@ -408,10 +417,12 @@ def recipe_figures(text: str) -> dict[str, Any] | None:
     paras = [p for p in re.split(r"\n\s*\n", re.sub(r"^```.*?^```", "", body,
                                                     flags=re.MULTILINE | re.DOTALL))
              if p.strip() and not p.lstrip().startswith(("|", "-", "#"))]
-    return {"source": f"{RECIPE_NAME}, section \"{title}\"",
+    head = [_cell(c) for c in next(ln for ln in body.splitlines()
+                                 if ln.strip().startswith("|")).strip().strip("|").split("|")]
+    return {"source": f"{RECIPE_NAME}, section \"{title}\"", "header": head,
             "engine": "vLLM" if "vllm" in title.lower() else None,
             "k": int(k.group(1)) if k else None,
-            "how": _clip(" ".join(paras[0].split())) if paras else "",
+            "how": _clip(_no_html(" ".join(paras[0].split()))) if paras else "",
             "command": _clip(code.group(1).replace("`", "'").strip()) if code else None,
             "rows": rows}
 
@@ -439,7 +450,7 @@ def _recipe_rows(body: str) -> list[dict[str, Any]]:
         if not nums:
             continue
         rows.append({"set": _md(cells[0]), "acceptance_length": nums[0],
-                     "as_written": _md(cells[al].replace("**", "")),
+                     "as_written": [_cell(c) for c in cells],
                      "stderr": nums[1] if "±" in cells[al] and len(nums) > 1 else None,
                      "per_position": [float(x) for x in re.findall(_NUM, cells[pos])]
                      if pos is not None else [],
@@ -461,13 +472,18 @@ def _recorded(c: CardInputs) -> list[str]:
             out += [f["how"], ""]
         if f.get("command"):
             out += ["```sh", f["command"], "```", ""]
-        err = any(r.get("stderr") is not None for r in f["rows"])
-        out += ["| prompt set | AL" + (" (± s.e.)" if err else "") + " | per position | drafts |",
-                "|---|---|---|---|"]
-        for r in f["rows"]:
-            se = f" ± {r['stderr']:.3f}" if r.get("stderr") is not None else ""
-            al = r.get("as_written") or f"{_f(r.get('acceptance_length'))}{se}"
-            out.append(f"| {r['set']} | {al} | "
-                       f"{' / '.join(_f(x) for x in r.get('per_position') or []) or '-'} | "
-                       f"{r.get('drafts') if r.get('drafts') is not None else '-'} |")
+        out += _recorded_table(f)
     return out + [""]
+
+
+def _recorded_table(f: dict[str, Any]) -> list[str]:
+    if f.get("header"):  # a recipe's table, as written (the rows speckit could read)
+        head = f["header"]
+        return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+                + ["| " + " | ".join(r["as_written"]) + " |" for r in f["rows"]])
+    out = ["| prompt set | AL | per position | drafts |", "|---|---|---|---|"]
+    for r in f["rows"]:
+        out.append(f"| {r['set']} | {_f(r.get('acceptance_length'))} | "
+                   f"{' / '.join(_f(x) for x in r.get('per_position') or []) or '-'} | "
+                   f"{r.get('drafts') if r.get('drafts') is not None else '-'} |")
+    return out
