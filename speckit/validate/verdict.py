@@ -1,5 +1,6 @@
 """validate's verdict on whether speculation pays: the measured throughput ratios of a run (end to
-end, and the batch probes at the other concurrencies) handed to core.specconfig's rule.
+end, and the batch probes at the other concurrencies when they agree with the end-to-end runs)
+handed to core.specconfig's rule.
 
 Pure over the report pieces (no engine): tests feed it recorded runs.
 """
@@ -16,24 +17,35 @@ TIMED_ROLES = ("speculative", "confirm")
 
 
 def measured_ratios(runs: Sequence[Any], concurrency: int, conc: Any = None
-                    ) -> list[MeasuredRatio]:
-    """Every throughput ratio the run measured for its primary draft.
+                    ) -> tuple[list[MeasuredRatio], str | None]:
+    """The throughput ratios measured for the primary draft, and why probes were left out.
 
     ``runs``: SpecRunReports; ``conc``: the ConcurrencyReport or None. At the run's own
-    concurrency the end-to-end runs are the measure (they include prefill and scheduling, as a
-    server does); the batch probes add the other concurrencies (decode steps at the probed k).
+    concurrency the end-to-end runs are the measure (prefill and scheduling included, as a server
+    sees them). The batch probes (decode steps only) add the other concurrencies when the probe
+    at the run's concurrency agrees with the end-to-end runs there on whether speculation pays;
+    when it does not, the probes misjudge this machine and none is counted (the note says so).
     """
-    out = [MeasuredRatio(float(s.throughput_ratio), int(s.run.k), int(concurrency),
+    e2e = [MeasuredRatio(float(s.throughput_ratio), int(s.run.k), int(concurrency),
                          f"run {s.run.label}", float(s.acceptance_length))
            for s in runs if s.run.role in TIMED_ROLES and not s.acceptance_only
            and s.run.k is not None]
-    if conc is not None:
-        al = _al_at(runs, conc.k)
-        out += [MeasuredRatio(float(m.measured_ratio), int(conc.k), int(m.batch), "batch probe",
-                              al)
-                for m in conc.measured
-                if m.measured_ratio is not None and (m.batch != concurrency or not out)]
-    return out
+    if conc is None:
+        return e2e, None
+    al = _al_at(runs, conc.k)
+    probes = {int(m.batch): float(m.measured_ratio) for m in conc.measured
+              if m.measured_ratio is not None}
+    own = probes.pop(int(concurrency), None)
+    same_k = [m for m in e2e if m.k == conc.k] or e2e
+    if own is not None and same_k and (own >= 1.0) != (max(m.ratio for m in same_k) >= 1.0):
+        return e2e, (f"the batch probes (decode steps only, k={conc.k}) are not counted: at "
+                     f"concurrency {concurrency} the probe measured {own:.3f}x where the "
+                     "end-to-end runs measured " + ", ".join(
+                         f"{m.ratio:.3f}x at k={m.k}" for m in e2e) + "; their "
+                     + ", ".join(f"{r:.2f}x at concurrency {b}" for b, r in probes.items())
+                     + " elsewhere misjudge this machine the same way")
+    return e2e + [MeasuredRatio(r, int(conc.k), b, "batch probe", al)
+                  for b, r in probes.items()], None
 
 
 def verdict(runs: Sequence[Any], *, concurrency: int, conc: Any = None, cpu: bool = False,
@@ -46,25 +58,11 @@ def verdict(runs: Sequence[Any], *, concurrency: int, conc: Any = None, cpu: boo
         causes.append("a CPU engine: the target's decode step is so cheap that the draft's "
                       "passes dominate; a GPU serving a larger target sees other costs "
                       "(`speckit plan` or --serve-gpu project one)")
-    v = speculation_verdict(measured_ratios(runs, concurrency, conc), causes=causes,
-                            projected_for=_projected_for(conc))
-    if v.pays is False:
-        v.reasons += _probes_overruled(v, conc, concurrency)
+    points, left_out = measured_ratios(runs, concurrency, conc)
+    v = speculation_verdict(points, causes=causes, projected_for=_projected_for(conc))
+    if left_out:
+        v.reasons.append(left_out)
     return v
-
-
-def _probes_overruled(v: SpeculationVerdict, conc: Any, concurrency: int) -> list[str]:
-    """A probe at the run's own concurrency that looked better than the end-to-end runs is not
-    hidden: the report's concurrency table shows it, so the verdict says why it did not count."""
-    if conc is None:
-        return []
-    e2e = [m for m in v.measured if m.source != "batch probe"]
-    return [f"at concurrency {m.batch} the batch probe's decode-step ratio was "
-            f"{m.measured_ratio:.3f}x, but the end-to-end runs there (prefill and scheduling "
-            f"included, as a server sees them) measured "
-            + ", ".join(f"{x.ratio:.3f}x at k={x.k}" for x in e2e)
-            for m in conc.measured
-            if e2e and m.batch == concurrency and (m.measured_ratio or 0) >= 1.0]
 
 
 def _al_at(runs: Sequence[Any], k: int) -> float | None:
