@@ -45,7 +45,8 @@ def test_recorded_run_never_pays():
     assert "0.807x" in v.summary and "without --speculative-config" in v.summary
     why = "\n".join(v.reasons)
     # why: acceptance is perfect (the target drafts for itself) but a step costs ~4.95 plain ones
-    assert "accepted well (AL 4.00 of at most 4)" in why and "about 4.95 plain decode" in why
+    assert ("k=3: the draft is accepted well (AL 4.00 of at most 4), but a speculative step "
+            "costs about 4.95 (concurrency 1, run draft_model-k3) plain decode steps") in why
     assert "CPU engine" in why
     assert ("batch probes (decode steps only, k=3) are not counted: at concurrency 1 the probe "
             "measured 1.265x where the end-to-end runs measured 0.807x at k=3, 0.714x at k=1"
@@ -63,7 +64,8 @@ def test_recorded_run_for_the_docs():
         {1: 1.30446, 2: 1.491779, 4: 1.052407, 8: 0.931515, 16: 0.736799}.items()])
     v = verdict(runs, concurrency=1, conc=conc, cpu=True)
     assert v.pays is False and v.recommended is False and v.best.ratio == 0.668133
-    assert "about 2.99 plain decode steps" in "\n".join(v.reasons)
+    assert "costs about 2.99 (concurrency 1, run draft_model-k1) plain decode steps" in \
+        "\n".join(v.reasons)
 
 
 def test_probes_that_agree_count():

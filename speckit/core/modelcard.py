@@ -194,8 +194,10 @@ def _train_step(p: dict[str, Any], ver: str | None) -> str:
     cmd = p.get("command") if str(p.get("command") or "").startswith("train") else "train"
     rec, res, loop = p.get("recipe") or {}, p.get("result") or {}, p.get("loop") or {}
     tgt = rec.get("target") or {}
-    bits = [f"target `{_md(tgt.get('id') or res.get('target'))}`"
-            + (f" (sha256 `{str(tgt['sha256'])[:16]}`)" if tgt.get("sha256") else "")]
+    bits = []
+    if tgt.get("id") or res.get("target"):
+        bits.append(f"target `{_md(tgt.get('id') or res.get('target'))}`"
+                    + (f" (sha256 `{_md(tgt['sha256'])[:16]}`)" if tgt.get("sha256") else ""))
     if res.get("samples") is not None:
         bits.append(f"{_n(res['samples'])} conversations" + (
             f" ({_n(res['tokens'])} tokens, loss on {_n(res['loss_tokens'])})"
@@ -216,7 +218,8 @@ def _train_step(p: dict[str, Any], ver: str | None) -> str:
     if p.get("device"):
         bits.append(f"on {_md(p['device'])}" + (f", torch {_md(p['torch'])}"
                                                 if p.get("torch") else ""))
-    line = f"**{_md(cmd)}**" + (f" (speckit {ver})" if ver else "") + ": " + ", ".join(bits)
+    line = (f"**{_cell(cmd)}**" + (f" (speckit {_cell(ver)})" if ver else "") + ": "
+            + (", ".join(bits) or "no recipe recorded"))
     if p.get("command_line"):
         line += f"\n   - command: `{_md(p['command_line'])}`"
     return line
@@ -380,7 +383,7 @@ def training_figures(record: dict[str, Any]) -> list[dict[str, Any]]:
                     "how": ("speckit's offline simulator of vLLM's greedy verification on the "
                             "selection prompts" + (f" ({n} per category" if n else " (")
                             + ", none trained on)."),
-                    "rows": [{"set": _md(name), "acceptance_length": v.get("al"),
+                    "rows": [{"set": _cell(name), "acceptance_length": v.get("al"),
                               "per_position": list(v.get("per_pos") or []),
                               "drafts": v.get("drafts")}
                              for name, v in sel.items() if isinstance(v, dict)]})
@@ -411,7 +414,7 @@ def recipe_figures(text: str) -> dict[str, Any] | None:
     rows = _recipe_rows(body)
     if not rows:
         return None
-    title = _md(m.group(1))
+    title = _cell(m.group(1))
     k = re.search(r"\bk\s*=\s*(\d+)", title)
     code = re.search(r"^```[^\n]*\n(.*?)^```", body, re.MULTILINE | re.DOTALL)
     paras = [p for p in re.split(r"\n\s*\n", re.sub(r"^```.*?^```", "", body,

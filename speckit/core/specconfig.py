@@ -160,17 +160,19 @@ def _at(m: MeasuredRatio) -> str:
 
 
 def _why_not(points: Sequence[MeasuredRatio]) -> list[str]:
-    """Cost against gain: a step that emits AL tokens at ratio r costs AL / r plain steps."""
+    """Cost against gain, one line per k: a step that emits AL tokens at ratio r costs AL / r
+    plain decode steps."""
     out = []
-    for m in points:
-        if m.acceptance_length is None or m.ratio <= 0:
+    for k in sorted({m.k for m in points}):
+        pts = [m for m in points if m.k == k and m.acceptance_length and m.ratio > 0]
+        if not pts:
             continue
-        cost = m.acceptance_length / m.ratio
-        gain = (f"the draft is accepted well (AL {m.acceptance_length:.2f} of at most {m.k + 1})"
-                if m.acceptance_length >= 1 + 0.5 * m.k else
-                f"the draft is accepted poorly (AL {m.acceptance_length:.2f} of at most "
-                f"{m.k + 1})")
-        out.append(f"{m.source} (k={m.k}, concurrency {m.concurrency}): {gain}, but each "
-                   f"speculative step costs about {cost:.2f} plain decode steps, more than the "
-                   f"{m.acceptance_length:.2f} tokens it emits")
+        al = pts[0].acceptance_length
+        how = "well" if al >= 1 + 0.5 * k else "poorly"
+        costs = ", ".join(f"{m.acceptance_length / m.ratio:.2f} (concurrency {m.concurrency}"
+                          f"{', ' + m.source if m.source.startswith('run') else ''})"
+                          for m in pts)
+        out.append(f"k={k}: the draft is accepted {how} (AL {al:.2f} of at most {k + 1}), but a "
+                   f"speculative step costs about {costs} plain decode steps, more than the "
+                   f"{al:.2f} tokens it emits")
     return out
