@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.core.modelcard import CardInputs, card_metadata, hub_license, render_card, split_card
+from speckit.core.modelcard import (
+    RECIPE_NAME,
+    CardInputs,
+    card_metadata,
+    hub_license,
+    recipe_figures,
+    render_card,
+    split_card,
+    training_figures,
+)
 from speckit.core.refs import check_revision, printable, redact_url
 from speckit.errors import FormatError, HubError, SpeckitError, UsageError
 from speckit.io.checkpoint import INDEX_NAME
@@ -63,6 +72,7 @@ class PushResult:
     card_sent: bool = True  # False when the Hub already has this exact README.md
     skipped: dict[str, str] = field(default_factory=dict)  # local file -> why it is not uploaded
     warnings: list[str] = field(default_factory=list)
+    recorded: list[str] = field(default_factory=list)  # files the card's recorded figures are from
 
     # the endpoint huggingface_hub is given; ``endpoint`` is what is printed (and in --json),
     # with any user:password of HF_ENDPOINT redacted
@@ -115,14 +125,17 @@ def push(path: str | os.PathLike, repo_id: str, *, private: bool = False,
         inputs.plan = {**rep["plan"], "gpu": (rep.get("environment") or {}).get("device")
                        or "the validate machine"}
     if rep is None:
-        warnings.append("no speckit validate report found for this checkpoint: the card has no "
-                        "measured figures (see `speckit push --help` for where reports are found)")
+        has = (" only the figures recorded with it (" + ", ".join(_recorded_sources(inputs))
+               + ")") if inputs.recorded else " no measured figures"
+        warnings.append("no speckit validate report found for this checkpoint: the card carries"
+                        f"{has} (see `speckit push --help` for where reports are found)")
     card = render_card(inputs)
     result = PushResult(root, repo_id, revision or "main", _endpoint(endpoint),
                         [PushFile(f["name"], f["size"], f["sha256"]) for f in inputs.files],
                         card, card_metadata(inputs), lic, lic_from,
                         str(found[0][0]) if found else None, dry_run=dry_run, private=private,
-                        create_pr=create_pr, skipped=skipped, warnings=warnings)
+                        create_pr=create_pr, skipped=skipped, warnings=warnings,
+                        recorded=_recorded_sources(inputs))
     if not dry_run:
         _upload(result, token=token, message=commit_message)
     return result
@@ -474,7 +487,35 @@ def _card_inputs(repo_id: str, root: Path, facts, config: dict[str, Any], names:
         files=files, provenance=chain, report=rep,
         report_date=_report_date(found[0][0]) if found else None,
         concurrency=_by_concurrency(found), spec_config=spec, serve_command=serve.command,
-        speckit_version=__version__)
+        speckit_version=__version__, recorded=recorded_figures(root, names, chain))
+
+
+# ---- figures recorded with the checkpoint ------------------------------------------------------
+
+RECIPE_MAX_BYTES = 1 << 20  # a recipe is prose; anything larger is not read for figures
+
+
+def recorded_figures(root: Path, names: list[str], chain: list[dict[str, Any]]
+                     ) -> list[dict[str, Any]]:
+    """The measured figures the checkpoint carries: RECIPE.md's `Measured acceptance` table
+    (when RECIPE.md is among the uploaded files) and the training record's in-loop figures."""
+    out: list[dict[str, Any]] = []
+    recipe = root / RECIPE_NAME
+    if RECIPE_NAME in names and recipe.stat().st_size <= RECIPE_MAX_BYTES:
+        try:
+            found = recipe_figures(recipe.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError):
+            found = None
+        if found:
+            out.append(found)
+    train = next((p for p in reversed(chain) if "recipe" in p), None)
+    if train is not None:
+        out += training_figures(train)
+    return out
+
+
+def _recorded_sources(inputs: CardInputs) -> list[str]:
+    return list(dict.fromkeys(str(f["source"]).split(",", 1)[0] for f in inputs.recorded))
 
 
 # ---- the upload --------------------------------------------------------------------------------

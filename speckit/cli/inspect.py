@@ -74,11 +74,12 @@ def _extras(d: dict[str, Any]) -> str:
 
 
 def render(report) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    console = Console(highlight=False, soft_wrap=False)
+    from speckit.io.terminal import output_console, print_table
+
+    console = output_console(soft_wrap=False)
     d = report.dims
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold", no_wrap=True)
@@ -115,7 +116,7 @@ def render(report) -> None:
     if _extras(d):
         t.add_row("details", _extras(d))
     t.add_row("target", report.target or "not given (pairing not checked; use --target)")
-    console.print(t)
+    print_table(console, t)
     console.print()
     if not report.problems:
         console.print(Text("no problems found", style="green"))
@@ -128,7 +129,7 @@ def render(report) -> None:
         style = "red" if p.is_error else "yellow"
         probs.add_row(Text(p.severity, style=f"bold {style}"), Text(p.code, style=style),
                       p.message)
-    console.print(probs)
+    print_table(console, probs)
     ne, nw = len(report.errors), len(report.warnings)
     summary = f"{ne} error{'s' * (ne != 1)}, {nw} warning{'s' * (nw != 1)}"
     console.print()

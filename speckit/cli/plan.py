@@ -136,11 +136,12 @@ def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
 def render_speed(sp) -> None:
     import json
 
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    con = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    from speckit.io.terminal import output_console, print_table
+
+    con = output_console()
     con.print(f"\n[bold]projected speed[/] on {escape(sp.gpu)} x TP={sp.tp} "
               f"({escape(sp.acceptance_source)})")
     for tb in sp.tables:
@@ -152,7 +153,7 @@ def render_speed(sp) -> None:
         for k in tb.ks:
             t.add_row(f"{k} ({tb.al[k]:.2f})", *(f"{r:.2f}x" for r in tb.ratio[k]))
         t.add_row("best k", *(str(k) if k else "off" for k in tb.best_k))
-        con.print(t)
+        print_table(con, t)
         be = (f"projected break-even concurrency: {tb.break_even} (speculation off from there)"
               if tb.break_even else
               f"projected: speculation pays up to max-num-seqs {tb.max_batch}")
@@ -172,12 +173,13 @@ def _gib(n: float) -> str:
 
 
 def render(r) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
-    # pipes and logs get a fixed width so lines are not wrapped mid-number
-    con = Console(highlight=False, width=None if sys.stdout.isatty() else 120)
+    from speckit.io.terminal import output_console, print_table
+
+    # pipes and logs get lines as wide as their content: nothing wrapped mid-number
+    con = output_console()
     s = r.settings
     head = f"[bold]{escape(r.target)}[/]"
     if r.draft or r.method:
@@ -218,7 +220,7 @@ def render(r) -> None:
     la = f" + {r.lookahead_slots} lookahead" if r.lookahead_slots else ""
     row(f"requests at {s['max_model_len']:,} tokens{la}", f"{wo.concurrency_with_lookahead:.2f}",
         f"{w.concurrency_with_lookahead:.2f}", f"{c.concurrency:.2f}")
-    con.print(t)
+    print_table(con, t)
     ok = r.starts
     con.print(f"[bold {'green' if ok else 'red'}]RESULT: vLLM "
               f"{'starts' if ok else 'will not start'}[/]"

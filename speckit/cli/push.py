@@ -71,7 +71,11 @@ def _render(r) -> None:
     for name, why in r.skipped.items():
         click.echo(f"  skipped {name}: {why}")
     click.echo(f"license: {r.license} (from {r.license_from})")
-    click.echo(f"figures: {r.report or 'none (no validate report found)'}")
+    recorded = f"recorded with the checkpoint: {', '.join(r.recorded)}" if r.recorded else ""
+    if r.report:
+        click.echo(f"figures: {r.report}" + (f"; also {recorded}" if recorded else ""))
+    else:
+        click.echo(f"figures: {recorded or 'none'} (no validate report found)")
     for w in r.warnings:
         click.secho(f"warning: {w}", fg="yellow", err=True)
     if r.dry_run:

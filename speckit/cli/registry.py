@@ -15,6 +15,7 @@ import click
 from speckit.cli._common import handle_errors, print_json
 from speckit.core.refs import printable
 from speckit.errors import UsageError
+from speckit.io.terminal import output_console, print_table
 
 # Importable by other commands (fetch, convert, ...) that take registry ids.
 registry_option = click.option(
@@ -164,11 +165,9 @@ def add_cmd(repo_id, revision, entry_id, provider, token, registry_file, force, 
 
 
 def _console():
-    from rich.console import Console
-
-    # A pipe gets wide lines rather than rich's 80-column default, so rows stay greppable.
+    # A pipe gets lines as wide as their content, so rows stay whole and greppable.
     # markup off: registry text (user files included) is data, and may contain '[...]'.
-    return Console(width=None if sys.stdout.isatty() else 200, highlight=False, markup=False)
+    return output_console(markup=False)
 
 
 def _table(*columns: str):
@@ -194,7 +193,7 @@ def _render_list(listing, *, show_kind: bool) -> None:
             (best.describe() + (f" ({best.engine})" if best.engine else "")) if best else "-"]
         t.add_row(*row)
     if listing.entries:
-        con.print(t)
+        print_table(con, t)
     else:
         con.print("no entries match")
     if listing.published:
@@ -247,7 +246,7 @@ def _render_entry(e) -> None:
             con.print(f"  - {n}")
     if e.published:
         con.print("published results:")
-        con.print(_results_table(e.published, with_draft=False))
+        print_table(con, _results_table(e.published, with_draft=False))
 
 
 def _results_table(results, *, with_draft: bool):
@@ -276,7 +275,7 @@ def _render_resolve(result) -> None:
         for c in result.candidates:
             t.add_row(str(c.rank), c.id, c.method, str(c.num_speculative_tokens or "-"),
                       c.basis, c.location)
-        con.print(t)
+        print_table(con, t)
         top = result.candidates[0]
         con.print(f"start with: --speculative-config '{json.dumps(top.speculative_config)}'")
     else:  # a miss: what exists for this target and for its neighbours
@@ -284,13 +283,13 @@ def _render_resolve(result) -> None:
             t = _table("METHOD", f"DRAFTS FOR {result.target}")
             for m, ids in sorted(result.methods_for_target.items()):
                 t.add_row(m, ", ".join(ids))
-            con.print(t)
+            print_table(con, t)
         if result.nearby:
             t = _table("NEARBY TARGET", "METHODS (registry ids)")
             for n in result.nearby:
                 t.add_row(n.target, "; ".join(f"{m}: {', '.join(ids)}"
                                               for m, ids in sorted(n.methods.items())))
-            con.print(t)
+            print_table(con, t)
     if result.other_published:
         con.print("published figures for this target from drafts not in the registry:")
-        con.print(_results_table(result.other_published, with_draft=True))
+        print_table(con, _results_table(result.other_published, with_draft=True))

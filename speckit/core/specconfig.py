@@ -1,15 +1,16 @@
 """The final deliverable of a validated pair: the --speculative-config JSON and a `vllm serve` line.
 
 Each method module says which fields it needs; this module adds the deployment fields (draft TP,
-the token budget parallel drafters need) and quotes everything for a POSIX shell.
+the token budget parallel drafters need) and quotes everything for a POSIX shell. It also decides,
+from measured throughput ratios, whether the serve line should speculate at all.
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from speckit.core import methods as _methods
@@ -56,8 +57,13 @@ def token_budget(method: str, k: int, *, max_num_seqs: int = SERVE_MAX_NUM_SEQS)
 
 def serve_line(*, target: str, spec_config: Mapping[str, Any], method: str, tp: int = 1,
                engine_args: Mapping[str, Any] | None = None,
-               max_num_seqs: int | None = None) -> ServeLine:
-    """`vllm serve TARGET --speculative-config '{...}'` with the flags the method needs."""
+               max_num_seqs: int | None = None, speculate: bool = True) -> ServeLine:
+    """`vllm serve TARGET --speculative-config '{...}'` with the flags the method needs.
+
+    ``speculate=False`` (speculation measured not to pay): the same line without
+    --speculative-config or the drafting token budget; ``spec_config`` is kept on the result for
+    reference only.
+    """
     args = dict(engine_args or {})
     notes: list[str] = []
     argv = ["vllm", "serve", target]
@@ -65,7 +71,10 @@ def serve_line(*, target: str, spec_config: Mapping[str, Any], method: str, tp: 
         argv += ["--tensor-parallel-size", str(tp)]
     mod = _methods.get(method)
     k = spec_config.get("num_speculative_tokens")  # a speculators draft may leave k to its config
-    if mod.parallel and k is not None and "max_num_batched_tokens" not in args:
+    if not speculate:
+        notes.append("no --speculative-config: speculation did not pay where it was measured, "
+                     "so this line serves the target alone")
+    if speculate and mod.parallel and k is not None and "max_num_batched_tokens" not in args:
         seqs = int(args.get("max_num_seqs") or max_num_seqs or SERVE_MAX_NUM_SEQS)
         budget = token_budget(method, int(k), max_num_seqs=seqs)
         args.setdefault("max_num_seqs", seqs)
@@ -84,6 +93,86 @@ def serve_line(*, target: str, spec_config: Mapping[str, Any], method: str, tp: 
             continue
         else:
             argv += [flag, value if isinstance(value, str) else json.dumps(value)]
-    argv += ["--speculative-config", json.dumps(dict(spec_config), separators=(",", ":"))]
+    if speculate:
+        argv += ["--speculative-config", json.dumps(dict(spec_config), separators=(",", ":"))]
     return ServeLine(dict(spec_config), " ".join(shlex.quote(str(a)) for a in argv),
                      [str(a) for a in argv], notes)
+
+
+# ---- does speculation pay? ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MeasuredRatio:
+    """One measured throughput ratio (speculative / no speculation, output tokens per second)."""
+
+    ratio: float
+    k: int
+    concurrency: int
+    source: str  # "run draft_model-k1" (end to end), "batch probe" (decode steps only)
+    acceptance_length: float | None = None
+
+
+@dataclass
+class SpeculationVerdict:
+    """Whether the serve line should speculate, from what was measured, and why."""
+
+    pays: bool | None  # some measured ratio >= 1; None: nothing was timed
+    recommended: bool  # the spec-config is what to serve (False: serve the target alone)
+    summary: str  # one plain sentence
+    reasons: list[str] = field(default_factory=list)  # why it does not pay (when it does not)
+    best: MeasuredRatio | None = None
+    measured: list[MeasuredRatio] = field(default_factory=list)
+
+
+def speculation_verdict(measured: Sequence[MeasuredRatio], *, where: str = "this machine",
+                        causes: Sequence[str] = (),
+                        projected_for: str | None = None) -> SpeculationVerdict:
+    """Speculation is not recommended when every measured ratio is below 1.
+
+    causes: what the caller knows about the machine and the draft (a CPU engine, emulated
+    kernels). projected_for: a serving GPU whose projected schedule speculates; the spec-config
+    then follows that projection even when nothing paid here (the summary says so).
+    """
+    points = list(measured)
+    if not points:
+        return SpeculationVerdict(None, True, f"throughput was not timed on {where}: no verdict "
+                                  "on whether speculation pays", measured=points)
+    best = max(points, key=lambda m: m.ratio)
+    if best.ratio >= 1.0:
+        return SpeculationVerdict(True, True, (
+            f"speculation pays on {where}: best measured throughput ratio {best.ratio:.3f}x "
+            f"({_at(best)})"), best=best, measured=points)
+    concs = sorted({m.concurrency for m in points})
+    summary = (f"speculation does not pay at any measured concurrency on {where} "
+               f"({', '.join(map(str, concs))}): every measured throughput ratio is below 1, "
+               f"the best {best.ratio:.3f}x ({_at(best)})")
+    reasons = _why_not(points) + list(causes)
+    if projected_for:
+        return SpeculationVerdict(False, True, summary + f"; the spec-config follows the "
+                                  f"projection for {projected_for} (projected, not measured)",
+                                  reasons, best, points)
+    return SpeculationVerdict(False, False, summary + "; serve the target without "
+                              "--speculative-config here", reasons, best, points)
+
+
+def _at(m: MeasuredRatio) -> str:
+    return f"k={m.k} at concurrency {m.concurrency}, {m.source}"
+
+
+def _why_not(points: Sequence[MeasuredRatio]) -> list[str]:
+    """Cost against gain, one line per k: a step that emits AL tokens at ratio r costs AL / r
+    plain decode steps."""
+    out = []
+    for k in sorted({m.k for m in points}):
+        pts = [m for m in points if m.k == k and m.acceptance_length and m.ratio > 0]
+        if not pts:
+            continue
+        al = pts[0].acceptance_length
+        how = "well" if al >= 1 + 0.5 * k else "poorly"
+        costs = ", ".join(f"{m.acceptance_length / m.ratio:.2f} (concurrency {m.concurrency}"
+                          f"{', ' + m.source if m.source.startswith('run') else ''})"
+                          for m in pts)
+        out.append(f"k={k}: the draft is accepted {how} (AL {al:.2f} of at most {k + 1}), but a "
+                   f"speculative step costs about {costs} plain decode steps, more than the "
+                   f"{al:.2f} tokens it emits")
+    return out

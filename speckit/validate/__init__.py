@@ -507,10 +507,13 @@ def _low_ratio_causes(r: _Runs, inp: _Inputs, *, concurrency: int,
 def _report(inp: _Inputs, r: _Runs, *, eargs, plan_info, warnings, settings, keep_log: bool,
             t_start: float) -> ValidationReport:
     from speckit.core.specconfig import serve_line
+    from speckit.validate.verdict import verdict
 
     base = r.base
+    v = verdict(r.runs, concurrency=settings["concurrency"], conc=r.concurrency, cpu=inp.cpu,
+                emulated=_emulated_quant(inp.dcfg) if inp.dcfg else None)
     serve = serve_line(target=str(inp.tpath), spec_config=r.final_cfg, method=inp.mod.name,
-                       tp=settings["tp"], engine_args=eargs)
+                       tp=settings["tp"], engine_args=eargs, speculate=v.recommended)
     rep = ValidationReport(
         target=inp.tname, draft=inp.dname, method=inp.mod.name, vllm_method=inp.mod.vllm_method,
         k=r.final_k, mode="sweep" if r.sweep else "single",
@@ -531,25 +534,37 @@ def _report(inp: _Inputs, r: _Runs, *, eargs, plan_info, warnings, settings, kee
         runs=r.runs, sweep=r.sweep, compare=r.compare, spec_config=r.final_cfg,
         serve_command=serve.command, serve_notes=serve.notes, plan=plan_info,
         warnings=warnings, engine_starts=r.starts, seconds=time.monotonic() - t_start,
-        chat_template=base.chat_template, concurrency=r.concurrency)
+        chat_template=base.chat_template, concurrency=r.concurrency, verdict=v)
     rep.baseline_run = base
     return rep
 
 
+SPEC_CONFIG = "spec-config.json"
+NOT_RECOMMENDED = "spec-config.not-recommended.json"
+
+
 def write_outputs(rep: ValidationReport, outdir: Path) -> None:
-    """spec-config.json, serve-command.sh, report.json, report.md and the PNG plots."""
+    """spec-config.json (spec-config.not-recommended.json when speculation did not pay),
+    serve-command.sh, report.json, report.md and the PNG plots."""
     from speckit.io.checkpoint import write_json
 
     outdir.mkdir(parents=True, exist_ok=True)
-    files = {"spec_config": str(outdir / "spec-config.json"),
+    # the file name is the label: a script that reads spec-config.json never picks up a config
+    # measured not to pay; the other name is removed, so a reused --out holds no stale one
+    spec_name, stale = ((SPEC_CONFIG, NOT_RECOMMENDED) if rep.recommended
+                        else (NOT_RECOMMENDED, SPEC_CONFIG))
+    files = {"spec_config": str(outdir / spec_name),
              "serve_command": str(outdir / "serve-command.sh"),
              "report_json": str(outdir / "report.json"),
              "report_md": str(outdir / "report.md")}
     files.update(write_plots(rep, outdir))
     rep.files = files
-    write_json(outdir / "spec-config.json", rep.spec_config)
-    (outdir / "serve-command.sh").write_text("#!/bin/sh\n# written by speckit validate\n"
-                                             + rep.serve_command + "\n")
+    (outdir / stale).unlink(missing_ok=True)
+    write_json(outdir / spec_name, rep.spec_config)
+    head = "#!/bin/sh\n# written by speckit validate\n"
+    if not rep.recommended:
+        head += f"# {rep.verdict.summary}\n# ({NOT_RECOMMENDED} holds the measured config)\n"
+    (outdir / "serve-command.sh").write_text(head + rep.serve_command + "\n")
     write_json(outdir / "report.json", rep.to_dict())
     (outdir / "report.md").write_text(to_markdown(rep))
 

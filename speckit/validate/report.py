@@ -138,6 +138,13 @@ class ValidationReport:
     baseline_run: Any = field(default=None, repr=False)  # EngineRun, for reuse; not serialized
     # step costs by concurrency, the fitted model and the per-batch-size k schedule
     concurrency: Any = None  # speckit.validate.concurrency.ConcurrencyReport
+    # does speculation pay where it was measured? (speckit.core.specconfig.SpeculationVerdict)
+    verdict: Any = None
+
+    @property
+    def recommended(self) -> bool:
+        """Is spec_config what to serve? False when every measured ratio was below 1."""
+        return self.verdict is None or bool(self.verdict.recommended)
 
     def run_at(self, k: int, *, role: str | None = None) -> SpecRunReport | None:
         for r in self.runs:
@@ -162,6 +169,9 @@ class ValidationReport:
             "exact_match_share": self.final.lossless.exact_share,
             "token_match_rate": self.final.lossless.token_match_rate,
             "k": self.k,
+            "speculation_pays": None if self.verdict is None else self.verdict.pays,
+            "recommended": self.recommended,
+            "verdict": None if self.verdict is None else self.verdict.summary,
         }
         if self.compare is not None:
             d["compare"]["al_drop"] = self.compare.al_drop
@@ -220,7 +230,7 @@ def _thinking(value: Any) -> str:
 
 
 def to_markdown(r: ValidationReport) -> str:
-    lines = _md_header(r) + _md_runs(r)
+    lines = _md_header(r) + _md_verdict(r) + _md_runs(r)
     if r.sweep is not None:
         lines += _md_sweep(r.sweep)
     if r.compare is not None:
@@ -250,6 +260,19 @@ def _md_header(r: ValidationReport) -> list[str]:
         (f"- chat template sha256 `{str(st.get('chat_template_sha256'))[:16]}`, thinking: "
         f"{_thinking(st.get('thinking'))}"),
     ]
+
+
+def _md_verdict(r: ValidationReport) -> list[str]:
+    v = r.verdict
+    if v is None:
+        return []
+    head = "**Speculation does not pay here.**" if v.pays is False else "**Verdict:**"
+    return ["", "## Verdict", "", f"{head} {_sentence(v.summary)}", ""] + [
+        f"- {x}" for x in v.reasons]
+
+
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:] + ("" if text.endswith(".") else ".")
 
 
 def _md_runs(r: ValidationReport) -> list[str]:
@@ -313,8 +336,9 @@ def _md_compare(cp: CompareReport) -> list[str]:
 
 
 def _md_serve(r: ValidationReport) -> list[str]:
-    lines = ["", "## Serve it", "", "```sh", r.serve_command, "```", "",
-             "`--speculative-config`:", "", "```json",
+    label = ("`--speculative-config`:" if r.recommended else
+             "`--speculative-config` as measured (**not recommended**: it did not pay here):")
+    lines = ["", "## Serve it", "", "```sh", r.serve_command, "```", "", label, "", "```json",
              json.dumps(r.spec_config, indent=2), "```"]
     return lines + [f"- {n}" for n in r.serve_notes]
 
@@ -386,10 +410,11 @@ def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
 
 def print_report(r: ValidationReport, *, console=None) -> None:
     """A rich table for the terminal."""
-    from rich.console import Console
     from rich.table import Table
 
-    console = console or Console()
+    from speckit.io.terminal import output_console, print_table
+
+    console = console or output_console()
     env, st = r.environment, r.settings
     console.print(f"[bold]{r.method}[/] draft [cyan]{r.draft or '-'}[/] on target "
                   f"[cyan]{r.target}[/]")
@@ -406,7 +431,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
                   _pos(s.per_position), _speed(s), _ratio(s),
                   f"{s.lossless.status} {s.lossless.exact_matches}/{s.lossless.prompts}, "
                   f"{_pct(s.lossless.token_match_rate)}")
-    console.print(t)
+    print_table(console, t)
     if r.sweep is not None:
         sw = r.sweep
         t2 = Table(title=f"k sweep (measured at k={sw.k_measured})")
@@ -418,7 +443,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
             t2.add_row(f"{p.k}{mark}", f"{p.acceptance_length:.3f}", f"{p.spec_step_s * 1e3:.1f}",
                        f"{p.throughput_ratio:.3f}",
                        f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-")
-        console.print(t2)
+        print_table(console, t2)
         if sw.confirmation is not None:
             cf = sw.confirmation
             console.print(f"confirmed k={cf.k}: AL predicted {cf.predicted_al:.3f} / measured "
@@ -439,7 +464,24 @@ def print_report(r: ValidationReport, *, console=None) -> None:
             console.print(line)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")
-    console.print("[bold]serve:[/]")
+    _print_verdict(r, console)
+    console.print("[bold]serve:[/]" if r.recommended else
+                  "[bold]serve (the target alone, no --speculative-config):[/]")
     console.print(r.serve_command, soft_wrap=True, highlight=False, markup=False)
     if r.files:
         console.print(f"files in {Path(next(iter(r.files.values()))).parent}")
+
+
+def _print_verdict(r: ValidationReport, console) -> None:
+    from rich.markup import escape
+
+    v = r.verdict
+    if v is None:
+        return
+    style = "bold red" if v.pays is False else "bold"
+    console.print(f"[{style}]verdict:[/] {escape(v.summary)}")
+    for x in v.reasons:
+        console.print(f"  - {escape(x)}")
+    if not r.recommended:
+        console.print("spec-config: not recommended (written as "
+                      "spec-config.not-recommended.json with --out)")
