@@ -76,6 +76,15 @@ def _markov_head(ctx: ReadContext, bb: Backbone, names: dict[str, str]) -> _Head
     w1 = _find(names, "markov_head.markov_w1.weight")
     w2 = _find(names, "markov_head.markov_w2.weight")
     if w1 is None or w2 is None:
+        said = agreed_setting(ctx, bb.dflash_config, "markov_rank")
+        if said is not None and int(said) == 0:
+            raise FormatError(
+                f"{src.path}: markov_rank is 0, a DSpark without a Markov head (DeepSpec's "
+                f"DFlash releases are such drafts): vLLM 0.32's Qwen3DSparkModel still builds a "
+                f"rank-0 markov_w1/markov_w2 that no tensor of the speculators layout fills, "
+                f"so speckit does not convert it",
+                hint="serve it as published with method 'dspark' and k <= its block size "
+                "(docs/formats.md#deepseek-dspark); `speckit inspect` checks it")
         raise FormatError(f"{src.path}: DSpark draft without markov_head.markov_w1/markov_w2",
                           hint="vLLM always builds the Markov head (markov_rank > 0)")
     V = bb.vocab.target

@@ -10,6 +10,7 @@ from typing import Any
 from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     attn_dims,
+    aux_fields,
     aux_layer_ids,
     base_dims,
     check_k_range,
@@ -79,10 +80,11 @@ def describe(config: dict[str, Any]) -> dict[str, Any]:
     """Dims of a DFlash-family draft: speculators layout, or z-lab/SpecForge/Laguna configs."""
     d = base_dims(config)
     dc = config.get("dflash_config") or {}
-    ids, field = aux_layer_ids(config)
+    aux = aux_fields(config)
+    ids = aux["aux_layer_ids"]
     cfg = layer_config(config)
     d.update(
-        aux_layer_ids=ids, aux_layer_ids_field=field, num_aux=len(ids) if ids else None,
+        **aux, num_aux=len(ids) if ids else None,
         block_size=first(config.get("block_size"), dc.get("block_size")),
         mask_token_id=first(dc.get("mask_token_id"), config.get("mask_token_id")),
         sample_from_anchor=bool(first(config.get("sample_from_anchor"),
@@ -177,11 +179,13 @@ def check_config(config: dict[str, Any], *,
 
 
 def family_checks(config: dict[str, Any], d: dict[str, Any], *,
-                  target_config: dict[str, Any] | None) -> list[Problem]:
+                  target_config: dict[str, Any] | None,
+                  block_required: bool = True) -> list[Problem]:
     """Checks every DFlash-backbone method shares (DFlash, DFlash2, DSpark)."""
-    out = missing_fields(d, {"hidden": "hidden_size", "heads": "num_attention_heads",
-                             "intermediate": "intermediate_size", "target_vocab": "vocab_size",
-                             "layers": "num_hidden_layers", "block_size": "block_size"})
+    fields = {"hidden": "hidden_size", "heads": "num_attention_heads",
+              "intermediate": "intermediate_size", "target_vocab": "vocab_size",
+              "layers": "num_hidden_layers"}
+    out = missing_fields(d, {**fields, "block_size": "block_size"} if block_required else fields)
     out += mask_token_problems(d, required=True)
     out += pairing_problems(d, target_config=target_config, aux_required=True)
     v, vd = d.get("target_vocab"), d.get("draft_vocab")
