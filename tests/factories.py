@@ -1243,8 +1243,6 @@ ALL_LAYOUT_FACTORIES: dict[str, tuple[str, str, Any]] = {
     "zlab_gemma_dflash": ("zlab-dflash", "dflash", make_zlab_gemma_dflash),
     "deepspec_eagle3": ("deepspec-eagle3", "eagle3", make_deepspec_eagle3),
     "torchspec_mla_eagle3": ("eagle3-mla", "eagle3", make_torchspec_mla_eagle3),
-    "torchspec_mla_eagle3_native": ("eagle3-mla", "eagle3",
-                                    lambda p: make_torchspec_mla_eagle3(p, export="native")),
     "torchspec_eagle3_vllm": ("torchspec-eagle3", "eagle3", make_torchspec_eagle3),
     "k3_dspark": ("k3-dspark", "dspark", make_k3_dspark),
     "deepspec_dflash": ("deepseek-dspark", "dspark", make_deepspec_dflash),
