@@ -980,7 +980,7 @@ def make_torchspec_mla_eagle3(path: Path | str, *, dims: Dims = DIMS, export: st
     """TorchSpec's Kimi-K2.5 MLA EAGLE-3 head (lightseekorg/TorchSpec
     configs/draft_models/kimi_k25_eagle3_mla.json, deepseek_eagle.py) at fixture dims.
 
-    export="vllm": tools/convert_to_hf.py --vllm (midlayer. -> layers.0., kimi_k2 ids +1);
+    export="vllm": convert_to_hf.py --vllm (midlayer. -> layers.0., kimi_k2 ids +1);
     "native": midlayer.* and the training ids [1, L/2, L-1]."""
     d = dims
     r = _Rand(seed, dtype)
@@ -1008,7 +1008,7 @@ def make_torchspec_mla_eagle3(path: Path | str, *, dims: Dims = DIMS, export: st
 def make_torchspec_eagle3(path: Path | str, *, dims: Dims = DIMS,
                           dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
     """TorchSpec's vLLM export of a Llama EAGLE-3 head (lightseekorg/TorchSpec
-    tools/convert_to_hf.py --vllm: midlayer. renamed layers.0., a reduced vocab's d2t/t2d kept;
+    convert_to_hf.py --vllm: midlayer. renamed layers.0., a reduced vocab's d2t/t2d kept;
     eagle_config ids as trained, [1, L/2-1, L-4] here, not shifted for non-kimi_k2 models)."""
     d = dims
     r = _Rand(seed, dtype)

@@ -182,7 +182,7 @@ def test_dspark_k_below_the_block(tmp_path):
 # ---- MLA heads ----------------------------------------------------------------------------------
 
 def test_mla_eagle3_is_inspected_and_refused_by_convert(tmp_path, targets):
-    """TorchSpec Eagle3DeepseekV2ForCausalLM exported --vllm (tools/convert_to_hf.py): vLLM's
+    """TorchSpec Eagle3DeepseekV2ForCausalLM exported --vllm (convert_to_hf.py): vLLM's
     deepseek_eagle3.py loads layers.0.* as published; speculators has no MLA head."""
     src = F.make_torchspec_mla_eagle3(tmp_path / "mla")
     assert _layout(src) == ("eagle3-mla", "eagle3")

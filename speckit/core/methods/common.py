@@ -174,7 +174,8 @@ OUTPUT_OF_LAYER = "output-of-layer"  # SpecForge/DeepSpec/z-lab: id k = layer k'
 class AuxIds:
     """Aux hidden-state ids as a checkpoint records them and as vLLM reads them.
 
-    ``ids`` = ``raw`` + ``shift``, in vLLM's input-of-layer convention (docs/formats.md#aux-layer-ids).
+    ``ids`` = ``raw`` + ``shift``, in vLLM's input-of-layer convention
+    (docs/formats.md#aux-layer-ids).
     """
 
     ids: list[int]

@@ -64,7 +64,7 @@ SERVED_AS_PUBLISHED: dict[str, tuple[str, str]] = {
         "(Eagle3DeepseekV2ForCausalLM, deepseek_eagle3.py, layers.0.* names) and the "
         "speculators layout has no MLA head, so speckit does not rewrite it",
         "serve the checkpoint as it is with method 'eagle3'; a midlayer.* export (TorchSpec "
-        "without --vllm) must be re-exported with TorchSpec's tools/convert_to_hf.py --vllm"),
+        "without --vllm) must be re-exported with TorchSpec's convert_to_hf.py --vllm"),
     "k3-dspark": (
         "a Kimi-K3 MLA DSpark draft: vLLM 0.32 loads it as published (K3DSparkModel, "
         "vllm/models/kimi_k3/nvidia/dspark_mla.py) and the speculators dspark layout has no "
