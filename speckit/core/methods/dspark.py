@@ -56,9 +56,9 @@ def check_k(config: dict[str, Any], k: int) -> None:
     anchor = "the anchor is the first prediction" if samples_from_anchor(config) else \
         "the anchor is a bonus token (sample_from_anchor false)"
     check_k_range(SPEC.name, k, lo=1, hi=hi,
-                  why=f"a DSpark draft trained on blocks of {block_size_or_none(config)} "
-                  f"drafts at most {hi} tokens per step ({anchor}); vLLM drafts k and smaller "
-                  "values truncate the block")
+                  why=f"a DSpark draft with block size {block_size_or_none(config)} drafts at "
+                  f"most {hi} tokens per step ({anchor}); vLLM drafts k and a smaller k "
+                  "truncates the block")
 
 
 def lookahead_slots(k: int) -> int:
