@@ -135,7 +135,9 @@ def test_deepspec_eagle3_detects_inspects_and_converts(tmp_path, targets):
 def test_deepspec_dflash_is_dspark_without_markov_head(tmp_path):
     """DeepSpec's DFlash release (config/dflash/dflash_qwen3_8b.py): Qwen3DSparkModel, markov_rank
     0, no heads. vLLM serves the architecture only as method dspark; k up to the block (the
-    config records no sample_from_anchor, read as true natively); convert refuses by name."""
+    config records no sample_from_anchor, read as true natively). vLLM's Qwen3DSparkModel builds
+    a zero-width Markov head that needs no tensor (tests/test_convert_vllm.py loads it), so
+    convert writes markov_rank 0 and sample_from_anchor true explicitly."""
     src = F.make_deepspec_dflash(tmp_path / "dd")
     assert _layout(src) == ("deepseek-dspark", "dspark")
     r = inspect(src)
@@ -147,10 +149,14 @@ def test_deepspec_dflash_is_dspark_without_markov_head(tmp_path):
     with pytest.raises(UsageError):
         dspark.check_k(cfg, F.DIMS.block_size + 1)
     target = F.make_target(tmp_path / "t", arch="qwen3")
-    with pytest.raises(FormatError, match="markov_rank is 0") as e:
-        convert(src, target=target, out=tmp_path / "out")
-    assert "method 'dspark'" in e.value.hint
-    assert not (tmp_path / "out").exists()
+    res = convert(src, target=target, out=tmp_path / "out")
+    assert (res.method, res.num_speculative_tokens) == ("dspark", F.DIMS.block_size)
+    cfg = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert (cfg["markov_rank"], cfg["enable_confidence_head"], cfg["sample_from_anchor"]) == \
+        (0, False, True)
+    assert cfg["aux_hidden_state_layer_ids"] == [2, 4, 7]  # DeepSpec (1, 3, 6) + 1
+    assert not any(n.startswith(("markov_head.", "confidence_head."))
+                   for n in Checkpoint.open(tmp_path / "out").tensors)
 
 
 # ---- DSpark k against the block -------------------------------------------------------------
