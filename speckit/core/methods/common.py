@@ -203,7 +203,7 @@ def read_aux_ids(config: dict[str, Any]) -> AuxIds | None:
         ids = hfconfig.get_ints(config, key)
         if ids is not None:
             return AuxIds(ids, ids, key, INPUT_OF_LAYER, 0,
-                          "top-level ids are vLLM's own (speculators convention)")
+                          "top-level ids are vLLM's own: the speculators convention")
     eagle = config.get("eagle_config") or {}
     ids = hfconfig.get_ints(eagle, "eagle_aux_hidden_state_layer_ids",
                             where="config.json: eagle_config")

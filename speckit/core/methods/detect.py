@@ -43,9 +43,11 @@ LAYOUTS: dict[str, str] = {
     "eagle3-mla": ("EAGLE-3 head with Multi-Latent Attention (Eagle3DeepseekV2ForCausalLM: "
                    "q_a_proj/kv_a_proj_with_mqa/kv_b_proj); vLLM loads it as published"),
     "specforge-peagle": "SpecForge P-EAGLE (PEagleDraftModel: mask_hidden, layers.*)",
-    "specforge-dflash": "SpecForge DFlash export (dflash_config, no auto_map)",
+    "specforge-dflash": ("SpecForge DFlash export (z-lab's format with a SpecForge-only trait: no "
+                         "mask_token_id, projector_type, or a trained head)"),
     "specforge-dspark": "SpecForge DSpark (dflash_config.projector_type=dspark)",
-    "zlab-dflash": "z-lab DFlash (dflash_config + auto_map dflash.DFlashDraftModel)",
+    "zlab-dflash": ("z-lab DFlash format (dflash_config; SpecForge writes it too, auto_map or "
+                    "not)"),
     "zlab-dflash2": "z-lab DFlash2 (convolutions, bare selector codebooks)",
     "laguna-dflash": "Laguna-style DFlash (fused qkv_proj, g_proj, aux_hidden_norms)",
     "deepseek-dspark": ("DeepSeek dense DSpark (flat target_layer_ids, markov head, "
