@@ -235,6 +235,8 @@ def test_zlab_gemma_dflash_without_auto_map_and_softcap(tmp_path, targets):
     vLLM's qwen3_dflash.py never applies: consumed with a warning, not carried."""
     src = F.make_zlab_gemma_dflash(tmp_path / "zg")
     assert _layout(src) == ("zlab-dflash", "dflash")
+    warned = [p for p in inspect(src).problems if p.code == "softcap-not-applied"]
+    assert warned and not warned[0].is_error and "30.0" in warned[0].message
     res = convert(src, target=targets["qwen3"], out=tmp_path / "out")
     cfg = json.loads((tmp_path / "out" / "config.json").read_text())
     assert "final_logit_softcapping" not in cfg["transformer_layer_config"]

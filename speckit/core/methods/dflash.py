@@ -171,6 +171,13 @@ def check_config(config: dict[str, Any], *,
     """Config-level problems of a DFlash draft, and of its pairing with ``target_config``."""
     d = describe(config)
     out = family_checks(config, d, target_config=target_config)
+    cap = config.get("final_logit_softcapping")
+    if cap not in (None, 0, 0.0):
+        out.append(Problem("warning", "softcap-not-applied",
+                           f"top-level final_logit_softcapping {cap}: vLLM's DFlash head "
+                           "(qwen3_dflash.py) applies no softcap; greedy drafts are unchanged "
+                           "(tanh keeps the argmax), sampled draft probabilities are uncapped",
+                           "final_logit_softcapping"))
     if d["sample_from_anchor"]:
         out.append(Problem("error", "dflash-sample-from-anchor",
                            "sample_from_anchor is true: vLLM refuses it for DFlash "
