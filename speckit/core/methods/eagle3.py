@@ -57,7 +57,8 @@ def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
 # ---- structure, description and pairing checks ------------------------------------------------
 
 LAYER_TYPES = ("llama", "qwen3")  # the only decoder layers vLLM builds EAGLE-3 drafts with
-# SafeAILab and SpecForge write one head over exactly three target layers (low, mid, high)
+# SafeAILab, SpecForge and TorchSpec heads read three target layers (low, mid, high) when the
+# config records no ids; DeepSpec's record five (top-level target_layer_ids)
 SOURCE_NUM_AUX = 3
 
 
