@@ -39,6 +39,12 @@ class InspectReport:
     num_tensors: int
     files: list[str]
     target: str | None = None  # the target whose config the pairing checks used
+    # the aux ids as recorded, the convention they were read in and the shift applied to them
+    aux_layer_ids_field: str | None = None
+    aux_layer_ids_raw: list[int] | None = None
+    aux_convention: str | None = None  # "input-of-layer" (vLLM's) or "output-of-layer"
+    aux_shift: int | None = None
+    aux_convention_why: str | None = None
     problems: list[Problem] = field(default_factory=list)
     ok: bool = True
 
@@ -76,6 +82,9 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
         dtype=ckpt.float_dtype(), num_params=ckpt.num_params, total_bytes=ckpt.total_bytes,
         num_tensors=len(ckpt.tensors), files=list(ckpt.files),
         target=str(target) if target is not None else None, problems=problems,
+        aux_layer_ids_field=dims.get("aux_layer_ids_field"),
+        aux_layer_ids_raw=dims.get("aux_layer_ids_raw"), aux_convention=dims.get("aux_convention"),
+        aux_shift=dims.get("aux_shift"), aux_convention_why=dims.get("aux_convention_why"),
         ok=not any(p.is_error for p in problems))
 
 

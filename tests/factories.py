@@ -922,6 +922,163 @@ def make_deepseek_dspark(path: Path | str, *, dims: Dims = DIMS, num_layers: int
     return _write(path, cfg, t)
 
 
+# ---- producers' own layouts (tests/test_producers.py) -------------------------------------------
+# Each builder follows the producer's source: its config fields and tensor names, at fixture dims.
+
+DEEPSPEC_TARGET_LAYER_IDS = (1, 2, 4, 5, 6)  # 5 output-of-layer ids, as validate_eagle3_* wants
+
+
+def make_deepspec_eagle3(path: Path | str, *, dims: Dims = DIMS,
+                         target_layer_ids: tuple[int, ...] = DEEPSPEC_TARGET_LAYER_IDS,
+                         dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
+    """DeepSpec EAGLE-3 (deepseek-ai/DeepSpec deepspec/modeling/eagle3/qwen3/config.py and
+    modeling.py): a deep copy of the Qwen3 target config with architectures Qwen3Eagle3Model,
+    top-level target_layer_ids (hidden_states[id + 1]), ttt_length; save_pretrained names the
+    layer layers.0.* (q/k norms, hidden_norm) and keeps embed_tokens and a full-vocab lm_head."""
+    d = dims
+    r = _Rand(seed, dtype)
+    n = len(target_layer_ids)
+    t = {"embed_tokens.weight": r.w(d.vocab, d.hidden), "fc.weight": r.w(d.hidden, n * d.hidden)}
+    t.update(_decoder_layer(r, "layers.0", d, in_features=2 * d.hidden, qk_norm=True,
+                            hidden_norm=True))
+    t["norm.weight"] = r.norm(d.hidden)
+    t["lm_head.weight"] = r.w(d.vocab, d.hidden)
+    cfg = _layer_config("qwen3", d, num_layers=1, dtype=dtype,
+                        architectures=["Qwen3Eagle3Model"], num_target_layers=d.target_layers,
+                        target_model_name_or_path="Qwen/Qwen3-8B",
+                        target_layer_ids=list(target_layer_ids), ttt_length=7,
+                        step_loss_decay=0.8, draft_num_hidden_layers=1)
+    return _write(path, cfg, t)
+
+
+MLA = {"q_lora_rank": 48, "kv_lora_rank": 32, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8,
+       "v_head_dim": 16}
+
+
+def _mla_layer(r: _Rand, prefix: str, d: Dims, *, fin: int) -> dict[str, torch.Tensor]:
+    """TorchSpec DeepSeekMLAAttention (torchspec/models/draft/deepseek_eagle.py) + LlamaMLP."""
+    m, a = MLA, f"{prefix}.self_attn."
+    qk = m["qk_nope_head_dim"] + m["qk_rope_head_dim"]
+    t = {a + "q_a_proj.weight": r.w(m["q_lora_rank"], fin),
+         a + "q_a_layernorm.weight": r.norm(m["q_lora_rank"]),
+         a + "q_b_proj.weight": r.w(d.heads * qk, m["q_lora_rank"]),
+         a + "kv_a_proj_with_mqa.weight": r.w(m["kv_lora_rank"] + m["qk_rope_head_dim"], fin),
+         a + "kv_a_layernorm.weight": r.norm(m["kv_lora_rank"]),
+         a + "kv_b_proj.weight": r.w(d.heads * (m["qk_nope_head_dim"] + m["v_head_dim"]),
+                                     m["kv_lora_rank"]),
+         a + "o_proj.weight": r.w(d.hidden, d.heads * m["v_head_dim"])}
+    for n in ("input_layernorm", "post_attention_layernorm"):
+        t[f"{prefix}.{n}.weight"] = r.norm(d.hidden)
+    t[f"{prefix}.mlp.gate_proj.weight"] = r.w(d.intermediate, d.hidden)
+    t[f"{prefix}.mlp.up_proj.weight"] = r.w(d.intermediate, d.hidden)
+    t[f"{prefix}.mlp.down_proj.weight"] = r.w(d.hidden, d.intermediate)
+    return t
+
+
+def make_torchspec_mla_eagle3(path: Path | str, *, dims: Dims = DIMS, export: str = "vllm",
+                              dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
+    """TorchSpec's Kimi-K2.5 MLA EAGLE-3 head (lightseekorg/TorchSpec
+    configs/draft_models/kimi_k25_eagle3_mla.json, deepseek_eagle.py) at fixture dims.
+
+    export="vllm": convert_to_hf.py --vllm (midlayer. -> layers.0., kimi_k2 ids +1);
+    "native": midlayer.* and the training ids [1, L/2, L-1]."""
+    d = dims
+    r = _Rand(seed, dtype)
+    first = "layers.0" if export == "vllm" else "midlayer"
+    t = {"embed_tokens.weight": r.w(d.vocab, d.hidden), "fc.weight": r.w(d.hidden, 3 * d.hidden)}
+    t.update(_mla_layer(r, first, d, fin=2 * d.hidden))
+    t[f"{first}.hidden_norm.weight"] = r.norm(d.hidden)
+    t["norm.weight"] = r.norm(d.hidden)
+    t["lm_head.weight"] = r.w(d.vocab, d.hidden)
+    ids = [1, d.target_layers // 2, d.target_layers - 1]
+    if export == "vllm":
+        ids = [i + 1 for i in ids]
+    cfg = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "kimi_k2",
+           "hidden_size": d.hidden, "intermediate_size": d.intermediate, "num_hidden_layers": 1,
+           "num_attention_heads": d.heads, "num_key_value_heads": d.heads, **MLA,
+           "hidden_act": "silu", "rms_norm_eps": 1e-5, "vocab_size": d.vocab,
+           "draft_vocab_size": d.vocab, "torch_dtype": _dtype_name(dtype),
+           "max_position_embeddings": 2048, "rope_theta": 50000.0,
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True,
+                            "use_input_layernorm_in_first_layer": True,
+                            "use_last_layernorm": True, "use_mtp_layernorm": False}}
+    return _write(path, cfg, t)
+
+
+def make_torchspec_eagle3(path: Path | str, *, dims: Dims = DIMS,
+                          dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
+    """TorchSpec's vLLM export of a Llama EAGLE-3 head (lightseekorg/TorchSpec
+    convert_to_hf.py --vllm: midlayer. renamed layers.0., a reduced vocab's d2t/t2d kept;
+    eagle_config ids as trained, [1, L/2-1, L-4] here, not shifted for non-kimi_k2 models)."""
+    d = dims
+    r = _Rand(seed, dtype)
+    t = {("layers.0." + k.removeprefix("midlayer.") if k.startswith("midlayer.") else k): v
+         for k, v in _eagle3_source_tensors(r, d, num_layers=1, vd=d.draft_vocab,
+                                            full_maps=False, embed=True).items()}
+    L = d.target_layers
+    cfg = _flat_llama_config(d, arch="LlamaForCausalLMEagle3", num_layers=1, vd=d.draft_vocab,
+                             dtype=dtype, eagle_config={
+                                 "eagle_aux_hidden_state_layer_ids": [1, L // 2 - 1, L - 4],
+                                 "use_aux_hidden_state": True})
+    return _write(path, cfg, t)
+
+
+def make_k3_dspark(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2,
+                   dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
+    """Kimi-K3 MLA DSpark as vLLM's K3DSparkModel loads it (vllm/models/kimi_k3/nvidia/
+    dspark_mla.py: context_proj over num_target_layers states, MLA layers, final_norm, Markov
+    and confidence heads; the config records no block size)."""
+    d = dims
+    r = _Rand(seed, dtype)
+    t = {"context_proj.weight": r.w(d.hidden, d.target_layers * d.hidden),
+         "context_norm.weight": r.norm(d.hidden), "final_norm.weight": r.norm(d.hidden)}
+    for i in range(num_layers):
+        t.update(_mla_layer(r, f"layers.{i}", d, fin=d.hidden))
+    t.update(_dspark_heads(r, d, w2_rows=d.vocab, kind="vanilla", rank=d.rank, confidence=True,
+                           with_markov=True))
+    cfg = {"architectures": ["K3DSparkModel"], "model_type": "kimi_k3",
+           "hidden_size": d.hidden, "intermediate_size": d.intermediate,
+           "num_hidden_layers": num_layers, "num_attention_heads": d.heads, **MLA,
+           "hidden_act": "silu", "rms_norm_eps": 1e-5, "vocab_size": d.vocab,
+           "draft_vocab_size": d.vocab, "target_hidden_size": d.hidden,
+           "num_target_layers": d.target_layers, "mask_token_id": d.vocab - 1,
+           "target_layer_ids": list(range(d.target_layers)), "markov_rank": d.rank,
+           "markov_head_type": "vanilla", "enable_confidence_head": True,
+           "confidence_head_with_markov": True, "dtype": _dtype_name(dtype)}
+    return _write(path, cfg, t)
+
+
+def make_deepspec_dflash(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2,
+                         target_layer_ids: tuple[int, ...] = (1, 3, 6),
+                         dtype: torch.dtype = torch.bfloat16, seed: int = 0) -> Path:
+    """DeepSpec's DFlash release (config/dflash/dflash_qwen3_8b.py, deepspec/modeling/dspark/
+    qwen3/config.py): a Qwen3DSparkModel with markov_rank 0 (build_markov_head returns None)
+    and no confidence head; save_pretrained keeps embed_tokens and a full-vocab lm_head."""
+    d = dims
+    r = _Rand(seed, dtype)
+    t = _dflash_body(r, d, num_layers=num_layers, num_aux=len(target_layer_ids))
+    t["embed_tokens.weight"] = r.w(d.vocab, d.hidden)
+    t["lm_head.weight"] = r.w(d.vocab, d.hidden)
+    cfg = _qwen3_flat(d, arch="Qwen3DSparkModel", num_layers=num_layers, dtype=dtype,
+                      num_target_layers=d.target_layers, block_size=d.block_size,
+                      mask_token_id=d.vocab - 1, target_layer_ids=list(target_layer_ids),
+                      num_anchors=512, enable_confidence_head=False, markov_rank=0)
+    return _write(path, cfg, t)
+
+
+def make_zlab_gemma_dflash(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2,
+                           softcap: float = 30.0, dtype: torch.dtype = torch.bfloat16,
+                           seed: int = 0) -> Path:
+    """z-lab's Gemma-4 DFlash as issue #31 quotes it: no auto_map, a top-level
+    final_logit_softcapping (30.0, the target's), dflash_config with block_size and mask."""
+    p = make_zlab_dflash(path, dims=dims, num_layers=num_layers, dtype=dtype, seed=seed)
+    cfg = load_json(p / "config.json")
+    del cfg["auto_map"]
+    cfg["final_logit_softcapping"] = softcap
+    (p / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    return p
+
+
 # ---- Gemma-4 assistant ------------------------------------------------------------------------
 
 def make_gemma4_assistant(path: Path | str, *, dims: Dims = DIMS, num_layers: int = 2,
@@ -1081,7 +1238,14 @@ ALL_LAYOUT_FACTORIES: dict[str, tuple[str, str, Any]] = {
     "zlab_dflash_last_layer": ("zlab-dflash", "dflash",
                                lambda p: make_zlab_dflash(p, target_layer_ids=(1, 4, 7))),
     "laguna_dflash": ("laguna-dflash", "dflash", make_laguna_dflash),
-    "specforge_dflash": ("specforge-dflash", "dflash", make_specforge_dflash),
+    # SpecForge's own export is z-lab's format: nothing in it names the producer
+    "specforge_dflash": ("zlab-dflash", "dflash", make_specforge_dflash),
+    "zlab_gemma_dflash": ("zlab-dflash", "dflash", make_zlab_gemma_dflash),
+    "deepspec_eagle3": ("deepspec-eagle3", "eagle3", make_deepspec_eagle3),
+    "torchspec_mla_eagle3": ("eagle3-mla", "eagle3", make_torchspec_mla_eagle3),
+    "torchspec_eagle3_vllm": ("torchspec-eagle3", "eagle3", make_torchspec_eagle3),
+    "k3_dspark": ("k3-dspark", "dspark", make_k3_dspark),
+    "deepspec_dflash": ("deepseek-dspark", "dspark", make_deepspec_dflash),
     "specforge_dflash_no_mask": ("specforge-dflash", "dflash",
                                  lambda p: make_specforge_dflash(p, mask_token_id=None)),
     "zlab_dflash2": ("zlab-dflash2", "dflash2", make_zlab_dflash2),

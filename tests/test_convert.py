@@ -279,9 +279,13 @@ def test_speculative_tokens_rules(targets, tmp_path):
     r = convert(F.make_specforge_dspark(tmp_path / "s"), target=targets["qwen3"],
                 out=tmp_path / "os")
     assert r.num_speculative_tokens == F.DIMS.block_size
-    with pytest.raises(UsageError, match="block size"):
-        convert(tmp_path / "s", target=targets["qwen3"], out=tmp_path / "os2",
+    # k below the block truncates it (vLLM drafts exactly k; issue #31 item 1); above it, refused
+    r = convert(tmp_path / "s", target=targets["qwen3"], out=tmp_path / "os2",
                 num_speculative_tokens=3)
+    assert r.num_speculative_tokens == 3
+    with pytest.raises(UsageError, match="at most 4"):
+        convert(tmp_path / "s", target=targets["qwen3"], out=tmp_path / "os3",
+                num_speculative_tokens=F.DIMS.block_size + 1)
 
 
 @pytest.mark.parametrize("factory, method, usual", [

@@ -73,6 +73,9 @@ def engine_runs(tmp_path_factory):
                             qwen3, {}, True),
         "dflash_zlab_new": (FC.zero_final_norm(FC.make_zlab_dflash_uniform(root / "znew")),
                             qwen3, {}, True),
+        # DeepSpec Qwen3Eagle3Model: layers.0.*, 5 output-of-layer ids (+1), q/k norms (#31)
+        "eagle3_deepspec": (FC.zero_final_norm(F.make_deepspec_eagle3(root / "deepspec")), qwen3,
+                            {"num_speculative_tokens": K}, True),
     }
     runs, expect = [], {}
     for name, (src, target, kw, accept_all) in sources.items():
@@ -87,7 +90,7 @@ def engine_runs(tmp_path_factory):
 
 @pytest.mark.parametrize("name", ["eagle3_safeailab", "eagle3_specforge_sglang",
                                   "peagle_specforge", "eagle3_specforge_hf", "dflash_zlab_old",
-                                  "dflash_zlab_new"])
+                                  "dflash_zlab_new", "eagle3_deepspec"])
 def test_converted_draft_speculates_in_vllm(name, engine_runs):
     res, accept_all, conv = engine_runs[name]
     assert res["ok"], res.get("traceback") or res.get("error")
@@ -118,6 +121,7 @@ def load_proofs(tmp_path_factory):
         "dspark_specforge": F.make_specforge_dspark(root / "dspark"),
         "dspark_specforge_reduced": FC.make_specforge_dspark_reduced(root / "dspark_reduced"),
         "dspark_deepseek": F.make_deepseek_dspark(root / "dspark_deepseek"),
+        "dspark_deepspec_dflash": F.make_deepspec_dflash(root / "deepspec_dflash"),
     }
     runs, outs = [], {}
     for name, src in cases.items():
@@ -137,6 +141,12 @@ def load_proofs(tmp_path_factory):
                  "speculative_config": {"method": "mtp", "num_speculative_tokens": 1},
                  "weights": str(r.out), "native_mtp": True})
     outs["mtp_native"] = r
+    # DeepSpec's DFlash as published (markov_rank 0): vLLM's own dspark path, no conversion
+    src = root / "deepspec_dflash"
+    runs.append({"kind": "load", "name": "dspark_deepspec_dflash_published",
+                 "target": str(qwen3), "weights": str(src),
+                 "speculative_config": {"method": "dspark", "model": str(src)}})
+    outs["dspark_deepspec_dflash_published"] = None
     results = _child(runs, root, timeout=900)
     return {name: (results[name], outs[name]) for name in outs}
 
@@ -176,3 +186,18 @@ def test_vllm_builds_and_fills_the_draft_model(name, cls, method, load_proofs):
         assert (dc["conv_kernel_size"], dc["conv_group_size"], dc["selector_rank"],
                 dc["selector_top_k"]) == (2, 16, F.DIMS.rank, 4)
         assert res["architectures"] == ["DFlash2DraftModel"]
+
+
+@pytest.mark.parametrize("name", ["dspark_deepspec_dflash", "dspark_deepspec_dflash_published"])
+def test_vllm_loads_deepspec_dflash_as_dspark(name, load_proofs):
+    """DeepSpec's DFlash (markov_rank 0, issue #31 item 5): vLLM builds Qwen3DSparkModel with a
+    zero-width Markov head, from the published config and from speckit's conversion; k defaults
+    to the block (the anchor is the first prediction) and every real parameter is filled."""
+    res, _ = load_proofs[name]
+    assert res["ok"], res.get("traceback") or res.get("error")
+    assert (res["model_class"], res["method"]) == ("Qwen3DSparkForCausalLM", "dspark")
+    assert res["markov_rank"] == 0 and res["k"] == F.DIMS.block_size
+    assert res["target_layer_ids"] == [1, 3, 6]  # DeepSpec's ids, as the factory wrote them
+    assert res["parameters"]["model.markov_head.markov_w1.weight"] == [F.DIMS.vocab, 0]
+    assert set(res["still_nan"]) <= BORROWED, res["still_nan"]
+    assert "model.confidence_head.proj.weight" not in res["parameters"]

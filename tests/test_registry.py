@@ -39,7 +39,9 @@ ISSUE_DRAFTS = {
     "z-lab/gemma-4-26B-A4B-it-DFlash": ("dflash", "google/gemma-4-26B-A4B-it"),
     "z-lab/Qwen3-8B-DFlash-b16": ("dflash", "Qwen/Qwen3-8B"),
     "deepseek-ai/eagle3_qwen3_8b_ttt7": ("eagle3", "Qwen/Qwen3-8B"),
-    "deepseek-ai/dflash_qwen3_8b_block7": ("dflash", "Qwen/Qwen3-8B"),
+    # a Qwen3DSparkModel with markov_rank 0 (DeepSpec config/dflash/dflash_qwen3_8b.py): vLLM
+    # serves that architecture only as method dspark (issue #31 item 5)
+    "deepseek-ai/dflash_qwen3_8b_block7": ("dspark", "Qwen/Qwen3-8B"),
     "Inferact/MiniMax-M3-EAGLE3": ("eagle3", "MiniMaxAI/MiniMax-M3"),
     "Inferact/Kimi-K3-DSpark": ("dspark", "moonshotai/Kimi-K3"),
 }
@@ -424,7 +426,7 @@ def test_filter(builtin):
     assert {e.id for e in builtin.filter(provider="redhat")} == {
         "gemma-4-26b-a4b-it-eagle3", "gemma-4-31b-it-dspark"}
     assert {e.id for e in builtin.filter(method="dspark")} == {
-        "gemma-4-31b-it-dspark", "kimi-k3-dspark"}
+        "gemma-4-31b-it-dspark", "kimi-k3-dspark", "qwen3-8b-dflash-block7"}
     assert len(builtin.filter(target="qwen/qwen3-8b")) == 3
     assert len(builtin.filter(kind=None)) == 14  # 11 Hub drafts, 2 bundled drafts, 1 target
     with pytest.raises(UsageError, match="did you mean dflash"):
@@ -474,13 +476,16 @@ def test_resolve_no_match_reports_nearby_targets_and_methods(builtin):
     miss = resolve(builtin, target="Qwen/Qwen3-14B")
     assert not miss.found and miss.candidates == []
     assert [n.target for n in miss.nearby][:1] == ["Qwen/Qwen3-8B"]
-    assert set(miss.nearby[0].methods) == {"dflash", "eagle3"}
-    assert "Qwen/Qwen3-8B (dflash, eagle3)" in miss.message
+    assert set(miss.nearby[0].methods) == {"dflash", "dspark", "eagle3"}
+    assert "Qwen/Qwen3-8B (dflash, dspark, eagle3)" in miss.message
 
-    no_method = resolve(builtin, target="Qwen/Qwen3-8B", method="dspark")
+    no_method = resolve(builtin, target="Qwen/Qwen3-8B", method="mtp")
     assert not no_method.found
-    assert "registered methods for it: dflash, eagle3" in no_method.message
-    assert {r.value for r in no_method.other_published} == {1.63, 1.15}
+    assert "registered methods for it: dflash, dspark, eagle3" in no_method.message
+    # DeepSpec's DFlash release serves as dspark; the DSpark figures stay the other checkpoint's
+    dspark = resolve(builtin, target="Qwen/Qwen3-8B", method="dspark")
+    assert [c.id for c in dspark.candidates] == ["qwen3-8b-dflash-block7"]
+    assert {r.value for r in dspark.other_published} == {1.63, 1.15}
 
     family = resolve(builtin, target="google/gemma-4-12B-it")
     assert {n.target for n in family.nearby} == {"google/gemma-4-26B-A4B-it",

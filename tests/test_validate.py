@@ -121,7 +121,7 @@ def test_spec_config_fields_per_method(tmp_path):
     assert speculative_config(method="dflash", k=7, draft="/d",
                               draft_config={"block_size": 8})["num_speculative_tokens"] == 7
     with pytest.raises(UsageError, match="block size"):
-        speculative_config(method="dspark", k=3, draft="/d", draft_config={"block_size": 4})
+        speculative_config(method="dspark", k=5, draft="/d", draft_config={"block_size": 4})
 
 
 def test_serve_line_token_budget_for_parallel_drafters():

@@ -67,10 +67,24 @@ def _extras(d: dict[str, Any]) -> str:
     """Method-specific fields worth a glance (norm flags, heads, convs, experts)."""
     skip = {"model_type", "hidden", "target_hidden", "layers", "heads", "kv_heads", "head_dim",
             "intermediate", "target_vocab", "draft_vocab", "aux_layer_ids",
-            "aux_layer_ids_field", "block_size", "mask_token_id", "dtype", "speculative_tokens",
+            "aux_layer_ids_field", "aux_layer_ids_raw", "aux_convention", "aux_shift",
+            "aux_convention_why", "block_size", "mask_token_id", "dtype", "speculative_tokens",
             "layer_types", "num_aux", "architectures"}
     parts = [f"{k}={v}" for k, v in d.items() if k not in skip and v not in (None, False, [])]
     return ", ".join(parts)
+
+
+def _aux_line(report) -> str:
+    """vLLM's ids, then the field, the raw ids, the convention read and the shift applied."""
+    line = f"{report.aux_layer_ids} (vLLM input-of-layer ids), from {report.aux_layer_ids_field}"
+    if report.aux_shift:
+        line += (f" {report.aux_layer_ids_raw}: {report.aux_convention} convention, shifted "
+                 f"+{report.aux_shift}")
+    elif report.aux_convention:
+        line += f": {report.aux_convention} convention, no shift"
+    if report.aux_convention_why:
+        line += f" ({report.aux_convention_why})"
+    return line
 
 
 def render(report) -> None:
@@ -100,8 +114,7 @@ def render(report) -> None:
         vocab += f" · draft {report.draft_vocab} (reduced: d2t/t2d map draft ids to target ids)"
     t.add_row("vocab", vocab)
     if report.aux_layer_ids is not None:
-        t.add_row("aux layers", f"{report.aux_layer_ids} (speculators ids, from "
-                  f"{d.get('aux_layer_ids_field')})")
+        t.add_row("aux layers", _aux_line(report))
     elif "num_aux" in d:
         t.add_row("aux layers", "not recorded in the config")
     extra = []

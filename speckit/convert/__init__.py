@@ -26,6 +26,7 @@ from speckit.convert.moves import (
     read_ints,
 )
 from speckit.core import methods
+from speckit.core.methods.detect import SERVED_AS_PUBLISHED
 from speckit.errors import FormatError, SpeckitError, UsageError
 from speckit.io.checkpoint import (
     FLOAT_DTYPES,
@@ -54,6 +55,8 @@ _READERS = {
     "speculators": "speckit.convert.speculators_source",
     "safeailab-eagle3": "speckit.convert.eagle3_sources",
     "specforge-eagle3": "speckit.convert.eagle3_sources",
+    "deepspec-eagle3": "speckit.convert.eagle3_sources",
+    "torchspec-eagle3": "speckit.convert.eagle3_sources",
     "specforge-peagle": "speckit.convert.eagle3_sources",
     "zlab-dflash": "speckit.convert.dflash_sources",
     "laguna-dflash": "speckit.convert.dflash_sources",
@@ -171,6 +174,9 @@ def _open_source(ref: str, *, method: str, allow_pickle: bool, allow_external_li
         raise UsageError(f"{s.path} is a plain causal LM, not a draft layout",
                          hint="serve it as is with --speculative-config "
                          "'{\"method\": \"draft_model\", \"model\": ..., ...}'")
+    if layout.name in SERVED_AS_PUBLISHED:
+        why, hint = SERVED_AS_PUBLISHED[layout.name]
+        raise FormatError(f"{s.path}: {layout.name} is {why}", hint=hint)
     if layout.name not in _READERS:
         raise FormatError(f"{s.path}: layout {layout.name!r} has no converter",
                           hint="see docs/convert.md for the layouts speckit converts")

@@ -52,6 +52,7 @@ _NEUTRAL = {
     "use_swa": (False, None),
     "swa_window_size": (None,),
     "add_swa_attention_sink_bias": (False, None),
+    "attention_sink_bias": (False, None),  # the key qwen3_dflash.py reads (MiMo)
     "attention_value_scale": (None, 1, 1.0),
     "sample_from_anchor": (False, None),
 }
@@ -72,6 +73,9 @@ _CONSUMED = {
     "model_type": "qwen3 (DFlash drafts are Qwen3-style decoders)",
     "sliding_window_non_causal": "top-level sliding_window_non_causal",
     "sample_from_anchor": "top-level sample_from_anchor",
+    "final_logit_softcapping": ("not carried: vLLM 0.32's DFlash heads read no top-level "
+                                "softcap (qwen3_dflash.py none, qwen3_dflash2.py only "
+                                "dflash_config's), natively or from speculators"),
 }
 
 
@@ -120,6 +124,7 @@ def backbone(ctx: ReadContext, *, method: str, consumed: dict[str, str] | None =
     vocab = _vocabulary(ctx, out)
     _check_neutral(ctx, out, dc, dc_left, variant_keys)
     layer_cfg = carry_layer_config(ctx.src.config, out, consumed={**_CONSUMED, **(consumed or {})})
+    _top_level_softcap(ctx, out)
     snc = _non_causal(ctx, layer_cfg, n_layers, out)
     _normalise_layer_config(ctx, out, layer_cfg, hidden=hidden, n_layers=n_layers, dtype=dtype)
     config = _speculators_fields(method, block=block, aux=aux, mask=mask, vocab=vocab,
@@ -227,6 +232,18 @@ def _check_neutral(ctx: ReadContext, out: ConversionPlan, dc: dict[str, Any], dc
                 "speculators layout; serve the source with vLLM's native loader instead")
         dc_left.discard(key)
         out.config_fields[f"dflash_config.{key}"] = f"neutral value {dc[key]!r}, not needed"
+
+
+def _top_level_softcap(ctx: ReadContext, out: ConversionPlan) -> None:
+    """z-lab's Gemma DFlash records the target's final_logit_softcapping (30.0) at the top level;
+    vLLM serves the source without it too, and tanh capping keeps the argmax (greedy drafts are
+    unchanged; sampled drafts' probabilities are not)."""
+    cap = ctx.src.config.get("final_logit_softcapping")
+    if cap not in (None, 0, 0.0):
+        out.warnings.append(
+            f"top-level final_logit_softcapping {cap} is not applied by vLLM 0.32's DFlash head, "
+            f"whether it serves the source or this output: greedy drafts are unchanged (tanh "
+            f"capping keeps the argmax), sampled draft probabilities are uncapped")
 
 
 def _normalise_layer_config(ctx: ReadContext, out: ConversionPlan, layer_cfg: dict[str, Any], *,

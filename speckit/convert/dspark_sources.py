@@ -75,16 +75,22 @@ def _markov_head(ctx: ReadContext, bb: Backbone, names: dict[str, str]) -> _Head
     head_type = _markov_head_type(ctx, bb, names)
     w1 = _find(names, "markov_head.markov_w1.weight")
     w2 = _find(names, "markov_head.markov_w2.weight")
+    said_rank = agreed_setting(ctx, bb.dflash_config, "markov_rank")
+    if w1 is None and w2 is None and said_rank is not None and int(said_rank) == 0:
+        # DeepSpec's DFlash releases: vLLM's Qwen3DSparkModel builds a zero-width Markov head
+        # (nothing to load) and adds a zero bias
+        bb.plan.notes.append("markov_rank 0: no Markov head (DeepSpec's DFlash); vLLM builds a "
+                             "zero-width one that needs no tensor")
+        return _Head([], [], rank=0, head_type=head_type)
     if w1 is None or w2 is None:
         raise FormatError(f"{src.path}: DSpark draft without markov_head.markov_w1/markov_w2",
-                          hint="vLLM always builds the Markov head (markov_rank > 0)")
+                          hint="markov_rank > 0 (or absent, default 256) needs both tensors")
     V = bb.vocab.target
     i1 = src.tensors[w1]
     rank = i1.shape[1]
     if i1.shape != (V, rank):
         raise FormatError(f"{src.path}: {w1} is {list(i1.shape)}, expected [{V}, r] (indexed by "
                           f"target token id)")
-    said_rank = agreed_setting(ctx, bb.dflash_config, "markov_rank")
     if said_rank is not None and int(said_rank) != rank:
         raise FormatError(f"{ctx.where('markov_rank')} is {said_rank} but {w1} has rank {rank}")
     moves = [rename(src, w1, "markov_head.markov_w1.weight"), _markov_w2(ctx, bb, w2, rank)]

@@ -30,6 +30,7 @@ from speckit.convert.common import (
 from speckit.convert.moves import ConversionPlan
 from speckit.core import methods
 from speckit.core.methods import MethodSpec
+from speckit.core.methods.common import read_aux_ids
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import CONFIG_DTYPE
 
@@ -48,6 +49,11 @@ _CONSUMED = {
     "norm_output": "SpecForge meaning (final norm before lm_head) checked; not carried",
     "eagle_config": "aux layer ids read from it",
     "eagle_aux_hidden_state_layer_ids": "top-level eagle_aux_hidden_state_layer_ids",
+    "target_layer_ids": "top-level eagle_aux_hidden_state_layer_ids (+1: DeepSpec output ids)",
+    "num_target_layers": "checked against the target's depth by the aux-id range check",
+    "step_loss_decay": "DeepSpec training loss weight; not used in serving",
+    "draft_num_hidden_layers": "DeepSpec copy of num_hidden_layers; checked against the layers",
+    "target_model_name_or_path": "DeepSpec training target; the verifier is TARGET",
     "mask_token_id": "top-level mask_token_id (P-EAGLE)",
     "tie_word_embeddings": "forced false (the draft's lm_head is its own)",
     "dtype": "top-level dtype",
@@ -231,14 +237,14 @@ def _layer_type(ctx: ReadContext, plan: ConversionPlan) -> str:
 
 
 def _recorded_aux(cfg: dict[str, Any]) -> tuple[list[int] | None, str]:
-    if cfg.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return (list(cfg["eagle_aux_hidden_state_layer_ids"]),
-                "source eagle_aux_hidden_state_layer_ids")
-    eagle = cfg.get("eagle_config") or {}
-    if eagle.get("eagle_aux_hidden_state_layer_ids") is not None:
-        return (list(eagle["eagle_aux_hidden_state_layer_ids"]),
-                "source eagle_config.eagle_aux_hidden_state_layer_ids")
-    return None, ""
+    """The source's aux ids in vLLM's convention, and a label naming the field and the shift."""
+    aux = read_aux_ids(cfg)
+    if aux is None:
+        return None, ""
+    if aux.shift:
+        return aux.ids, (f"source {aux.field} {aux.raw} ({aux.convention}, +{aux.shift}: "
+                         f"{aux.why})")
+    return aux.ids, f"source {aux.field} ({aux.convention})"
 
 
 def _mask_token(ctx: ReadContext, vocab: int) -> int:

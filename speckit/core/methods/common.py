@@ -5,6 +5,7 @@ Pure functions over config dicts; no torch.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from speckit.core import hfconfig
@@ -165,30 +166,81 @@ def base_dims(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def aux_layer_ids(config: dict[str, Any]) -> tuple[list[int] | None, str | None]:
-    """Aux hidden-state ids in the speculators/vLLM convention, and the field they came from.
+INPUT_OF_LAYER = "input-of-layer"  # speculators / vLLM: id k = the stream entering layer k
+OUTPUT_OF_LAYER = "output-of-layer"  # SpecForge/DeepSpec/z-lab: id k = layer k's output
 
-    Id k is the residual stream entering target layer k (0 = embeddings, L = last layer's output).
-    z-lab/SpecForge `target_layer_ids` name the layer whose output is used, so they are shifted
-    by one; DeepSeek's -1 (the embedding output) becomes 0 by the same shift.
+
+@dataclass(frozen=True)
+class AuxIds:
+    """Aux hidden-state ids as a checkpoint records them and as vLLM reads them.
+
+    ``ids`` = ``raw`` + ``shift``, in vLLM's input-of-layer convention
+    (docs/formats.md#aux-layer-ids).
+    """
+
+    ids: list[int]
+    raw: list[int]
+    field: str
+    convention: str  # the convention ``raw`` is in: INPUT_OF_LAYER or OUTPUT_OF_LAYER
+    shift: int
+    why: str  # the rule that decided the convention
+
+
+def _shifted(raw: list[int], field: str, why: str) -> AuxIds:
+    return AuxIds([i + 1 for i in raw], raw, field, OUTPUT_OF_LAYER, 1, why)
+
+
+def read_aux_ids(config: dict[str, Any]) -> AuxIds | None:
+    """The aux ids a draft config records, with the convention they are in; None if none.
+
+    speculators' top-level ids are vLLM's own. ``eagle_config`` ids are a trainer's: SpecForge
+    and TorchSpec train through SGLang, which reads a first id of 1 as "output of layer 1" and
+    adds one (sglang#25454), any other first id as vLLM's convention; speckit applies the same
+    rule. ``target_layer_ids`` (z-lab, SpecForge, DeepSpec; -1 = the embeddings) name the layer
+    whose output is read: always +1.
     """
     for key in ("eagle_aux_hidden_state_layer_ids", "aux_hidden_state_layer_ids"):
         ids = hfconfig.get_ints(config, key)
         if ids is not None:
-            return ids, key
+            return AuxIds(ids, ids, key, INPUT_OF_LAYER, 0,
+                          "top-level ids are vLLM's own: the speculators convention")
     eagle = config.get("eagle_config") or {}
     ids = hfconfig.get_ints(eagle, "eagle_aux_hidden_state_layer_ids",
                             where="config.json: eagle_config")
     if ids is not None:
-        return ids, "eagle_config.eagle_aux_hidden_state_layer_ids"
+        field = "eagle_config.eagle_aux_hidden_state_layer_ids"
+        if ids and ids[0] == 1:
+            return _shifted(ids, field, "a trainer's eagle_config ids starting at 1 name layer "
+                            "outputs (SpecForge default [1, L/2-1, L-4]; sglang#25454)")
+        return AuxIds(ids, ids, field, INPUT_OF_LAYER, 0,
+                      "eagle_config ids not starting at 1 are read as vLLM's (sglang#25454)")
     dflash = config.get("dflash_config") or {}
     ids = hfconfig.get_ints(dflash, "target_layer_ids", where="config.json: dflash_config")
     if ids is not None:
-        return [i + 1 for i in ids], "dflash_config.target_layer_ids"
+        return _shifted(ids, "dflash_config.target_layer_ids",
+                        "z-lab/SpecForge target_layer_ids name layer outputs")
     ids = hfconfig.get_ints(config, "target_layer_ids")
     if ids is not None:
-        return [i + 1 for i in ids], "target_layer_ids"
-    return None, None
+        return _shifted(ids, "target_layer_ids", "DeepSpec target_layer_ids name layer outputs "
+                        "(hidden_states[id + 1]; -1 = the embeddings)")
+    return None
+
+
+def aux_layer_ids(config: dict[str, Any]) -> tuple[list[int] | None, str | None]:
+    """Aux hidden-state ids in the speculators/vLLM convention, and the field they came from."""
+    aux = read_aux_ids(config)
+    return (aux.ids, aux.field) if aux else (None, None)
+
+
+def aux_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """describe() keys of the aux ids: vLLM's ids, the field, the raw ids, convention and shift."""
+    aux = read_aux_ids(config)
+    if aux is None:
+        return {"aux_layer_ids": None, "aux_layer_ids_field": None, "aux_layer_ids_raw": None,
+                "aux_convention": None, "aux_shift": None, "aux_convention_why": None}
+    return {"aux_layer_ids": aux.ids, "aux_layer_ids_field": aux.field,
+            "aux_layer_ids_raw": aux.raw, "aux_convention": aux.convention,
+            "aux_shift": aux.shift, "aux_convention_why": aux.why}
 
 
 def target_dims(target_config: dict[str, Any]) -> dict[str, Any]:

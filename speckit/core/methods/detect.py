@@ -36,17 +36,42 @@ LAYOUTS: dict[str, str] = {
     "speculators": "speculators format (speculators_model_type); what vLLM loads",
     "safeailab-eagle3": "SafeAILab EAGLE-3 (traineagle3: midlayer.*, d2t/t2d, usually a pickle)",
     "specforge-eagle3": "SpecForge EAGLE-3 export (LlamaForCausalLMEagle3: midlayer.*)",
+    "deepspec-eagle3": ("DeepSpec EAGLE-3 (Qwen3Eagle3Model: layers.0.*, top-level "
+                        "target_layer_ids, output-of-layer ids)"),
+    "torchspec-eagle3": ("TorchSpec vLLM export of an EAGLE-3 head (convert_to_hf.py --vllm: "
+                         "layers.0.*, eagle_config ids)"),
+    "eagle3-mla": ("EAGLE-3 head with Multi-Latent Attention (Eagle3DeepseekV2ForCausalLM: "
+                   "q_a_proj/kv_a_proj_with_mqa/kv_b_proj); vLLM loads it as published"),
     "specforge-peagle": "SpecForge P-EAGLE (PEagleDraftModel: mask_hidden, layers.*)",
-    "specforge-dflash": "SpecForge DFlash export (dflash_config, no auto_map)",
+    "specforge-dflash": ("SpecForge DFlash export (z-lab's format with a SpecForge-only trait: no "
+                         "mask_token_id, projector_type, or a trained head)"),
     "specforge-dspark": "SpecForge DSpark (dflash_config.projector_type=dspark)",
-    "zlab-dflash": "z-lab DFlash (dflash_config + auto_map dflash.DFlashDraftModel)",
+    "zlab-dflash": ("z-lab DFlash format (dflash_config; SpecForge writes it too, auto_map or "
+                    "not)"),
     "zlab-dflash2": "z-lab DFlash2 (convolutions, bare selector codebooks)",
     "laguna-dflash": "Laguna-style DFlash (fused qkv_proj, g_proj, aux_hidden_norms)",
     "deepseek-dspark": ("DeepSeek dense DSpark (flat target_layer_ids, markov head, "
                         "no dflash_config)"),
+    "k3-dspark": ("Kimi-K3 MLA DSpark (K3DSparkModel: context_proj, MLA layers, no block "
+                  "size); vLLM loads it as published"),
     "native-mtp": "a target checkpoint carrying its own MTP layers (mtp.*)",
     "gemma4-assistant": "Gemma-4 assistant (gemma4_assistant; KV shared with the target)",
     "hf-causal-lm": "a plain Hugging Face causal LM (usable as a draft_model)",
+}
+
+# layouts vLLM loads as published and speckit does not rewrite: layout -> (why, what to do)
+SERVED_AS_PUBLISHED: dict[str, tuple[str, str]] = {
+    "eagle3-mla": (
+        "an EAGLE-3 head with Multi-Latent Attention: vLLM 0.32 loads it as published "
+        "(Eagle3DeepseekV2ForCausalLM, deepseek_eagle3.py, layers.0.* names) and the "
+        "speculators layout has no MLA head, so speckit does not rewrite it",
+        "serve the checkpoint as it is with method 'eagle3'; a midlayer.* export (TorchSpec "
+        "without --vllm) must be re-exported with TorchSpec's convert_to_hf.py --vllm"),
+    "k3-dspark": (
+        "a Kimi-K3 MLA DSpark draft: vLLM 0.32 loads it as published (K3DSparkModel, "
+        "vllm/models/kimi_k3/nvidia/dspark_mla.py) and the speculators dspark layout has no "
+        "MLA backbone, so speckit does not rewrite it",
+        "serve the checkpoint as it is with method 'dspark' and the k its recipe names"),
 }
 
 _Found = tuple[str, str, list[str]]  # (layout name, method, evidence)
@@ -107,7 +132,26 @@ def _native_mtp(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
     return "native-mtp", "mtp", ev
 
 
+_MLA_TENSORS = (".self_attn.kv_a_proj_with_mqa.weight", ".self_attn.kv_b_proj.weight",
+                ".self_attn.q_a_proj.weight")
+
+
+def _k3_dspark(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
+    """vLLM's K3DSparkModel layout (vllm/models/kimi_k3/nvidia/dspark_mla.py)."""
+    archs = _archs(cfg)
+    mla = _any_suffix(names, *_MLA_TENSORS)
+    if "K3DSparkModel" not in archs and not (mla and "context_proj.weight" in names):
+        return None
+    ev = [f"architectures = {archs}"]
+    ev += [f"tensor {mla}"] if mla else []
+    ev += ["tensor context_proj.weight"] if "context_proj.weight" in names else []
+    return "k3-dspark", "dspark", ev
+
+
 def _dflash_family(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
+    k3 = _k3_dspark(cfg, names)
+    if k3 is not None:
+        return k3
     dc = cfg.get("dflash_config")
     archs = _archs(cfg)
     flat_dspark = dc is None and cfg.get("target_layer_ids") is not None and (
@@ -139,14 +183,36 @@ def _dflash_family(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
     if selector or any("DFlash2" in a for a in archs):
         return "zlab-dflash2", "dflash2", [*ev, f"tensor {selector}" if selector
                                            else "a DFlash2 architecture"]
-    auto_map = cfg.get("auto_map") or {}
-    if any("dflash" in str(v).lower() for v in (auto_map.values() if isinstance(auto_map, dict)
-                                                 else [auto_map])):
-        return "zlab-dflash", "dflash", [*ev, f"config.auto_map = {auto_map}"]
-    why = ["no auto_map (z-lab releases carry one)"]
+    return _dflash_producer(cfg, dc, names, ev)
+
+
+# tensors only a SpecForge DFlash export may carry (a trained head and its vocab maps)
+_SPECFORGE_DFLASH_TENSORS = ("lm_head.weight", "d2t", "t2d")
+
+
+def _dflash_producer(cfg: dict[str, Any], dc: dict[str, Any], names: frozenset[str],
+                     ev: list[str]) -> _Found:
+    """z-lab's DFlash format, or SpecForge's variant of it where a SpecForge-only trait shows.
+
+    SpecForge writes the same config as z-lab, auto_map included (SpecForge
+    configs/qwen3-8b-dflash.json), and its export normaliser drops auto_map
+    (scripts/gates/normalize_dflash_export.py), so auto_map tells neither producer apart.
+    """
+    why = []
     if "mask_token_id" not in dc:
-        why.append("dflash_config has no mask_token_id")
-    return "specforge-dflash", "dflash", [*ev, *why]
+        why.append("dflash_config has no mask_token_id (SpecForge resolves it from the "
+                   "tokenizer)")
+    if "projector_type" in dc:
+        why.append(f"dflash_config.projector_type = {dc['projector_type']!r} (SpecForge)")
+    head = [n for n in _SPECFORGE_DFLASH_TENSORS if n in names]
+    if head:
+        why.append(f"a trained head: {', '.join(head)}")
+    if why:
+        return "specforge-dflash", "dflash", [*ev, *why]
+    auto_map = cfg.get("auto_map")
+    return "zlab-dflash", "dflash", [
+        *ev, f"config.auto_map = {auto_map}" if auto_map else "no auto_map",
+        "z-lab's DFlash format (SpecForge writes the same; the producer is not recorded)"]
 
 
 def _eagle3_family(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
@@ -158,11 +224,23 @@ def _eagle3_family(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
         return "specforge-peagle", "peagle", [f"architectures = {archs}", "tensor mask_hidden"
                                               if "mask_hidden" in names else "no mask_hidden"]
     mid = _any_prefix(names, "midlayer.")
-    if mid is None:
+    # layer 0 of an EAGLE-3 head reads [embeds | hidden]: hidden_norm marks it when it is not
+    # named midlayer (DeepSpec, TorchSpec's vLLM export)
+    first = mid or ("layers.0.hidden_norm.weight" if "layers.0.hidden_norm.weight" in names
+                    else None)
+    if first is None:
         return None
+    ev = [f"architectures = {archs}", f"tensor {first}"]
+    mla = _any_suffix(names, *_MLA_TENSORS)
+    if mla or any(a.startswith(("Eagle3DeepseekV2", "Eagle3DeepseekV3")) for a in archs):
+        return "eagle3-mla", "eagle3", [*ev, f"tensor {mla}" if mla else "an MLA architecture"]
+    if mid is None:
+        if "Qwen3Eagle3Model" in archs or cfg.get("target_layer_ids") is not None:
+            return "deepspec-eagle3", "eagle3", [
+                *ev, f"top-level target_layer_ids = {cfg.get('target_layer_ids')}"]
+        return "torchspec-eagle3", "eagle3", [*ev, "no midlayer.* (renamed layers.0.*)"]
     if any("Eagle3" in a for a in archs):
-        return "specforge-eagle3", "eagle3", [f"architectures = {archs}", f"tensor {mid}"]
-    ev = [f"architectures = {archs}", f"tensor {mid}"]
+        return "specforge-eagle3", "eagle3", ev
     if "d2t" in names:
         ev.append("tensors d2t/t2d")
     return "safeailab-eagle3", "eagle3", ev

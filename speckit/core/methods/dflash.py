@@ -10,6 +10,7 @@ from typing import Any
 from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     attn_dims,
+    aux_fields,
     aux_layer_ids,
     base_dims,
     check_k_range,
@@ -79,10 +80,11 @@ def describe(config: dict[str, Any]) -> dict[str, Any]:
     """Dims of a DFlash-family draft: speculators layout, or z-lab/SpecForge/Laguna configs."""
     d = base_dims(config)
     dc = config.get("dflash_config") or {}
-    ids, field = aux_layer_ids(config)
+    aux = aux_fields(config)
+    ids = aux["aux_layer_ids"]
     cfg = layer_config(config)
     d.update(
-        aux_layer_ids=ids, aux_layer_ids_field=field, num_aux=len(ids) if ids else None,
+        **aux, num_aux=len(ids) if ids else None,
         block_size=first(config.get("block_size"), dc.get("block_size")),
         mask_token_id=first(dc.get("mask_token_id"), config.get("mask_token_id")),
         sample_from_anchor=bool(first(config.get("sample_from_anchor"),
@@ -169,6 +171,13 @@ def check_config(config: dict[str, Any], *,
     """Config-level problems of a DFlash draft, and of its pairing with ``target_config``."""
     d = describe(config)
     out = family_checks(config, d, target_config=target_config)
+    cap = config.get("final_logit_softcapping")
+    if cap not in (None, 0, 0.0):
+        out.append(Problem("warning", "softcap-not-applied",
+                           f"top-level final_logit_softcapping {cap}: vLLM's DFlash head "
+                           "(qwen3_dflash.py) applies no softcap; greedy drafts are unchanged "
+                           "(tanh keeps the argmax), sampled draft probabilities are uncapped",
+                           "final_logit_softcapping"))
     if d["sample_from_anchor"]:
         out.append(Problem("error", "dflash-sample-from-anchor",
                            "sample_from_anchor is true: vLLM refuses it for DFlash "
@@ -177,11 +186,13 @@ def check_config(config: dict[str, Any], *,
 
 
 def family_checks(config: dict[str, Any], d: dict[str, Any], *,
-                  target_config: dict[str, Any] | None) -> list[Problem]:
+                  target_config: dict[str, Any] | None,
+                  block_required: bool = True) -> list[Problem]:
     """Checks every DFlash-backbone method shares (DFlash, DFlash2, DSpark)."""
-    out = missing_fields(d, {"hidden": "hidden_size", "heads": "num_attention_heads",
-                             "intermediate": "intermediate_size", "target_vocab": "vocab_size",
-                             "layers": "num_hidden_layers", "block_size": "block_size"})
+    fields = {"hidden": "hidden_size", "heads": "num_attention_heads",
+              "intermediate": "intermediate_size", "target_vocab": "vocab_size",
+              "layers": "num_hidden_layers"}
+    out = missing_fields(d, {**fields, "block_size": "block_size"} if block_required else fields)
     out += mask_token_problems(d, required=True)
     out += pairing_problems(d, target_config=target_config, aux_required=True)
     v, vd = d.get("target_vocab"), d.get("draft_vocab")

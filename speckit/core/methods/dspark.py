@@ -11,19 +11,54 @@ from typing import Any
 
 from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods import dflash as _dflash
-from speckit.core.methods.common import check_k_range, first, offset_layer_runtime_name
+from speckit.core.methods.common import (
+    check_k_range,
+    first,
+    offset_layer_runtime_name,
+    speculators_k,
+)
 
 block_size = _dflash.block_size
 
 
+def block_size_or_none(config: dict[str, Any]) -> int | None:
+    """The trained block, or None where the layout records none (Kimi-K3's flat MLA config)."""
+    return first(config.get("block_size"), (config.get("dflash_config") or {}).get("block_size"),
+                 config.get("dspark_block_size"))
+
+
+def samples_from_anchor(config: dict[str, Any]) -> bool:
+    """vLLM's reading: absent means false in a speculators config (algos.py update_dspark), true
+    in a native one (DSparkSpeculator and VllmConfig.num_lookahead_tokens default)."""
+    dc = config.get("dflash_config") or {}
+    said = first(config.get("sample_from_anchor"), dc.get("sample_from_anchor"))
+    return bool(said) if said is not None else "speculators_model_type" not in config
+
+
+def max_k(config: dict[str, Any]) -> int | None:
+    """Draft tokens one step can fill: the block when the anchor is the first prediction
+    (k query slots), one fewer when it is a bonus token (1 + k slots); None without a block."""
+    b = block_size_or_none(config)
+    if b is None:
+        return None
+    return int(b) if samples_from_anchor(config) else int(b) - 1
+
+
 def default_k(config: dict[str, Any]) -> int | None:
-    return block_size(config)
+    return speculators_k(config) or max_k(config)
 
 
 def check_k(config: dict[str, Any], k: int) -> None:
-    b = block_size(config)
-    check_k_range(SPEC.name, k, lo=b, hi=b,
-                  why=f"DSpark drafts a whole block; use num_speculative_tokens = block size ({b})")
+    hi = max_k(config)
+    if hi is None:
+        check_k_range(SPEC.name, k, lo=1)
+        return
+    anchor = "the anchor is the first prediction" if samples_from_anchor(config) else \
+        "the anchor is a bonus token (sample_from_anchor false)"
+    check_k_range(SPEC.name, k, lo=1, hi=hi,
+                  why=f"a DSpark draft with block size {block_size_or_none(config)} drafts at "
+                  f"most {hi} tokens per step ({anchor}); vLLM drafts k and a smaller k "
+                  "truncates the block")
 
 
 def lookahead_slots(k: int) -> int:
@@ -53,6 +88,11 @@ def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
 MARKOV_HEAD_TYPES = ("vanilla", "gated", "rnn")
 
 
+def is_mla(config: dict[str, Any]) -> bool:
+    """An MLA backbone (kv_lora_rank set): Kimi-K3's K3DSparkModel, not a Qwen3 DFlash body."""
+    return config.get("kv_lora_rank") is not None
+
+
 def _is_specforge(config: dict[str, Any]) -> bool:
     return (config.get("dflash_config") or {}).get("projector_type") == "dspark"
 
@@ -74,7 +114,8 @@ def describe(config: dict[str, Any]) -> dict[str, Any]:
         enable_confidence_head=bool(get("enable_confidence_head",
                                         (alpha or 0) > 0 if sf else True)),
         confidence_head_with_markov=bool(get("confidence_head_with_markov", not sf)),
-        sample_from_anchor=bool(first(config.get("sample_from_anchor"), True)),
+        sample_from_anchor=samples_from_anchor(config),
+        block_size=block_size_or_none(config),
     )
     return d
 
@@ -123,15 +164,21 @@ def source_tensors(layout: str, config: dict[str, Any], *,
         return [*_dflash.body_specs(config),
                 *head_specs(config, w2_rows=int(d["target_vocab"]),
                             prefix="logit_head." if legacy else "")]
-    if layout == "deepseek-dspark":
-        return [*_dflash.body_specs(config), *head_specs(config, w2_rows=int(d["draft_vocab"]))]
+    if layout == "deepseek-dspark":  # DeepSpec save_pretrained also keeps its frozen copies
+        hidden, vocab = int(d["hidden"]), int(d["target_vocab"])
+        return [*_dflash.body_specs(config), *head_specs(config, w2_rows=int(d["draft_vocab"])),
+                TensorSpec("embed_tokens.weight", (vocab, hidden), required=False,
+                           borrowed=True),
+                TensorSpec("lm_head.weight", (-1, hidden), required=False)]
     return None
 
 
 def check_config(config: dict[str, Any], *,
                  target_config: dict[str, Any] | None = None) -> list[Problem]:
     d = describe(config)
-    out = _dflash.family_checks(config, d, target_config=target_config)
+    # Kimi-K3's MLA DSpark records no block size: vLLM drafts the k the user gives
+    out = _dflash.family_checks(config, d, target_config=target_config,
+                                block_required=not is_mla(config))
     kind = d["markov_head_type"]
     if kind not in MARKOV_HEAD_TYPES:
         out.append(Problem("error", "dspark-markov-head", f"markov_head_type {kind!r} is not one "

@@ -12,6 +12,7 @@ from speckit.core import hfconfig
 from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     attn_dims,
+    aux_fields,
     aux_layer_ids,
     base_dims,
     check_k_range,
@@ -56,16 +57,18 @@ def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
 # ---- structure, description and pairing checks ------------------------------------------------
 
 LAYER_TYPES = ("llama", "qwen3")  # the only decoder layers vLLM builds EAGLE-3 drafts with
-# SafeAILab and SpecForge write one head over exactly three target layers (low, mid, high)
+# SafeAILab, SpecForge and TorchSpec heads read three target layers (low, mid, high) when the
+# config records no ids; DeepSpec's record five (top-level target_layer_ids)
 SOURCE_NUM_AUX = 3
 
 
 def describe(config: dict[str, Any]) -> dict[str, Any]:
     """Dims and flags of an EAGLE-3 draft (speculators layout or a flat SafeAILab/SpecForge one)."""
     d = base_dims(config)
-    ids, field = aux_layer_ids(config)
+    aux = aux_fields(config)
+    ids = aux["aux_layer_ids"]
     d.update(
-        aux_layer_ids=ids, aux_layer_ids_field=field,
+        **aux,
         num_aux=len(ids) if ids else SOURCE_NUM_AUX,
         block_size=None, mask_token_id=config.get("mask_token_id"),
         norm_before_residual=config.get("norm_before_residual"),
@@ -120,9 +123,49 @@ def source_tensors(layout: str, config: dict[str, Any], *,
     """Tensors of a published EAGLE-3 layout (docs/formats.md#eagle3); None if unknown."""
     if layout == "speculators":
         return expected_tensors(config)
-    if layout not in ("safeailab-eagle3", "specforge-eagle3"):
-        return None
-    return trained_source_specs(config, first_layer="midlayer")
+    if layout in ("safeailab-eagle3", "specforge-eagle3"):
+        return trained_source_specs(config, first_layer="midlayer")
+    _, hidden, vocab, draft_vocab, _, _ = head_dims(config)
+    embed = TensorSpec("embed_tokens.weight", (vocab, hidden), required=False, borrowed=True)
+    if layout == "deepspec-eagle3":  # Qwen3Eagle3Model.save_pretrained: full vocab, no maps
+        return [embed, *body_specs(config), TensorSpec("lm_head.weight", (vocab, hidden))]
+    maps = [TensorSpec("d2t", (draft_vocab,), dtype="I64", required=False),
+            TensorSpec("t2d", (vocab,), dtype="BOOL", required=False)]
+    head = [TensorSpec("lm_head.weight", (draft_vocab, hidden)), *maps]
+    if layout == "torchspec-eagle3":  # d2t/t2d only for a reduced vocab (TorchSpec buffers)
+        return [embed, *body_specs(config), *head]
+    if layout == "eagle3-mla":
+        return [embed, *mla_body_specs(config), *head]
+    return None
+
+
+def mla_body_specs(config: dict[str, Any]) -> list[TensorSpec]:
+    """fc, one MLA decoder layer reading [embeds | hidden] (2H) and the final norm: TorchSpec's
+    Eagle3DeepseekV2ForCausalLM as vLLM's deepseek_eagle3.py loads it (names layers.0.*)."""
+    cfg = layer_config(config)
+    hidden = int(need(cfg, "hidden_size"))
+    heads = int(need(cfg, "num_attention_heads"))
+    kv_rank, rope = int(need(cfg, "kv_lora_rank")), int(need(cfg, "qk_rope_head_dim"))
+    nope, v = int(need(cfg, "qk_nope_head_dim")), int(need(cfg, "v_head_dim"))
+    inter = int(need(cfg, "intermediate_size"))
+    _, _, _, _, num_aux, target_hidden = head_dims(config)
+    a, fin = "layers.0.self_attn.", 2 * hidden
+    q_rank = cfg.get("q_lora_rank")
+    q = [TensorSpec(a + "q_proj.weight", (heads * (nope + rope), fin))] if not q_rank else [
+        TensorSpec(a + "q_a_proj.weight", (int(q_rank), fin)),
+        TensorSpec(a + "q_a_layernorm.weight", (int(q_rank),)),
+        TensorSpec(a + "q_b_proj.weight", (heads * (nope + rope), int(q_rank)))]
+    return [TensorSpec("fc.weight", (hidden, num_aux * target_hidden)), *q,
+            TensorSpec(a + "kv_a_proj_with_mqa.weight", (kv_rank + rope, fin)),
+            TensorSpec(a + "kv_a_layernorm.weight", (kv_rank,)),
+            TensorSpec(a + "kv_b_proj.weight", (heads * (nope + v), kv_rank)),
+            TensorSpec(a + "o_proj.weight", (hidden, heads * v)),
+            *[TensorSpec(f"layers.0.{n}.weight", (hidden,)) for n in
+              ("hidden_norm", "input_layernorm", "post_attention_layernorm")],
+            TensorSpec("layers.0.mlp.gate_proj.weight", (inter, hidden)),
+            TensorSpec("layers.0.mlp.up_proj.weight", (inter, hidden)),
+            TensorSpec("layers.0.mlp.down_proj.weight", (hidden, inter)),
+            TensorSpec("norm.weight", (hidden,))]
 
 
 def trained_source_specs(config: dict[str, Any], *, first_layer: str,
@@ -156,7 +199,7 @@ def head_checks(config: dict[str, Any], d: dict[str, Any]) -> list[Problem]:
     out = missing_fields(d, {"hidden": "hidden_size", "heads": "num_attention_heads",
                              "intermediate": "intermediate_size", "target_vocab": "vocab_size"})
     mt = d.get("model_type")
-    if mt is not None and mt not in LAYER_TYPES:
+    if mt is not None and mt not in LAYER_TYPES and not is_mla(config):
         out.append(Problem("error", "unsupported-layer-type",
                            f"decoder model_type {mt!r}: vLLM builds EAGLE-3 heads only from "
                            f"{' or '.join(LAYER_TYPES)} layers",
@@ -177,6 +220,12 @@ def head_checks(config: dict[str, Any], d: dict[str, Any]) -> list[Problem]:
         out.append(Problem("error", "draft-vocab-too-large", f"draft_vocab_size {vd} exceeds "
                            f"the vocab size {v}", "draft_vocab_size"))
     return out
+
+
+def is_mla(config: dict[str, Any]) -> bool:
+    """A Multi-Latent-Attention head (kv_lora_rank set): vLLM builds it with deepseek_eagle3.py,
+    not from llama/qwen3 layers."""
+    return layer_config(config).get("kv_lora_rank") is not None
 
 
 def llama_fc_aux_count(config: dict[str, Any]) -> int:
