@@ -1,0 +1,7 @@
+"""Quantization schemes as core knowledge: one QuantScheme per scheme (speckit.core.quant.table).
+"""
+
+from speckit.core.quant.scheme import QuantScheme, TensorOut
+from speckit.core.quant.table import LAYOUTS, SCHEMES, for_flag, get, recognise
+
+__all__ = ["LAYOUTS", "SCHEMES", "QuantScheme", "TensorOut", "for_flag", "get", "recognise"]
