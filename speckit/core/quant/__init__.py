@@ -2,6 +2,14 @@
 """
 
 from speckit.core.quant.scheme import QuantScheme, TensorOut
-from speckit.core.quant.table import LAYOUTS, SCHEMES, for_flag, get, recognise
+from speckit.core.quant.table import (
+    LAYOUTS,
+    SCHEMES,
+    draft_quant_suggestions,
+    for_flag,
+    get,
+    recognise,
+)
 
-__all__ = ["LAYOUTS", "SCHEMES", "QuantScheme", "TensorOut", "for_flag", "get", "recognise"]
+__all__ = ["LAYOUTS", "SCHEMES", "QuantScheme", "TensorOut", "draft_quant_suggestions", "for_flag",
+           "get", "recognise"]

@@ -56,6 +56,7 @@ class QuantScheme:
     activations: str = "bf16"  # what happens to the layer's inputs: "fp8 per-token" ...
     group_global_scale: bool = False  # fused shards (q/k/v, gate/up) share one global scale
     reference: str = ""  # the package whose bytes the numerics match (tests/test_quant_numerics)
+    flags: str = ""  # the `speckit quantize` flags that select it
 
     def quantization_config(self, exclude: Iterable[str]) -> dict[str, Any]:
         return self.config(list(exclude))

@@ -26,14 +26,14 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         "OCP MXFP4 weights (E2M1, E8M0 scale per 32 inputs), activations unquantized",
         4, _QUARK_MX_OUT, "QuarkOCP_MX", _QUARK_MX_KERNELS,
         quark.config(dict(quark.MX_SPEC), None), quark.recogniser("mxfp4", inputs=None),
-        in_features_multiple=32, reference="amd-quark 0.13"),
+        in_features_multiple=32, reference="amd-quark 0.13", flags="--mxfp4"),
     QuantScheme(
         "mxfp4-w4a4", "quark", "mxfp4", "mxfp4",
         "OCP MXFP4 weights + dynamic MXFP4 activations",
         4, _QUARK_MX_OUT, "QuarkOCP_MX", _QUARK_MX_KERNELS,
         quark.config(dict(quark.MX_SPEC), {**quark.MX_SPEC, "is_dynamic": True}),
         quark.recogniser("mxfp4", inputs="mx"), in_features_multiple=32, activations="mxfp4",
-        reference="amd-quark 0.13"),
+        reference="amd-quark 0.13", flags="--mxfp4-w4a4"),
     QuantScheme(
         "fp8", "quark", "fp8", "fp8",
         "FP8 E4M3 per-channel weights + dynamic per-token FP8 activations",
@@ -41,7 +41,7 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         quark.config(_FP8_CH, quark.fp8_spec("per_channel", ch_axis=1, dynamic=True,
                                              scale_type="float")),
         quark.recogniser("fp8-channel", inputs="dynamic"), activations="fp8 per-token",
-        reference="amd-quark 0.13"),
+        reference="amd-quark 0.13", flags="--fp8"),
     QuantScheme(
         "fp8-static", "quark", "fp8", "fp8",
         "FP8 E4M3 per-channel weights + static per-tensor FP8 activations (calibrated)",
@@ -49,7 +49,8 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         quark.config(_FP8_CH, quark.fp8_spec("per_tensor", ch_axis=None, dynamic=False,
                                              scale_type="float32")),
         quark.recogniser("fp8-channel", inputs="static"), static_input=True,
-        activations="fp8 per-tensor (static)", reference="amd-quark 0.13"),
+        activations="fp8 per-tensor (static)", reference="amd-quark 0.13",
+        flags="--fp8 --per-tensor-static"),
     QuantScheme(
         "fp8-ct", "compressed-tensors", "ct_fp8", "fp8",
         "FP8 E4M3 per-channel weights + dynamic per-token FP8 activations, compressed-tensors "
@@ -60,7 +61,8 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         "CompressedTensorsW8A16Fp8 (Marlin, weight-only) below",
         ct.config("float-quantized", ct.FP8_WEIGHTS, ct.FP8_TOKEN_INPUTS),
         ct.recogniser("float-quantized", ct.FP8_WEIGHTS, ct.FP8_TOKEN_INPUTS),
-        activations="fp8 per-token", reference="compressed-tensors 0.17"),
+        activations="fp8 per-token", reference="compressed-tensors 0.17",
+        flags="--fp8 --format compressed-tensors"),
     QuantScheme(
         "nvfp4", "compressed-tensors", "nvfp4", "nvfp4",
         "NVFP4 weights (E2M1, E4M3 scale per 16 inputs, F32 global scale), activations "
@@ -73,7 +75,8 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         "4-bit weights in the GEMM); EmulationNvFp4LinearKernel elsewhere",
         ct.config("nvfp4-pack-quantized", ct.NVFP4_WEIGHTS, None),
         ct.recogniser("nvfp4-pack-quantized", ct.NVFP4_WEIGHTS, None),
-        in_features_multiple=16, group_global_scale=True, reference="compressed-tensors 0.17"),
+        in_features_multiple=16, group_global_scale=True, reference="compressed-tensors 0.17",
+        flags="--nvfp4"),
 )}
 
 # CLI flag -> {layout: scheme}: what `speckit quantize --fp8 --format compressed-tensors` means
@@ -99,6 +102,19 @@ def recognise(qcfg: Any) -> QuantScheme | None:
     if not isinstance(qcfg, dict):
         return None
     return next((s for s in SCHEMES.values() if s.recognise(qcfg)), None)
+
+
+def draft_quant_suggestions(gpu) -> list[QuantScheme]:
+    """One scheme per low-precision format the GPU runs (natively or emulated), in the layout of
+    its vendor's tools (compressed-tensors on NVIDIA, Quark elsewhere) when both exist."""
+    prefer = "compressed-tensors" if gpu.vendor == "nvidia" else "quark"
+    out: dict[str, QuantScheme] = {}
+    for s in SCHEMES.values():
+        if gpu.format_status(s.capability) == "no" or s.static_input or s.activations == "mxfp4":
+            continue
+        if s.capability not in out or (s.layout == prefer and out[s.capability].layout != prefer):
+            out[s.capability] = s
+    return list(out.values())
 
 
 def for_flag(family: str, layout: str = "quark", *, static: bool = False, w4a4: bool = False
