@@ -22,12 +22,12 @@ def _args(num_bits: int, strategy: str, *, dynamic: bool, group_size: int | None
 
 
 FP8_WEIGHTS = _args(8, "channel", dynamic=False, group_size=None, observer="memoryless_minmax",
-                    scale_dtype=None, zp_dtype="torch.float8_e4m3fn")
+                    scale_dtype=None, zp_dtype=None)
 FP8_TOKEN_INPUTS = _args(8, "token", dynamic=True, group_size=None, observer=None,
-                         scale_dtype=None, zp_dtype="torch.float8_e4m3fn")
+                         scale_dtype=None, zp_dtype=None)
 NVFP4_WEIGHTS = _args(4, "tensor_group", dynamic=False, group_size=16,
                       observer="memoryless_minmax", scale_dtype="torch.float8_e4m3fn",
-                      zp_dtype="torch.float8_e4m3fn")
+                      zp_dtype=None)
 
 
 def config(fmt: str, weights: dict[str, Any], input_activations: dict[str, Any] | None):
