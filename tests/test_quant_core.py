@@ -113,3 +113,19 @@ def test_cli_flags_name_every_scheme(args, scheme):
 def test_no_nvfp4_in_quark_layout():
     with pytest.raises(UsageError, match="no nvfp4 scheme in the quark layout"):
         core_quant.for_flag("nvfp4", "quark")
+
+
+def test_validate_reads_the_scheme_table():
+    """validate's acceptance-only decision: the recognised scheme's format probe, not strings in
+    the config (a GPTQ config naming no speckit scheme is not taken for FP8 or FP4)."""
+    import importlib
+
+    val = importlib.import_module("speckit.validate")
+    for s in core_quant.SCHEMES.values():
+        why = val._emulated_quant({"quantization_config": s.quantization_config(["lm_head"])})
+        native = val._probe_kernel(s.capability).status == "native"  # the same cached probe
+        assert (why is None) == native, (s.name, why)
+        if why:
+            assert why.startswith(s.capability.upper())
+    assert val._emulated_quant({"quantization_config": {"quant_method": "gptq",
+                                                        "note": "fp4 fp8"}}) is None

