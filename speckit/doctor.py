@@ -119,7 +119,7 @@ class MethodSupport:
 
 @dataclass
 class KernelProbe:
-    format: str  # "fp8" | "mxfp4"
+    format: str  # a GPU format key: "fp8" | "mxfp4" | "nvfp4"
     status: str  # "native" | "emulated" | "unavailable"
     device: str
     shape: tuple[int, int, int] | None = None  # M, N, K of the timed matmul
@@ -127,6 +127,18 @@ class KernelProbe:
     bf16_seconds: float | None = None  # one bf16 matmul of the same shape
     ratio: float | None = None
     detail: str = ""
+
+
+@dataclass
+class SchemeSupport:
+    """One quantization scheme of speckit.core.quant on this machine."""
+
+    scheme: str
+    layout: str
+    capability: str  # the GPU format key (the kernel probe of the same name)
+    status: str  # "native" | "emulated" (dequantized to bf16 by vLLM) | "refused" (vLLM here)
+    vllm_scheme: str
+    detail: str
 
 
 @dataclass
@@ -176,6 +188,7 @@ class DoctorReport:
     hub: Hub
     caches: list[Cache]
     command: str | None = None
+    schemes: list[SchemeSupport] = field(default_factory=list)  # from the probes (empty without)
     requirements: list[Requirement] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     ok: bool = True  # False when a package the requested command needs is missing
@@ -213,6 +226,7 @@ def doctor(*, for_command: str | None = None, probe_kernels: bool = True,
         methods=_methods(pk["vllm"], vplat, v1_only, refusals, warnings),
         kernels=_kernels(torch, devices, warnings) if probe_kernels else [],
         hub=_hub(hub_settings, reach), caches=_caches(hub_settings[2]), warnings=warnings)
+    report.schemes = scheme_support(report.kernels, vplat)
     if for_command is not None:
         report.command = for_command
         report.requirements = _requirements(for_command)
@@ -460,20 +474,48 @@ def _method_support(mod: methods.MethodSpec, vllm: Package, vplat: str, v1_only:
 # ---- FP8 / MXFP4 kernels: timed, never guessed ---------------------------------------------------
 
 
+def _formats() -> list[str]:
+    """The GPU format keys the scheme table names (one probe each), in table order."""
+    from speckit.core.quant import SCHEMES
+
+    return list(dict.fromkeys(s.capability for s in SCHEMES.values()))
+
+
+def scheme_support(kernels: list[KernelProbe], vllm_platform: str) -> list[SchemeSupport]:
+    """Native vs emulated for every scheme, from the timed probe of its format; on vLLM's CPU
+    backend a scheme it does not serve is "refused" (the core entry records vLLM's reason)."""
+    from speckit.core.quant import SCHEMES
+
+    probes = {k.format: k for k in kernels}
+    out = []
+    for s in SCHEMES.values():
+        k = probes.get(s.capability)
+        if k is None:
+            continue
+        if vllm_platform == "cpu" and s.cpu_refusal:
+            status, detail = "refused", f"vllm-cpu: {s.cpu_refusal}"
+        elif k.status == "native":
+            status, detail = "native", f"{s.capability} matmul native: {s.vllm_kernels}"
+        else:
+            status, detail = "emulated", (f"{s.capability} matmul {k.status} here: vLLM "
+                                          f"dequantizes to bf16 ({s.vllm_kernels})")
+        out.append(SchemeSupport(s.name, s.layout, s.capability, status, s.vllm_scheme, detail))
+    return out
+
+
 def _kernels(torch: Any, devices: list[Device], warnings: list[str]) -> list[KernelProbe]:
     dev = "cuda:0" if devices else "cpu"
     if torch is None:
         return [KernelProbe(f, "unavailable", dev, detail="torch is not installed")
-                for f in ("fp8", "mxfp4")]
+                for f in _formats()]
     n = 2048 if devices else 256  # big enough that a GPU's launch overhead does not hide the math
     try:
         bf16 = _time_matmul(torch, dev, lambda: _bf16_operands(torch, dev, n), lambda a, b: a @ b)
     except Exception as e:  # noqa: BLE001 (torch says why; doctor reports it and goes on)
         warnings.append(f"bf16 reference matmul failed on {dev}: {e}")
         return [KernelProbe(f, "unavailable", dev, detail=f"bf16 reference failed: {e}")
-                for f in ("fp8", "mxfp4")]
-    return [_probe(torch, dev, n, bf16, "fp8", _fp8_case(torch)),
-            _probe(torch, dev, n, bf16, "mxfp4", _mxfp4_case(torch))]
+                for f in _formats()]
+    return [_probe(torch, dev, n, bf16, f, _CASES[f](torch)) for f in _formats()]
 
 
 def probe_kernel(fmt: str) -> KernelProbe:
@@ -545,6 +587,29 @@ def _mxfp4_case(torch: Any):
         yield "float4_e2m1fn_x2 + e8m0 block scales", make, (
             lambda a, b: torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.bfloat16))
     return cases
+
+
+def _nvfp4_case(torch: Any):
+    if not (hasattr(torch, "float4_e2m1fn_x2") and hasattr(torch, "float8_e4m3fn")):
+        return None
+
+    def cases(dev: str, n: int):
+        def make():
+            packed = (n, n // 2)
+            a = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
+            b = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
+            return a.view(torch.float4_e2m1fn_x2), b.view(torch.float4_e2m1fn_x2).t()
+
+        # one E4M3 scale per 16 inputs, in the padded (128 x 4 tile) layout cuBLAS reads
+        scales = ((n + 127) // 128 * 128) * ((n // 16 + 3) // 4 * 4)
+        s = torch.full((scales,), 1.0, device=dev).to(torch.float8_e4m3fn)
+        yield "float4_e2m1fn_x2 + e4m3 block scales (NVFP4)", make, (
+            lambda a, b: torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.bfloat16))
+    return cases
+
+
+# one probe per GPU format key of the scheme table (core.quant QuantScheme.capability)
+_CASES = {"fp8": _fp8_case, "mxfp4": _mxfp4_case, "nvfp4": _nvfp4_case}
 
 
 def _probe(torch: Any, dev: str, n: int, bf16: float, fmt: str, cases) -> KernelProbe:

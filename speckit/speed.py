@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from speckit.core import methods as _methods
+from speckit.core import quant as core_quant
 from speckit.core.gpus import GPU
 from speckit.core.plan import schedule as _sched
 from speckit.core.plan import steps as _steps
@@ -20,7 +21,7 @@ from speckit.errors import PlanError, UsageError
 PROJECTED = "projected"  # every figure of a SpeedResult is a model projection, not a measurement
 KV_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
 # bytes per weight as loaded: mxfp4 = 4 bits + one e8m0 scale per 32 weights
-QUANT_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 0.5 + 1 / 32}
+QUANT_BYTES = {"bf16": 2.0, **{n: s.bits_per_weight() / 8 for n, s in core_quant.SCHEMES.items()}}
 DEFAULT_CONTEXTS = (1024, 4096)
 
 
@@ -151,7 +152,9 @@ def draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_q
     if draft_quant is not None and draft_quant not in QUANT_BYTES:
         raise UsageError(f"--draft-quant {draft_quant!r}: use one of {', '.join(QUANT_BYTES)}")
     wb = QUANT_BYTES[draft_quant] if draft_quant else tshape.weight_bytes
-    fp8 = draft_quant == "fp8" and gpu.fp8
+    sch = core_quant.get(draft_quant) if draft_quant and draft_quant != "bf16" else None
+    # FP8 matmuls only where the scheme quantizes activations to FP8 and the GPU runs it natively
+    fp8 = sch is not None and sch.activations.startswith("fp8") and gpu.native(sch.capability)
     if draft_config is None:
         if not mod.weights_in_target:
             raise UsageError(f"method {mod.name} needs a draft checkpoint", hint="pass --draft")

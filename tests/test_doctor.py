@@ -17,6 +17,7 @@ from click.testing import CliRunner
 from speckit import doctor as doctor_mod
 from speckit.cli import main
 from speckit.core.methods import METHOD_NAMES
+from speckit.core.quant import SCHEMES
 from speckit.doctor import EMULATED_RATIO, doctor, requirements
 
 SECRET = "hf_doctorTestSecret0123456789abcdef"
@@ -193,7 +194,14 @@ def test_every_command_has_requirements():
 
 def test_kernel_probe_is_timed_and_consistent():
     r = doctor(check_network=False)
-    assert [k.format for k in r.kernels] == ["fp8", "mxfp4"]
+    assert [k.format for k in r.kernels] == ["mxfp4", "fp8", "nvfp4"]
+    # one row per scheme of the core table, from its format's probe
+    assert [s.scheme for s in r.schemes] == list(SCHEMES)
+    probes = {k.format: k.status for k in r.kernels}
+    for s in r.schemes:
+        want = "native" if probes[s.capability] == "native" else "emulated"
+        assert s.status == ("refused" if r.vllm_platform == "cpu" and SCHEMES[s.scheme].cpu_refusal
+                            else want), s
     for k in r.kernels:
         assert k.status in {"native", "emulated", "unavailable"}
         if k.status == "unavailable":

@@ -319,7 +319,8 @@ def test_user_gpu_file_extends_the_catalog(tmp_path):
     f.write_text('[[gpu]]\nname = "MI308X"\nvendor = "amd"\nmemory_gib = 192\nfp8 = true\n'
                  'mxfp4 = "emulated"\n')
     g = get_gpu("mi308x", gpu_file=f)
-    assert g.memory_bytes == 192 * GiB and g.vendor == "amd" and g.fp8
+    assert g.memory_bytes == 192 * GiB and g.vendor == "amd" and g.native("fp8")
+    assert g.format_status("mxfp4") == "emulated" and g.format_status("nvfp4") == "no"
     assert g.memory_source.startswith("user file")
     assert get_gpu("H200", gpu_file=f).memory_bytes == 150_109_880_320  # built-ins stay
 

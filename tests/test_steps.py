@@ -97,7 +97,7 @@ def test_catalog_rates_present():
     for name in ("MI300X", "MI325X", "MI355X", "A100-80GB", "H100", "H200", "B200"):
         g = get_gpu(name)
         assert g.hbm_bytes_per_s > 1e12 and g.bf16_flops > 1e14 and g.perf_source
-        assert (g.fp8_flops > g.bf16_flops) == g.fp8
+        assert (g.fp8_flops > g.bf16_flops) == g.native("fp8")
 
 
 def test_user_gpu_rates(tmp_path):

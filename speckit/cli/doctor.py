@@ -82,6 +82,11 @@ def render(r) -> None:
         click.echo("low-precision matmul:")
         for k in r.kernels:
             click.echo(f"  {k.format:<6} {k.status:<12} {k.device}: {k.detail}")
+    if r.schemes:
+        click.echo("quantization schemes (speckit quantize):")
+        for s in r.schemes:
+            click.echo(f"  {s.scheme:<11} {s.layout:<19} {s.status:<9} {s.vllm_scheme}: "
+                       f"{s.detail}")
     _render_hub(r)
     for c in r.caches:
         where = (f"{_size(c.bytes)}{'' if c.complete else '+'} in {c.files} files"

@@ -11,6 +11,7 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json
+from speckit.core.plan.weights import DRAFT_QUANTS
 
 GiB = 1024**3
 
@@ -38,7 +39,7 @@ GiB = 1024**3
 @click.option("--max-num-batched-tokens", type=int, help="Default: vLLM serve's for this GPU.")
 @click.option("--kv-cache-dtype", default="auto", show_default=True,
               type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]))
-@click.option("--draft-quant", type=click.Choice(["bf16", "fp8", "mxfp4"]),
+@click.option("--draft-quant", type=click.Choice(DRAFT_QUANTS),
               help="Price the draft as `speckit quantize` would store it.")
 @click.option("--kv-cache-memory-bytes", type=int,
               help="A fixed KV budget, as vLLM's flag of the same name.")

@@ -1,5 +1,5 @@
-"""`speckit quantize`: MXFP4 / FP8 Linear weights in AMD Quark's format, as vLLM's Quark loader
-reads them. A thin click shell over speckit.quant.quantize; --json prints the QuantizeResult.
+"""`speckit quantize`: MXFP4 / FP8 / NVFP4 Linear weights in the layout vLLM loads (AMD Quark's, or
+compressed-tensors'). A thin click shell over speckit.quant.quantize; --json prints the result.
 """
 
 from __future__ import annotations
@@ -9,16 +9,22 @@ import click
 from speckit.cli._common import handle_errors, print_json, progress_enabled
 
 
-def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, static: bool) -> str:
-    chosen = [n for n, on in (("--mxfp4", mxfp4), ("--mxfp4-w4a4", w4a4), ("--fp8", fp8)) if on]
+def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, nvfp4: bool, static: bool, fmt: str | None
+            ) -> str:
+    """The core scheme the flags name (speckit.core.quant.for_flag)."""
+    from speckit.core.quant import for_flag
+
+    flags = (("--mxfp4", mxfp4, "mxfp4"), ("--mxfp4-w4a4", w4a4, "mxfp4"), ("--fp8", fp8, "fp8"),
+             ("--nvfp4", nvfp4, "nvfp4"))
+    chosen = [(n, fam) for n, on, fam in flags if on]
     if len(chosen) != 1:
-        raise click.UsageError("choose exactly one of --mxfp4, --mxfp4-w4a4, --fp8"
-                               + (f" (got {' '.join(chosen)})" if chosen else ""))
+        raise click.UsageError("choose exactly one of " + ", ".join(n for n, _, _ in flags)
+                               + (f" (got {' '.join(n for n, _ in chosen)})" if chosen else ""))
     if static and not fp8:
         raise click.UsageError("--per-tensor-static goes with --fp8")
-    if fp8:
-        return "fp8-static" if static else "fp8"
-    return "mxfp4-w4a4" if w4a4 else "mxfp4"
+    family = chosen[0][1]
+    layout = fmt or ("compressed-tensors" if family == "nvfp4" else "quark")
+    return for_flag(family, layout, static=static, w4a4=w4a4).name
 
 
 @click.command("quantize")
@@ -29,6 +35,12 @@ def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, static: bool) -> str:
               help="MXFP4 weights + dynamic MXFP4 activations.")
 @click.option("--fp8", is_flag=True,
               help="FP8 E4M3 per-channel weights + dynamic per-token activations (no data needed).")
+@click.option("--nvfp4", is_flag=True,
+              help="NVFP4 weights (E2M1 + E4M3 scale per 16 inputs + F32 global scale), "
+              "activations unquantized (compressed-tensors layout, llm-compressor's NVFP4A16).")
+@click.option("--format", "fmt", type=click.Choice(["quark", "compressed-tensors"]),
+              help="The quantization_config layout: quark (default for --fp8/--mxfp4) or "
+              "compressed-tensors (llm-compressor's; the only one for --nvfp4).")
 @click.option("--per-tensor-static", "static", is_flag=True,
               help="With --fp8: static per-tensor activation scales (per-channel weights), "
               "calibrated on the draft's real inputs: target hidden states for EAGLE-3 / P-EAGLE "
@@ -58,9 +70,9 @@ def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, static: bool) -> str:
               help="Print the result as JSON; no progress bar.")
 @click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
 @handle_errors
-def quantize_cmd(ckpt, mxfp4, w4a4, fp8, static, calib_target, out, exclude, target_layers,
-                 device, strict, force, allow_external_links, json_mode, quiet):
-    """Quantize the Linear weights of draft CKPT for vLLM (Quark format).
+def quantize_cmd(ckpt, mxfp4, w4a4, fp8, nvfp4, fmt, static, calib_target, out, exclude,
+                 target_layers, device, strict, force, allow_external_links, json_mode, quiet):
+    """Quantize the Linear weights of draft CKPT for vLLM (Quark or compressed-tensors layout).
 
     Reads speculators drafts (eagle3, peagle, dflash, dflash2, dspark), Gemma-4 assistants and
     plain causal LMs (for method draft_model). lm_head, embeddings, norms, vocab maps and biases
@@ -68,8 +80,8 @@ def quantize_cmd(ckpt, mxfp4, w4a4, fp8, static, calib_target, out, exclude, tar
     """
     from speckit.quant import quantize
 
-    scheme = _scheme(mxfp4, w4a4, fp8, static)
-    if calib_target and scheme != "fp8-static":
+    scheme = _scheme(mxfp4, w4a4, fp8, nvfp4, static, fmt)
+    if calib_target and not static:
         raise click.UsageError("--calib-target is only used by --fp8 --per-tensor-static")
     r = quantize(ckpt, scheme=scheme, out=out, exclude=tuple(exclude), device=device,
                  force=force, strict=strict, target_layers=target_layers,
@@ -88,7 +100,8 @@ def _mb(n: int) -> str:
 def render(r) -> None:
     for w in r.warnings:
         click.secho(f"warning: {w}", fg="yellow", err=True)
-    click.echo(f"{r.method} draft -> {r.scheme} ({r.vllm_scheme} in vLLM), device {r.device}, "
+    click.echo(f"{r.method} draft -> {r.scheme}, {r.layout} layout ({r.vllm_scheme} in vLLM), "
+               f"device {r.device}, "
                f"{r.seconds:.1f}s")
     click.echo(f"  bytes: {_mb(r.bytes_before)} -> {_mb(r.bytes_after)} "
                f"({r.bytes_after / max(r.bytes_before, 1):.0%})")
@@ -113,5 +126,6 @@ def render(r) -> None:
         c = r.calibration
         click.echo(f"  calibration: {c.get('tokens')} tokens from {c.get('prompts')} prompts "
                    f"through {c.get('target') or 'the draft itself'}")
-    click.echo(f"  exclude (vLLM names): {', '.join(r.exclude)}")
+    key = "exclude" if r.layout == "quark" else "ignore"
+    click.echo(f"  {key} (vLLM names): {', '.join(r.exclude)}")
     click.echo(f"wrote {r.out}")

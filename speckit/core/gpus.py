@@ -1,4 +1,4 @@
-"""The GPU catalog `speckit plan` sizes deployments against: memory, FP8/MXFP4 support, vendor.
+"""The GPU catalog `speckit plan` sizes deployments against: memory, low-precision formats, vendor.
 
 Built-in entries cover the AMD Instinct and NVIDIA data-centre parts our users run; a TOML file
 (``$SPECKIT_GPUS`` or ``~/.config/speckit/gpus.toml``, or ``--gpu-file``) adds or overrides entries.
@@ -7,8 +7,10 @@ Built-in entries cover the AMD Instinct and NVIDIA data-centre parts our users r
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from speckit.errors import FormatError, UsageError
 
@@ -24,8 +26,10 @@ class GPU:
     vendor: str  # "nvidia" | "amd" | other
     memory_bytes: int  # total device memory as the driver reports it (vLLM's budget base)
     memory_source: str  # where memory_bytes comes from, so the number can be audited
-    fp8: bool  # native FP8 matmuls (vLLM's Quark/FP8 W8A8 path needs them)
-    mxfp4: str  # "native" | "emulated" (stored at 4 bits, computed in 16) | "no"
+    # format key (a QuantScheme's `capability`: fp8, mxfp4, nvfp4) -> "native" (a low-precision
+    # kernel) | "emulated" (stored low, computed in 16 bits: vLLM's weight-only / emulation
+    # kernels) | "no" (vLLM refuses it); a key not listed is "no"
+    formats: Mapping[str, str]
     aliases: tuple[str, ...] = field(default=())
     # datasheet rates the step-cost model (speckit.core.plan.steps) scales; 0 = unknown
     hbm_bytes_per_s: float = 0.0  # HBM bandwidth
@@ -38,6 +42,29 @@ class GPU:
     def memory_gib(self) -> float:
         return self.memory_bytes / GiB
 
+    def format_status(self, capability: str) -> str:
+        """"native" | "emulated" | "no" for one format key."""
+        return self.formats.get(capability, "no")
+
+    def native(self, capability: str) -> bool:
+        return self.format_status(capability) == "native"
+
+
+FORMAT_STATES = ("native", "emulated", "no")
+
+
+def formats(**kw: str) -> Mapping[str, str]:
+    """A read-only formats mapping (frozen GPUs stay hashable by identity of their fields)."""
+    return MappingProxyType(dict(kw))
+
+
+# Hopper / MI300 run FP8 natively; FP4 formats there go through vLLM's weight-only (Marlin) or
+# emulation kernels. Blackwell (B200) has FP4 tensor cores for both MX and NV block scales;
+# MI355X has MXFP4 ones, and NVFP4 only through vLLM's emulation. A100 has no FP8 W8A8 (vLLM's
+# Quark FP8 refuses capability < 8.9); FP4 there is Marlin weight-only.
+_HOPPER = formats(fp8="native", mxfp4="emulated", nvfp4="emulated")
+_MI300 = formats(fp8="native", mxfp4="emulated", nvfp4="emulated")
+
 
 # Memory: the total cudaMemGetInfo reports, which is vLLM's budget base. H200 was measured with
 # torch.cuda.mem_get_info on the device machine (bench/results/plan_h200.txt); the other NVIDIA
@@ -47,32 +74,35 @@ _T = 1e12
 # FP8, 900 GB/s NVLink (450 per direction); B200 2.25/4.5 PFLOP/s, 1.8 TB/s NVLink. AMD:
 # MI300X/MI325X 1307/2615 TFLOP/s, Infinity Fabric 896 GB/s aggregate; MI355X 2.5/5.0 PFLOP/s.
 _BUILTIN: tuple[GPU, ...] = (
-    GPU("MI300X", "amd", 192 * GiB, "vendor spec: 192 GB HBM3", fp8=True, mxfp4="emulated",
+    GPU("MI300X", "amd", 192 * GiB, "vendor spec: 192 GB HBM3", formats=_MI300,
         aliases=("mi300", "instinct-mi300x"), hbm_bytes_per_s=5.3 * _T,
         bf16_flops=1307.4 * _T, fp8_flops=2614.9 * _T, link_bytes_per_s=448e9,
         perf_source="AMD Instinct MI300X datasheet"),
-    GPU("MI325X", "amd", 256 * GiB, "vendor spec: 256 GB HBM3E", fp8=True, mxfp4="emulated",
+    GPU("MI325X", "amd", 256 * GiB, "vendor spec: 256 GB HBM3E", formats=_MI300,
         aliases=("mi325", "instinct-mi325x"), hbm_bytes_per_s=6.0 * _T,
         bf16_flops=1307.4 * _T, fp8_flops=2614.9 * _T, link_bytes_per_s=448e9,
         perf_source="AMD Instinct MI325X datasheet"),
-    GPU("MI355X", "amd", 288 * GiB, "vendor spec: 288 GB HBM3E", fp8=True, mxfp4="native",
+    GPU("MI355X", "amd", 288 * GiB, "vendor spec: 288 GB HBM3E", formats=formats(
+        fp8="native", mxfp4="native", nvfp4="emulated"),
         aliases=("mi355", "mi350x", "instinct-mi355x"), hbm_bytes_per_s=8.0 * _T,
         bf16_flops=2516.6 * _T, fp8_flops=5033.2 * _T, link_bytes_per_s=538e9,
         perf_source="AMD Instinct MI355X datasheet"),
-    GPU("A100-80GB", "nvidia", 81920 * MiB, "nvidia-smi: 81920 MiB", fp8=False, mxfp4="no",
+    GPU("A100-80GB", "nvidia", 81920 * MiB, "nvidia-smi: 81920 MiB", formats=formats(
+        fp8="no", mxfp4="emulated", nvfp4="emulated"),
         aliases=("a100", "a100-80g", "a100-sxm4-80gb"), hbm_bytes_per_s=2.039 * _T,
         bf16_flops=312 * _T, link_bytes_per_s=300e9,
         perf_source="NVIDIA A100 datasheet (SXM4 80GB)"),
-    GPU("H100", "nvidia", 81559 * MiB, "nvidia-smi: 81559 MiB (H100 SXM 80GB)", fp8=True,
-        mxfp4="emulated", aliases=("h100-80gb", "h100-sxm", "h100-sxm5-80gb"),
+    GPU("H100", "nvidia", 81559 * MiB, "nvidia-smi: 81559 MiB (H100 SXM 80GB)",
+        formats=_HOPPER, aliases=("h100-80gb", "h100-sxm", "h100-sxm5-80gb"),
         hbm_bytes_per_s=3.35 * _T, bf16_flops=989.4 * _T, fp8_flops=1978.9 * _T,
         link_bytes_per_s=450e9, perf_source="NVIDIA H100 datasheet (SXM)"),
     GPU("H200", "nvidia", 150_109_880_320, "measured: torch.cuda.mem_get_info total on an H200 "
-        "SXM 141GB", fp8=True, mxfp4="emulated", aliases=("h200-141gb", "h200-sxm"),
+        "SXM 141GB", formats=_HOPPER, aliases=("h200-141gb", "h200-sxm"),
         hbm_bytes_per_s=4.8 * _T, bf16_flops=989.4 * _T, fp8_flops=1978.9 * _T,
         link_bytes_per_s=450e9, perf_source="NVIDIA H200 datasheet (SXM)"),
-    GPU("B200", "nvidia", 183359 * MiB, "nvidia-smi: 183359 MiB (B200 180GB)", fp8=True,
-        mxfp4="native", aliases=("b200-180gb",), hbm_bytes_per_s=8.0 * _T,
+    GPU("B200", "nvidia", 183359 * MiB, "nvidia-smi: 183359 MiB (B200 180GB)",
+        formats=formats(fp8="native", mxfp4="native", nvfp4="native"), aliases=("b200-180gb",),
+        hbm_bytes_per_s=8.0 * _T,
         bf16_flops=2250 * _T, fp8_flops=4500 * _T, link_bytes_per_s=900e9,
         perf_source="NVIDIA HGX B200 datasheet"),
 )
@@ -91,7 +121,7 @@ def _user_file() -> Path | None:
 
 
 def load_user_gpus(path: str | os.PathLike) -> list[GPU]:
-    """Read ``[[gpu]]`` tables: name, vendor, memory_gib (or memory_bytes), fp8, mxfp4, aliases,
+    """Read ``[[gpu]]`` tables: name, vendor, memory_gib (or memory_bytes), formats, aliases,
     and the optional rates hbm_tb_s, bf16_tflops, fp8_tflops, link_gb_s."""
     import tomllib
 
@@ -115,14 +145,35 @@ def load_user_gpus(path: str | os.PathLike) -> list[GPU]:
             mem = int(float(row["memory_gib"]) * GiB)
         else:
             raise FormatError(f"{where} ({row['name']}) has neither memory_gib nor memory_bytes")
-        mx = str(row.get("mxfp4", "no"))
-        if mx not in ("native", "emulated", "no"):
-            raise FormatError(f"{where}: mxfp4 must be native, emulated or no (got {mx!r})")
         out.append(GPU(str(row["name"]), str(row.get("vendor", "unknown")).lower(), mem,
-                       f"user file {p}", fp8=bool(row.get("fp8", False)), mxfp4=mx,
+                       f"user file {p}", formats=_user_formats(row, where),
                        aliases=tuple(str(a) for a in row.get("aliases", ())),
                        **_user_rates(row, where), perf_source=f"user file {p}"))
     return out
+
+
+def _user_formats(row: dict, where: str) -> Mapping[str, str]:
+    """``formats = {fp8 = "native", nvfp4 = "emulated"}``; the older keys ``fp8 = true`` and
+    ``mxfp4 = "native"`` still read (a key in both places must agree)."""
+    table = row.get("formats", {})
+    if not isinstance(table, dict):
+        raise FormatError(f"{where}: formats must be a table (formats = {{fp8 = \"native\"}})")
+    out = {str(k): v for k, v in table.items()}
+    legacy = {}
+    if "fp8" in row:
+        if not isinstance(row["fp8"], bool):
+            raise FormatError(f"{where}: fp8 must be true or false (got {row['fp8']!r})")
+        legacy["fp8"] = "native" if row["fp8"] else "no"
+    if "mxfp4" in row:
+        legacy["mxfp4"] = row["mxfp4"]
+    for k, v in legacy.items():
+        if k in out and out[k] != v:
+            raise FormatError(f"{where}: {k} = {row[k]!r} disagrees with formats.{k} = {out[k]!r}")
+        out[k] = v
+    for k, v in out.items():
+        if v not in FORMAT_STATES:
+            raise FormatError(f"{where}: {k} must be native, emulated or no (got {v!r})")
+    return formats(**out)
 
 
 _RATE_KEYS = {"hbm_tb_s": ("hbm_bytes_per_s", 1e12), "bf16_tflops": ("bf16_flops", 1e12),
@@ -166,17 +217,17 @@ def get_gpu(name: str, *, gpu_file: str | os.PathLike | None = None) -> GPU:
     raise UsageError(
         f"unknown GPU {name!r}; the catalog has: {listing}",
         hint="pass --gpu-mem-gib X for any other device, or add it to a gpus.toml "
-        "([[gpu]] name, vendor, memory_gib, fp8, mxfp4) via --gpu-file or $SPECKIT_GPUS",
+        "([[gpu]] name, vendor, memory_gib, formats) via --gpu-file or $SPECKIT_GPUS",
     )
 
 
-def custom_gpu(memory_gib: float, *, vendor: str = "unknown", fp8: bool = True,
-               mxfp4: str = "emulated") -> GPU:
+def custom_gpu(memory_gib: float, *, vendor: str = "unknown",
+               formats_: Mapping[str, str] | None = None) -> GPU:
     """A device known only by its memory (``--gpu-mem-gib``)."""
     if memory_gib <= 0:
         raise UsageError(f"--gpu-mem-gib must be positive (got {memory_gib})")
     return GPU(f"{memory_gib:g} GiB device", vendor, int(memory_gib * GiB),
-               "--gpu-mem-gib", fp8=fp8, mxfp4=mxfp4)
+               "--gpu-mem-gib", formats=_HOPPER if formats_ is None else formats(**formats_))
 
 
 def with_memory(gpu: GPU, memory_bytes: int, source: str) -> GPU:

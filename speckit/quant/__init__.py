@@ -1,5 +1,6 @@
 """speckit quantize: a draft (or a plain causal LM) -> the same checkpoint whose Linear weights are
-MXFP4 or FP8 in AMD Quark's format, as vLLM's Quark loader reads it; streamed tensor by tensor.
+quantized with one scheme of speckit.core.quant (MXFP4 / FP8 in AMD Quark's layout, FP8 / NVFP4 in
+compressed-tensors' layout), as vLLM's loaders read them; streamed tensor by tensor.
 
 plan (which tensors, Quark `exclude` in vLLM run-time names) -> optional calibration -> temp dir:
 quantize or byte-copy each tensor, config.json + quantization_config, provenance -> re-open ->
@@ -9,12 +10,16 @@ rename.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core import quant as core_quant
+from speckit.core.quant import QuantScheme as Scheme
+from speckit.core.quant.quark import weight_kind
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
     FLOAT_DTYPES,
@@ -34,7 +39,6 @@ from speckit.io.output import (
     write_provenance,
 )
 from speckit.quant import schemes
-from speckit.quant.schemes import SCHEMES, Scheme
 
 DEFAULT_SHARD_BYTES = 5 * 10**9
 _COPY_CHUNK = 16 * 1024 * 1024
@@ -44,6 +48,7 @@ _QUANT_DTYPES = {"U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0", "F4", "F6_
 _QUANT_SUFFIXES = (".weight_scale", ".input_scale", ".weight_packed", ".qweight", ".scales",
                    ".weight_scale_inv", ".weight_zero_point")
 
+SCHEMES = core_quant.SCHEMES
 __all__ = ["SCHEMES", "QuantizeResult", "TensorReport", "quantize"]
 
 
@@ -71,11 +76,11 @@ class QuantizeResult:
     source: str
     method: str
     scheme: str
-    vllm_scheme: str  # the Quark scheme class vLLM selects for the quantized layers
+    vllm_scheme: str  # the scheme class vLLM selects for the quantized layers
     device: str
     quantized: int  # Linear weights quantized
     kept_linear: dict[str, str]  # Linear weights left in their dtype -> why
-    exclude: list[str]  # Quark `exclude` written (vLLM run-time module names)
+    exclude: list[str]  # Quark `exclude` / compressed-tensors `ignore` (vLLM run-time names)
     bytes_before: int
     bytes_after: int
     rel_err_max: float  # worst rel_err_max over the quantized tensors
@@ -88,6 +93,7 @@ class QuantizeResult:
     warnings: list[str] = field(default_factory=list)
     code_dropped: list[str] = field(default_factory=list)  # source code / auto_map not carried
     seconds: float = 0.0
+    layout: str = "quark"  # the quantization_config dialect written (core.quant scheme layout)
 
 
 @dataclass
@@ -116,7 +122,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     ``allow_external_links``: follow checkpoint files that are symlinks out of the directory.
     """
     started = time.monotonic()
-    sch = schemes.get(scheme)
+    sch = core_quant.get(scheme)
     for e in exclude:
         schemes.check_entry(e)
     dev = _check_device(device)
@@ -153,7 +159,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
             **_tensor_summary(items, reports),
             tensors=reports, files=sorted(files + [PROVENANCE]), calibration=calibration,
             requantized_from=prior, target_layers=target_layers, warnings=warnings,
-            code_dropped=code_dropped)
+            code_dropped=code_dropped, layout=sch.layout)
         write_provenance(tmp, _provenance(result, ckpt, layout, exclude=list(exclude),
                                           strict=strict, config=config),
                          command="quantize", code_dropped=code_dropped)
@@ -196,7 +202,7 @@ def _calibrate(ckpt: Checkpoint, mod, sch: Scheme, items: list[_Item], *, calib_
                ) -> tuple[dict[str, float], Any]:
     """Activation maxima of the quantized modules, run through the target (for schemes with
     static input scales; none for the others)."""
-    if not sch.needs_calibration:
+    if not sch.static_input:
         return {}, None
     from speckit.quant import calibrate
 
@@ -342,7 +348,7 @@ def _requant_source(ckpt: Checkpoint, prior: str) -> dict[str, Any]:
                           hint="--force re-quantizes only Quark MXFP4/FP8 checkpoints; start "
                           "from the unquantized checkpoint")
     glob = q.get("global_quant_config") or {}
-    kind = schemes.describe_quark_weight(glob.get("weight"))
+    kind = weight_kind(glob.get("weight"))
     if kind is None or q.get("layer_quant_config"):
         raise FormatError(f"{ckpt.path}: its Quark config ({glob.get('weight')}) is not one "
                           "speckit can dequantize (MXFP4 or FP8 E4M3, one global config)",
@@ -467,14 +473,14 @@ def _plan_tensor(info: TensorInfo, ckpt: Checkpoint, mod, sch: Scheme, *, exclud
     in_f = eff_shape[1]
     if sch.in_features_multiple > 1 and in_f % sch.in_features_multiple:
         why = (f"input dim {in_f} is not a multiple of {sch.in_features_multiple} "
-               f"(vLLM's MXFP4 group size)")
+               f"(vLLM's {sch.name} group size)")
         if strict:
             raise UsageError(f"{name}: {why}", hint="drop --strict to keep such layers "
                              "unquantized (listed in the report and in Quark's exclude)")
         item = _planned_keep(info, why, was_quant, eff_shape, eff_dtype, ckpt,
                              module=(rt or [""])[0])
         return _Planned(item, kept=(name, None), depth_unknown=rt is None)
-    outputs = sch.outputs(name, eff_shape)
+    outputs = sch.outputs(name, eff_shape, eff_dtype)
     item = _Item(info, "quantize", module=(rt or [_fallback_module(mod, name)])[0],
                  outputs=outputs, companions=[f"{name}_scale"] if was_quant else [])
     return _Planned(item, depth_unknown=rt is None)
@@ -642,6 +648,7 @@ def _copy_plain(src, fh, src_off: int, dst_off: int, n: int) -> int:
 def _execute(ckpt: Checkpoint, items: list[_Item], sch: Scheme, writer: _Writer, dev: str,
              reports: list[TensorReport], input_amax: dict[str, float], requant: dict | None,
              tick) -> None:
+    group_amax = _group_amax(ckpt, items, requant, dev) if sch.group_global_scale else {}
     for it in items:  # already in file order, so every shard is read front to back
         info = it.info
         path = ckpt.path / info.file
@@ -658,9 +665,26 @@ def _execute(ckpt: Checkpoint, items: list[_Item], sch: Scheme, writer: _Writer,
             writer.write(info.name, w.cpu())
             reports.append(_report(it, "kept"))
         else:
-            reports.append(_quantize_one(it, w, sch, writer, input_amax))
+            reports.append(_quantize_one(it, w, sch, writer, input_amax,
+                                         group_amax.get(it.module)))
         del w
         tick(info.nbytes)
+
+
+def _group_amax(ckpt: Checkpoint, items: list[_Item], requant: dict | None, dev: str) -> dict:
+    """max |w| over the weights vLLM fuses into one layer (same run-time module: q/k/v ->
+    qkv_proj, gate/up -> gate_up_proj), for schemes whose global scale the shards share."""
+    import torch
+
+    out: dict[str, Any] = {}
+    for it in items:
+        if it.action != "quantize":
+            continue
+        w = _load(ckpt, it.info, it, requant, dev)
+        a = w.abs().amax() if w.numel() else torch.zeros((), dtype=w.dtype, device=w.device)
+        out[it.module] = a if it.module not in out else torch.maximum(out[it.module], a)
+        del w
+    return out
 
 
 def _threads(dev: str):
@@ -714,31 +738,29 @@ def _load(ckpt: Checkpoint, info: TensorInfo, it: _Item, requant: dict | None, d
     return fp8.dequantize(t, scale, dtype=dtype)
 
 
-def _quantize_one(it: _Item, w, sch: Scheme, writer: _Writer,
-                  input_amax: dict[str, float]) -> TensorReport:
-    from speckit.quant import fp8, mxfp4
+def _quantize_one(it: _Item, w, sch: Scheme, writer: _Writer, input_amax: dict[str, float],
+                  group_amax=None) -> TensorReport:
     from speckit.quant.chunks import ErrorStats
 
     name = it.info.name
     stats = ErrorStats()
+    numerics = importlib.import_module(f"speckit.quant.{sch.numerics}")
     try:
-        if sch.kind == "mxfp4":
-            q, s = mxfp4.quantize(w, stats=stats)
-        elif sch.kind == "fp8-channel":
-            q, s = fp8.quantize_per_channel(w, stats=stats)
-        else:
-            q, s = fp8.quantize_per_tensor(w, stats=stats)
+        tensors = numerics.quantize_weight(w, stats=stats, group_amax=group_amax)
     except ValueError as e:
         if "non-finite" in str(e):
             raise FormatError(f"tensor {name} ({it.info.file}) holds NaN or Inf values",
                               hint="the weights are corrupt (or were saved from a diverged run); "
                               "nothing was written") from None
         raise
-    writer.write(name, q.cpu())
-    writer.write(f"{name}_scale", s.cpu())
-    out_bytes = q.numel() * q.element_size() + s.numel() * s.element_size()
-    if sch.needs_calibration:
+    out_bytes = 0
+    for (out_name, _, _), t in zip(it.outputs, tensors, strict=False):
+        writer.write(out_name, t.cpu())
+        out_bytes += t.numel() * t.element_size()
+    if sch.static_input:
         import torch
+
+        from speckit.quant import fp8
 
         amax = input_amax[it.module]
         scale = fp8.scale_from_amax(torch.tensor(amax, dtype=torch.float32))
@@ -792,7 +814,7 @@ def _provenance(r: QuantizeResult, ckpt: Checkpoint, layout, *, exclude: list[st
                    "config_sha256": hashlib.sha256(cfg_bytes).hexdigest()},
         "options": {"scheme": r.scheme, "exclude": exclude, "strict": strict,
                     "device": r.device, "target_layers": r.target_layers},
-        "numerics": {"reference": "amd-quark 0.13 (bit-identical bytes)",
+        "numerics": {"reference": f"{core_quant.get(r.scheme).reference} (bit-identical bytes)",
                      "implementation": "speckit.quant (torch " + torch.__version__ + ")"},
         "quantization_config": config["quantization_config"],
         "vllm_scheme": r.vllm_scheme,

@@ -128,3 +128,10 @@ def dequantize(q, scale, *, dtype=None):
     s = scale.float()
     s = s[:, None] if s.dim() == 1 else s
     return (q.float() * s).to(dtype or torch.float32)
+
+
+def quantize_weight(w, *, stats: ErrorStats | None = None, group_amax=None,
+                    chunk_elems: int | None = None):
+    """The scheme-table entry point (Quark FP8: per-channel float32 scales)."""
+    del group_amax
+    return quantize_per_channel(w, stats=stats, chunk_elems=chunk_elems)

@@ -188,3 +188,10 @@ def dequantize(packed, scales, *, dtype=None):
     exp = scales.to(torch.float32) - 127.0
     out = vals.view(rows, -1, GROUP) * torch.exp2(exp).unsqueeze(-1)
     return out.view(rows, half * 2).to(dtype or torch.float32)
+
+
+def quantize_weight(w, *, stats: ErrorStats | None = None, group_amax=None,
+                    chunk_elems: int | None = None):
+    """The scheme-table entry point (Quark OCP MXFP4)."""
+    del group_amax
+    return quantize(w, stats=stats, chunk_elems=chunk_elems)

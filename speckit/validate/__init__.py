@@ -432,13 +432,12 @@ def _probe_kernel(fmt: str):
 def _emulated_quant(cfg: Mapping[str, Any]) -> str | None:
     """Why a quantized draft cannot be timed here: its low-precision matmul is emulated on this
     machine (a timed probe, speckit.doctor.probe_kernel), else None."""
-    q = cfg.get("quantization_config") or {}
-    if not isinstance(q, dict) or not q:
+    from speckit.core.quant import recognise
+
+    sch = recognise(cfg.get("quantization_config"))  # None: not a scheme speckit knows
+    if sch is None:
         return None
-    text = json.dumps(q).lower()
-    fmt = "mxfp4" if ("mxfp4" in text or "fp4" in text) else "fp8" if "fp8" in text else None
-    if fmt is None:
-        return None
+    fmt = sch.capability
     probe = _probe_kernel(fmt)
     if probe.status == "native":
         return None

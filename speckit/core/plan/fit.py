@@ -56,7 +56,7 @@ class FitResult:
 def machine(name: str, *, vendor: str = "cpu", memory_bytes: int = 0,
             bytes_per_s: float = 50e9, flops: float = 1e12) -> GPU:
     """A device for the step model whose nominal rates the fit scales (fractions may exceed 1)."""
-    return GPU(name, vendor, memory_bytes, "measured machine", fp8=False, mxfp4="no",
+    return GPU(name, vendor, memory_bytes, "measured machine", formats={},
                hbm_bytes_per_s=bytes_per_s, bf16_flops=flops, perf_source="fitted to this run")
 
 

@@ -149,7 +149,7 @@ def _overhead_assumptions(inp: PlanInputs, st: Settings, over: OverheadReport,
 
 def _checks(inp: PlanInputs, st: Settings) -> list[str]:
     """Warnings that do not stop vLLM (refusals are reasons, never checks)."""
-    if st.kv_cache_dtype.startswith("fp8") and not inp.gpu.fp8:
+    if st.kv_cache_dtype.startswith("fp8") and not inp.gpu.native("fp8"):
         return [(f"{inp.gpu.name} has no native FP8; fp8 KV is stored at 8 bits but attention "
                 f"backends may not support it there")]
     return []
@@ -183,7 +183,7 @@ def evaluate(inp: PlanInputs, st: Settings) -> PlanResult:
         method=mod.name if mod else None, vllm_method=mod.vllm_method if mod else None,
         k=st.k, lookahead_slots=lookahead,
         gpu={"name": g.name, "vendor": g.vendor, "memory_bytes": g.memory_bytes,
-             "memory_source": g.memory_source, "fp8": g.fp8, "mxfp4": g.mxfp4},
+             "memory_source": g.memory_source, "formats": dict(g.formats)},
         tp=st.tp, draft_tp=st.draft_tp, settings=_settings(inp, st, kv.report),
         weights=weights, kv=kv.report, overhead=over, with_draft=withd, without_draft=without,
         draft_cost=draft_cost(without, withd),

