@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-from dataclasses import replace
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -261,6 +261,9 @@ class DraftShape:
     style: str
     fc_in: int = 0  # input width of the fc over the target's aux hidden states (0: none)
     head_params: int = 0  # weights of extra heads applied at each drafted position
+    # bytes per weight of the fc and lm_head when they stay unquantized in a quantized draft
+    # (Quark and speckit quantize leave lm_head, Quark also fc, at the model dtype); 0: body's
+    head_weight_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.style not in DRAFT_STYLES:
@@ -554,10 +557,13 @@ def draft_step(draft: DraftShape, *, batch: int, k: int, ctx: int, gpu: GPU, tp:
     d = draft.per_rank(tp)
     s, q = d.body, k + 1
     r = _Rates.for_shape(gpu, s)
-    cost = _linear(batch * q, d.fc_in, s.hidden, s, r, c)
+    hs = replace(s, weight_bytes=d.head_weight_bytes, fp8_compute=False) \
+        if d.head_weight_bytes else s
+    rh = _Rates.for_shape(gpu, hs)
+    cost = _linear(batch * q, d.fc_in, s.hidden, hs, rh, c)
 
     def head(tokens: int) -> StepCost:
-        return (_linear(tokens, s.hidden, s.vocab, s, r, c)
+        return (_linear(tokens, s.hidden, s.vocab, hs, rh, c)
                 + _linear(tokens, 1, d.head_params, s, r, c))
 
     if d.style == "chain":
