@@ -42,6 +42,7 @@ class SpeedResult:
     speculative_config: dict[str, Any]  # the fields to merge into --speculative-config
     constants_source: str
     assumptions: list[str] = field(default_factory=list)
+    max_batch: int = 0  # max-num-seqs: columns past a table's max_batch do not fit its KV
 
 
 def project_speed(*, target_config: Mapping[str, Any], method: str,
@@ -92,7 +93,8 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
             tables.append(_sched.SpeedTable(ctx, sorted(al), [], dict(al), [], {}, {}, [], None,
                                             [(1, max_batch, 0)], 0))
             continue
-        tables.append(_table(model, al, ctx=ctx, max_batch=fit))
+        cols = [b for b in _sched.default_batches(max_batch) if b <= fit]
+        tables.append(_table(model, al, ctx=ctx, max_batch=fit, batches=cols))
     sched_table = next(t for t in tables if t.ctx == sched_ctx)
     sched = sched_table.schedule
     if sched_table.max_batch < max_batch:  # beyond what the cache holds: never scheduled
@@ -108,7 +110,7 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
                             "num_speculative_tokens_per_batch_size": [list(r) for r in sched]},
         constants_source=const.source,
         assumptions=_assumptions(gpu, const, source, sched_ctx, dshape, eng, data_parallel,
-                                 kv_tokens))
+                                 kv_tokens), max_batch=max_batch)
 
 
 def _rates(acceptance: Sequence[float] | None, kind: str, al: float | None,
@@ -165,7 +167,7 @@ class StepModel:
         return _sched.throughput_ratio(al, self.spec(batch, k, ctx, al), self.base(batch, ctx))
 
 
-def _table(model: StepModel, al, *, ctx, max_batch):
+def _table(model: StepModel, al, *, ctx, max_batch, batches=None):
     base_cache: dict[int, float] = {}
 
     def base(b: int) -> float:
@@ -175,7 +177,7 @@ def _table(model: StepModel, al, *, ctx, max_batch):
 
     return _sched.project(al, base_step=base,
                           spec_step=lambda b, kk: model.spec(b, kk, ctx, al[kk]),
-                          max_batch=max_batch, ctx=ctx)
+                          max_batch=max_batch, ctx=ctx, batches=batches)
 
 
 def target_shape(config: Mapping[str, Any], gpu: GPU, *, where: str,
@@ -228,8 +230,8 @@ def _assumptions(gpu: GPU, c: _steps.StepConstants, source: str, ctx: int,
             if c.gqa_pack == "always" else
             "attention priced as PyTorch SDPA (GQA heads packed only for q = 1)"),
            f"acceptance: {source}; acceptance does not depend on the batch size",
-           (f"the k schedule is picked at KV context {ctx:,} (--schedule-context; default the "
-            "first --context); the published tables show the ratio at high concurrency rising, "
+           (f"the k schedule is picked at KV context {ctx:,} (the first --context, or "
+            "schedule_context); the published tables show the ratio at high concurrency rising, "
             "not falling, with context once attention dominates the step"),
            (f"engine overhead per step ({eng.source}): step {eng.step_s * 1e6:.0f} us, "
             f"per layer {eng.graph_layer_s * 1e6:.1f} us, per generated token "

@@ -54,7 +54,7 @@ class StepConstants:
     gqa_pack: str = "decode"
     allreduce_latency_s: float = 1e-5  # per all-reduce under TP; not measured (one GPU)
     # per MoE layer per pass: routing top-k, sorting token rows by expert, the grouped GEMMs'
-    # fixed cost (measured with torch._grouped_mm in a CUDA graph, bench/results/moe_mla_h200)
+    # fixed cost (torch._grouped_mm in a CUDA graph: bench/results/gpu_profile_h200.json)
     moe_layer_overhead_s: float = 1e-5
     # an MoE layer's grouped GEMMs reach this fraction of the matmul rate's fraction (few rows
     # per expert, ragged tiles)
