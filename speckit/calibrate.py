@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
@@ -259,18 +261,23 @@ def _time_points(torch: Any, pts: list[_calib.ProbePoint], budget_s: float,
     return timed
 
 
-def calibrate(*, out: str | Path, budget_s: float = 100.0,
+def calibrate(*, out: str | Path | None = None, budget_s: float = 100.0,
               log: Any = lambda s: None) -> CalibrateResult:
-    """Time the probe on GPU 0, fit the step model, write the profile JSON to ``out``."""
+    """Time the probe on GPU 0, fit the step model, write the profile JSON to ``out`` (default:
+    the GPU's file under profile_dir(), which plan and validate then use for that GPU)."""
     torch = _torch_cuda()
     t0 = time.monotonic()
-    path = Path(out)
-    if path.parent and not path.parent.is_dir():
+    name = torch.cuda.get_device_name(0)
+    gpu = match_gpu(name)
+    if out is None:
+        path = default_profile_path(gpu.name if gpu else name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    else:
+        path = Path(out)
+    if not path.parent.is_dir():
         raise OutputError(f"{path.parent}: no such directory for the GPU profile",
                           hint="create it, or pass --out elsewhere")
-    name = torch.cuda.get_device_name(0)
     copy, mm = _ceilings(torch)
-    gpu = match_gpu(name)
     if gpu is None or gpu.hbm_bytes_per_s <= 0:
         # unknown part: its own measured ceilings stand in for the datasheet rates
         gpu = GPU(name, "unknown", int(torch.cuda.get_device_properties(0).total_memory),
@@ -295,6 +302,31 @@ def calibrate(*, out: str | Path, budget_s: float = 100.0,
     return res
 
 
+def profile_dir() -> Path:
+    """Where calibrate keeps profiles by default: $XDG_CONFIG_HOME/speckit/gpu_profiles."""
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "speckit" / "gpu_profiles"
+
+
+def default_profile_path(gpu_name: str) -> Path:
+    """The default profile file of a catalog GPU (the name made file-safe)."""
+    return profile_dir() / (re.sub(r"[^A-Za-z0-9_.-]+", "_", gpu_name).strip("._") + ".json")
+
+
+def find_profile(gpu_name: str) -> Path | None:
+    """The default-location profile calibrate wrote for this GPU, if any: plan and validate
+    --serve-gpu use it for that GPU (and only for it) when no --gpu-profile is given."""
+    p = default_profile_path(gpu_name)
+    return p if p.is_file() else None
+
+
+def list_profiles() -> list[str]:
+    """One line per profile in the default location (for doctor)."""
+    d = profile_dir()
+    files = sorted(d.glob("*.json")) if d.is_dir() else []
+    return [line for line in (describe_profile(f) for f in files) if line]
+
+
 def load_profile(path: str | Path) -> _steps.StepConstants:
     """The step constants of a profile written by calibrate (or a step_costs.json)."""
     return _steps.load_constants(path)
@@ -312,4 +344,5 @@ def describe_profile(path: str | Path) -> str | None:
             f"{err:.1%})" if isinstance(err, float) and math.isfinite(err) else f"{p}")
 
 
-__all__ = ["CalibrateResult", "calibrate", "describe_profile", "load_profile", "match_gpu"]
+__all__ = ["CalibrateResult", "calibrate", "default_profile_path", "describe_profile",
+           "find_profile", "list_profiles", "load_profile", "match_gpu", "profile_dir"]

@@ -74,7 +74,12 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
         raise UsageError(f"--kv-cache-dtype {kv_cache_dtype!r}: use one of {', '.join(KV_BYTES)}")
     if gqa_pack not in ("always", "decode"):
         raise UsageError(f"gqa_pack {gqa_pack!r}: use always or decode")
-    const = replace(constants or _steps.load_constants(), gqa_pack=gqa_pack)
+    if constants is None:  # a calibrate profile of this very GPU, where one was written
+        from speckit.calibrate import find_profile
+
+        found = find_profile(gpu.name)
+        constants = _steps.load_constants(found) if found else _steps.load_constants()
+    const = replace(constants, gqa_pack=gqa_pack)
     tshape = target_shape(target_config, gpu, where=f"{target_name}/config.json",
                           expert_parallel=expert_parallel, tp=tp)
     dshape = draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant,

@@ -114,3 +114,4 @@ def test_plan_takes_a_gpu_profile(small):
                     str(prof))
     assert code == 0, out
     assert "speckit calibrate on NVIDIA H200" in out
+

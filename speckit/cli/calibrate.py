@@ -11,8 +11,10 @@ from speckit.cli._common import handle_errors, print_json
 
 
 @click.command("calibrate")
-@click.option("--out", "-o", type=click.Path(dir_okay=False), default="gpu_profile.json",
-              show_default=True, help="Where to write the GPU profile (JSON).")
+@click.option("--out", "-o", type=click.Path(dir_okay=False),
+              help="Where to write the GPU profile (JSON). Default: "
+              "$XDG_CONFIG_HOME/speckit/gpu_profiles/<GPU>.json, which plan and validate "
+              "--serve-gpu then use for that GPU.")
 @click.option("--budget-s", type=float, default=100.0, show_default=True,
               help="Stop timing new points after this many seconds.")
 @click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
