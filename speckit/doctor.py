@@ -192,6 +192,7 @@ class DoctorReport:
     requirements: list[Requirement] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     ok: bool = True  # False when a package the requested command needs is missing
+    gpu_profiles: list[str] = field(default_factory=list)  # speckit calibrate's, for plan
     seconds: float = 0.0
 
     @property
@@ -225,7 +226,8 @@ def doctor(*, for_command: str | None = None, probe_kernels: bool = True,
         vllm_platform=vplat, vllm_runner=runner, devices=devices, host=_host(),
         methods=_methods(pk["vllm"], vplat, v1_only, refusals, warnings),
         kernels=_kernels(torch, devices, warnings) if probe_kernels else [],
-        hub=_hub(hub_settings, reach), caches=_caches(hub_settings[2]), warnings=warnings)
+        hub=_hub(hub_settings, reach), caches=_caches(hub_settings[2]), warnings=warnings,
+        gpu_profiles=importlib.import_module("speckit.calibrate").list_profiles())
     report.schemes = scheme_support(report.kernels, vplat)
     if for_command is not None:
         report.command = for_command

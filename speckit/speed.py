@@ -12,16 +12,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from speckit.core import methods as _methods
-from speckit.core import quant as core_quant
 from speckit.core.gpus import GPU
+from speckit.core.plan import engine as _engine
+from speckit.core.plan import formats as _formats
 from speckit.core.plan import schedule as _sched
 from speckit.core.plan import steps as _steps
-from speckit.errors import PlanError, UsageError
+from speckit.errors import UsageError
 
 PROJECTED = "projected"  # every figure of a SpeedResult is a model projection, not a measurement
 KV_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
-# bytes per weight as loaded: mxfp4 = 4 bits + one e8m0 scale per 32 weights
-QUANT_BYTES = {"bf16": 2.0, **{n: s.bits_per_weight() / 8 for n, s in core_quant.SCHEMES.items()}}
 DEFAULT_CONTEXTS = (1024, 4096)
 
 
@@ -43,6 +42,7 @@ class SpeedResult:
     speculative_config: dict[str, Any]  # the fields to merge into --speculative-config
     constants_source: str
     assumptions: list[str] = field(default_factory=list)
+    max_batch: int = 0  # max-num-seqs: columns past a table's max_batch do not fit its KV
 
 
 def project_speed(*, target_config: Mapping[str, Any], method: str,
@@ -54,12 +54,17 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
                   contexts: Sequence[int] = DEFAULT_CONTEXTS, max_batch: int = 256,
                   kv_cache_dtype: str = "auto", draft_quant: str | None = None,
                   constants: _steps.StepConstants | None = None, gqa_pack: str = "always",
-                  target_name: str = "target",
+                  engine: _engine.EngineCosts | None = None, expert_parallel: bool = False,
+                  schedule_context: int | None = None, kv_tokens: int | None = None,
+                  lookahead: int = 0, data_parallel: int = 1, target_name: str = "target",
                   draft_name: str | None = None) -> SpeedResult:
     """Project tokens/s with each k over tokens/s without, for batch sizes 1..max_batch.
 
     ``gqa_pack="always"`` prices attention as vLLM's paged FlashAttention runs it (GQA heads
     share one K/V read while verifying); "decode" as the PyTorch SDPA the constants were fitted on.
+    ``kv_tokens`` (the plan's KV capacity per replica) stops each table at the concurrency the
+    cache holds at its context; the schedule is picked at ``schedule_context`` (default: the
+    first context given).
     """
     mod = _methods.get(method)
     rates, source = _rates(acceptance, acceptance_kind, al, k)
@@ -67,32 +72,50 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
         raise UsageError(f"--context values must be positive (got {list(contexts)})")
     if kv_cache_dtype not in KV_BYTES:
         raise UsageError(f"--kv-cache-dtype {kv_cache_dtype!r}: use one of {', '.join(KV_BYTES)}")
-    dtp = draft_tp or tp
     if gqa_pack not in ("always", "decode"):
         raise UsageError(f"gqa_pack {gqa_pack!r}: use always or decode")
-    const = replace(constants or _steps.load_constants(), gqa_pack=gqa_pack)
-    wbytes, fp8 = _target_weights(target_config)
-    tshape = _steps.ModelShape.from_config(target_config, weight_bytes=wbytes, fp8_compute=fp8,
-                                           where=f"{target_name}/config.json")
+    if constants is None:  # a calibrate profile of this very GPU, where one was written
+        from speckit.calibrate import find_profile
+
+        found = find_profile(gpu.name)
+        constants = _steps.load_constants(found) if found else _steps.load_constants()
+    const = replace(constants, gqa_pack=gqa_pack)
+    tshape = target_shape(target_config, gpu, where=f"{target_name}/config.json",
+                          expert_parallel=expert_parallel, tp=tp)
     dshape = draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant,
                           gpu, where=draft_name or "draft")
-    kvb = float(KV_BYTES[kv_cache_dtype] or 2)  # auto: the model dtype (bf16 also for FP8)
+    eng = engine if engine is not None else _engine.load_engine(vendor=gpu.vendor)
+    model = StepModel(tshape, dshape, gpu, tp, draft_tp or tp, const, eng,
+                      float(KV_BYTES[kv_cache_dtype] or 2))  # auto: the model dtype
     al = {kk: _sched.al_from_per_position(rates, kk) for kk in range(1, len(rates) + 1)}
+    ctxs = [int(c) for c in dict.fromkeys(int(c) for c in contexts)]
+    sched_ctx = int(schedule_context or ctxs[0])
     tables = []
-    for ctx in sorted({int(c) for c in contexts}):
-        tables.append(_table(tshape, dshape, al, gpu=gpu, tp=tp, dtp=dtp, ctx=ctx, const=const,
-                             kvb=kvb, max_batch=max_batch))
-    sched_table = tables[-1]  # the longest context: speculation turns off soonest there
+    for ctx in sorted({*ctxs, sched_ctx}):
+        fit = max_batch if kv_tokens is None else max(0, min(max_batch,
+                                                             kv_tokens // (ctx + lookahead)))
+        if fit < 1:
+            tables.append(_sched.SpeedTable(ctx, sorted(al), [], dict(al), [], {}, {}, [], None,
+                                            [(1, max_batch, 0)], 0))
+            continue
+        cols = [b for b in _sched.default_batches(max_batch) if b <= fit]
+        tables.append(_table(model, al, ctx=ctx, max_batch=fit, batches=cols))
+    sched_table = next(t for t in tables if t.ctx == sched_ctx)
     sched = sched_table.schedule
-    top = max(kk for _, _, kk in sched) or max(al, key=lambda kk: sched_table.ratio[kk][0])
+    if sched_table.max_batch < max_batch:  # beyond what the cache holds: never scheduled
+        sched = [*sched, (sched_table.max_batch + 1, max_batch, sched[-1][2])] if sched_table \
+            .max_batch else [(1, max_batch, 0)]
+    top = max(kk for _, _, kk in sched) or max(al)
     return SpeedResult(
         label=PROJECTED, target=target_name, draft=draft_name, method=mod.name, gpu=gpu.name,
-        tp=tp, draft_tp=dtp, acceptance_source=source, per_position=rates, tables=tables,
-        schedule_context=sched_table.ctx, schedule=sched, num_speculative_tokens=int(top),
+        tp=tp, draft_tp=model.draft_tp, acceptance_source=source, per_position=rates,
+        tables=[t for t in tables if t.ctx in ctxs], schedule_context=sched_ctx, schedule=sched,
+        num_speculative_tokens=int(top),
         speculative_config={"num_speculative_tokens": int(top),
                             "num_speculative_tokens_per_batch_size": [list(r) for r in sched]},
         constants_source=const.source,
-        assumptions=_assumptions(gpu, const, source, sched_table.ctx, dshape))
+        assumptions=_assumptions(gpu, const, source, sched_ctx, dshape, eng, data_parallel,
+                                 kv_tokens), max_batch=max_batch)
 
 
 def _rates(acceptance: Sequence[float] | None, kind: str, al: float | None,
@@ -112,36 +135,66 @@ def _rates(acceptance: Sequence[float] | None, kind: str, al: float | None,
             f"AL {al} at k={k}, other k from one constant conditional rate (assumed)")
 
 
-def _table(tshape, dshape, al, *, gpu, tp, dtp, ctx, const, kvb, max_batch):
+@dataclass(frozen=True)
+class StepModel:
+    """Seconds per plain and per speculative step of one deployment: the ideal GPU passes
+    (steps.py) plus the engine's named terms (engine.py). The one model plan, validate
+    --serve-gpu, the demo and bench/projection_vs_published.py price steps with."""
+
+    target: _steps.ModelShape
+    draft: _steps.DraftShape | None
+    gpu: GPU
+    tp: int = 1
+    draft_tp: int = 1
+    constants: _steps.StepConstants = field(default_factory=_steps.StepConstants)
+    engine: _engine.EngineCosts = _engine.IDEAL
+    kv_bytes: float = 2.0
+
+    def base(self, batch: int, ctx: int) -> float:
+        t = _steps.target_step_time(self.target, batch=batch, q=1, ctx=ctx, gpu=self.gpu,
+                                    tp=self.tp, constants=self.constants, kv_bytes=self.kv_bytes)
+        return t + self.engine.plain(layers=self.target.layers, batch=batch)
+
+    def spec(self, batch: int, k: int, ctx: int, al: float = 1.0) -> float:
+        """A speculative step; ``al`` (tokens out per sequence) prices the per-token term."""
+        t = _steps.target_step_time(self.target, batch=batch, q=k + 1, ctx=ctx, gpu=self.gpu,
+                                    tp=self.tp, constants=self.constants, kv_bytes=self.kv_bytes)
+        passes = 0
+        if self.draft is not None:
+            t += _steps.draft_step_time(self.draft, batch=batch, k=k, ctx=ctx, gpu=self.gpu,
+                                        tp=self.draft_tp, constants=self.constants,
+                                        kv_bytes=self.kv_bytes)
+            passes = k if self.draft.style == "chain" else 1
+        return t + self.engine.speculative(layers=self.target.layers, batch=batch, al=al,
+                                           draft_passes=passes)
+
+    def ratio(self, batch: int, k: int, al: float, ctx: int) -> float:
+        return _sched.throughput_ratio(al, self.spec(batch, k, ctx, al), self.base(batch, ctx))
+
+
+def _table(model: StepModel, al, *, ctx, max_batch, batches=None):
     base_cache: dict[int, float] = {}
 
     def base(b: int) -> float:
         if b not in base_cache:
-            base_cache[b] = _steps.target_step_time(tshape, batch=b, q=1, ctx=ctx, gpu=gpu,
-                                                    tp=tp, constants=const, kv_bytes=kvb)
+            base_cache[b] = model.base(b, ctx)
         return base_cache[b]
 
-    def spec(b: int, kk: int) -> float:
-        t = _steps.target_step_time(tshape, batch=b, q=kk + 1, ctx=ctx, gpu=gpu, tp=tp,
-                                    constants=const, kv_bytes=kvb)
-        if dshape is not None:
-            t += _steps.draft_step_time(dshape, batch=b, k=kk, ctx=ctx, gpu=gpu, tp=dtp,
-                                        constants=const, kv_bytes=kvb)
-        return t
-
-    return _sched.project(al, base_step=base, spec_step=spec, max_batch=max_batch, ctx=ctx)
+    return _sched.project(al, base_step=base,
+                          spec_step=lambda b, kk: model.spec(b, kk, ctx, al[kk]),
+                          max_batch=max_batch, ctx=ctx, batches=batches)
 
 
-def _target_weights(config: Mapping[str, Any]) -> tuple[float, bool]:
-    """Bytes per weight and W8A8 from the target's quantization_config (FP8 checkpoints)."""
-    q = config.get("quantization_config") or {}
-    method = str(q.get("quant_method", "")).lower()
-    if method in ("fp8", "fbgemm_fp8") or "fp8" in str(q.get("format", "")).lower():
-        return 1.0, True
-    if method:
-        raise PlanError(f"target quantization {method!r} is not in the step-cost model",
-                        hint="the model prices bf16/fp16 and FP8 targets")
-    return 2.0, False
+def target_shape(config: Mapping[str, Any], gpu: GPU, *, where: str,
+                 expert_parallel: bool = False, tp: int = 1) -> _steps.ModelShape:
+    """The target's step-model shape with its weight formats (formats.py) priced."""
+    dense, experts = _formats.scheme_of_config(dict(config))
+    shape = _steps.ModelShape.from_config(
+        config, weight_bytes=_formats.weight_bytes(dense),
+        fp8_compute=_formats.native_compute(gpu, dense), where=where,
+        expert_bytes=_formats.weight_bytes(experts),
+        expert_native=_formats.native_compute(gpu, experts))
+    return replace(shape, ep=tp) if expert_parallel and shape.experts else shape
 
 
 def draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant, gpu, *,
@@ -149,37 +202,55 @@ def draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_q
     if not mod.has_checkpoint or mod.proposes_on_cpu:
         return None  # ngram proposes on the host: no GPU draft step
     style = mod.draft_style
-    if draft_quant is not None and draft_quant not in QUANT_BYTES:
-        raise UsageError(f"--draft-quant {draft_quant!r}: use one of {', '.join(QUANT_BYTES)}")
-    wb = QUANT_BYTES[draft_quant] if draft_quant else tshape.weight_bytes
-    sch = core_quant.get(draft_quant) if draft_quant and draft_quant != "bf16" else None
-    # FP8 matmuls only where the scheme quantizes activations to FP8 and the GPU runs it natively
-    fp8 = sch is not None and sch.activations.startswith("fp8") and gpu.native(sch.capability)
+    if draft_quant is not None and draft_quant not in _formats.SCHEMES:
+        raise UsageError(f"--draft-quant {draft_quant!r}: use one of "
+                         + ", ".join(_formats.SCHEMES))
+    stored = _formats.scheme_of_config(dict(draft_config))[0] if draft_config is not None \
+        else None
+    scheme = draft_quant or stored
+    wb = _formats.weight_bytes(scheme) if scheme else tshape.weight_bytes
+    fp8 = scheme is not None and _formats.native_compute(gpu, scheme)
     if draft_config is None:
         if not mod.weights_in_target:
             raise UsageError(f"method {mod.name} needs a draft checkpoint", hint="pass --draft")
         # MTP layers inside the target: one target-shaped layer behind a 2H -> H projection
-        body = replace(tshape, layers=1, weight_bytes=wb, fp8_compute=fp8)
+        body = replace(tshape, layers=1, dense_layers=0, weight_bytes=wb, fp8_compute=fp8)
         return _steps.DraftShape(body, style, fc_in=2 * tshape.hidden)
-    return _steps.DraftShape.from_checkpoint(draft_config, list(draft_tensors), style=style,
-                                             target=tshape, weight_bytes=wb, fp8_compute=fp8)
+    d = _steps.DraftShape.from_checkpoint(draft_config, list(draft_tensors), style=style,
+                                          target=tshape, weight_bytes=wb, fp8_compute=fp8)
+    # speckit quantize (and Quark, which also skips fc) leave lm_head at the model dtype
+    quantized = scheme not in (None, "bf16", "fp16")
+    return replace(d, head_weight_bytes=2.0) if quantized else d
 
 
 def _assumptions(gpu: GPU, c: _steps.StepConstants, source: str, ctx: int,
-                 dshape: _steps.DraftShape | None) -> list[str]:
+                 dshape: _steps.DraftShape | None, eng: _engine.EngineCosts, dp: int,
+                 kv_tokens: int | None) -> list[str]:
     out = [f"every figure is projected from the step-cost model ({c.source}), not measured",
            (f"{gpu.name} rates from {gpu.perf_source or 'the catalog'}; achievable fractions "
            f"fitted on an H200 with plain torch (bench/results/step_costs_h200.txt) are "
-           f"assumed to hold on this GPU"),
+           f"assumed to hold on this GPU (speckit calibrate fits them on yours)"),
            ("attention packs GQA heads while verifying (vLLM's paged FlashAttention); "
             "the H200 fit measured PyTorch SDPA, which packs them only for q = 1"
             if c.gqa_pack == "always" else
             "attention priced as PyTorch SDPA (GQA heads packed only for q = 1)"),
            f"acceptance: {source}; acceptance does not depend on the batch size",
-           (f"the schedule is chosen at KV context {ctx:,} (the longest given): speculation "
-           f"stops paying at lower concurrency as context grows"),
-           ("ideal steps: no rejection-sampler, scheduler or prefill cost; tensor-parallel "
-           "all-reduces from link bandwidth (not measured)")]
+           (f"the k schedule is picked at KV context {ctx:,} (the first --context, or "
+            "schedule_context); the published tables show the ratio at high concurrency rising, "
+            "not falling, with context once attention dominates the step"),
+           (f"engine overhead per step ({eng.source}): step {eng.step_s * 1e6:.0f} us, "
+            f"per layer {eng.graph_layer_s * 1e6:.1f} us, per generated token "
+            f"{eng.token_s * 1e6:.1f} us, per speculative step {eng.spec_step_s * 1e6:.0f} us, "
+            f"per draft pass {eng.draft_pass_s * 1e6:.0f} us; TP all-reduces from link "
+            "bandwidth (not measured)"),
+           "MoE: distinct experts read per step from uniform top-k routing (real routing "
+           "clusters, so fewer experts are read)"]
+    if kv_tokens is not None:
+        out.append(f"columns stop at the concurrency the plan's {kv_tokens:,} KV tokens hold "
+                   "at each context (\"does not fit\" beyond)")
+    if dp > 1:
+        out.append(f"data parallel {dp}: vLLM ignores the per-batch-size k schedule with "
+                   "DP > 1; each replica runs the single num_speculative_tokens")
     if dshape is None:
         out.append("the method proposes on the host: no draft step on the GPU")
     return out

@@ -39,10 +39,12 @@ def _eagle8b(**kw):
 
 
 def test_llama8b_eagle3_on_h200_falls_with_concurrency():
-    r = _eagle8b(acceptance=RATES, max_batch=256, gqa_pack="decode")
+    r = _eagle8b(acceptance=RATES, max_batch=256, gqa_pack="decode", schedule_context=4096)
     assert r.label == "projected" and r.method == "eagle3"
     short, long = r.tables
     assert (short.ctx, long.ctx) == (1024, 4096) and r.schedule_context == 4096
+    # the schedule is picked at the context asked for; the default is the first --context
+    assert _eagle8b(acceptance=RATES, max_batch=256).schedule_context == 1024
     k3 = short.ratio[3]
     assert k3[0] > 1.5 and k3 == sorted(k3, reverse=True) and k3[-1] < 1.0
     # longer context: speculation stops paying sooner

@@ -36,8 +36,11 @@ def test_shape_from_config_and_per_rank():
 def test_shape_errors_name_the_field():
     with pytest.raises(FormatError, match="intermediate_size"):
         steps.ModelShape.from_config({**LLAMA31_8B, "intermediate_size": None})
-    with pytest.raises(PlanError, match="MoE or MLA"):
+    with pytest.raises(FormatError, match="num_experts_per_tok"):
         steps.ModelShape.from_config({**LLAMA31_8B, "num_experts": 8})
+    with pytest.raises(PlanError, match="layer 1 is 'linear_attention'"):
+        steps.ModelShape.from_config({**LLAMA31_8B, "layer_types": [
+            "full_attention", "linear_attention"] * 16})
 
 
 @pytest.mark.parametrize("q", [1, 4])

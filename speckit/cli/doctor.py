@@ -92,6 +92,8 @@ def render(r) -> None:
         where = (f"{_size(c.bytes)}{'' if c.complete else '+'} in {c.files} files"
                  if c.exists else "absent")
         click.echo(f"cache {c.name}: {c.path} ({where})")
+    for line in r.gpu_profiles or ["none (speckit calibrate writes one; plan uses the H200 fit)"]:
+        click.echo(f"GPU profile: {line}")
     if r.command:
         click.echo(f"speckit {r.command} needs:")
         for q in r.requirements:

@@ -55,13 +55,17 @@ GiB = 1024**3
 @click.option("--al", type=float, help="Mean accepted length (tokens per step, bonus included) "
               "at -k, instead of --acceptance.")
 @click.option("--context", "contexts", default="1024,4096", show_default=True,
-              metavar="N,N", help="KV context lengths of the projected speed tables.")
+              metavar="N,N", help="KV context lengths of the projected speed tables; the k "
+              "schedule is picked at the first.")
+@click.option("--gpu-profile", type=click.Path(dir_okay=False, exists=True),
+              help="A GPU profile from `speckit calibrate` (step-model constants fitted on "
+              "your GPU) instead of the shipped H200 fit.")
 @click.option("--json", "json_mode", is_flag=True, help="Print the PlanResult as JSON.")
 @handle_errors
 def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
              gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
              kv_cache_dtype, draft_quant, kv_cache_memory_bytes, enforce_eager, revision,
-             draft_revision, acceptance, acceptance_kind, al, contexts, json_mode):
+             draft_revision, acceptance, acceptance_kind, al, contexts, gpu_profile, json_mode):
     """Memory plan for serving TARGET (+ DRAFT) with vLLM: weights, KV cache, the rest.
 
     Reads only config.json and safetensors headers. Prints what fits (KV tokens, concurrency at
@@ -82,6 +86,8 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
     if not target and not draft:
         raise UsageError("nothing to plan: pass --target (and --draft)")
     g = get_gpu(gpu or "H200", gpu_file=gpu_file) if gpu_mem_gib is None else None
+    if k is None and acceptance is not None:
+        k = len(_floats(acceptance, "--acceptance"))  # N rates: k = N
     result = plan_from_refs(
         target=target, draft=draft, method=method, revision=revision,
         draft_revision=draft_revision, k=k, gpu=g, gpu_mem_gib=gpu_mem_gib, tp=tp,
@@ -90,18 +96,27 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
         max_num_batched_tokens=max_num_batched_tokens, kv_cache_dtype=kv_cache_dtype,
         draft_quant=draft_quant, kv_cache_memory_bytes=kv_cache_memory_bytes,
         enforce_eager=enforce_eager)
-    speed = None
+    speed = unpriced = None
     if acceptance is not None or al is not None:
-        speed = _speed(result, g, target=target, draft=draft, revision=revision,
-                       draft_revision=draft_revision, acceptance=acceptance,
-                       acceptance_kind=acceptance_kind, al=al, contexts=contexts,
-                       kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant)
+        from speckit.errors import PlanError
+
+        try:
+            speed = _speed(result, g, target=target, draft=draft, revision=revision,
+                           draft_revision=draft_revision, acceptance=acceptance,
+                           acceptance_kind=acceptance_kind, al=al, contexts=contexts,
+                           kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant,
+                           gpu_profile=gpu_profile)
+        except PlanError as e:  # the memory plan stands; the speed part is said to be unpriced
+            unpriced = f"speed not projected: {e.message}" + (f" ({e.hint})" if e.hint else "")
     if json_mode:
-        print_json(result if speed is None else {"plan": result, "speed": speed})
+        print_json(result if speed is None and unpriced is None else
+                   {"plan": result, "speed": speed, "speed_unpriced": unpriced})
     else:
         render(result)
         if speed is not None:
             render_speed(speed)
+        if unpriced:
+            click.echo(unpriced)
     sys.exit(0 if result.starts else 1)
 
 
@@ -115,7 +130,7 @@ def _floats(text: str, flag: str) -> list[float]:
 
 
 def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
-           acceptance_kind, al, contexts, kv_cache_dtype, draft_quant):
+           acceptance_kind, al, contexts, kv_cache_dtype, draft_quant, gpu_profile=None):
     from speckit.errors import UsageError
     from speckit.speed import project_speed_from_refs
 
@@ -126,12 +141,18 @@ def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
         raise UsageError("--acceptance/--al need a draft or --method")
     rates = _floats(acceptance, "--acceptance") if acceptance is not None else None
     ctxs = [int(c) for c in _floats(contexts, "--context")]
+    constants = None
+    if gpu_profile is not None:
+        from speckit.calibrate import load_profile
+
+        constants = load_profile(gpu_profile)
     return project_speed_from_refs(
         target=result.target if target is None else target, draft=draft, revision=revision,
         draft_revision=draft_revision, method=result.method, k=result.k, acceptance=rates,
         acceptance_kind=acceptance_kind, al=al, gpu=gpu, tp=result.tp, draft_tp=result.draft_tp,
         contexts=ctxs, max_batch=int(result.settings["max_num_seqs"]),
-        kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant)
+        kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant, constants=constants,
+        kv_tokens=result.with_draft.kv_tokens, lookahead=result.lookahead_slots)
 
 
 def render_speed(sp) -> None:
@@ -148,17 +169,17 @@ def render_speed(sp) -> None:
     for tb in sp.tables:
         t = Table(title=f"projected throughput ratio vs no speculation, KV context {tb.ctx:,}",
                   box=None, pad_edge=False, header_style="bold", title_justify="left")
+        cols = _columns(sp.max_batch)
+        over = ["does not fit"] * (len(cols) - len(tb.batches))
         t.add_column("k (projected AL)")
-        for b in tb.batches:
+        for b in cols:
             t.add_column(f"B={b}", justify="right")
         for k in tb.ks:
-            t.add_row(f"{k} ({tb.al[k]:.2f})", *(f"{r:.2f}x" for r in tb.ratio[k]))
-        t.add_row("best k", *(str(k) if k else "off" for k in tb.best_k))
+            t.add_row(f"{k} ({tb.al[k]:.2f})", *(f"{r:.2f}x" for r in tb.ratio.get(k, [])),
+                      *over)
+        t.add_row("best k", *(str(k) if k else "off" for k in tb.best_k), *over)
         print_table(con, t)
-        be = (f"projected break-even concurrency: {tb.break_even} (speculation off from there)"
-              if tb.break_even else
-              f"projected: speculation pays up to max-num-seqs {tb.max_batch}")
-        con.print(f"  {be}")
+        con.print(f"  {_pays(tb, sp.max_batch)}")
     con.print(f"projected best k per concurrency (KV context {sp.schedule_context:,}):")
     for lo, hi, k in sp.schedule:
         con.print(f"  concurrency {lo}-{hi}: " + (f"k={k}" if k else "off (k=0)"))
@@ -167,6 +188,25 @@ def render_speed(sp) -> None:
     con.print("[dim]assumptions (projection):[/]")
     for a in sp.assumptions:
         con.print(f"[dim]  - {escape(a)}[/]")
+
+
+def _columns(max_batch: int) -> list[int]:
+    cols, b = [], 1
+    while b < max_batch:
+        cols.append(b)
+        b *= 2
+    return [*cols, max_batch]
+
+
+def _pays(tb, max_batch: int) -> str:
+    """Where speculation stops paying, never beyond what the KV cache holds at this context."""
+    held = (f"the KV cache holds {tb.max_batch} sequences at this context"
+            if tb.max_batch < max_batch else f"max-num-seqs {max_batch}")
+    if tb.break_even:
+        return f"projected break-even concurrency: {tb.break_even} (speculation off from there)"
+    if not tb.max_batch:
+        return "does not fit: the KV cache holds no sequence at this context"
+    return f"projected: speculation pays up to {tb.max_batch} ({held})"
 
 
 def _gib(n: float) -> str:

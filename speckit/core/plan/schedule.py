@@ -164,6 +164,11 @@ def check_schedule(schedule: Sequence[Sequence[int]]) -> Schedule:
     return out
 
 
+def default_batches(max_batch: int) -> list[int]:
+    """The table's columns: powers of two below max_batch, then max_batch."""
+    return _default_batches(max_batch)
+
+
 def _default_batches(max_batch: int) -> list[int]:
     cols, b = [], 1
     while b < max_batch:
@@ -173,5 +178,5 @@ def _default_batches(max_batch: int) -> list[int]:
 
 
 __all__ = ["Schedule", "SpeedTable", "al_from_conditional", "al_from_per_position",
-           "check_rates", "check_schedule", "geometric_rates", "per_position_from_conditional",
-           "project", "ranges", "throughput_ratio"]
+           "check_rates", "check_schedule", "default_batches", "geometric_rates",
+           "per_position_from_conditional", "project", "ranges", "throughput_ratio"]

@@ -53,6 +53,16 @@ class StepConstants:
     # "always": also while verifying q > 1 tokens (vLLM's paged FlashAttention packs GQA)
     gqa_pack: str = "decode"
     allreduce_latency_s: float = 1e-5  # per all-reduce under TP; not measured (one GPU)
+    # per MoE layer per pass: routing top-k, sorting token rows by expert, the grouped GEMMs'
+    # fixed cost (torch._grouped_mm in a CUDA graph: bench/results/gpu_profile_h200.json)
+    moe_layer_overhead_s: float = 1e-5
+    # an MoE layer's grouped GEMMs reach this fraction of the matmul rate's fraction (few rows
+    # per expert, ragged tiles)
+    moe_flop_eff: float = 0.5
+    # MLA latent attention: fractions of HBM bandwidth / dense peak (0: use attn_bw_frac /
+    # attn_flop_frac); fitted by calibrate from its MLA points
+    mla_bw_frac: float = 0.0
+    mla_flop_frac: float = 0.0
     source: str = "defaults (not fitted)"
 
     def for_vllm(self) -> StepConstants:
@@ -85,56 +95,155 @@ def save_constants(c: StepConstants, path: Path, *, extra: Mapping[str, Any] | N
 # ---- shapes --------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ModelShape:
-    """A dense decoder as one rank computes it."""
+    """A decoder as one rank computes it: dense or MoE MLP, standard (GQA) or MLA attention."""
 
     hidden: int
     layers: int
     heads: int
     kv_heads: int
     head_dim: int
-    intermediate: int
+    intermediate: int  # dense MLP width (the leading dense layers of an MoE model)
     vocab: int  # rows of the lm_head this rank computes
     weight_bytes: float = 2.0  # per weight element as loaded (bf16 2, fp8 1, mxfp4 ~0.53)
     fp8_compute: bool = False  # W8A8: matmuls at the FP8 peak
     qkv_in: int = 0  # input width of q/k/v projections (0 = hidden; EAGLE-3 reads 2 x hidden)
+    # MoE (experts 0: dense MLP in every layer)
+    experts: int = 0  # routed experts of the whole model
+    topk: int = 0
+    moe_inter: int = 0  # one expert's width (this rank's slice under TP)
+    shared_inter: int = 0  # summed width of the shared experts (this rank's slice)
+    dense_layers: int = 0  # leading layers with a dense MLP (first_k_dense_replace)
+    expert_bytes: float = 0.0  # per routed-expert weight element (0: weight_bytes)
+    expert_native: bool = False  # routed-expert matmuls at the FP8 rate
+    ep: int = 1  # expert-parallel ranks: each holds experts / ep whole experts
+    # MLA (kv_lora 0: standard attention with kv_heads x head_dim K and V)
+    kv_lora: int = 0
+    q_lora: int = 0
+    rope_dim: int = 0
+    nope_dim: int = 0
+    v_dim: int = 0
+    # sliding-window attention: this many layers attend to at most ``window`` positions
+    window: int = 0
+    window_layers: int = 0
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], *, weight_bytes: float = 2.0,
-                    fp8_compute: bool = False, where: str = "config.json") -> ModelShape:
+                    fp8_compute: bool = False, where: str = "config.json",
+                    expert_bytes: float = 0.0, expert_native: bool = False) -> ModelShape:
         """From a config.json dict (text_config / transformer_layer_config when nested)."""
         cfg = _layer_config(config)
-        if any(cfg.get(k) for k in ("n_routed_experts", "num_experts", "num_local_experts",
-                                    "kv_lora_rank")):
-            raise PlanError(f"{where}: the step-cost model covers dense decoders with "
-                            f"standard attention; this config is MoE or MLA",
-                            hint="project speed for a dense target, or measure with "
-                            "speckit validate on the hardware")
         hidden = _int(cfg, "hidden_size", where)
         heads = _int(cfg, "num_attention_heads", where)
+        layers = _int(cfg, "num_hidden_layers", where)
+        _refuse_unpriced_layers(cfg, layers, where)
         kv = int(cfg.get("num_key_value_heads") or heads)
         hd = int(cfg.get("head_dim") or hidden // heads)
         vocab = int(cfg.get("vocab_size") or config.get("vocab_size") or 0)
         if vocab <= 0:
             raise FormatError(f"{where}: required field 'vocab_size' is missing")
-        return cls(hidden, _int(cfg, "num_hidden_layers", where), heads, kv, hd,
-                   _int(cfg, "intermediate_size", where), vocab, weight_bytes, fp8_compute)
+        moe = _moe_fields(cfg, layers, where)
+        inter = int(cfg.get("intermediate_size") or 0)
+        if not moe or moe.get("dense_layers"):
+            inter = _int(cfg, "intermediate_size", where)
+        else:
+            inter = 0
+        return cls(hidden, layers, heads, kv, hd, inter, vocab, weight_bytes, fp8_compute,
+                   expert_bytes=expert_bytes, expert_native=expert_native,
+                   **moe, **_mla_fields(cfg), **_window_fields(cfg, layers))
 
     def per_rank(self, tp: int) -> ModelShape:
-        """What one of ``tp`` tensor-parallel ranks holds (vLLM splits heads, MLP and vocab)."""
+        """What one of ``tp`` tensor-parallel ranks holds (vLLM splits heads, MLP and vocab;
+        MLA's latent and its down-projections are replicated; with ep > 1 whole experts are
+        spread over the ranks instead of each expert being split)."""
         if tp == 1:
             return self
+        moe_inter = self.moe_inter if self.ep > 1 else -(-self.moe_inter // tp)
         return replace(self, heads=max(1, self.heads // tp), kv_heads=max(1, self.kv_heads // tp),
-                       intermediate=-(-self.intermediate // tp), vocab=-(-self.vocab // tp))
+                       intermediate=-(-self.intermediate // tp), vocab=-(-self.vocab // tp),
+                       moe_inter=moe_inter, shared_inter=-(-self.shared_inter // tp))
+
+    @property
+    def moe_layers(self) -> int:
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
+    def attn_params(self) -> int:
+        """One layer's attention weights (MLA: the absorbed form vLLM runs for decoding)."""
+        h = self.heads
+        if self.kv_lora:
+            qk = self.nope_dim + self.rope_dim
+            q = (self.hidden * self.q_lora + self.q_lora * h * qk) if self.q_lora \
+                else self.hidden * h * qk
+            return (q + self.hidden * (self.kv_lora + self.rope_dim)
+                    + h * self.nope_dim * self.kv_lora + h * self.kv_lora * self.v_dim
+                    + h * self.v_dim * self.hidden)
+        qkv = (self.qkv_in or self.hidden) * (h + 2 * self.kv_heads) * self.head_dim
+        return qkv + h * self.head_dim * self.hidden
 
     @property
     def layer_params(self) -> int:
-        qkv = (self.qkv_in or self.hidden) * (self.heads + 2 * self.kv_heads) * self.head_dim
-        return qkv + self.heads * self.head_dim * self.hidden + 3 * self.hidden * self.intermediate
+        """A dense layer's weights (attention + dense MLP)."""
+        return self.attn_params + 3 * self.hidden * self.intermediate
+
+    @property
+    def expert_params(self) -> int:
+        return 3 * self.hidden * self.moe_inter
 
     @property
     def weight_bytes_total(self) -> float:
-        """Bytes of weights one pass streams (embedding rows are gathered, not streamed)."""
-        return (self.layers * self.layer_params + self.vocab * self.hidden) * self.weight_bytes
+        """Bytes of weights one pass streams when every expert is touched (embedding rows are
+        gathered, not streamed)."""
+        dense = self.layers * self.attn_params + (self.layers - self.moe_layers) * 3 \
+            * self.hidden * self.intermediate + self.moe_layers * 3 * self.hidden \
+            * self.shared_inter + self.vocab * self.hidden
+        eb = self.expert_bytes or self.weight_bytes
+        return dense * self.weight_bytes + self.moe_layers * (self.experts // self.ep) \
+            * self.expert_params * eb
+
+
+def _refuse_unpriced_layers(cfg: Mapping[str, Any], layers: int, where: str) -> None:
+    """Layer types the model has no price for: named, with the reason."""
+    for i, kind in enumerate(list(cfg.get("layer_types") or [])[:layers]):
+        if kind not in ("full_attention", "sliding_attention", "attention"):
+            raise PlanError(f"{where}: layer {i} is {kind!r}: the step-cost model prices full, "
+                            "sliding-window and MLA attention only (linear-attention / Mamba "
+                            "layers keep a per-request state it does not model)",
+                            hint="measure with speckit validate on the hardware")
+
+
+def _moe_fields(cfg: Mapping[str, Any], layers: int, where: str) -> dict[str, int]:
+    experts = int(cfg.get("n_routed_experts") or cfg.get("num_experts")
+                  or cfg.get("num_local_experts") or 0)
+    if not experts:
+        return {}
+    topk = int(cfg.get("num_experts_per_tok") or cfg.get("top_k_experts") or 0)
+    width = int(cfg.get("moe_intermediate_size") or cfg.get("intermediate_size") or 0)
+    if topk <= 0 or width <= 0:
+        raise FormatError(f"{where}: an MoE config ({experts} experts) needs positive "
+                          "num_experts_per_tok and moe_intermediate_size / intermediate_size")
+    shared = int(cfg.get("n_shared_experts") or 0) * width \
+        + int(cfg.get("shared_expert_intermediate_size") or 0)
+    dense = min(int(cfg.get("first_k_dense_replace") or 0), layers)
+    return {"experts": experts, "topk": topk, "moe_inter": width, "shared_inter": shared,
+            "dense_layers": dense}
+
+
+def _mla_fields(cfg: Mapping[str, Any]) -> dict[str, int]:
+    if not cfg.get("kv_lora_rank"):
+        return {}
+    return {"kv_lora": int(cfg["kv_lora_rank"]), "q_lora": int(cfg.get("q_lora_rank") or 0),
+            "rope_dim": int(cfg.get("qk_rope_head_dim") or 0),
+            "nope_dim": int(cfg.get("qk_nope_head_dim") or 0),
+            "v_dim": int(cfg.get("v_head_dim") or 0)}
+
+
+def _window_fields(cfg: Mapping[str, Any], layers: int) -> dict[str, int]:
+    window = cfg.get("sliding_window")
+    if not window or cfg.get("use_sliding_window") is False:
+        return {}
+    types = list(cfg.get("layer_types") or [])[:layers]
+    n = sum(1 for t in types if t == "sliding_attention") if types else layers
+    return {"window": int(window), "window_layers": n}
 
 
 @dataclass(frozen=True)
@@ -152,6 +261,9 @@ class DraftShape:
     style: str
     fc_in: int = 0  # input width of the fc over the target's aux hidden states (0: none)
     head_params: int = 0  # weights of extra heads applied at each drafted position
+    # bytes per weight of the fc and lm_head when they stay unquantized in a quantized draft
+    # (Quark and speckit quantize leave lm_head, Quark also fc, at the model dtype); 0: body's
+    head_weight_bytes: float = 0.0
 
     def __post_init__(self) -> None:
         if self.style not in DRAFT_STYLES:
@@ -191,7 +303,9 @@ class DraftShape:
                 qkv_in = int(shape[1])
             elif leaf[-2:] == ["lm_head", "weight"]:
                 vocab = int(shape[0])
-            elif "layers" not in leaf:
+            elif "layers" not in leaf and "midlayer" not in leaf:
+                # SpecForge / SafeAILab EAGLE-3 keeps its one decoder layer as midlayer.*:
+                # vLLM runs it as layers.0 (after speckit convert), never as an extra head
                 heads += int(shape[0]) * int(shape[1])
         if qkv_in == body.hidden:
             qkv_in = 0
@@ -230,16 +344,22 @@ class _Rates:
     bw: float
     peak: float
     link: float
+    expert_peak: float = 0.0
 
     @classmethod
-    def of(cls, gpu: GPU, *, fp8_compute: bool) -> _Rates:
+    def of(cls, gpu: GPU, *, fp8_compute: bool, expert_native: bool = False) -> _Rates:
         if gpu.hbm_bytes_per_s <= 0 or gpu.bf16_flops <= 0:
             raise PlanError(f"GPU {gpu.name!r} has no bandwidth / peak figures for the step model",
                             hint="pick a catalog GPU, or give hbm_tb_s and bf16_tflops in a "
                             "gpus.toml entry (--gpu-file)")
         fp8 = fp8_compute and gpu.native("fp8") and gpu.fp8_flops > 0
+        efp8 = expert_native and gpu.fp8_flops > 0
         return cls(gpu.hbm_bytes_per_s, gpu.fp8_flops if fp8 else gpu.bf16_flops,
-                   gpu.link_bytes_per_s)
+                   gpu.link_bytes_per_s, gpu.fp8_flops if efp8 else gpu.bf16_flops)
+
+    @classmethod
+    def for_shape(cls, gpu: GPU, s: ModelShape) -> _Rates:
+        return cls.of(gpu, fp8_compute=s.fp8_compute, expert_native=s.expert_native)
 
 
 def _piece(mem_s: float, comp_s: float, c: StepConstants) -> StepCost:
@@ -289,17 +409,111 @@ def _attention(batch: int, q: int, span: int, s: ModelShape, r: _Rates, c: StepC
     return _piece(mem, flops / (r.peak * c.attn_flop_frac), c)
 
 
+def _mla_attention(batch: int, q: int, span: int, s: ModelShape, r: _Rates, c: StepConstants,
+                   kv_bytes: float) -> StepCost:
+    """Absorbed MLA over the latent cache: every query head of a sequence reads the same
+    (kv_lora + rope) latent per position, so a sequence's cache is read once per step; scores
+    over kv_lora + rope and values over kv_lora."""
+    lat = s.kv_lora + s.rope_dim
+    rows = q * s.heads
+    tiles = -(-rows // c.attn_tile_rows)
+    seq_kv = span * lat * kv_bytes
+    flops = 2.0 * batch * tiles * c.attn_tile_rows * span * (lat + s.kv_lora)
+    par = max(c.attn_parallel_units, 1.0)
+    splits = max(1, min(int(par // batch), -(-span // c.attn_tile_rows)))
+    waves = math.ceil(batch * splits / par)
+    mem = max(batch * seq_kv / (r.bw * (c.mla_bw_frac or c.attn_bw_frac)),
+              waves * seq_kv / splits / c.attn_unit_bytes_per_s)
+    return _piece(mem, flops / (r.peak * (c.mla_flop_frac or c.attn_flop_frac)), c)
+
+
+def _attention_block(tokens: int, batch: int, q: int, span: int, s: ModelShape, r: _Rates,
+                     c: StepConstants, kv_bytes: float) -> StepCost:
+    """One layer's attention: projections and the attention over ``span`` positions."""
+    if s.kv_lora:
+        h, qk = s.heads, s.nope_dim + s.rope_dim
+        proj = (_linear(tokens, s.hidden, s.q_lora, s, r, c)
+                + _linear(tokens, s.q_lora, h * qk, s, r, c) if s.q_lora
+                else _linear(tokens, s.hidden, h * qk, s, r, c))
+        return (proj + _linear(tokens, s.hidden, s.kv_lora + s.rope_dim, s, r, c)
+                + _linear(tokens, h * s.nope_dim, s.kv_lora, s, r, c)  # absorbed W_UK
+                + _mla_attention(batch, q, span, s, r, c, kv_bytes)
+                + _linear(tokens, h * s.kv_lora, s.v_dim, s, r, c)  # absorbed W_UV
+                + _linear(tokens, h * s.v_dim, s.hidden, s, r, c))
+    return (_linear(tokens, s.qkv_in or s.hidden, (s.heads + 2 * s.kv_heads) * s.head_dim,
+                    s, r, c)
+            + _attention(batch, q, span, s, r, c, kv_bytes)
+            + _linear(tokens, s.heads * s.head_dim, s.hidden, s, r, c))
+
+
+def _dense_mlp(tokens: int, width: int, s: ModelShape, r: _Rates, c: StepConstants) -> StepCost:
+    return _linear(tokens, s.hidden, 2 * width, s, r, c) + _linear(tokens, width, s.hidden, s, r, c)
+
+
+def experts_touched(tokens: int, s: ModelShape) -> float:
+    """Expected distinct routed experts one rank reads for ``tokens`` token rows: each token
+    picks topk of the experts (uniform routing), so an expert is missed by all of them with
+    probability (1 - topk / experts) ** tokens."""
+    if not s.experts or tokens <= 0:
+        return 0.0
+    local = s.experts / max(s.ep, 1)
+    return local * (1.0 - (1.0 - s.topk / s.experts) ** tokens)
+
+
+def moe_traffic(tokens: int, s: ModelShape) -> tuple[float, float]:
+    """(bytes, FLOPs) of one MoE layer's routed experts on one rank (``s`` per rank): the
+    touched experts' gate/up/down weights plus the token rows in and out; 2 FLOPs per
+    multiply-add over the token x expert rows this rank holds."""
+    touched = experts_touched(tokens, s)
+    rows = tokens * s.topk / max(s.ep, 1)
+    wbytes = touched * s.expert_params * (s.expert_bytes or s.weight_bytes)
+    act = rows * (2 * s.hidden + 3 * s.moe_inter) * 2
+    return wbytes + act, 2.0 * rows * s.expert_params
+
+
+def _moe(tokens: int, s: ModelShape, r: _Rates, c: StepConstants) -> StepCost:
+    """One MoE layer: router, the touched experts' grouped GEMMs, shared experts, and under
+    expert parallelism the all-to-all dispatch and combine of each token's hidden state."""
+    router = _linear(tokens, s.hidden, s.experts, replace(s, weight_bytes=2.0), r, c)
+    moved, flops = moe_traffic(tokens, s)
+    touched = max(experts_touched(tokens, s), 1e-9)
+    m = tokens * s.topk / max(s.ep, 1) / touched  # token rows per touched expert
+    frac = c.flop_frac
+    if c.flop_frac_large > 0:
+        frac += (c.flop_frac_large - c.flop_frac) * m / (m + c.flop_m_half)
+    experts = _piece(moved / (r.bw * c.bw_frac),
+                     flops / (r.expert_peak * frac * c.moe_flop_eff), c)
+    cost = router + experts + StepCost(c.moe_layer_overhead_s, 0.0, 0.0, c.moe_layer_overhead_s)
+    if s.shared_inter:
+        cost += _dense_mlp(tokens, s.shared_inter, s, r, c)
+    if s.ep > 1:
+        t = 2 * (c.allreduce_latency_s + tokens * s.topk * s.hidden * 2 * (s.ep - 1) / s.ep
+                 / max(r.link, 1.0))
+        cost += StepCost(t, 0.0, 0.0, 0.0, t)
+    return cost
+
+
+def _scaled(cost: StepCost, n: float) -> StepCost:
+    return StepCost(*(n * v for v in (cost.total_s, cost.memory_s, cost.compute_s,
+                                      cost.overhead_s, cost.comm_s)))
+
+
 def _layers(tokens: int, batch: int, q: int, span: int, s: ModelShape, r: _Rates,
             c: StepConstants, kv_bytes: float, *, layers: int | None = None) -> StepCost:
-    """``layers`` decoder layers over ``tokens`` = batch x q tokens attending to ``span``."""
+    """``layers`` decoder layers over ``tokens`` = batch x q tokens attending to ``span``
+    (sliding-window layers to at most their window; MoE layers after the dense ones)."""
     n = s.layers if layers is None else layers
-    one = (_linear(tokens, s.qkv_in or s.hidden, (s.heads + 2 * s.kv_heads) * s.head_dim, s, r, c)
-           + _attention(batch, q, span, s, r, c, kv_bytes)
-           + _linear(tokens, s.heads * s.head_dim, s.hidden, s, r, c)
-           + _linear(tokens, s.hidden, 2 * s.intermediate, s, r, c)
-           + _linear(tokens, s.intermediate, s.hidden, s, r, c))
-    over = c.layer_overhead_s
-    return StepCost(n * (one.total_s + over), n * one.memory_s, n * one.compute_s, n * over)
+    win = min(s.window_layers, n) if s.window else 0
+    attn = _scaled(_attention_block(tokens, batch, q, span, s, r, c, kv_bytes), n - win)
+    if win:
+        attn += _scaled(_attention_block(tokens, batch, q, min(span, s.window + q), s, r, c,
+                                         kv_bytes), win)
+    n_moe = min(s.moe_layers, n)
+    mlp = _scaled(_dense_mlp(tokens, s.intermediate, s, r, c), n - n_moe)
+    if n_moe:
+        mlp += _scaled(_moe(tokens, s, r, c), n_moe)
+    over = c.layer_overhead_s * n
+    return attn + mlp + StepCost(over, 0.0, 0.0, over)
 
 
 def _overhead(c: StepConstants) -> StepCost:
@@ -324,7 +538,7 @@ def target_step(shape: ModelShape, *, batch: int, q: int, ctx: int, gpu: GPU, tp
     _check(batch=batch, q=q, ctx=ctx, tp=tp)
     c = constants or load_constants()
     s = shape.per_rank(tp)
-    r = _Rates.of(gpu, fp8_compute=s.fp8_compute)
+    r = _Rates.for_shape(gpu, s)
     tokens = batch * q
     return (_overhead(c) + _layers(tokens, batch, q, ctx + q, s, r, c, kv_bytes)
             + _linear(tokens, s.hidden, s.vocab, s, r, c) + _allreduce(tokens, s, r, c, tp))
@@ -342,11 +556,14 @@ def draft_step(draft: DraftShape, *, batch: int, k: int, ctx: int, gpu: GPU, tp:
     c = constants or load_constants()
     d = draft.per_rank(tp)
     s, q = d.body, k + 1
-    r = _Rates.of(gpu, fp8_compute=s.fp8_compute)
-    cost = _linear(batch * q, d.fc_in, s.hidden, s, r, c)
+    r = _Rates.for_shape(gpu, s)
+    hs = replace(s, weight_bytes=d.head_weight_bytes, fp8_compute=False) \
+        if d.head_weight_bytes else s
+    rh = _Rates.for_shape(gpu, hs)
+    cost = _linear(batch * q, d.fc_in, s.hidden, hs, rh, c)
 
     def head(tokens: int) -> StepCost:
-        return (_linear(tokens, s.hidden, s.vocab, s, r, c)
+        return (_linear(tokens, s.hidden, s.vocab, hs, rh, c)
                 + _linear(tokens, 1, d.head_params, s, r, c))
 
     if d.style == "chain":
@@ -369,6 +586,30 @@ def draft_step(draft: DraftShape, *, batch: int, k: int, ctx: int, gpu: GPU, tp:
 
 def draft_step_time(draft: DraftShape, **kw: Any) -> float:
     return draft_step(draft, **kw).total_s
+
+
+PIECES = ("layers", "moe", "mla", "attn")
+
+
+def piece_step(kind: str, shape: ModelShape, *, batch: int, q: int, ctx: int, gpu: GPU,
+               constants: StepConstants | None = None, kv_bytes: float = 2.0) -> StepCost:
+    """One measurable piece on one rank (``shape`` is per rank): "layers", the whole forward
+    (as target_step); "moe", one MoE layer over batch x q tokens; "mla" / "attn", one layer's
+    attention core (latent MLA / GQA) over ``ctx + q`` positions. What calibrate times."""
+    _check(batch=batch, q=q, ctx=ctx, tp=1)
+    c = constants or load_constants()
+    r = _Rates.for_shape(gpu, shape)
+    if kind == "layers":
+        return target_step(shape, batch=batch, q=q, ctx=ctx, gpu=gpu, constants=c,
+                           kv_bytes=kv_bytes)
+    # a piece timed alone is one graph replay: it pays the pass overhead too
+    if kind == "moe":
+        return _overhead(c) + _moe(batch * q, shape, r, c)
+    if kind == "mla":
+        return _overhead(c) + _mla_attention(batch, q, ctx + q, shape, r, c, kv_bytes)
+    if kind == "attn":
+        return _overhead(c) + _attention(batch, q, ctx + q, shape, r, c, kv_bytes)
+    raise PlanError(f"step model: piece {kind!r}: use one of {PIECES}")
 
 
 def _check(*, batch: int, q: int, ctx: int, tp: int) -> None:
@@ -395,6 +636,6 @@ def _layer_config(config: Mapping[str, Any]) -> dict[str, Any]:
     return dict(config)
 
 
-__all__ = ["DRAFT_STYLES", "FITTED", "DraftShape", "ModelShape", "StepConstants", "StepCost",
-           "draft_step", "draft_step_time", "load_constants", "save_constants",
-           "target_step", "target_step_time"]
+__all__ = ["DRAFT_STYLES", "FITTED", "PIECES", "DraftShape", "ModelShape", "StepConstants",
+           "StepCost", "draft_step", "draft_step_time", "experts_touched", "load_constants",
+           "moe_traffic", "piece_step", "save_constants", "target_step", "target_step_time"]

@@ -5,6 +5,7 @@ Pure: a HeaderTensor carries its dtype's bit width (filled by the io layer), so 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -75,7 +76,13 @@ def model_dtype(config: Mapping[str, Any], tensors: Sequence[HeaderTensor]) -> t
 
 
 def rank_numel(t: HeaderTensor, *, tp: int, kv_heads: int | None) -> int:
-    """Elements of tensor ``t`` one TP rank holds in vLLM."""
+    """Elements of tensor ``t`` one TP rank holds in vLLM (memoised: a "try" re-plans the same
+    tensors, and an MoE checkpoint has a hundred thousand of them)."""
+    return _rank_numel(t, tp, kv_heads)
+
+
+@functools.lru_cache(maxsize=1 << 19)
+def _rank_numel(t: HeaderTensor, tp: int, kv_heads: int | None) -> int:
     shape = t.shape
     if not shape:
         return 1

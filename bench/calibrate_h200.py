@@ -1,0 +1,79 @@
+"""`speckit calibrate` on the H200, and how its profile reproduces the committed step costs.
+
+Device machine (plain torch, no vLLM): time the probe (dense layers, MoE layers as grouped GEMMs
+with on-GPU routing offsets, MLA latent attention, GQA attention) and write the profile:
+    PYTHONPATH=. python3 bench/calibrate_h200.py --measure --out DIR
+Here (no GPU): compare plan's model with that profile against the 300 step costs measured
+before (bench/results/step_costs_h200.json, whole Llama-3.1-8B / 70B-TP4 steps and drafts):
+    PYTHONPATH=$PWD python bench/calibrate_h200.py --check bench/results/gpu_profile_h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def measure(out: Path) -> None:
+    from speckit.calibrate import calibrate
+
+    res = calibrate(out=out / "gpu_profile_h200.json", log=print)
+    print(f"profile fit: {len(res.points)} points, median {res.median_error:.1%}, worst "
+          f"{res.worst_error:.1%}, {res.seconds:.0f} s")
+
+
+def check(profile: Path) -> None:
+    sys.path.insert(0, str(ROOT / "bench"))
+    import step_costs as sc
+
+    from speckit.core.gpus import get_gpu
+    from speckit.core.plan import steps
+
+    steps_, targets, drafts = sc._shapes()
+    prof = json.loads(profile.read_text())
+    print(f"profile {profile.name}: {prof['device']}, torch {prof['torch']}, "
+          f"{len(prof['points'])} probe points, probe fit median {prof['median_error']:.1%}, "
+          f"worst {prof['worst_error']:.1%}")
+    print(f"{'kind':6s} {'shape':16s} {'B':>4s} {'q':>2s} {'ctx':>5s} {'measured':>10s} "
+          f"{'model':>10s} {'error':>7s}")
+    for p in prof["points"]:
+        print(f"{p['kind']:6s} {p['shape']:16s} {p['batch']:4d} {p['q']:2d} {p['ctx']:5d} "
+              f"{p['seconds'] * 1e3:8.3f}ms {p['model_s'] * 1e3:8.3f}ms "
+              f"{p['model_s'] / p['seconds'] - 1:+7.1%}")
+    gpu = get_gpu("H200")
+    data = json.loads((ROOT / "bench/results/step_costs_h200.json").read_text())
+    pts = [p for p in data["points"] if p["shape"] in targets or p["shape"] in drafts]
+    # step_costs_h200 ran PyTorch SDPA unpacked for q > 1 (gqa_pack "decode"); the probe packs
+    for label, c in (("shipped step_costs.json", steps.load_constants()),
+                     ("calibrate profile", replace(steps.load_constants(profile),
+                                                   gqa_pack="decode"))):
+        errs: dict[str, list[float]] = {}
+        for p in pts:
+            e = sc._predict(steps_, targets, drafts, gpu, c, p) / p["median_s"] - 1
+            errs.setdefault(p["kind"], []).append(abs(e))
+        print(f"step_costs_h200 with the {label}: " + "; ".join(
+            f"{k} {len(v)} points median |error| {statistics.median(v):.1%} worst "
+            f"{max(v):.1%}" for k, v in errs.items()))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--measure", action="store_true")
+    ap.add_argument("--out", type=Path, default=Path("."))
+    ap.add_argument("--check", type=Path)
+    a = ap.parse_args()
+    if a.measure:
+        measure(a.out)
+    if a.check:
+        check(a.check)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""speckit's projected throughput ratio against published measurements, fit and held out.
+
+    PYTHONPATH=$PWD python bench/projection_vs_published.py [--write-engine]
+
+Every series in bench/published_points.py is projected with speckit.speed.StepModel (the model
+`speckit plan --acceptance` prints): the ideal GPU passes (speckit/data/step_costs.json, fitted
+on an H200) plus the engine's named terms (speckit.core.plan.engine). The engine terms are
+fitted (speckit.core.plan.fit.fit_log_params) on the FIT_CONCURRENCIES points only; where a
+source gives no acceptance, one AL per source is solved at its lowest concurrency (that point
+then matches by construction and is not counted). Everything else is held out. --write-engine
+stores the fitted terms in speckit/data/engine_costs.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from published_points import FIT_CONCURRENCIES, SERIES, Series
+
+from speckit.core.gpus import get_gpu
+from speckit.core.plan import engine as _engine
+from speckit.core.plan import formats, steps
+from speckit.core.plan.fit import fit_log_params
+from speckit.core.plan.schedule import al_from_per_position
+from speckit.speed import StepModel, target_shape
+
+# where each term starts, and the weak prior (PRIOR_WEIGHT per e-fold) that keeps the terms the
+# ratios cannot separate near these typical magnitudes: a scheduler + sampler step of about a
+# millisecond, tens of microseconds of kernel tails per layer, a rejection sampler of about a
+# millisecond, tens of microseconds per generated token, a few hundred microseconds per draft pass
+START = {"step_s": 1e-3, "graph_layer_s": 5e-5, "token_s": 2e-5, "spec_step_s": 1e-3,
+         "draft_pass_s": 2e-4}
+PRIOR_WEIGHT = 0.05
+BOUNDS = {"step_s": (1e-6, 5e-2), "graph_layer_s": (1e-8, 1e-3), "spec_step_s": (1e-6, 5e-2),
+          "token_s": (1e-8, 1e-3), "draft_pass_s": (1e-7, 1e-2)}
+
+
+def model_of(s: Series, eng: _engine.EngineCosts) -> StepModel:
+    gpu = get_gpu(s.gpu)
+    const = replace(steps.load_constants(), gqa_pack="always")
+    t = target_shape(s.target_config, gpu, where=s.target, expert_parallel=s.expert_parallel,
+                     tp=s.tp)
+    d = steps.DraftShape.from_dims(s.draft_dims)
+    if s.draft_quant:
+        d = replace(d, body=replace(d.body, weight_bytes=formats.weight_bytes(s.draft_quant),
+                                    fp8_compute=formats.native_compute(gpu, s.draft_quant)),
+                    head_weight_bytes=2.0)
+    return StepModel(t, d, gpu, s.tp, s.tp, const,
+                     _engine.IDEAL if s.engine == "torch" else eng)
+
+
+def project(eng: _engine.EngineCosts) -> dict[str, tuple[float, list[float]]]:
+    """series -> (AL used, projected ratio per point)."""
+    out: dict[str, tuple[float, list[float]]] = {}
+    for s in SERIES:
+        m = model_of(s, eng)
+        if s.acceptance is not None:
+            al = al_from_per_position(s.acceptance, s.k)
+        elif s.al_from:
+            al = out[s.al_from][0]
+        else:  # one AL per source, solved at its lowest concurrency (the ratio rises with AL)
+            b, r = s.points[0]
+            lo, hi = 1.0, s.k + 1.0
+            for _ in range(50):
+                mid = (lo + hi) / 2
+                lo, hi = (mid, hi) if m.ratio(b, s.k, mid, s.ctx) < r else (lo, mid)
+            al = (lo + hi) / 2
+        out[s.name] = (al, [m.ratio(b, s.k, al, s.ctx) for b, _ in s.points])
+    return out
+
+
+def role(s: Series, i: int) -> str:
+    b = s.points[i][0]
+    if s.acceptance is None and not s.al_from and i == 0:
+        return "AL"
+    return "fit" if b in FIT_CONCURRENCIES.get(s.name, ()) else "held-out"
+
+
+def fit() -> _engine.EngineCosts:
+    def residuals(vals):
+        proj = project(_engine.EngineCosts(**vals))
+        data = [math.log(proj[s.name][1][i] / s.points[i][1]) for s in SERIES
+                for i in range(len(s.points)) if role(s, i) == "fit"]
+        return data + [PRIOR_WEIGHT * math.log(vals[n] / START[n]) for n in START]
+
+    best = fit_log_params(residuals, START, BOUNDS, what="the published ratios")
+    return _engine.EngineCosts(**best, source="fitted to published vLLM ratios by "
+                               "bench/projection_vs_published.py")
+
+
+def report(eng: _engine.EngineCosts) -> dict[str, list[float]]:
+    proj = project(eng)
+    print("engine terms: " + ", ".join(f"{f}={getattr(eng, f) * 1e6:.3g} us"
+                                      for f in _engine.ENGINE_FIELDS))
+    print(f"{'series':20s} {'B':>4s} {'role':9s} {'AL':>5s} {'published':>9s} {'projected':>9s} "
+          f"{'log ratio':>9s}")
+    errs: dict[str, list[float]] = {"fit": [], "held-out": []}
+    for s in SERIES:
+        al, ratios = proj[s.name]
+        for i, ((b, pub), r) in enumerate(zip(s.points, ratios, strict=True)):
+            lr = math.log(r / pub)
+            rl = role(s, i)
+            if rl != "AL":
+                errs[rl].append(abs(lr))
+            print(f"{s.name:20s} {b:4d} {rl:9s} {al:5.2f} {pub:8.2f}x {r:8.2f}x {lr:+9.3f}")
+    for rl, e in errs.items():
+        print(f"{rl:9s}: {len(e)} points, mean |log ratio| {statistics.mean(e):.3f}, worst "
+              f"{max(e):.3f}")
+    bf, f8 = (next(s for s in SERIES if s.name == n) for n in ("kimi-bf16-draft",
+                                                                "kimi-fp8-draft"))
+    gains = [(b, p8 / p16, proj[f8.name][1][i] / proj[bf.name][1][i]) for i, ((b, p16), (_, p8))
+             in enumerate(zip(bf.points, f8.points, strict=True))]
+    print("FP8 vs BF16 draft gain (published / projected): " + ", ".join(
+        f"B={b} {g:.3f}/{m:.3f}" for b, g, m in gains))
+    return errs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--write-engine", action="store_true")
+    ap.add_argument("--ideal", action="store_true", help="no engine terms (what plan had)")
+    a = ap.parse_args()
+    for s in SERIES:
+        print(f"- {s.name}: {s.target} + {s.draft}, {s.gpu} TP={s.tp}, k={s.k}, ctx {s.ctx}, "
+              f"{s.engine}; {s.source}" + "".join(f"; {n}" for n in s.notes))
+    eng = _engine.IDEAL if a.ideal else fit()
+    report(eng)
+    if a.write_engine and not a.ideal:
+        _engine.save_engine(eng, _engine.ENGINE_PATH, extra={
+            "vendors": sorted({get_gpu(s.gpu).vendor for s in SERIES if s.engine != "torch"}),
+            "notes": "fitted by bench/projection_vs_published.py to the FIT_CONCURRENCIES points "
+                     "of bench/published_points.py; bench/results/projection_vs_published.txt"})
+        print(f"wrote {_engine.ENGINE_PATH.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

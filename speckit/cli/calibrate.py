@@ -1,0 +1,36 @@
+"""`speckit calibrate`: time a short probe on this GPU and write a GPU profile for plan/validate.
+
+A thin click shell over speckit.calibrate.calibrate; --json prints the CalibrateResult.
+"""
+
+from __future__ import annotations
+
+import click
+
+from speckit.cli._common import handle_errors, print_json
+
+
+@click.command("calibrate")
+@click.option("--out", "-o", type=click.Path(dir_okay=False),
+              help="Where to write the GPU profile (JSON). Default: "
+              "$XDG_CONFIG_HOME/speckit/gpu_profiles/<GPU>.json, which plan and validate "
+              "--serve-gpu then use for that GPU.")
+@click.option("--budget-s", type=float, default=100.0, show_default=True,
+              help="Stop timing new points after this many seconds.")
+@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
+@handle_errors
+def calibrate_cmd(out, budget_s, json_mode):
+    """Fit the step-cost model to this GPU: dense layers, one MoE layer, MLA and GQA attention
+    at a few (batch, query width, context) points, in about a minute. Pass the profile to
+    `speckit plan --gpu-profile`. Needs a GPU (exits non-zero without one)."""
+    from speckit.calibrate import calibrate
+
+    res = calibrate(out=out, budget_s=budget_s,
+                    log=(lambda s: None) if json_mode else click.echo)
+    if json_mode:
+        print_json(res)
+        return
+    click.echo(f"profile: {res.path} ({res.device}, torch {res.torch}, {res.seconds:.0f} s)")
+    click.echo(f"fit over {len(res.points)} points: median error {res.median_error:.1%}, "
+               f"worst {res.worst_error:.1%}")
+    click.echo(f"use it: speckit plan ... --gpu-profile {res.path}")

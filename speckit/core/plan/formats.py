@@ -1,0 +1,72 @@
+"""The two questions the step model asks about a weight format, each answered in one place.
+
+``weight_bytes(scheme)``: bytes per weight element as loaded, scales included.
+``native_compute(gpu, scheme)``: does the GPU multiply this format at its own (FP8) rate, or is it
+dequantized and multiplied at the bf16 rate. Schemes speckit writes are read from
+speckit.core.quant's table (bytes from the entry's own tensors, native from its GPU capability);
+the table below adds only the target formats speckit does not write (bf16, fp16, int4).
+"""
+
+from __future__ import annotations
+
+from speckit.core import quant as core_quant
+from speckit.core.gpus import GPU
+from speckit.errors import PlanError
+
+# bytes per weight element, scales included:
+#   fp8 (per-channel / 128x128 block scales: under 0.1% extra, counted as 1 byte),
+#   mxfp4: 4-bit E2M1 + one E8M0 byte per 32 weights; nvfp4: 4-bit + one FP8 byte per 16;
+#   int4 (W4A16, GPTQ/AWQ-style): 4-bit + a bf16 scale per group of 128
+_BYTES = {"bf16": 2.0, "fp16": 2.0, "int4": 0.5 + 2 / 128,
+          **{n: q.bits_per_weight() / 8 for n, q in core_quant.SCHEMES.items()}}
+SCHEMES = tuple(_BYTES)
+
+
+def weight_bytes(scheme: str) -> float:
+    """Bytes per weight element of ``scheme`` as vLLM loads it, scale tensors included."""
+    try:
+        return _BYTES[scheme]
+    except KeyError:
+        raise PlanError(f"weight format {scheme!r} is not in the step-cost model",
+                        hint="priced formats: " + ", ".join(SCHEMES)) from None
+
+
+def native_compute(gpu: GPU, scheme: str) -> bool:
+    """True where ``gpu`` runs ``scheme``'s matmuls at its FP8 rate (W8A8 FP8; MXFP4 on a part
+    that lists it native); False: dequantize to bf16 and multiply at the bf16 rate."""
+    if gpu.fp8_flops <= 0 or scheme not in core_quant.SCHEMES:
+        return False
+    q = core_quant.SCHEMES[scheme]
+    if q.capability == "mxfp4":  # MXFP4 matmuls where the part lists the format native
+        return gpu.native("mxfp4")
+    return q.activations.startswith("fp8") and gpu.native(q.capability)
+
+
+def scheme_of_config(config: dict) -> tuple[str, str]:
+    """(attention/dense format, routed-expert format) of a target's linear weights, from
+    config.json's quantization_config; attention stays bf16 where the exclude list names it
+    (Quark MXFP4 checkpoints quantize the experts only)."""
+    q = config.get("quantization_config") or {}
+    if not isinstance(q, dict) or not q:
+        return "bf16", "bf16"
+    method = str(q.get("quant_method", "")).lower()
+    text = repr({k: v for k, v in q.items() if k not in ("exclude", "ignore", "ignored_layers",
+                                                         "modules_to_not_convert")}).lower()
+    if "mxfp4" in text or method == "mxfp4" or (method == "quark" and "fp4" in text):
+        scheme = "mxfp4"
+    elif "nvfp4" in text or method == "modelopt_fp4":
+        scheme = "nvfp4"
+    elif method in ("fp8", "fbgemm_fp8") or "fp8" in text:
+        scheme = "fp8"
+    elif method in ("gptq", "awq", "compressed-tensors") and (
+            "int4" in text or "'num_bits': 4" in text or "'bits': 4" in text):
+        scheme = "int4"
+    else:
+        raise PlanError(f"target quantization {method or text[:60]!r} is not in the step-cost "
+                        "model", hint="priced formats: " + ", ".join(SCHEMES))
+    skipped = repr([q.get(k) for k in ("exclude", "ignore", "ignored_layers",
+                                       "modules_to_not_convert")]).lower()
+    return ("bf16" if "attn" in skipped else scheme), scheme
+
+
+__all__ = ["SCHEMES", "native_compute", "scheme_of_config", "weight_bytes"]
