@@ -26,6 +26,7 @@ _COMMANDS = {
     "demo": ("speckit.cli.demo", "demo"),
     "push": ("speckit.cli.push", "push_cmd"),
     "doctor": ("speckit.cli.doctor", "doctor_cmd"),
+    "bench": ("speckit.cli.bench", "bench_cmd"),
 }
 
 
