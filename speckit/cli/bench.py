@@ -55,14 +55,18 @@ def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpo
               cpu_threads, out, force, json_mode, quiet):
     """Measure a vLLM deployment under online load: tok/s, TTFT/TPOT/ITL, acceptance, ratio to
     baseline, and the k each concurrency should use (measured beside projected)."""
-    from speckit.cli.validate import _parse_engine_args
     from speckit.serving import BenchOptions, bench
-    from speckit.serving.options import parse_floats, parse_ints, parse_thinking
+    from speckit.serving.options import (
+        parse_engine_args,
+        parse_floats,
+        parse_ints,
+        parse_thinking,
+    )
 
     opts = BenchOptions(
         target=target, draft=draft, method=method, ks=parse_ints(ks, "-k", lo=1),
         schedule=schedule, untrained=[u for u in (untrained or "").split(",") if u],
-        untrained_k=untrained_k, tp=tp, engine_args=_parse_engine_args(engine_arg),
+        untrained_k=untrained_k, tp=tp, engine_args=parse_engine_args(engine_arg),
         startup_timeout_s=startup_timeout, cpu_threads=cpu_threads or None, endpoint=endpoint,
         baseline_endpoint=baseline_endpoint,
         concurrencies=parse_ints(concurrency, "--concurrency", lo=1),

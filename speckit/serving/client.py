@@ -83,6 +83,7 @@ def _read_chunk(data: dict, rec: RequestRecord, st: float, last: float) -> float
 
 
 async def _one_request(session, url: str, body: dict) -> RequestRecord:
+    import aiohttp
     from vllm.benchmarks.lib.endpoint_request_func import StreamedResponseHandler
 
     rec = RequestRecord(success=False)
@@ -104,19 +105,21 @@ async def _one_request(session, url: str, body: dict) -> RequestRecord:
         rec.success = rec.ttft_s > 0.0
         if not rec.success:
             rec.error = "the stream carried no token"
-    except (TimeoutError, OSError, ValueError) as e:  # aiohttp errors are OSErrors
+    except (TimeoutError, OSError, ValueError, aiohttp.ClientError) as e:
         rec.error = f"{type(e).__name__}: {str(e)[:MAX_ERROR_CHARS]}"
     return rec
 
 
 async def scrape(session, base_url: str) -> MetricsText:
     """GET /metrics; ServerGone when the server does not answer."""
+    import aiohttp
+
     try:
         async with session.get(f"{base_url}/metrics") as resp:
             if resp.status != 200:
                 raise ServerGone(f"{base_url}/metrics answered HTTP {resp.status}")
             raw = await resp.content.read(MAX_METRICS_BYTES + 1)
-    except (TimeoutError, OSError) as e:
+    except (TimeoutError, OSError, aiohttp.ClientError) as e:
         raise ServerGone(f"{base_url}/metrics: {type(e).__name__}: {e}") from None
     if len(raw) > MAX_METRICS_BYTES:
         raise ServerGone(f"{base_url}/metrics is larger than {MAX_METRICS_BYTES >> 20} MiB")
@@ -181,7 +184,7 @@ async def served_model(base_url: str, timeout_s: float = 10.0) -> str:
                 if resp.status != 200:
                     raise ServerGone(f"{base_url}/v1/models answered HTTP {resp.status}")
                 data = json.loads((await resp.content.read(1 << 20)).decode("utf-8", "replace"))
-    except (TimeoutError, OSError, ValueError) as e:
+    except (TimeoutError, OSError, ValueError, aiohttp.ClientError) as e:
         raise ServerGone(f"{base_url}/v1/models: {type(e).__name__}: {e}") from None
     ids = [m.get("id") for m in (data.get("data") or []) if isinstance(m, dict)]
     if not ids or not isinstance(ids[0], str):

@@ -128,7 +128,8 @@ def write_plots(r: BenchReport, out: Path) -> dict[str, str]:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("concurrency")
         ax.set_ylabel(ylabel)
-        ax.legend(fontsize=7)
+        if ax.lines:
+            ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(out / name, dpi=110)
         plt.close(fig)

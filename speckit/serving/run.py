@@ -32,7 +32,7 @@ class BenchError(EngineError):
 
 
 @dataclass
-class _Ctx:
+class RunContext:
     opts: BenchOptions
     report: BenchReport
     messages: list[list[dict[str, str]]]
@@ -52,7 +52,7 @@ def prompts_for(opts: BenchOptions, load: Load) -> int:
     return max(opts.min_prompts, opts.prompts_per_concurrency * width)
 
 
-def run_bench(ctx: _Ctx) -> None:
+def run_bench(ctx: RunContext) -> None:
     """Every arm in turn; a BenchError stops the run with what was measured."""
     if ctx.opts.endpoint:
         for arm in _arms.endpoint_arms(ctx.opts):
@@ -65,7 +65,7 @@ def run_bench(ctx: _Ctx) -> None:
         _serve_and_measure(ctx, sched)
 
 
-def _serve_and_measure(ctx: _Ctx, arm: Arm) -> None:
+def _serve_and_measure(ctx: RunContext, arm: Arm) -> None:
     from speckit.serving.server import vllm_server
 
     argv = _arms.arm_serve_line(ctx.dep, arm)
@@ -87,7 +87,7 @@ def _serve_and_measure(ctx: _Ctx, arm: Arm) -> None:
         raise BenchError(f"{arm.name}: {e.message}", e.hint, report=ctx.report) from None
 
 
-def _measure_arm(ctx: _Ctx, arm: Arm, base_url: str, *, log: Path | None = None) -> None:
+def _measure_arm(ctx: RunContext, arm: Arm, base_url: str, *, log: Path | None = None) -> None:
     model = _check_server(ctx, arm, base_url)
     for load in loads(ctx.opts):
         for temp in ctx.opts.temperatures:
@@ -99,7 +99,7 @@ def _measure_arm(ctx: _Ctx, arm: Arm, base_url: str, *, log: Path | None = None)
                         _stop_if_gone(ctx, arm, base_url, cell, log)
 
 
-def _check_server(ctx: _Ctx, arm: Arm, base_url: str) -> str:
+def _check_server(ctx: RunContext, arm: Arm, base_url: str) -> str:
     """The served model, and whether the server speculates as the arm says it should."""
     try:
         model = asyncio.run(served_model(base_url))
@@ -125,7 +125,7 @@ def _check_server(ctx: _Ctx, arm: Arm, base_url: str) -> str:
     return model
 
 
-def _measure_cell(ctx: _Ctx, arm: Arm, base_url: str, model: str, load: Load, temp: float,
+def _measure_cell(ctx: RunContext, arm: Arm, base_url: str, model: str, load: Load, temp: float,
                   thinking: bool, seed: int) -> CellResult:
     o = ctx.opts
     n = prompts_for(o, load)
@@ -155,7 +155,7 @@ def _measure_cell(ctx: _Ctx, arm: Arm, base_url: str, model: str, load: Load, te
     return cell
 
 
-def _stop_if_gone(ctx: _Ctx, arm: Arm, base_url: str, cell: CellResult, log: Path | None):
+def _stop_if_gone(ctx: RunContext, arm: Arm, base_url: str, cell: CellResult, log: Path | None):
     from speckit.serving.server import healthy, log_tail
 
     if healthy(base_url):
@@ -169,7 +169,7 @@ def _stop_if_gone(ctx: _Ctx, arm: Arm, base_url: str, cell: CellResult, log: Pat
                      "server's log, then run again", report=ctx.report)
 
 
-def _schedule(ctx: _Ctx) -> Arm | None:
+def _schedule(ctx: RunContext) -> Arm | None:
     """The schedule arm: measured best k per concurrency, plan's projection, or the user's."""
     from speckit.serving.options import parse_schedule
 
@@ -200,7 +200,7 @@ def _has_engine_arg(name: str) -> bool:
     return name in {f.name for f in dataclasses.fields(EngineArgs)}
 
 
-def _gpus(ctx: _Ctx) -> int:
+def _gpus(ctx: RunContext) -> int:
     return int(ctx.opts.gpus or (ctx.dep.tp if ctx.dep else 1))
 
 

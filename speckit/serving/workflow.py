@@ -14,7 +14,7 @@ from speckit.serving.options import BenchOptions, dataset_path
 from speckit.serving.report import BenchReport, summarise
 from speckit.serving.run import (
     BenchError,
-    _Ctx,
+    RunContext,
     check_options,
     loads,
     progress_printer,
@@ -37,13 +37,13 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
     say = progress_printer(progress)
     if opts.out is None:
         logs = Path(tempfile.mkdtemp(prefix="speckit-bench-logs-"))
-        stop = _run(_Ctx(opts, report, messages, extra, logs, say, dep))
+        stop = _run(RunContext(opts, report, messages, extra, logs, say, dep))
     else:
         from speckit.io.output import atomic_output_dir
         from speckit.serving.render import write_files
 
         with atomic_output_dir(opts.out, force=force) as tmp:
-            stop = _run(_Ctx(opts, report, messages, extra, tmp / "logs", say, dep))
+            stop = _run(RunContext(opts, report, messages, extra, tmp / "logs", say, dep))
             write_files(report, tmp)
         report.files = {k: str(Path(opts.out) / v) for k, v in report.files.items()}
     if isinstance(stop, KeyboardInterrupt):
@@ -53,7 +53,7 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
     return report
 
 
-def _run(ctx: _Ctx) -> BenchError | KeyboardInterrupt | None:
+def _run(ctx: RunContext) -> BenchError | KeyboardInterrupt | None:
     """run_bench, then the summary whatever happened; the failure is returned, not raised, so
     the report of the cells measured is still written."""
     stop: BenchError | KeyboardInterrupt | None = None
