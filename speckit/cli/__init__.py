@@ -27,6 +27,7 @@ _COMMANDS = {
     "push": ("speckit.cli.push", "push_cmd"),
     "doctor": ("speckit.cli.doctor", "doctor_cmd"),
     "calibrate": ("speckit.cli.calibrate", "calibrate_cmd"),
+    "bench": ("speckit.cli.bench", "bench_cmd"),
 }
 
 

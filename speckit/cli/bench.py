@@ -1,0 +1,86 @@
+"""`speckit bench`: a thin click shell over speckit.serving.bench; --json prints the BenchReport."""
+
+from __future__ import annotations
+
+import click
+
+from speckit.cli._common import handle_errors, print_json, progress_mode
+
+
+@click.command("bench")
+@click.option("-t", "--target", help="Target model (speckit starts `vllm serve` for each arm).")
+@click.option("-d", "--draft", help="Draft checkpoint: directory, registry id or Hub repo.")
+@click.option("-m", "--method", help="Speculative method (default: detected from the draft).")
+@click.option("-k", "--ks", metavar="K1,K2", help="Static k values, one server each.")
+@click.option("--schedule", help="Also serve a per-batch-size k schedule: 'measured' (best static "
+              "k per concurrency), 'projected' (speckit plan for --gpu) or LO-HI:K,... ranges.")
+@click.option("--untrained", metavar="ngram,suffix", help="Untrained methods on the same prompts.")
+@click.option("--untrained-k", type=int, default=3, show_default=True)
+@click.option("--endpoint", help="Measure this running vLLM server (never started or stopped).")
+@click.option("--baseline-endpoint", help="A running server without speculation to compare to.")
+@click.option("-c", "--concurrency", default="1,2,4,8", show_default=True,
+              help="Closed-loop concurrencies (comma-separated; '' for none).")
+@click.option("--request-rate", default="", help="Poisson request rates in requests/s.")
+@click.option("--dataset", default="mixed", show_default=True,
+              help="validate's prompt sets (mixed, math, code, chat, ...), code-edit, or a .jsonl.")
+@click.option("--prompts-per-concurrency", type=int, default=10, show_default=True)
+@click.option("--warmups-per-concurrency", type=int, default=2, show_default=True)
+@click.option("--max-tokens", type=int, default=128, show_default=True)
+@click.option("--input-len", type=int, help="Fixed prompt length in tokens (e.g. 1024).")
+@click.option("--output-len", type=int, help="Fixed output length (ignore_eos), e.g. 1024.")
+@click.option("--temperature", default="0", show_default=True, help="e.g. 0,0.7,1.0")
+@click.option("--thinking", type=click.Choice(["off", "on", "both"]), default="off",
+              show_default=True, help="enable_thinking for templates with the switch.")
+@click.option("--seeds", default="0", show_default=True, help="Seeds per cell, e.g. 0,1,2.")
+@click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallel size.")
+@click.option("--gpus", type=int, help="GPUs of the deployment, for per-GPU tok/s.")
+@click.option("--gpu", help="Catalog GPU for the projected column (speckit plan --gpu names).")
+@click.option("--tokenizer", help="Local tokenizer dir (for --input-len with --endpoint).")
+@click.option("--engine-arg", "engine_arg", multiple=True, metavar="KEY=VALUE",
+              help="Passed to vllm serve as --KEY VALUE (repeatable).")
+@click.option("--startup-timeout", type=float, default=900, show_default=True)
+@click.option("--request-timeout", type=float, default=600, show_default=True)
+@click.option("--cpu-threads", type=int, default=1, show_default=True,
+              help="OMP_NUM_THREADS of a CPU server (0: leave it to vLLM).")
+@click.option("-o", "--out", type=click.Path(file_okay=False),
+              help="Write report.json, report.md, plots, spec-config.json, serve-line.txt, logs.")
+@click.option("--force", is_flag=True, help="Replace an existing --out directory.")
+@click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
+@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@handle_errors
+def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpoint,
+              baseline_endpoint, concurrency, request_rate, dataset, prompts_per_concurrency,
+              warmups_per_concurrency, max_tokens, input_len, output_len, temperature, thinking,
+              seeds, tp, gpus, gpu, tokenizer, engine_arg, startup_timeout, request_timeout,
+              cpu_threads, out, force, json_mode, quiet):
+    """Measure a vLLM deployment under online load: tok/s, TTFT/TPOT/ITL, acceptance, ratio to
+    baseline, and the k each concurrency should use (measured beside projected)."""
+    from speckit.serving import BenchOptions, bench
+    from speckit.serving.options import (
+        parse_engine_args,
+        parse_floats,
+        parse_ints,
+        parse_thinking,
+    )
+
+    opts = BenchOptions(
+        target=target, draft=draft, method=method, ks=parse_ints(ks, "-k", lo=1),
+        schedule=schedule, untrained=[u for u in (untrained or "").split(",") if u],
+        untrained_k=untrained_k, tp=tp, engine_args=parse_engine_args(engine_arg),
+        startup_timeout_s=startup_timeout, cpu_threads=cpu_threads or None, endpoint=endpoint,
+        baseline_endpoint=baseline_endpoint,
+        concurrencies=parse_ints(concurrency, "--concurrency", lo=1),
+        rates=parse_floats(request_rate, "--request-rate"), dataset=dataset,
+        prompts_per_concurrency=prompts_per_concurrency,
+        warmups_per_concurrency=warmups_per_concurrency, max_tokens=max_tokens,
+        input_len=input_len, output_len=output_len,
+        temperatures=parse_floats(temperature, "--temperature"),
+        thinking=parse_thinking(thinking), seeds=parse_ints(seeds, "--seeds"), gpus=gpus,
+        gpu=gpu, tokenizer=tokenizer, request_timeout_s=request_timeout, out=out)
+    report = bench(opts, progress=progress_mode(json_mode, quiet), force=force)
+    if json_mode:
+        print_json(report)
+    else:
+        from speckit.serving.render import markdown
+
+        click.echo(markdown(report))

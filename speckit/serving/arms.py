@@ -1,0 +1,147 @@
+"""The server configurations one bench compares, each with its --speculative-config and the
+`vllm serve` line (both from speckit.core.specconfig, the one writer of either).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speckit.core import methods as _methods
+from speckit.core.plan.pairing import method_of_config
+from speckit.core.specconfig import serve_line, speculative_config
+from speckit.errors import FormatError, UsageError
+from speckit.serving.options import UNTRAINED, Arm, BenchOptions
+
+# vLLM's suffix decoding (arctic-inference's suffix tree): no weights, k is its upper bound.
+# speckit.core.methods has no suffix module yet, so its config is written here and nowhere else.
+SUFFIX_CONFIG = {"method": "suffix"}
+
+
+@dataclass
+class Deployment:
+    """What mode (a) serves: the target and draft as local paths, the method, the serve args."""
+
+    target: str
+    target_path: Path
+    draft_path: Path | None
+    draft_config: dict[str, Any]
+    method: str | None
+    engine_args: dict[str, Any]
+    tp: int
+
+
+def resolve_deployment(opts: BenchOptions, *, cpu: bool) -> Deployment:
+    from speckit.io.refs import resolve
+
+    if opts.target is None:
+        raise UsageError("pass --target (speckit starts vllm serve) or --endpoint URL")
+    tpath = resolve(opts.target, role="target").path.resolve()
+    dpath, dcfg = None, {}
+    if opts.draft is not None:
+        dpath = resolve(opts.draft, role="draft").path.resolve()
+        dcfg = _read_config(dpath, what="draft")
+    mod = _methods.get(opts.method) if opts.method else (method_of_config(dcfg) if dcfg else None)
+    if dpath is not None and mod is None:
+        raise UsageError(f"cannot tell which speculative method {opts.draft} uses",
+                         hint="pass --method")
+    return Deployment(opts.target, tpath, dpath, dcfg, mod.name if mod else None,
+                      serve_engine_args(opts, cpu=cpu), opts.tp)
+
+
+def serve_engine_args(opts: BenchOptions, *, cpu: bool) -> dict[str, Any]:
+    """The user's engine args over what a bench server needs: room for the largest concurrency;
+    on vLLM's CPU backend an explicit KV budget (its utilization is a share of RAM) and eager
+    mode (nothing to capture)."""
+    args: dict[str, Any] = {"max_num_seqs": max([*opts.concurrencies, 1])}
+    if cpu:
+        args.update(enforce_eager=True, kv_cache_memory_bytes=1 << 30, max_model_len=2048)
+    for bad, flag in (("speculative_config", "--draft/--method/-k"), ("model", "--target"),
+                      ("tensor_parallel_size", "--tp"), ("port", "(chosen free)"),
+                      ("host", "(always 127.0.0.1)")):
+        if bad in opts.engine_args:
+            raise UsageError(f"--engine-arg {bad} is set by speckit bench", hint=f"use {flag}")
+    args.update(opts.engine_args)
+    return args
+
+
+def build_arms(dep: Deployment, opts: BenchOptions) -> list[Arm]:
+    """baseline, each static k, the untrained methods; a schedule arm is added after the
+    static arms are measured (or projected)."""
+    arms = [Arm("baseline", "baseline")]
+    if dep.method is not None:
+        for k in sorted(set(opts.ks)) or [_default_k(dep)]:
+            cfg = speculative_config(method=dep.method, k=k, draft=_s(dep.draft_path),
+                                     draft_config=dep.draft_config, tp=dep.tp)
+            arms.append(Arm(f"{dep.method} k={k}", "static", k, dep.method, cfg))
+    for name in opts.untrained:
+        if name not in UNTRAINED:
+            raise UsageError(f"--untrained {name!r}: use {' or '.join(UNTRAINED)}")
+        k = opts.untrained_k
+        cfg = (speculative_config(method="ngram", k=k, draft=None) if name == "ngram"
+               else {**SUFFIX_CONFIG, "num_speculative_tokens": k})
+        arms.append(Arm(f"{name} k={k}", "untrained", k, name, cfg))
+    return arms
+
+
+def schedule_arm(dep: Deployment, schedule: Sequence[Sequence[int]], *, source: str) -> Arm | None:
+    top = max((int(r[2]) for r in schedule), default=0)
+    if dep.method is None or top < 1:
+        return None
+    cfg = speculative_config(method=dep.method, k=top, draft=_s(dep.draft_path),
+                             draft_config=dep.draft_config, tp=dep.tp)
+    cfg["num_speculative_tokens_per_batch_size"] = [[int(x) for x in r] for r in schedule]
+    return Arm(f"schedule ({source})", "schedule", top, dep.method, cfg)
+
+
+def endpoint_arms(opts: BenchOptions) -> list[Arm]:
+    arms = []
+    if opts.baseline_endpoint:
+        arms.append(Arm("baseline", "baseline", endpoint=opts.baseline_endpoint.rstrip("/")))
+    arms.append(Arm("endpoint", "static", endpoint=str(opts.endpoint).rstrip("/")))
+    return arms
+
+
+def arm_serve_line(dep: Deployment, arm: Arm) -> list[str]:
+    """The argv of `vllm serve` for this arm (what the report tells users to run)."""
+    if arm.spec_config is None:
+        return _plain_serve(dep)
+    method = arm.method if arm.method in _methods.METHOD_NAMES else "ngram"  # suffix: no extras
+    return serve_line(target=str(dep.target_path), spec_config=arm.spec_config, method=method,
+                      tp=dep.tp, engine_args=dep.engine_args).argv
+
+
+def _plain_serve(dep: Deployment) -> list[str]:
+    argv = ["vllm", "serve", str(dep.target_path)]
+    if dep.tp > 1:
+        argv += ["--tensor-parallel-size", str(dep.tp)]
+    for key, value in dep.engine_args.items():
+        if value is True:
+            argv.append("--" + key.replace("_", "-"))
+        elif value not in (False, None):
+            argv += ["--" + key.replace("_", "-"),
+                     value if isinstance(value, str) else json.dumps(value)]
+    return argv
+
+
+def _default_k(dep: Deployment) -> int:
+    k = _methods.get(str(dep.method)).default_k(dep.draft_config)
+    return int(k or 3)
+
+
+def _read_config(path: Path, *, what: str) -> dict[str, Any]:
+    f = path / "config.json"
+    try:
+        data = json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{what} {f}: cannot read config.json ({e})") from None
+    if not isinstance(data, Mapping):
+        raise FormatError(f"{what} {f}: config.json is not a JSON object")
+    return dict(data)
+
+
+def _s(p: Path | None) -> str | None:
+    return None if p is None else str(p)

@@ -1,0 +1,158 @@
+"""report.md, the plots and the deployable files of a bench report."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Sequence
+from pathlib import Path
+
+from speckit.core.jsonable import to_jsonable
+from speckit.serving.report import BenchReport, SummaryRow
+from speckit.serving.stats import Spread
+
+
+def write_files(report: BenchReport, out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    rec = report.recommended
+    if rec and rec in report.spec_configs:
+        (out / "spec-config.json").write_text(json.dumps(report.spec_configs[rec], indent=2)
+                                              + "\n")
+        report.files["spec_config"] = "spec-config.json"
+    if rec and rec in report.serve_lines:  # a text file: speckit writes no scripts
+        line = " ".join(shlex.quote(a) for a in report.serve_lines[rec])
+        (out / "serve-line.txt").write_text(line + "\n")
+        report.files["serve_line"] = "serve-line.txt"
+    report.files.update(write_plots(report, out))
+    report.files["report_md"] = "report.md"
+    report.files["report_json"] = "report.json"
+    (out / "report.md").write_text(markdown(report))
+    (out / "report.json").write_text(json.dumps(to_jsonable(report), indent=2) + "\n")
+
+
+def _sp(s: Spread | None, fmt: str = "{:.1f}") -> str:
+    if s is None:
+        return "-"
+    return fmt.format(s.mean) + (f" ± {fmt.format(s.sd)}" if s.n > 1 else "")
+
+
+def _ms(d: dict, key: str) -> str:
+    v = d.get(key)
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _f(v, fmt: str = "{:.2f}") -> str:
+    return "-" if v is None else fmt.format(v)
+
+
+def summary_table(rows: Sequence[SummaryRow]) -> list[str]:
+    out = ["| load | T | thinking | arm | tok/s | per GPU | ratio | TTFT p50/p99 ms | "
+           "TPOT p50/p90/p99 ms | ITL p50/p99 ms | AL | k drafted | per position |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r.temperature, r.thinking, r.concurrency or 0,
+                                         r.rate or 0, r.kind != "baseline", r.arm)):
+        pos = ", ".join(f"{p:.2f}" for p in r.per_position) or "-"
+        out.append(
+            f"| {r.load} | {r.temperature:g} | {'on' if r.thinking else 'off'} | {r.arm} | "
+            f"{_sp(r.output_tok_s)} | {r.per_gpu_tok_s:.1f} | {_sp(r.ratio, '{:.2f}')} | "
+            f"{_ms(r.ttft_ms, 'p50')} / {_ms(r.ttft_ms, 'p99')} | {_ms(r.tpot_ms, 'p50')} / "
+            f"{_ms(r.tpot_ms, 'p90')} / {_ms(r.tpot_ms, 'p99')} | {_ms(r.itl_ms, 'p50')} / "
+            f"{_ms(r.itl_ms, 'p99')} | {_f(r.acceptance_length)} | {_f(r.k_drafted)} | {pos} |")
+    return out
+
+
+def markdown(r: BenchReport) -> str:
+    o = r.options
+    lines = [f"# speckit bench: {r.target or o.get('endpoint')}", "",
+             f"- mode: {r.mode}; platform: {r.platform or 'unknown'}",
+             f"- draft: {r.draft or '-'} ({r.method or 'from the server'})",
+             f"- prompts: {o.get('dataset')}, {o.get('prompts_per_concurrency')} x concurrency "
+             f"per cell, {o.get('warmups_per_concurrency')} x concurrency warm-ups, max tokens "
+             f"{o.get('output_len') or o.get('max_tokens')}, seeds {o.get('seeds')}", "",
+             "## Measured cells (mean ± sd over seeds)", "", *summary_table(r.summary), ""]
+    lines += _k_lines(r)
+    if r.measured_schedule:
+        lines += ["", f"Measured schedule (batch lo, hi, k): `{r.measured_schedule}`"]
+    if r.recommended:
+        lines += ["", f"## Serve ({r.recommended})", "", "```sh",
+                  " ".join(shlex.quote(a) for a in r.serve_lines.get(r.recommended, [])), "```"]
+    bad = [c for c in r.cells if c.error or c.problems]
+    if bad:
+        lines += ["", "## Cells with errors or counter problems", ""]
+        lines += [f"- {c.arm} {c.load.label} seed {c.seed}: {c.error or ''} "
+                  f"{'; '.join(c.problems)}" for c in bad]
+    if r.warnings or r.error:
+        lines += ["", "## Notes", ""] + [f"- {w}" for w in r.warnings]
+        if r.error:
+            lines.append(f"- **stopped early**: {r.error}")
+    return "\n".join(lines) + "\n"
+
+
+def _k_lines(r: BenchReport) -> list[str]:
+    if not r.k_choices:
+        return []
+    p = r.projection
+    head = f"projected ({p['gpu']} x TP={p['tp']})" if p else "projected (pass --gpu)"
+    out = ["## k per concurrency: measured vs projected", "",
+           f"| concurrency | measured best k | measured ratio | {head} k | projected ratio | "
+           "schedule ratio |", "|---|---|---|---|---|---|"]
+    for ch in r.k_choices:
+        out.append(f"| {ch.concurrency} | {_f(ch.measured_k, '{}')} | "
+                   f"{_sp(ch.measured_ratio, '{:.2f}')} | {_f(ch.projected_k, '{}')} | "
+                   f"{_f(ch.projected_ratio)} | {_sp(ch.schedule_ratio, '{:.2f}')} |")
+    return out
+
+
+def write_plots(r: BenchReport, out: Path) -> dict[str, str]:
+    """ratio and TPOT vs concurrency, acceptance per position; none without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        r.warnings.append("matplotlib is not installed: no PNG plots")
+        return {}
+    rows = [s for s in r.summary if s.concurrency is not None]
+    files = {}
+    for name, ylabel, get in (("ratio-vs-concurrency.png", "tok/s ratio to baseline",
+                               lambda s: s.ratio.mean if s.ratio else None),
+                              ("tpot-vs-concurrency.png", "TPOT p50 (ms)",
+                               lambda s: s.tpot_ms.get("p50"))):
+        fig, ax = plt.subplots(figsize=(6.4, 4.0))
+        for arm in sorted({s.arm for s in rows}):
+            pts = sorted((s.concurrency, get(s)) for s in rows if s.arm == arm
+                         and s.temperature == rows[0].temperature and get(s) is not None)
+            if pts:
+                ax.plot([x for x, _ in pts], [y for _, y in pts], "o-", label=arm)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("concurrency")
+        ax.set_ylabel(ylabel)
+        if ax.lines:
+            ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(out / name, dpi=110)
+        plt.close(fig)
+        files[name.split(".")[0]] = name
+    files.update(_acceptance_plot(r, out, plt))
+    return files
+
+
+def _acceptance_plot(r: BenchReport, out: Path, plt) -> dict[str, str]:
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    seen = set()
+    for s in r.summary:
+        if s.per_position and (s.arm, s.temperature) not in seen:
+            seen.add((s.arm, s.temperature))
+            ax.plot(range(1, len(s.per_position) + 1), s.per_position, "o-",
+                    label=f"{s.arm} T={s.temperature:g} {s.load}")
+    if not seen:
+        plt.close(fig)
+        return {}
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("share of drafts accepted up to here")
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(out / "acceptance-per-position.png", dpi=110)
+    plt.close(fig)
+    return {"acceptance_per_position": "acceptance-per-position.png"}

@@ -1,0 +1,228 @@
+"""The bench result: every cell as measured, the per-cell summary over seeds with its spread and
+ratio to baseline, the k each concurrency should use (measured beside projected), and the files
+(report.json, report.md, plots, spec-config.json, serve-line.txt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from speckit.core.metrics import SpecCounters
+from speckit.serving.options import BenchOptions, Load
+from speckit.serving.stats import (
+    CellFigures,
+    Spread,
+    ratio_spread,
+    recommend_k,
+    schedule_from_best,
+    spread,
+)
+
+
+@dataclass
+class CellResult:
+    arm: str
+    kind: str
+    k: int
+    load: Load
+    temperature: float
+    thinking: bool
+    seed: int
+    figures: CellFigures | None = None
+    error: str | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.figures is not None and not self.error
+
+
+@dataclass
+class SummaryRow:
+    """One arm at one load, temperature and thinking setting: the mean over seeds."""
+
+    arm: str
+    kind: str
+    k: int
+    load: str
+    concurrency: int | None
+    rate: float | None
+    temperature: float
+    thinking: bool
+    seeds: int
+    output_tok_s: Spread
+    per_gpu_tok_s: float
+    ratio: Spread | None  # over the baseline at the same cell
+    ttft_ms: dict[str, float | None]
+    tpot_ms: dict[str, float | None]
+    itl_ms: dict[str, float | None]
+    acceptance_length: float | None  # from the /metrics deltas pooled over seeds
+    per_position: list[float]
+    k_drafted: float | None  # draft tokens per draft: the k the engine used on average
+
+
+@dataclass
+class KChoice:
+    """Which k one concurrency should use: measured on this server beside plan's projection."""
+
+    concurrency: int
+    measured_k: int | None
+    measured_ratio: Spread | None
+    projected_k: int | None = None
+    projected_ratio: float | None = None
+    schedule_ratio: Spread | None = None  # the schedule arm at this concurrency
+
+
+@dataclass
+class BenchReport:
+    mode: str  # "started" (speckit ran vllm serve) | "endpoint"
+    target: str | None
+    draft: str | None
+    method: str | None
+    options: dict[str, Any]
+    cells: list[CellResult] = field(default_factory=list)
+    summary: list[SummaryRow] = field(default_factory=list)
+    k_choices: list[KChoice] = field(default_factory=list)
+    measured_schedule: list[list[int]] = field(default_factory=list)
+    projection: dict[str, Any] | None = None
+    serve_lines: dict[str, list[str]] = field(default_factory=dict)
+    spec_configs: dict[str, Any] = field(default_factory=dict)
+    recommended: str | None = None  # the arm whose spec-config and serve line are written
+    platform: str = ""
+    warnings: list[str] = field(default_factory=list)
+    error: str | None = None
+    files: dict[str, str] = field(default_factory=dict)
+
+
+# ---- the summary -----------------------------------------------------------------------------
+
+def summarise(report: BenchReport, opts: BenchOptions, *, dep=None) -> None:
+    """Fill summary, k_choices and measured_schedule from the cells (run again after each arm)."""
+    groups: dict[tuple, list[CellResult]] = {}
+    for c in report.cells:
+        if c.ok:
+            groups.setdefault((c.load, c.temperature, c.thinking, c.arm), []).append(c)
+    base = {key[:3]: _row(cells) for key, cells in groups.items() if cells[0].kind == "baseline"}
+    rows = []
+    for key, cells in groups.items():
+        row = _row(cells)
+        b = base.get(key[:3])
+        if b is not None and row.kind != "baseline":
+            row.ratio = ratio_spread(row.output_tok_s, b.output_tok_s)
+        elif row.kind == "baseline":
+            row.ratio = Spread(1.0, 0.0, row.seeds)
+        rows.append(row)
+    report.summary = rows
+    report.k_choices, report.measured_schedule = _k_choices(rows, opts)
+    if dep is not None and opts.gpu and report.projection is None:
+        report.projection = project(report, opts, dep)
+    _merge_projection(report)
+
+
+def _row(cells: Sequence[CellResult]) -> SummaryRow:
+    c0 = cells[0]
+    figs = [c.figures for c in cells if c.figures is not None]
+    pooled = _pool([f.counters for f in figs if f.counters is not None])
+    k_dr = (pooled.num_draft_tokens / pooled.num_drafts) if pooled and pooled.num_drafts else None
+    return SummaryRow(
+        c0.arm, c0.kind, c0.k, c0.load.label, c0.load.concurrency, c0.load.rate,
+        c0.temperature, c0.thinking, len(figs), spread([f.output_tok_s for f in figs]),
+        sum(f.per_gpu_tok_s for f in figs) / len(figs), None,
+        _mean_pct([f.ttft_ms for f in figs]), _mean_pct([f.tpot_ms for f in figs]),
+        _mean_pct([f.itl_ms for f in figs]),
+        pooled.acceptance_length if pooled and pooled.num_drafts else None,
+        pooled.per_position if pooled else [], k_dr)
+
+
+def _pool(cs: Sequence[SpecCounters]) -> SpecCounters | None:
+    if not cs:
+        return None
+    n = max(len(c.accepted_per_pos) for c in cs)
+    per = [sum(c.accepted_per_pos[i] for c in cs if i < len(c.accepted_per_pos))
+           for i in range(n)]
+    return SpecCounters(sum(c.num_drafts for c in cs), sum(c.num_draft_tokens for c in cs),
+                        sum(c.num_accepted_tokens for c in cs), per)
+
+
+def _mean_pct(ds: Sequence[dict[str, float | None]]) -> dict[str, float | None]:
+    keys = ds[0].keys() if ds else ()
+    out: dict[str, float | None] = {}
+    for k in keys:
+        vals = [d[k] for d in ds if d.get(k) is not None]
+        out[k] = sum(vals) / len(vals) if vals else None
+    return out
+
+
+def primary(rows: Sequence[SummaryRow], opts: BenchOptions) -> list[SummaryRow]:
+    """The rows at the first temperature and thinking setting: the ones k is chosen on."""
+    t0, th0 = opts.temperatures[0], sorted(opts.thinking)[0]
+    return [r for r in rows if r.temperature == t0 and r.thinking == th0]
+
+
+def _k_choices(rows: Sequence[SummaryRow], opts: BenchOptions):
+    prim = [r for r in primary(rows, opts) if r.concurrency is not None]
+    out, best = [], {}
+    for c in sorted({r.concurrency for r in prim}):
+        at = [r for r in prim if r.concurrency == c]
+        cand = {(0 if r.kind == "baseline" else r.k): r for r in at
+                if r.kind in ("baseline", "static")}
+        k = recommend_k({kk: r.output_tok_s for kk, r in cand.items()})
+        sched = next((r.ratio for r in at if r.kind == "schedule"), None)
+        out.append(KChoice(c, k, cand[k].ratio if k is not None else None, schedule_ratio=sched))
+        if k is not None and 0 in cand:  # a k is only chosen against a measured baseline
+            best[c] = k
+    top = max(opts.concurrencies, default=1)
+    return out, schedule_from_best(best, max_batch=top)
+
+
+# ---- the projection ---------------------------------------------------------------------------
+
+def project(report: BenchReport, opts: BenchOptions, dep) -> dict[str, Any] | None:
+    """speckit plan's projection for ``opts.gpu`` with the acceptance measured here (the largest
+    static k at the first temperature, pooled over its cells)."""
+    from speckit.core.gpus import get_gpu
+    from speckit.speed import project_speed_from_refs
+
+    static = [r for r in primary(report.summary, opts) if r.kind == "static" and r.per_position]
+    if not static:
+        return None
+    kmax = max(r.k for r in static)
+    cells = [c for c in report.cells if c.ok and c.kind == "static" and c.k == kmax
+             and c.temperature == opts.temperatures[0] and c.figures.counters is not None]
+    pooled = _pool([c.figures.counters for c in cells])
+    if pooled is None or not pooled.num_drafts:
+        return None
+    rates = [min(1.0, p) for p in pooled.per_position]
+    for i in range(1, len(rates)):
+        rates[i] = min(rates[i], rates[i - 1])
+    ctx = int(opts.input_len or 256) + int(opts.output_len or opts.max_tokens)
+    sp = project_speed_from_refs(target=str(dep.target_path), draft=str(dep.draft_path),
+                                 method=dep.method, k=kmax, acceptance=rates,
+                                 gpu=get_gpu(opts.gpu), tp=dep.tp, contexts=(ctx,),
+                                 max_batch=max(opts.concurrencies, default=1))
+    table = sp.tables[0]
+    ratios = {str(c): {str(k): table.ratio[k][table.batches.index(c)] for k in table.ks}
+              for c in opts.concurrencies if c in table.batches}
+    return {"label": "projected", "gpu": sp.gpu, "tp": sp.tp, "context": ctx,
+            "per_position": rates, "schedule": [list(r) for r in sp.schedule],
+            "best_k": {str(c): _k_at(sp.schedule, c) for c in opts.concurrencies},
+            "ratio": ratios, "assumptions": list(sp.assumptions)}
+
+
+def _k_at(schedule: Sequence[Sequence[int]], batch: int) -> int | None:
+    return next((int(k) for lo, hi, k in schedule if lo <= batch <= hi), None)
+
+
+def _merge_projection(report: BenchReport) -> None:
+    p = report.projection
+    if not p:
+        return
+    for ch in report.k_choices:
+        ch.projected_k = p["best_k"].get(str(ch.concurrency))
+        if ch.projected_k:
+            ch.projected_ratio = (p["ratio"].get(str(ch.concurrency)) or {}).get(
+                str(ch.projected_k))
+        elif ch.projected_k == 0:
+            ch.projected_ratio = 1.0

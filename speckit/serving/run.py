@@ -1,0 +1,236 @@
+"""The bench workflow, top to bottom: prompts, arms, one server per arm (or the user's endpoints),
+every cell measured against /metrics, then the summary, the schedule arm and the report.
+
+A failure mid-run (the server dies, stops answering, does not speculate) ends the run with a
+BenchError that carries the report of the cells already measured; nothing measured is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speckit.core.metrics import counters_from_metrics
+from speckit.errors import EngineError, UsageError
+from speckit.serving import arms as _arms
+from speckit.serving.client import CellLoad, ServerGone, run_cell, scrape_once, served_model
+from speckit.serving.options import Arm, BenchOptions, Load
+from speckit.serving.report import BenchReport, CellResult, summarise
+from speckit.serving.stats import cell_figures, counters_disagree
+
+
+class BenchError(EngineError):
+    """The run stopped early; ``report`` holds every cell measured before it did."""
+
+    def __init__(self, message: str, hint: str | None = None, *, report: BenchReport):
+        super().__init__(message, hint)
+        self.report = report
+
+
+@dataclass
+class RunContext:
+    opts: BenchOptions
+    report: BenchReport
+    messages: list[list[dict[str, str]]]
+    extra: dict[bool, dict[str, Any]]  # thinking -> extra request body
+    log_dir: Path
+    say: Callable[[str], None]
+    dep: _arms.Deployment | None = None
+    served: dict[str, str] = field(default_factory=dict)  # arm -> model id
+
+
+def loads(opts: BenchOptions) -> list[Load]:
+    return [Load(concurrency=c) for c in opts.concurrencies] + [Load(rate=r) for r in opts.rates]
+
+
+def prompts_for(opts: BenchOptions, load: Load) -> int:
+    width = load.concurrency if load.rate is None else max(1, round(load.rate))
+    return max(opts.min_prompts, opts.prompts_per_concurrency * width)
+
+
+def run_bench(ctx: RunContext) -> None:
+    """Every arm in turn; a BenchError stops the run with what was measured."""
+    if ctx.opts.endpoint:
+        for arm in _arms.endpoint_arms(ctx.opts):
+            _measure_arm(ctx, arm, arm.endpoint or "")
+        return
+    for arm in _arms.build_arms(ctx.dep, ctx.opts):
+        _serve_and_measure(ctx, arm)
+    sched = _schedule(ctx)
+    if sched is not None:
+        _serve_and_measure(ctx, sched)
+
+
+def _serve_and_measure(ctx: RunContext, arm: Arm) -> None:
+    from speckit.serving.server import vllm_server
+
+    argv = _arms.arm_serve_line(ctx.dep, arm)
+    ctx.report.serve_lines[arm.name] = argv
+    ctx.report.spec_configs[arm.name] = arm.spec_config
+    log = ctx.log_dir / f"{_slug(arm.name)}.log"
+    ctx.say(f"{arm.name}: starting vllm serve (log {log.name})")
+    env = {"OMP_NUM_THREADS": str(ctx.opts.cpu_threads)} if ctx.opts.cpu_threads else {}
+    if arm.spec_config is not None and _has_engine_arg("per_request_spec_decode_metrics"):
+        # each response then carries its own acceptance summary, checked against /metrics
+        argv = [*argv, "--per-request-spec-decode-metrics", "summary"]
+    try:
+        with vllm_server(argv, log=log, startup_timeout_s=ctx.opts.startup_timeout_s,
+                         env=env) as served:
+            _measure_arm(ctx, arm, served.base_url, log=log)
+    except EngineError as e:
+        if isinstance(e, BenchError):
+            raise
+        raise BenchError(f"{arm.name}: {e.message}", e.hint, report=ctx.report) from None
+
+
+def _measure_arm(ctx: RunContext, arm: Arm, base_url: str, *, log: Path | None = None) -> None:
+    model = _check_server(ctx, arm, base_url)
+    for load in loads(ctx.opts):
+        for temp in ctx.opts.temperatures:
+            for thinking in sorted(ctx.extra):
+                for seed in ctx.opts.seeds:
+                    cell = _measure_cell(ctx, arm, base_url, model, load, temp, thinking, seed)
+                    ctx.report.cells.append(cell)
+                    if cell.error:
+                        _stop_if_gone(ctx, arm, base_url, cell, log)
+
+
+def _check_server(ctx: RunContext, arm: Arm, base_url: str) -> str:
+    """The served model, and whether the server speculates as the arm says it should."""
+    try:
+        model = asyncio.run(served_model(base_url))
+        metrics = asyncio.run(scrape_once(base_url))
+    except ServerGone as e:
+        raise BenchError(f"{arm.name}: no vLLM OpenAI server answers at {base_url} ({e})",
+                         hint="check the URL (scheme, host, port) and that `vllm serve` is up; "
+                         "speckit bench never starts a server given with --endpoint",
+                         report=ctx.report) from None
+    if not metrics.is_vllm:
+        raise BenchError(f"{arm.name}: {base_url}/metrics has no vllm: metrics",
+                         hint="point --endpoint at a vLLM server (its /metrics must be on)",
+                         report=ctx.report)
+    if arm.kind != "baseline" and not metrics.has_spec_decode:
+        raise BenchError(f"{arm.name}: the server at {base_url} does not speculate (no "
+                         "vllm:spec_decode counters on /metrics)",
+                         hint="start it with --speculative-config, or pass it as "
+                         "--baseline-endpoint", report=ctx.report)
+    if arm.kind == "baseline" and metrics.has_spec_decode:
+        ctx.report.warnings.append(f"{arm.name}: {base_url} speculates; its ratios are not "
+                                   "against a plain baseline")
+    ctx.served[arm.name] = model
+    return model
+
+
+def _measure_cell(ctx: RunContext, arm: Arm, base_url: str, model: str, load: Load, temp: float,
+                  thinking: bool, seed: int) -> CellResult:
+    o = ctx.opts
+    n = prompts_for(o, load)
+    msgs = [ctx.messages[i % len(ctx.messages)] for i in range(n)]
+    width = load.concurrency or max(1, round(load.rate or 1))
+    cl = CellLoad(msgs, max_tokens=o.output_len or o.max_tokens, temperature=temp, seed=seed,
+                  concurrency=load.concurrency, request_rate=load.rate,
+                  warmups=o.warmups_per_concurrency * width,
+                  ignore_eos=o.output_len is not None, extra_body=ctx.extra[thinking],
+                  timeout_s=o.request_timeout_s)
+    cell = CellResult(arm.name, arm.kind, arm.k, load, temp, thinking, seed)
+    ctx.say(f"{arm.name} {load.label} T={temp:g} thinking={'on' if thinking else 'off'} "
+            f"seed={seed}: {n} requests")
+    try:
+        run = asyncio.run(run_cell(base_url, model, cl))
+    except ServerGone as e:
+        cell.error = str(e)
+        return cell
+    counters = (counters_from_metrics(run.before.snapshot, run.after.snapshot)
+                if run.after.has_spec_decode else None)
+    fig = cell_figures(run.records, duration_s=run.duration_s, gpus=_gpus(ctx), counters=counters)
+    cell.figures = fig
+    cell.problems = counters_disagree(fig) + (counters.problems() if counters else [])
+    failed = [r.error for r in run.records if not r.success]
+    if failed:
+        cell.error = f"{len(failed)}/{len(run.records)} requests failed; first: {failed[0]}"
+    return cell
+
+
+def _stop_if_gone(ctx: RunContext, arm: Arm, base_url: str, cell: CellResult, log: Path | None):
+    from speckit.serving.server import healthy, log_tail
+
+    if healthy(base_url):
+        ctx.report.warnings.append(f"{arm.name} {cell.load.label}: {cell.error}")
+        return
+    kept = sum(1 for c in ctx.report.cells if c.figures is not None and not c.error)
+    where = f" (log: {log})\n{log_tail(log)}" if log else ""
+    raise BenchError(f"{arm.name}: the server at {base_url} stopped answering during "
+                     f"{cell.load.label}: {cell.error}{where}",
+                     hint=f"the {kept} cells measured before are kept in the report; read the "
+                     "server's log, then run again", report=ctx.report)
+
+
+def _schedule(ctx: RunContext) -> Arm | None:
+    """The schedule arm: measured best k per concurrency, plan's projection, or the user's."""
+    from speckit.serving.options import parse_schedule
+
+    src = ctx.opts.schedule
+    if src is None or ctx.dep is None or ctx.dep.method is None:
+        return None
+    summarise(ctx.report, ctx.opts, dep=ctx.dep)
+    if src == "measured":
+        sched = ctx.report.measured_schedule
+    elif src == "projected":
+        sched = (ctx.report.projection or {}).get("schedule") or []
+        if not sched:
+            ctx.report.warnings.append("no projected schedule (pass --gpu): schedule arm skipped")
+    else:
+        sched = parse_schedule(src)
+    arm = _arms.schedule_arm(ctx.dep, sched, source=src if src in ("measured", "projected")
+                             else "given")
+    if arm is None and sched:
+        ctx.report.warnings.append(f"schedule {sched} never speculates: no schedule arm")
+    return arm
+
+
+def _has_engine_arg(name: str) -> bool:
+    import dataclasses
+
+    from vllm.engine.arg_utils import EngineArgs
+
+    return name in {f.name for f in dataclasses.fields(EngineArgs)}
+
+
+def _gpus(ctx: RunContext) -> int:
+    return int(ctx.opts.gpus or (ctx.dep.tp if ctx.dep else 1))
+
+
+def _slug(name: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in name).strip("-")
+
+
+def progress_printer(enabled: bool | str) -> Callable[[str], None]:
+    if not enabled:
+        return lambda _msg: None
+    return lambda msg: print(f"[bench] {msg}", file=sys.stderr, flush=True)
+
+
+def check_options(opts: BenchOptions) -> None:
+    if bool(opts.endpoint) == bool(opts.target):
+        raise UsageError("pass either --target (speckit starts vllm serve) or --endpoint URL",
+                         hint="--endpoint measures a server you run; speckit never stops it")
+    if opts.baseline_endpoint and not opts.endpoint:
+        raise UsageError("--baseline-endpoint goes with --endpoint")
+    if opts.endpoint and (opts.ks or opts.schedule or opts.untrained or opts.draft):
+        raise UsageError("-k/--schedule/--untrained/--draft configure servers speckit starts; "
+                         "with --endpoint the server's own configuration is measured")
+    if not opts.concurrencies and not opts.rates:
+        raise UsageError("nothing to measure: pass --concurrency and/or --request-rate")
+    if any(c < 1 for c in opts.concurrencies) or any(r <= 0 for r in opts.rates):
+        raise UsageError("--concurrency values must be >= 1 and --request-rate values > 0")
+    if not opts.seeds or not opts.temperatures:
+        raise UsageError("--seeds and --temperature need at least one value")
+    for name, v in (("--max-tokens", opts.max_tokens), ("--output-len", opts.output_len),
+                    ("--input-len", opts.input_len), ("--prompts-per-concurrency",
+                                                       opts.prompts_per_concurrency)):
+        if v is not None and v < 1:
+            raise UsageError(f"{name} must be >= 1 (got {v})")

