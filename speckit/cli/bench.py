@@ -11,7 +11,8 @@ from speckit.cli._common import handle_errors, print_json, progress_mode
 @click.option("-t", "--target", help="Target model (speckit starts `vllm serve` for each arm).")
 @click.option("-d", "--draft", help="Draft checkpoint: directory, registry id or Hub repo.")
 @click.option("-m", "--method", help="Speculative method (default: detected from the draft).")
-@click.option("-k", "--ks", metavar="K1,K2", help="Static k values, one server each.")
+@click.option("-k", "--num-speculative-tokens", "ks", metavar="K1,K2",
+              help="Static k values (num_speculative_tokens), one server each.")
 @click.option("--schedule", help="Also serve a per-batch-size k schedule: 'measured' (best static "
               "k per concurrency), 'projected' (speckit plan for --gpu) or LO-HI:K,... ranges.")
 @click.option("--untrained", metavar="ngram,suffix", help="Untrained methods on the same prompts.")

@@ -74,17 +74,36 @@ def vllm_server(serve_argv: Sequence[str], *, log: Path, startup_timeout_s: floa
 
 
 def stop_group(proc: subprocess.Popen) -> None:
-    """SIGTERM to the server's process group (API server, engine core, workers), then SIGKILL."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=STOP_GRACE_S)
-    except subprocess.TimeoutExpired:
+    """SIGTERM to the server's process group (API server, engine core, workers), then SIGKILL
+    to whatever of the group outlives the grace period: the API server can exit first and
+    leave its engine core behind."""
+    if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            pass
+    deadline = time.monotonic() + STOP_GRACE_S
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=STOP_GRACE_S)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while _group_alive(proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def healthy(base_url: str, timeout_s: float = 5.0) -> bool:
