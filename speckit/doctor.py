@@ -70,6 +70,8 @@ REQUIREMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
              ("matplotlib",)),
     "push": (("huggingface_hub", "safetensors"), ()),
     "doctor": ((), ("torch", "vllm")),
+    "bench": (("vllm",), ("matplotlib",)),
+    "calibrate": (("torch",), ()),
 }
 _WHAT_FOR = {
     ("inspect", "torch"): "reading pytorch_model.bin with --allow-pickle",

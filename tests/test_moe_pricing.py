@@ -38,8 +38,12 @@ def minimax_rank():
 
 
 def test_formats_bytes_and_native_compute():
-    assert formats.weight_bytes("mxfp4") == MXFP4 and formats.weight_bytes("fp8") == 1.0
-    assert formats.weight_bytes("nvfp4") == 0.5 + 1 / 16
+    # bytes from core.quant's entries: FP8 carries a per-output-channel F32 scale (4 bytes a row,
+    # priced at the table's 4096-wide reference row); NVFP4 one FP8 scale per 16 weights plus a
+    # per-tensor F32 global scale (negligible)
+    assert formats.weight_bytes("mxfp4") == MXFP4
+    assert formats.weight_bytes("fp8") == 1.0 + 4 / 4096
+    assert formats.weight_bytes("nvfp4") == pytest.approx(0.5 + 1 / 16, rel=1e-5)
     assert formats.native_compute(MI355X, "mxfp4") and formats.native_compute(MI355X, "fp8")
     assert not formats.native_compute(get_gpu("H200"), "mxfp4")  # dequantize + bf16 there
     assert not formats.native_compute(get_gpu("A100"), "fp8")
@@ -87,14 +91,14 @@ def test_kimi_mla_attention_reads_the_latent_once_per_sequence():
 
 def test_minimax_m25_expert_parallel_bytes_and_flops():
     s = minimax_rank()
-    assert (s.ep, s.experts, s.moe_inter, s.weight_bytes, s.fp8_compute) == (4, 256, 1536, 1.0,
-                                                                            True)
+    assert (s.ep, s.experts, s.moe_inter, s.fp8_compute) == (4, 256, 1536, True)
+    assert s.weight_bytes == 1.0 + 4 / 4096  # FP8 + its F32 scales (see the formats test)
     assert s.attn_params == 3072 * (12 + 2 * 2) * 128 + 12 * 128 * 3072 == 11_010_048
     touched = 64 * (1 - (1 - 8 / 256) ** 16)  # whole experts, 64 per rank
     assert steps.experts_touched(16, s) == pytest.approx(touched)
     moved, flops = steps.moe_traffic(16, s)
     rows = 16 * 8 / 4
-    assert moved == pytest.approx(touched * 3 * 3072 * 1536 * 1.0
+    assert moved == pytest.approx(touched * 3 * 3072 * 1536 * (1.0 + 4 / 4096)
                                   + rows * (2 * 3072 + 3 * 1536) * 2)
     assert flops == 2 * rows * 3 * 3072 * 1536
     one = steps.piece_step("moe", s, batch=16, q=1, ctx=0, gpu=MI355X)

@@ -19,7 +19,7 @@ from speckit.cli._common import handle_errors, print_json, progress_mode
 @click.option("--untrained-k", type=int, default=3, show_default=True)
 @click.option("--endpoint", help="Measure this running vLLM server (never started or stopped).")
 @click.option("--baseline-endpoint", help="A running server without speculation to compare to.")
-@click.option("-c", "--concurrency", default="1,2,4,8", show_default=True,
+@click.option("--concurrency", default="1,2,4,8", show_default=True,
               help="Closed-loop concurrencies (comma-separated; '' for none).")
 @click.option("--request-rate", default="", help="Poisson request rates in requests/s.")
 @click.option("--dataset", default="mixed", show_default=True,
@@ -30,10 +30,12 @@ from speckit.cli._common import handle_errors, print_json, progress_mode
 @click.option("--input-len", type=int, help="Fixed prompt length in tokens (e.g. 1024).")
 @click.option("--output-len", type=int, help="Fixed output length (ignore_eos), e.g. 1024.")
 @click.option("--temperature", default="0", show_default=True, help="e.g. 0,0.7,1.0")
-@click.option("--thinking", type=click.Choice(["off", "on", "both"]), default="off",
+@click.option("--thinking-mode", "thinking", type=click.Choice(["off", "on", "both"]),
+              default="off",
               show_default=True, help="enable_thinking for templates with the switch.")
 @click.option("--seeds", default="0", show_default=True, help="Seeds per cell, e.g. 0,1,2.")
-@click.option("--tp", type=int, default=1, show_default=True, help="Tensor parallel size.")
+@click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True,
+              help="Tensor parallel size.")
 @click.option("--gpus", type=int, help="GPUs of the deployment, for per-GPU tok/s.")
 @click.option("--gpu", help="Catalog GPU for the projected column (speckit plan --gpu names).")
 @click.option("--tokenizer", help="Local tokenizer dir (for --input-len with --endpoint).")
