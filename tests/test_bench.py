@@ -216,8 +216,9 @@ def test_server_dying_mid_run_keeps_the_measured_cells(tmp_path):
 def test_cli_wrong_endpoint_json_error(tmp_path):
     with Stub() as s:
         url = s.url
-    p = subprocess.run([sys.executable, "-m", "speckit", "bench", "--endpoint", url, "--concurrency", "1",
-                        "--json"], capture_output=True, text=True, timeout=120)
+    p = subprocess.run([sys.executable, "-m", "speckit", "bench", "--endpoint", url,
+                        "--concurrency", "1", "--json"], capture_output=True, text=True,
+                       timeout=120)
     assert p.returncode == 6
     assert "no vLLM OpenAI server answers" in json.loads(p.stdout)["error"]
     assert "Traceback" not in p.stderr
