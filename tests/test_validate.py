@@ -226,7 +226,8 @@ def test_cli_exit_codes_before_any_engine(tiny, tmp_path):
 
 
 def test_engine_arg_values_are_json_or_strings():
-    from speckit.cli.validate import _parse_engine_args, _parse_sweep
+    from speckit.cli._common import parse_engine_args as _parse_engine_args
+    from speckit.cli.validate import _parse_sweep
 
     assert _parse_engine_args(("max_model_len=4096", "--enforce-eager=true",
                                "kv_cache_dtype=fp8", 'hf_overrides={"a": 1}')) == {

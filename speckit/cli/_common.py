@@ -105,3 +105,20 @@ def progress_mode(json_mode: bool, quiet: bool) -> bool | str:
     if json_mode or quiet:
         return False
     return True if sys.stderr.isatty() else "lines"
+
+
+def parse_engine_args(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """--engine-arg KEY=VALUE items (validate, bench); values are JSON where they parse."""
+    out = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip().lstrip("-").replace("-", "_")
+        if not sep or not key:
+            raise UsageError(f"--engine-arg {item!r}: expected KEY=VALUE",
+                             hint="e.g. --engine-arg max_model_len=4096 "
+                             "--engine-arg gpu_memory_utilization=0.85")
+        try:
+            out[key] = json.loads(raw)  # numbers, true/false, JSON objects
+        except ValueError:
+            out[key] = raw
+    return out

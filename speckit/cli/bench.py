@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from speckit.cli._common import handle_errors, print_json, progress_mode
+from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
 
 
 @click.command("bench")
@@ -60,7 +60,6 @@ def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpo
     baseline, and the k each concurrency should use (measured beside projected)."""
     from speckit.serving import BenchOptions, bench
     from speckit.serving.options import (
-        parse_engine_args,
         parse_floats,
         parse_ints,
         parse_thinking,

@@ -5,11 +5,9 @@ A thin click shell over speckit.validate.validate; --json prints the ValidationR
 
 from __future__ import annotations
 
-import json
-
 import click
 
-from speckit.cli._common import handle_errors, print_json, progress_mode
+from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
 from speckit.errors import UsageError
 
 
@@ -26,20 +24,6 @@ def _parse_sweep(value: str | None) -> list[int] | None:
     return ks
 
 
-def _parse_engine_args(items: tuple[str, ...]) -> dict:
-    out = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip().lstrip("-").replace("-", "_")
-        if not sep or not key:
-            raise UsageError(f"--engine-arg {item!r}: expected KEY=VALUE",
-                             hint="e.g. --engine-arg max_model_len=4096 "
-                             "--engine-arg gpu_memory_utilization=0.85")
-        try:
-            out[key] = json.loads(raw)  # numbers, true/false, JSON objects
-        except ValueError:
-            out[key] = raw
-    return out
 
 
 def _parse_batches(value: str | None) -> list[int] | None:
@@ -116,7 +100,7 @@ def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_toke
     report = validate(target=target, draft=draft, method=method, k=k, sweep=_parse_sweep(sweep),
                       dataset=dataset, num_prompts=num_prompts, max_tokens=max_tokens,
                       temperature=temperature, seed=seed, thinking=thinking,
-                      concurrency=concurrency, tp=tp, engine_args=_parse_engine_args(engine_arg),
+                      concurrency=concurrency, tp=tp, engine_args=parse_engine_args(engine_arg),
                       compare_draft=compare_draft, out=out, force=force, confirm=not no_confirm,
                       timeout_s=timeout, cpu_threads=cpu_threads or None,
                       batch_sizes=_parse_batches(batch_sizes), serve_gpu=serve_gpu,

@@ -135,20 +135,3 @@ def parse_thinking(value: str) -> list[bool]:
 def dataset_path(name: str) -> str | Path:
     return DATASET_ALIASES.get(name.lower(), name)
 
-
-def parse_engine_args(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """--engine-arg KEY=VALUE items; values are JSON where they parse (numbers, true/false)."""
-    import json
-
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip().lstrip("-").replace("-", "_")
-        if not sep or not key:
-            raise UsageError(f"--engine-arg {item!r}: expected KEY=VALUE",
-                             hint="e.g. --engine-arg max_model_len=4096")
-        try:
-            out[key] = json.loads(raw)
-        except ValueError:
-            out[key] = raw
-    return out
