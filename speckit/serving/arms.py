@@ -18,7 +18,6 @@ from speckit.serving.options import UNTRAINED, Arm, BenchOptions
 
 # vLLM's suffix decoding (arctic-inference's suffix tree): no weights, k is its upper bound.
 # speckit.core.methods has no suffix module yet, so its config is written here and nowhere else.
-SUFFIX_CONFIG = {"method": "suffix"}
 
 
 @dataclass
@@ -81,8 +80,7 @@ def build_arms(dep: Deployment, opts: BenchOptions) -> list[Arm]:
         if name not in UNTRAINED:
             raise UsageError(f"--untrained {name!r}: use {' or '.join(UNTRAINED)}")
         k = opts.untrained_k
-        cfg = (speculative_config(method="ngram", k=k, draft=None) if name == "ngram"
-               else {**SUFFIX_CONFIG, "num_speculative_tokens": k})
+        cfg = speculative_config(method=name, k=k, draft=None)
         arms.append(Arm(f"{name} k={k}", "untrained", k, name, cfg))
     return arms
 
@@ -109,8 +107,7 @@ def arm_serve_line(dep: Deployment, arm: Arm) -> list[str]:
     """The argv of `vllm serve` for this arm (what the report tells users to run)."""
     if arm.spec_config is None:
         return _plain_serve(dep)
-    method = arm.method if arm.method in _methods.METHOD_NAMES else "ngram"  # suffix: no extras
-    return serve_line(target=str(dep.target_path), spec_config=arm.spec_config, method=method,
+    return serve_line(target=str(dep.target_path), spec_config=arm.spec_config, method=arm.method,
                       tp=dep.tp, engine_args=dep.engine_args).argv
 
 

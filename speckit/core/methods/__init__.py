@@ -14,7 +14,8 @@ from typing import Any
 
 from speckit.errors import UsageError
 
-# speckit method name -> module; engine-only methods (draft_model, ngram) have no checkpoint layout
+# speckit method name -> module; engine-only methods (draft_model, ngram, suffix) have no
+# checkpoint layout
 _MODULES = {
     "eagle3": "speckit.core.methods.eagle3",
     "peagle": "speckit.core.methods.peagle",
@@ -25,6 +26,7 @@ _MODULES = {
     "gemma4_assistant": "speckit.core.methods.gemma4_assistant",
     "draft_model": "speckit.core.methods.draft_model",
     "ngram": "speckit.core.methods.ngram",
+    "suffix": "speckit.core.methods.suffix",
 }
 METHOD_NAMES = tuple(_MODULES)
 

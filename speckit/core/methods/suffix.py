@@ -1,0 +1,55 @@
+"""suffix decoding (vLLM through arctic-inference): no draft weights; proposes continuations from
+suffix trees over the prompt and earlier outputs, built on the host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
+from speckit.core.methods.common import check_k_range
+
+
+def default_k(config: dict[str, Any]) -> int | None:
+    return 3
+
+
+def check_k(config: dict[str, Any], k: int) -> None:
+    check_k_range(SPEC.name, k, lo=1)
+
+
+def lookahead_slots(k: int) -> int:
+    return 0
+
+
+def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
+    return {"method": SPEC.vllm_method, "num_speculative_tokens": k}
+
+
+def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
+    return []
+
+
+# ---- structure, description and pairing checks: suffix has no checkpoint ------------------------
+
+def describe(config: dict[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
+    return []
+
+
+def check_config(config: dict[str, Any], *,
+                 target_config: dict[str, Any] | None = None) -> list[Problem]:
+    return []
+
+
+SPEC = spec_from(
+    globals(),
+    name="suffix",
+    vllm_method="suffix",
+    speculators_type=None,
+    parallel=False,
+    has_checkpoint=False,
+    proposes_on_cpu=True,  # host-side suffix trees
+)
