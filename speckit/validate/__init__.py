@@ -235,6 +235,10 @@ def _batch_sizes(given: Sequence[int] | None, *, cpu: bool, concurrency: int) ->
 def _gates(inp: _Inputs, *, tp, eargs, concurrency, cpu_kv_bytes, force,
            warnings: list[str]) -> dict[str, Any] | None:
     """Pairing and memory refusals before any engine starts (also for the compare draft)."""
+    for flag, path, cfg in (("--draft", inp.dpath, inp.dcfg), ("--compare-draft", inp.cpath,
+                                                                inp.ccfg)):
+        if inp.cpu and path is not None:
+            _check_cpu_quant(flag, path, cfg, force=force, warnings=warnings)
     info = _plan_gate(inp.tpath, inp.dpath, inp.mod, inp.k_max, tcfg=inp.tcfg, dcfg=inp.dcfg,
                       tp=tp, eargs=eargs, concurrency=concurrency, cpu=inp.cpu,
                       cpu_kv_bytes=cpu_kv_bytes, force=force, warnings=warnings, name=inp.dname)
@@ -243,6 +247,29 @@ def _gates(inp: _Inputs, *, tp, eargs, concurrency, cpu_kv_bytes, force,
                    tp=tp, eargs=eargs, concurrency=concurrency, cpu=inp.cpu,
                    cpu_kv_bytes=cpu_kv_bytes, force=force, warnings=warnings, name=inp.cname)
     return info
+
+
+def _check_cpu_quant(flag: str, path: Path, cfg: Mapping[str, Any], *, force: bool,
+                     warnings: list[str]) -> None:
+    """A draft quantized with a scheme vLLM's CPU backend refuses (core.quant's cpu_refusal,
+    vLLM's own words recorded by tests/test_quant_vllm.py) stops before any engine starts."""
+    from speckit.core.gpus import catalog
+    from speckit.core.quant import SCHEMES, gpu_support, recognise
+
+    sch = recognise(cfg.get("quantization_config"))
+    if sch is None or not sch.cpu_refusal:
+        return
+    why = (f"{flag} {path} is quantized with {sch.name} ({sch.layout} layout), which vLLM's CPU "
+           f"backend does not serve: {sch.cpu_refusal}")
+    if force:
+        warnings.append(why + " (--force: started anyway)")
+        return
+    gpus = gpu_support(sch, catalog())
+    where = ", ".join(f"{k}: {', '.join(v)}" for k, v in gpus.items() if k != "no" and v)
+    served = " or ".join(f"`{s.flags}`" for s in SCHEMES.values() if not s.cpu_refusal)
+    raise PlanError(why, hint=f"validate it on a GPU whose vLLM serves {sch.vllm_scheme} "
+                    f"({where}); on this machine, compare a copy quantized with {served}; "
+                    "--force starts the engine anyway")
 
 
 def _dirs(out, inp: _Inputs, dataset) -> tuple[Path | None, Path]:

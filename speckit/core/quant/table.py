@@ -137,3 +137,11 @@ def for_flag(family: str, layout: str = "quark", *, static: bool = False, w4a4: 
                          hint="the table: " + ", ".join(f"{s.name} ({s.layout})"
                                                         for s in SCHEMES.values()))
     return found[0]
+
+
+def gpu_support(sch: QuantScheme, gpus) -> dict[str, list[str]]:
+    """The names of ``gpus`` (a catalog) that run ``sch`` "native" / "emulated" / "no"."""
+    out: dict[str, list[str]] = {"native": [], "emulated": [], "no": []}
+    for g in gpus:
+        out[g.format_status(sch.capability)].append(g.name)
+    return out
