@@ -124,7 +124,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     started = time.monotonic()
     sch = core_quant.get(scheme)
     for e in exclude:
-        schemes.check_entry(e)
+        schemes.check_entry(e, regex=sch.exclude_regex)
     dev = _check_device(device)
     src_path = Path(src).expanduser()
     ckpt = _open(src_path, allow_external_links=allow_external_links)
