@@ -85,7 +85,8 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         _NVFP4_KERNELS,
         ct.config("nvfp4-pack-quantized", ct.NVFP4_WEIGHTS, None),
         ct.recogniser("nvfp4-pack-quantized", ct.NVFP4_WEIGHTS, None),
-        in_features_multiple=16, group_global_scale=True, reference="compressed-tensors 0.17",
+        in_features_multiple=16, group_global_scale=True, native_matmul=False,
+        reference="compressed-tensors 0.17",
         flags="--nvfp4", cpu_refusal=_NVFP4_CPU),
     QuantScheme(
         "nvfp4-modelopt", "modelopt", "nvfp4_mo", "nvfp4",
@@ -95,7 +96,8 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
             TensorOut(".weight_scale_2", "F32", "scalar")),
         "ModelOptLinearMethod (W4A16_NVFP4)", _NVFP4_KERNELS,
         mo.config("W4A16_NVFP4", mo.NVFP4_WEIGHTS), mo.recogniser("W4A16_NVFP4"),
-        in_features_multiple=16, group_global_scale=True, reference="nvidia-modelopt 0.47",
+        in_features_multiple=16, group_global_scale=True, native_matmul=False,
+        reference="nvidia-modelopt 0.47",
         flags="--nvfp4 --format modelopt", cpu_refusal=_NVFP4_CPU, exclude_regex=False),
 )}
 
