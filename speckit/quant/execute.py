@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import importlib
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +27,6 @@ from speckit.quant import schemes
 from speckit.quant.plan import Item, looks_linear, prior_quantization
 
 DEFAULT_SHARD_BYTES = 5 * 10**9
-
-
-_COPY_CHUNK = 16 * 1024 * 1024
 
 
 @dataclass
@@ -102,15 +98,12 @@ def write_tensors(tmp: Path, ckpt: Checkpoint, mod, items: list[Item], sch: Sche
     reports: list[TensorReport] = []
     specs = [o for it in items for o in it.outputs]
     total_in = sum(it.info.nbytes for it in items if it.action != "drop")
-    writer = _Writer(tmp, specs, max_shard_bytes=max_shard_bytes)
-    try:
+    with CheckpointWriter(tmp, specs, max_shard_bytes=max_shard_bytes) as writer:
         with _progress(progress, total_in, f"quantize {mod.name} -> {sch.name}") as tick, \
                 _threads(dev):
             _execute(ckpt, items, sch, writer, dev, reports, input_amax, requant, tick)
-    except BaseException:
-        writer.abort()
-        raise
-    return writer.close(), reports
+        files = writer.close()
+    return files, reports
 
 
 def tensor_summary(items: list[Item], reports: list[TensorReport]) -> dict[str, Any]:
@@ -126,49 +119,7 @@ def tensor_summary(items: list[Item], reports: list[TensorReport]) -> dict[str, 
     }
 
 
-class _Writer(CheckpointWriter):
-    """CheckpointWriter plus a byte-range copy, so kept tensors never pass through torch."""
-
-    def copy_range(self, name: str, src_file: Path, begin: int, nbytes: int) -> None:
-        slot = self.slots.get(name)
-        if slot is None or name in self._written or slot.info.nbytes != nbytes:
-            raise FormatError(f"writer: cannot copy {name!r} (undeclared, written or resized)")
-        fh, data_start = self._handles[slot.file]
-        fh.flush()
-        with open(src_file, "rb") as src:
-            dst_fd, src_fd = fh.fileno(), src.fileno()
-            done = 0
-            while done < nbytes:
-                want = min(_COPY_CHUNK * 4, nbytes - done)
-                try:
-                    n = os.copy_file_range(src_fd, dst_fd, want, begin + done,
-                                           data_start + slot.begin + done)
-                except (AttributeError, OSError):
-                    n = _copy_plain(src, fh, begin + done, data_start + slot.begin + done, want)
-                if n <= 0:
-                    raise FormatError(f"{src_file}: ended inside tensor {name!r}",
-                                      hint="the file is truncated; re-fetch it")
-                done += n
-        self._written.add(name)
-
-    def abort(self) -> None:
-        for fh, _ in self._handles.values():
-            try:
-                fh.close()
-            except OSError:
-                pass
-
-
-def _copy_plain(src, fh, src_off: int, dst_off: int, n: int) -> int:
-    src.seek(src_off)
-    data = src.read(min(n, _COPY_CHUNK))
-    fh.seek(dst_off)
-    fh.write(data)
-    fh.flush()
-    return len(data)
-
-
-def _execute(ckpt: Checkpoint, items: list[Item], sch: Scheme, writer: _Writer, dev: str,
+def _execute(ckpt: Checkpoint, items: list[Item], sch: Scheme, writer: CheckpointWriter, dev: str,
              reports: list[TensorReport], input_amax: dict[str, float], requant: dict | None,
              tick) -> None:
     group_amax = _group_amax(ckpt, items, requant, dev) if sch.group_global_scale else {}
@@ -261,7 +212,7 @@ def _load(ckpt: Checkpoint, info: TensorInfo, it: Item, requant: dict | None, de
     return fp8.dequantize(t, scale, dtype=dtype)
 
 
-def _quantize_one(it: Item, w, sch: Scheme, writer: _Writer, input_amax: dict[str, float],
+def _quantize_one(it: Item, w, sch: Scheme, writer: CheckpointWriter, input_amax: dict[str, float],
                   group_amax=None) -> TensorReport:
     from speckit.quant.chunks import ErrorStats
 

@@ -16,6 +16,7 @@ from speckit.io.checkpoint import (
     FLOAT_DTYPES,
     Checkpoint,
     TensorInfo,
+    read_ints,
 )
 from speckit.quant import schemes
 
@@ -72,7 +73,6 @@ def _check_vocab_maps(ckpt: Checkpoint) -> None:
     if "d2t" not in ckpt.tensors and "t2d" not in ckpt.tensors:
         return
     from speckit.convert.common import selected_ids
-    from speckit.convert.moves import read_ints
     from speckit.core import hfconfig
     from speckit.core.methods.common import layer_config
 
@@ -114,7 +114,6 @@ def _method(ckpt: Checkpoint):
                          hint="vLLM serves MTP heads from inside the target checkpoint; quantize "
                          "the target instead")
     return mod, layout
-
 
 
 def open_source(path: Path, *, allow_external_links: bool = False):
