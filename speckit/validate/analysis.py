@@ -20,6 +20,7 @@ from speckit.core.metrics import (
     ratio_stderr,
 )
 from speckit.io.engine import EngineRun
+from speckit.io.host import probe_kernel
 from speckit.validate.inputs import Inputs
 from speckit.validate.report import (
     RunSummary,
@@ -116,14 +117,12 @@ def calibrate_sweep(sw: SweepReport, base: EngineRun, main: EngineRun, conf: Eng
 @functools.cache
 def _probe_kernel(fmt: str):
     """One timed probe per format and process, so every decision in a run agrees."""
-    from speckit.doctor import probe_kernel
-
     return probe_kernel(fmt)
 
 
 def emulated_quant(cfg: Mapping[str, Any]) -> str | None:
     """Why a quantized draft cannot be timed here: its low-precision matmul is emulated on this
-    machine (a timed probe, speckit.doctor.probe_kernel), else None."""
+    machine (a timed probe, speckit.io.host.probe_kernel), else None."""
     from speckit.core.quant import recognise
 
     sch = recognise(cfg.get("quantization_config"))  # None: not a scheme speckit knows

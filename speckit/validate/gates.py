@@ -5,14 +5,12 @@ verdict for this machine (also for the compare draft).
 from __future__ import annotations
 
 import importlib
-import importlib.metadata
 import json
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 from speckit.errors import PlanError, SpeckitError
+from speckit.io import host
 from speckit.validate.inputs import Inputs
 
 
@@ -29,29 +27,6 @@ def check_gates(inp: Inputs, *, tp, eargs, concurrency, cpu_kv_bytes, force,
     return info
 
 
-def _local_gpu(cpu: bool):
-    from speckit.core.gpus import custom_gpu
-
-    if cpu:
-        try:
-            import os
-
-            mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        except (ValueError, OSError, AttributeError):
-            mem = 16 << 30
-        return custom_gpu(mem / (1 << 30), vendor="cpu"), "cpu"
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=memory.total",
-                                  "--format=csv,noheader,nounits"], capture_output=True,
-                                 text=True, timeout=20, check=False)
-            mib = float(out.stdout.split()[0])
-            return custom_gpu(mib / 1024, vendor="nvidia"), "cuda"
-        except (OSError, ValueError, IndexError, subprocess.SubprocessError):
-            return None, "cuda"
-    return None, "rocm"
-
-
 def _plan_gate(tpath: Path, dpath: Path | None, mod, k: int, *, tcfg, dcfg, tp: int,
                eargs: dict[str, Any], concurrency: int, cpu: bool, cpu_kv_bytes: int,
                force: bool, warnings: list[str], name: str | None) -> dict[str, Any] | None:
@@ -65,7 +40,7 @@ def _plan_gate(tpath: Path, dpath: Path | None, mod, k: int, *, tcfg, dcfg, tp: 
     if dpath is not None and mod.has_checkpoint:
         planmod.check_pairing(tcfg, dcfg, mod, draft=name or str(dpath))
         _check_tokenizers(tpath, dpath, name=name)
-    gpu, plat = _local_gpu(cpu)
+    gpu, plat = host.local_gpu(cpu)
     if gpu is None:
         warnings.append("could not read the GPU memory size: the memory check was skipped")
         return None

