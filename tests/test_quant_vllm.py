@@ -331,7 +331,12 @@ def engine_runs(tmp_path_factory):
     if not (root / "out.json").exists():
         pytest.fail(f"vLLM child wrote no result (rc {proc.returncode}):\n{log[-4000:]}")
     reports = {"eagle3": r_eagle, "draft_model": r_lm, "eagle3-fp8-ct": r_ct}
-    return json.loads((root / "out.json").read_text()), log, reports
+    results = json.loads((root / "out.json").read_text())
+    for stream in (proc.stdout, proc.stderr):
+        for part in stream.split("speckit-quant-vllm-run: ")[1:]:  # the child's run markers
+            name, _, text = part.partition("\n")
+            results[name]["log"] = results[name].get("log", "") + text
+    return results, log, reports
 
 
 @pytest.mark.parametrize("run", ["eagle3", "draft_model", "eagle3-fp8-ct"])
@@ -372,7 +377,7 @@ def test_vllm_cpu_refuses_nvfp4_and_names_the_gpu_kernel(engine_runs, scheme):
     results, log, _ = engine_runs
     res = results[f"eagle3-{scheme}"]
     assert not res["ok"]
-    said = res.get("error", "") + res.get("traceback", "")
+    said = res.get("log", "") + res.get("error", "") + res.get("traceback", "")
     assert "Forced NVFP4 kernel MarlinNvFp4LinearKernel is not supported: Marlin FP4 not " \
         "available" in said
     sch = core_quant.get(scheme)
