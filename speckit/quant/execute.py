@@ -203,13 +203,8 @@ def _load(ckpt: Checkpoint, info: TensorInfo, it: Item, requant: dict | None, de
 
     scale = _read(ckpt, ckpt.tensors[it.companions[0]]).to(t.device)
     dtype = code_to_torch(requant["dtype"])
-    if requant["kind"] == "mxfp4":
-        from speckit.quant import mxfp4
-
-        return mxfp4.dequantize(t, scale, dtype=dtype)
-    from speckit.quant import fp8
-
-    return fp8.dequantize(t, scale, dtype=dtype)
+    numerics = importlib.import_module(f"speckit.quant.{requant['numerics']}")
+    return numerics.dequantize(t, scale, dtype=dtype)
 
 
 def _quantize_one(it: Item, w, sch: Scheme, writer: CheckpointWriter, input_amax: dict[str, float],

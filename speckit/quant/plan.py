@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core import quant as core_quant
 from speckit.core.quant import QuantScheme as Scheme
-from speckit.core.quant.quark import weight_kind
+from speckit.core.quant.quark import weight_numerics
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
     FLOAT_DTYPES,
@@ -160,23 +161,22 @@ def prior_quantization(ckpt: Checkpoint) -> str | None:
 
 
 def _requant_source(ckpt: Checkpoint, prior: str) -> dict[str, Any]:
-    """What --force needs to dequantize: only Quark MXFP4/FP8 layouts (speckit's own output)."""
+    """What --force needs to dequantize: the numerics of a table scheme whose Linear is `.weight`
+    plus one `.weight_scale` (MXFP4, FP8 in either layout), or of a Quark global weight spec."""
     q = ckpt.config.get("quantization_config")
-    if not isinstance(q, dict) or q.get("quant_method") != "quark":
-        raise FormatError(f"{ckpt.path} is already quantized ({prior}), and not in a Quark "
-                          "layout speckit can dequantize",
-                          hint="--force re-quantizes only Quark MXFP4/FP8 checkpoints; start "
-                          "from the unquantized checkpoint")
-    glob = q.get("global_quant_config") or {}
-    kind = weight_kind(glob.get("weight"))
-    if kind is None or q.get("layer_quant_config"):
-        raise FormatError(f"{ckpt.path}: its Quark config ({glob.get('weight')}) is not one "
-                          "speckit can dequantize (MXFP4 or FP8 E4M3, one global config)",
-                          hint="start from the unquantized checkpoint")
+    sch = core_quant.recognise(q)
+    found = (sch.numerics, sch.tensors[0].shape == "packed4") if sch is not None and \
+        [t.suffix for t in sch.tensors] == [".weight", ".weight_scale"] else weight_numerics(q)
+    if found is None:
+        raise FormatError(f"{ckpt.path} is already quantized ({prior}), and not in a layout "
+                          "speckit can dequantize",
+                          hint="--force re-quantizes MXFP4 / FP8 checkpoints in the Quark or "
+                          "compressed-tensors layout (one config for every layer); start from the "
+                          "unquantized checkpoint")
     floats = [i.dtype for i in ckpt.tensors.values() if i.dtype in FLOAT_DTYPES]
     dtype = _config_dtype(ckpt.config) or (max(set(floats), key=floats.count) if floats
                                            else "BF16")
-    return {"kind": kind, "dtype": dtype}
+    return {"numerics": found[0], "packed": found[1], "dtype": dtype}
 
 
 def _config_dtype(config: dict[str, Any]) -> str | None:
@@ -403,7 +403,7 @@ def _example_names(mod, ckpt: Checkpoint, target_layers: int | None) -> list[str
 
 
 def _dequant_shape(info: TensorInfo, requant: dict) -> tuple[int, ...]:
-    if requant["kind"] == "mxfp4" and len(info.shape) == 2:
+    if requant["packed"] and len(info.shape) == 2:
         return (info.shape[0], info.shape[1] * 2)
     return info.shape
 
