@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from published_points import FIT_CONCURRENCIES, SERIES, Series
+from published_points import FIT_CONCURRENCIES, FIT_KS, SERIES, Series
 
 from speckit.core.gpus import get_gpu
 from speckit.core.plan import engine as _engine
@@ -58,11 +58,19 @@ def model_of(s: Series, eng: _engine.EngineCosts) -> StepModel:
                      _engine.IDEAL if s.engine == "torch" else eng)
 
 
+def point_ks(s: Series) -> list[int]:
+    return list(s.point_k) if s.point_k else [s.k] * len(s.points)
+
+
 def project(eng: _engine.EngineCosts) -> dict[str, tuple[float, list[float]]]:
     """series -> (AL used, projected ratio per point)."""
     out: dict[str, tuple[float, list[float]]] = {}
     for s in SERIES:
         m = model_of(s, eng)
+        if s.point_al:
+            out[s.name] = (s.point_al[0], [m.ratio(b, k, a, s.ctx) for (b, _), k, a in
+                                           zip(s.points, point_ks(s), s.point_al, strict=True)])
+            continue
         if s.acceptance is not None:
             al = al_from_per_position(s.acceptance, s.k)
         elif s.al_from:
@@ -80,8 +88,10 @@ def project(eng: _engine.EngineCosts) -> dict[str, tuple[float, list[float]]]:
 
 def role(s: Series, i: int) -> str:
     b = s.points[i][0]
-    if s.acceptance is None and not s.al_from and i == 0:
+    if s.acceptance is None and not s.al_from and not s.point_al and i == 0:
         return "AL"
+    if s.name in FIT_KS:
+        return "fit" if point_ks(s)[i] in FIT_KS[s.name] else "held-out"
     return "fit" if b in FIT_CONCURRENCIES.get(s.name, ()) else "held-out"
 
 
