@@ -154,6 +154,19 @@ SERIES = [
 
 # which concurrencies the engine terms are fitted on; every other point is held out
 FIT_CONCURRENCIES = {"kimi-bf16-draft": (4, 16, 64), "minimax-m2.5": (4, 16, 64),
-                     "llama8b-sglang-h100": (2, 16, 64), "llama8b-vllm-h100-k": (1,)}
+                     "llama8b-sglang-h100": (2, 16, 64), "llama8b-vllm-h100-k": (1,),
+                     "qwen3moe-sglang-h100": (1,)}
 # series whose fit points are picked by k instead (a k sweep at one concurrency)
 FIT_KS = {"llama8b-vllm-h100-k": (2, 4, 7)}
+
+# Absolute plain-step times the same sources print (seconds per decode step without
+# speculation), printed beside the model's as a check on the size of the engine terms:
+# (engine class, GPU, TP, target config, batch, ctx, seconds, source)
+ANCHORS = [
+    ("vllm", "H100", 1, LLAMA31_8B, 1, 512, 7.07e-3,
+     VLLM_20780 + ": vanilla TPOT 7.07 ms"),
+    ("sglang", "H100", 1, LLAMA31_8B, 1, 512, 1 / 158.34,
+     EAGLE3_PAPER + ", Table 4: SGLang without speculation, 158.34 tokens/s at batch 1"),
+    ("sglang", "H100", 2, QWEN3_30B_A3B, 1, 512, 1 / 222.47,
+     SPECFORGE_339 + ": base 222.47 tokens/s at bs 1"),
+]

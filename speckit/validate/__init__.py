@@ -63,7 +63,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
              force: bool = False, confirm: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
              cpu_kv_bytes: int = 1 << 30, cpu_threads: int | None = 1, progress: bool = False,
              baseline: EngineRun | None = None, batch_sizes: Sequence[int] | None = None,
-             serve_gpu: str | None = None, serve_tp: int = 1,
+             serve_gpu: str | None = None, serve_tp: int = 1, serve_profile: str | None = None,
              compare_acceptance_only: bool | None = None, compare_budget_s: float = 90.0,
              on_event: Callable[[str, dict[str, Any]], None] | None = None) -> ValidationReport:
     """Validate ``draft`` (or a draft-free method such as ngram) for ``target`` on vLLM.
@@ -99,8 +99,8 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
     with ctx.bar:
         r = _engines(ctx, baseline=baseline, sweep=bool(sweep), confirm=confirm,
                      batches=batches, serve_gpu=serve_gpu, serve_tp=serve_tp,
-                     acceptance_only=compare_acceptance_only, budget_s=compare_budget_s,
-                     warnings=warnings)
+                     serve_profile=serve_profile, acceptance_only=compare_acceptance_only,
+                     budget_s=compare_budget_s, warnings=warnings)
     if outdir is None:  # no --out: leave nothing behind (a failure above keeps its logs)
         shutil.rmtree(workdir, ignore_errors=True)
         for s in r.runs:
@@ -282,7 +282,7 @@ def _spec_run(ctx: _RunCtx, base: EngineRun, label: str, role: str, draft_path: 
 
 def _engines(ctx: _RunCtx, *, baseline, sweep: bool, confirm: bool, batches: list[int],
              serve_gpu: str | None, serve_tp: int, acceptance_only: bool | None,
-             budget_s: float, warnings: list[str]) -> _Runs:
+             budget_s: float, warnings: list[str], serve_profile: str | None = None) -> _Runs:
     inp = ctx.inp
     probe = {"batch_probe": batches or None}
     base = _baseline(ctx, baseline, probe)
@@ -292,7 +292,7 @@ def _engines(ctx: _RunCtx, *, baseline, sweep: bool, confirm: bool, batches: lis
     sw = _sweep(base, main, main_rep, inp.mod, inp.ks, warnings) if sweep else None
     final_k = sw.recommended_k if sw else inp.k_max
     conc = _concurrency(ctx, base, main, main_rep, serve_gpu=serve_gpu, serve_tp=serve_tp,
-                        warnings=warnings) if batches else None
+                        warnings=warnings, serve_profile=serve_profile) if batches else None
     final_cfg = _spec_cfg(ctx, inp.dpath, inp.dcfg, final_k)
     # the spec-config carries the serving schedule (--serve-gpu, else this machine's); the
     # confirmation engine runs this machine's, the one its counters can check
@@ -325,7 +325,8 @@ def _baseline(ctx: _RunCtx, baseline: EngineRun | None, probe: dict[str, Any]) -
 
 
 def _concurrency(ctx: _RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRunReport, *,
-                 serve_gpu: str | None, serve_tp: int, warnings: list[str]):
+                 serve_gpu: str | None, serve_tp: int, warnings: list[str],
+                 serve_profile: str | None = None):
     from speckit.validate import concurrency as C
 
     inp = ctx.inp
@@ -343,7 +344,8 @@ def _concurrency(ctx: _RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecR
     if serve_gpu:
         C.project_serve(rep, gpu=serve_gpu, tp=serve_tp, method=inp.mod.name,
                         target_config=inp.tcfg, draft_config=inp.dcfg or None,
-                        draft_tensors=tensors, per_position=main_rep.per_position)
+                        draft_tensors=tensors, per_position=main_rep.per_position,
+                        profile=serve_profile)
     return rep
 
 
