@@ -145,8 +145,8 @@ def test_engine_terms_apply_on_nvidia_too():
     # the same deployment projects a lower ratio with them than with ideal steps, on both
     from speckit.speed import project_speed
 
-    kw = dict(target_config=LLAMA8B, method="draft_model", draft_config=LLAMA1B,
-              acceptance=[0.7, 0.5, 0.35], contexts=[1024], max_batch=64)
+    kw = {"target_config": LLAMA8B, "method": "draft_model", "draft_config": LLAMA1B,
+          "acceptance": [0.7, 0.5, 0.35], "contexts": [1024], "max_batch": 64}
     for g in ("H100", "MI355X"):
         real = project_speed(gpu=get_gpu(g), **kw).tables[0]
         ideal = project_speed(gpu=get_gpu(g), engine=engine.IDEAL, **kw).tables[0]
