@@ -78,6 +78,9 @@ PROFILE_BOUNDS = {**BOUNDS, "flop_frac_large": (1e-3, 2.0), "moe_layer_overhead_
                   "mla_flop_frac": (1e-3, 2.0)}
 
 
+PRIOR_WEIGHT = 0.05  # per e-fold away from the shipped constant
+
+
 def model_seconds(p: ProbePoint, gpu: GPU, c: _steps.StepConstants) -> float:
     c = replace(c, gqa_pack="always" if p.packed else "decode")
     return _steps.piece_step(p.kind, PROBE_SHAPES[p.shape], batch=p.batch, q=p.q, ctx=p.ctx,
@@ -107,7 +110,9 @@ def fit_profile(points: Sequence[ProbePoint], gpu: GPU, *, start: _steps.StepCon
 
     def residuals(vals: Mapping[str, float]) -> list[float]:
         c = replace(base, **vals)
-        return [math.log(model_seconds(p, gpu, c) / p.seconds) for p in good]
+        # a weak pull towards the shipped fit holds a constant no probe point pins down
+        return [math.log(model_seconds(p, gpu, c) / p.seconds) for p in good] + [
+            PRIOR_WEIGHT * math.log(vals[f] / getattr(base, f)) for f in PROFILE_FIELDS]
 
     best = fit_log_params(residuals, {f: getattr(base, f) for f in PROFILE_FIELDS},
                           PROFILE_BOUNDS, what="the calibration timings")
