@@ -166,8 +166,8 @@ def test_engine_file_names_unknown_engine(tmp_path):
 
 def test_calibrate_fit_on_recorded_h200_timings():
     raw = json.loads((RESULTS / "calibrate_h200_raw.json").read_text())
-    pts = [calib.ProbePoint(p["kind"], p["shape"], p["batch"], p["q"], p["ctx"], p["seconds"])
-           for p in raw["points"]]
+    pts = [calib.ProbePoint(p["kind"], p["shape"], p["batch"], p["q"], p["ctx"], p["seconds"],
+                            p.get("packed", True)) for p in raw["points"]]
     prof = calib.fit_profile(pts, get_gpu("H200"), start=steps.load_constants(), source="test")
     assert prof.median_error < 0.06
     moe = [abs(e) for p, e in zip(prof.points, prof.error, strict=True) if p.kind == "moe"]
