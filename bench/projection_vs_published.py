@@ -117,35 +117,31 @@ def role(s: Series, i: int) -> str:
     return "fit" if b in FIT_CONCURRENCIES.get(s.name, ()) else "held-out"
 
 
-def _split(vals: dict[str, float]) -> Engines:
-    return {e: _engine.EngineCosts(**{n: vals[f"{e}.{n}"] for n in START}) for e in
-            _engine.ENGINES}
-
-
 def fit() -> Engines:
-    """Both engines' terms at once over the fit points and a weak prior (the ANCHORS are
-    printed, not fitted: the plain-torch passes already run slower than the engines' kernels
-    at batch 1, see docs/plan.md)."""
-    start = {f"{e}.{n}": v for e in _engine.ENGINES for n, v in START.items()}
-    bounds = {f"{e}.{n}": v for e in _engine.ENGINES for n, v in BOUNDS.items()}
-
+    """One set of terms over the fit points of every engine's sources and a weak prior: the
+    published points do not separate vLLM's terms from SGLang's (a set each left SGLang's
+    terms at implausible values and its Table 3 AL at k+1), so both engines share it. (The
+    ANCHORS are printed, not fitted: plain-torch passes already run slower than the engines'
+    kernels at batch 1, see docs/plan.md.)"""
     def residuals(vals):
-        engines = _split(vals)
-        proj = project(engines)
+        one = _engine.EngineCosts(**vals)
+        proj = project(dict.fromkeys(_engine.ENGINES, one))
         data = [math.log(proj[s.name][1][i] / s.points[i][1]) for s in SERIES
                 for i in range(len(s.points)) if role(s, i) == "fit"]
-        return data + [PRIOR_WEIGHT * math.log(vals[n] / start[n]) for n in start]
+        return data + [PRIOR_WEIGHT * math.log(vals[n] / START[n]) for n in START]
 
-    best = fit_log_params(residuals, start, bounds, what="the published ratios")
-    return {e: replace(c, source=f"fitted to published {e} ratios and step times by "
-                       "bench/projection_vs_published.py") for e, c in _split(best).items()}
+    best = fit_log_params(residuals, START, BOUNDS, what="the published ratios")
+    one = _engine.EngineCosts(**best, source="fitted to published vLLM and SGLang ratios on "
+                              "MI355X, H100 and A100 by bench/projection_vs_published.py")
+    return dict.fromkeys(_engine.ENGINES, one)
 
 
 def report(engines: Engines) -> dict[str, list[float]]:
     proj = project(engines)
-    for e, eng in engines.items():
-        print(f"{e} engine terms: " + ", ".join(f"{f}={getattr(eng, f) * 1e6:.3g} us"
-                                               for f in _engine.ENGINE_FIELDS))
+    for eng in dict.fromkeys(engines.values()):
+        names = "/".join(e for e, x in engines.items() if x == eng)
+        print(f"{names} engine terms: " + ", ".join(f"{f}={getattr(eng, f) * 1e6:.3g} us"
+                                                   for f in _engine.ENGINE_FIELDS))
     for (cls, g, tp, _, b, _ctx, sec, src), (m, _) in zip(ANCHORS, anchors(engines),
                                                          strict=True):
         print(f"anchor {cls} {g} TP={tp} B={b}: plain step published {sec * 1e3:.2f} ms, "
@@ -184,12 +180,13 @@ def main() -> None:
     engines = dict.fromkeys(_engine.ENGINES, _engine.IDEAL) if a.ideal else fit()
     report(engines)
     if a.write_engine and not a.ideal:
-        _engine.save_engines(engines, _engine.ENGINE_PATH, extra={
-            "fitted_on": {e: sorted({f"{s.gpu} ({s.engine})" for s in SERIES
-                                     if engine_class(s.engine) == e}) for e in engines},
-            "notes": "fitted by bench/projection_vs_published.py to the fit points of "
-                     "bench/published_points.py (FIT_CONCURRENCIES, FIT_KS) and its ANCHORS; "
-                     "applied on every GPU; bench/results/projection_vs_published.txt"})
+        _engine.save_engine(engines["vllm"], _engine.ENGINE_PATH, extra={
+            "fitted_on": sorted({f"{s.gpu} ({s.engine})" for s in SERIES
+                                 if any(role(s, i) == "fit" for i in range(len(s.points)))}),
+            "notes": "one set for every engine and GPU, fitted by "
+                     "bench/projection_vs_published.py to the fit points of "
+                     "bench/published_points.py (FIT_CONCURRENCIES, FIT_KS); "
+                     "bench/results/projection_vs_published.txt"})
         print(f"wrote {_engine.ENGINE_PATH.relative_to(ROOT)}")
 
 

@@ -15,10 +15,11 @@ token_s: per generated token (output processing, detokenizing, stop checks, per-
 spec_step_s: rejection sampler and proposer bookkeeping once per speculative step.
 draft_pass_s: per drafter forward pass (the proposer launches each pass on its own).
 The values are fitted to published throughput ratios by bench/projection_vs_published.py
-(speckit/data/engine_costs.json), one set per serving engine ("vllm", "sglang"), each fitted on
-sources from both GPU vendors where there are some and applied on every GPU: they are host-side
-and launch costs (scheduler, sampler, bookkeeping, kernel tails), which the GPU's rates do not
-scale. "ideal" (all zero) is what plain torch + CUDA graphs measure.
+(speckit/data/engine_costs.json): one set, fitted on vLLM and SGLang sources on AMD and NVIDIA
+GPUs together and applied to every engine and GPU -- they are host-side and launch costs
+(scheduler, sampler, bookkeeping, kernel tails), which a GPU's rates do not scale. A file may
+instead hold one set per engine ("engines": {"vllm": ..., "sglang": ...}). "ideal" (all zero) is
+what plain torch + CUDA graphs measure.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def load_engine(path: str | Path | None = None, *, engine: str = "vllm") -> Engi
         return IDEAL
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FormatError(f"{p}: not valid JSON ({e})") from e
-    sets = raw.get("engines") or {"vllm": raw.get("engine", raw)}
+    sets = raw.get("engines") or dict.fromkeys(ENGINES, raw.get("engine", raw))
     if engine not in sets:
         raise FormatError(f"{p}: no engine terms for {engine!r}",
                           hint="fitted engines: " + ", ".join(sorted(sets)))
@@ -81,10 +82,9 @@ def load_engine(path: str | Path | None = None, *, engine: str = "vllm") -> Engi
     return EngineCosts(**vals)
 
 
-def save_engines(sets: dict[str, EngineCosts], path: Path, *,
-                 extra: dict[str, Any] | None = None) -> None:
-    path.write_text(json.dumps({"engines": {n: asdict(e) for n, e in sets.items()},
-                                **(extra or {})}, indent=2) + "\n")
+def save_engine(e: EngineCosts, path: Path, *, extra: dict[str, Any] | None = None) -> None:
+    """Write one set of terms for every engine."""
+    path.write_text(json.dumps({"engine": asdict(e), **(extra or {})}, indent=2) + "\n")
 
 
-__all__ = ["ENGINES", "ENGINE_FIELDS", "IDEAL", "EngineCosts", "load_engine", "save_engines"]
+__all__ = ["ENGINES", "ENGINE_FIELDS", "IDEAL", "EngineCosts", "load_engine", "save_engine"]
