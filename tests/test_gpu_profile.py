@@ -53,3 +53,18 @@ def test_default_location_profile_is_used_and_doctor_lists_it(tmp_path, monkeypa
     assert "NVIDIA H200" in profiles[0]
     res = CliRunner().invoke(main, ["doctor", "--no-probe"], catch_exceptions=False)
     assert f"GPU profile: {d / 'H200.json'}" in res.output
+
+
+def test_validate_serve_projection_is_plans_model(tmp_path, monkeypatch):
+    # one model everywhere: validate --serve-gpu's table is project_speed's (what plan prints)
+    from speckit.core.gpus import get_gpu
+    from speckit.core.jsonable import to_jsonable
+    from speckit.speed import project_speed
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    plan = to_jsonable(project_speed(target_config=LLAMA8B, method="draft_model",
+                                     draft_config=LLAMA1B, acceptance=[0.7, 0.5, 0.35],
+                                     gpu=get_gpu("H200"), max_batch=64))
+    serve = _serve()
+    assert serve["tables"] == plan["tables"] and serve["schedule"] == plan["schedule"]
+    assert "engine overhead per step (fitted to published" in " ".join(serve["assumptions"])
