@@ -79,6 +79,9 @@ def _parse_batches(value: str | None) -> list[int] | None:
               "use it in the spec-config and serve line.")
 @click.option("--serve-tp", type=int, default=1, show_default=True,
               help="Tensor parallel size of the serving deployment (with --serve-gpu).")
+@click.option("--gpu-profile", type=click.Path(dir_okay=False, exists=True),
+              help="A GPU profile from speckit calibrate for the --serve-gpu projection "
+              "(default: the one calibrate wrote for that GPU, else the shipped H200 fit).")
 @click.option("--compare-acceptance-only/--compare-timed", default=None,
               help="Time the compare draft or measure its acceptance only (default: acceptance "
               "only when its quantized matmuls are emulated on this machine).")
@@ -90,7 +93,7 @@ def _parse_batches(value: str | None) -> list[int] | None:
 def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_tokens, temperature,
                  seed, thinking, concurrency, tp, engine_arg, compare_draft, out, force,
                  no_confirm, cpu_threads, timeout, batch_sizes, serve_gpu, serve_tp,
-                 compare_acceptance_only, compare_budget, json_mode, quiet):
+                 gpu_profile, compare_acceptance_only, compare_budget, json_mode, quiet):
     """Measure acceptance (AL, per position), throughput vs baseline and losslessness on vLLM.
 
     Writes the --speculative-config and the `vllm serve` line for the measured (or best) k.
@@ -104,7 +107,8 @@ def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_toke
                       compare_draft=compare_draft, out=out, force=force, confirm=not no_confirm,
                       timeout_s=timeout, cpu_threads=cpu_threads or None,
                       batch_sizes=_parse_batches(batch_sizes), serve_gpu=serve_gpu,
-                      serve_tp=serve_tp, compare_acceptance_only=compare_acceptance_only,
+                      serve_tp=serve_tp, serve_profile=gpu_profile,
+                      compare_acceptance_only=compare_acceptance_only,
                       compare_budget_s=compare_budget,
                       progress=progress_mode(json_mode, quiet))
     if json_mode:

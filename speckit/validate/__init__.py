@@ -34,7 +34,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
              force: bool = False, confirm: bool = True, timeout_s: float = DEFAULT_TIMEOUT_S,
              cpu_kv_bytes: int = 1 << 30, cpu_threads: int | None = 1, progress: bool = False,
              baseline: EngineRun | None = None, batch_sizes: Sequence[int] | None = None,
-             serve_gpu: str | None = None, serve_tp: int = 1,
+             serve_gpu: str | None = None, serve_tp: int = 1, serve_profile: str | None = None,
              compare_acceptance_only: bool | None = None, compare_budget_s: float = 90.0,
              on_event: Callable[[str, dict[str, Any]], None] | None = None) -> ValidationReport:
     """Validate ``draft`` (or a draft-free method such as ngram) for ``target`` on vLLM.
@@ -71,7 +71,7 @@ def validate(*, target: str, draft: str | None = None, method: str | None = None
         r = run_engines(ctx, baseline=baseline, sweep=bool(sweep), confirm=confirm,
                         batches=batches, serve_gpu=serve_gpu, serve_tp=serve_tp,
                         acceptance_only=compare_acceptance_only, budget_s=compare_budget_s,
-                        warnings=warnings)
+                        warnings=warnings, serve_profile=serve_profile)
     if outdir is None:  # no --out: leave nothing behind (a failure above keeps its logs)
         shutil.rmtree(workdir, ignore_errors=True)
         for s in r.runs:

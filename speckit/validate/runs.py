@@ -78,7 +78,7 @@ def _spec_run(ctx: RunCtx, base: EngineRun, label: str, role: str, draft_path: P
 
 def run_engines(ctx: RunCtx, *, baseline, sweep: bool, confirm: bool, batches: list[int],
                 serve_gpu: str | None, serve_tp: int, acceptance_only: bool | None,
-                budget_s: float, warnings: list[str]) -> Runs:
+                budget_s: float, warnings: list[str], serve_profile: str | None = None) -> Runs:
     inp = ctx.inp
     probe = {"batch_probe": batches or None}
     base = _baseline(ctx, baseline, probe)
@@ -88,7 +88,7 @@ def run_engines(ctx: RunCtx, *, baseline, sweep: bool, confirm: bool, batches: l
     sw = sweep_report(base, main, main_rep, inp.mod, inp.ks, warnings) if sweep else None
     final_k = sw.recommended_k if sw else inp.k_max
     conc = _concurrency(ctx, base, main, main_rep, serve_gpu=serve_gpu, serve_tp=serve_tp,
-                        warnings=warnings) if batches else None
+                        warnings=warnings, serve_profile=serve_profile) if batches else None
     final_cfg = _spec_cfg(ctx, inp.dpath, inp.dcfg, final_k)
     # the spec-config carries the serving schedule (--serve-gpu, else this machine's); the
     # confirmation engine runs this machine's, the one its counters can check
@@ -121,7 +121,8 @@ def _baseline(ctx: RunCtx, baseline: EngineRun | None, probe: dict[str, Any]) ->
 
 
 def _concurrency(ctx: RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRunReport, *,
-                 serve_gpu: str | None, serve_tp: int, warnings: list[str]):
+                 serve_gpu: str | None, serve_tp: int, warnings: list[str],
+                 serve_profile: str | None = None):
     from speckit.validate import concurrency as C
 
     inp = ctx.inp
@@ -139,7 +140,8 @@ def _concurrency(ctx: RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRu
     if serve_gpu:
         C.project_serve(rep, gpu=serve_gpu, tp=serve_tp, method=inp.mod.name,
                         target_config=inp.tcfg, draft_config=inp.dcfg or None,
-                        draft_tensors=tensors, per_position=main_rep.per_position)
+                        draft_tensors=tensors, per_position=main_rep.per_position,
+                        profile=serve_profile)
     return rep
 
 
