@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.options import options_of
 from speckit.errors import FormatError, UsageError
 from speckit.io.output import check_output
 from speckit.train.common import pick_device, to_stderr
+from speckit.train.options import DflashOptions
 
 EAGLE3_HOLDOUT = 16  # train eagle3's default --holdout: part of the data recipe it hashes
 
@@ -49,26 +50,15 @@ class TrainDflashResult:
     params: int = 0
 
 
-def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.PathLike | None = None,
-                 prompts: str = "speckit-mix", samples: int = 2000, max_tokens: int = 512,
-                 aux_layers: list[int] | None = None, layers: int = 3, block_size: int = 8,
-                 mask_token_id: int | None = None, causal: bool = False,
-                 tie_k_norm: bool = True, init_from: str | os.PathLike | None = None,
-                 epochs: int = 3, lr: float = 6e-4,
-                 batch_tokens: int | None = None, blocks_per_seq: int = 0,
-                 pos_gamma: float = 4.0, val_fraction: float = 0.02, seed: int = 0,
-                 device: str | None = None, engine: str = "auto",
-                 work_dir: str | os.PathLike | None = None, resume: bool = False,
-                 force: bool = False, max_minutes: float = 0.0, progress: bool = False,
-                 log: Callable[[str], None] | None = None,
-                 command: str | None = None) -> TrainDflashResult:
-    """Train a DFlash draft for ``target`` and export it to ``out``.
+def train_dflash(options: DflashOptions | None = None, /, **fields: Any) -> TrainDflashResult:
+    """Train a DFlash draft for the target and export it to ``out``.
 
-    ``data_dir``: shards captured before (``speckit train eagle3 --data-only``); otherwise the
-    eagle3 data stage runs (or reuses its shards) in the work directory. The shards' held-out
-    conversations (``val_fraction``) feed the acceptance simulator after every epoch.
-    ``tie_k_norm``: one k_norm weight for all layers, which vLLM CPU 0.32 serves as trained (it
-    applies layer 0's k_norm to every layer's context keys).
+    ``options``: a DflashOptions (the CLI builds one), or its fields as keywords; keywords beside
+    ``options`` replace its fields. ``data_dir``: shards captured before (``speckit train eagle3
+    --data-only``); otherwise the eagle3 data stage runs (or reuses its shards) in the work
+    directory. The shards' held-out conversations (``val_fraction``) feed the acceptance
+    simulator after every epoch. ``tie_k_norm``: one k_norm weight for all layers, which vLLM
+    CPU 0.32 serves as trained (it applies layer 0's k_norm to every layer's context keys).
     """
     import torch
 
@@ -76,42 +66,44 @@ def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.Path
     from speckit.train.dflash.loop import DflashLoopConfig, train_dflash_loop
     from speckit.train.dflash.model import param_count
 
-    t_start, say, stage = time.monotonic(), log or to_stderr, {}
-    if epochs < 1:
+    o = options_of(DflashOptions, options, fields)
+    t_start, say, stage = time.monotonic(), o.log or to_stderr, {}
+    if o.epochs < 1:
         raise UsageError("--epochs must be >= 1")
-    device = pick_device(device)
-    out = check_output(out, {}, force=force or resume)
-    tdir, tcfg = _target(target)
-    work = _work(out, work_dir, tdir, data_dir, force=force, resume=resume)
+    device = pick_device(o.device)
+    out = check_output(o.out, {}, force=o.force or o.resume)
+    tdir, tcfg = _target(o.target)
+    work = _work(out, o.work_dir, tdir, o.data_dir, force=o.force, resume=o.resume)
     t = time.monotonic()
-    manifest, reused = _data(target, tdir, tcfg, out, work, data_dir=data_dir, prompts=prompts,
-                             samples=samples, max_tokens=max_tokens, aux_layers=aux_layers,
-                             seed=seed, device=device, engine=engine, progress=progress, say=say)
+    manifest, reused = _data(o.target, tdir, tcfg, out, work, data_dir=o.data_dir,
+                             prompts=o.prompts, samples=o.samples, max_tokens=o.max_tokens,
+                             aux_layers=o.aux_layers, seed=o.seed, device=device,
+                             engine=o.engine, progress=o.progress, say=say)
     stage["data"] = round(time.monotonic() - t, 1)
-    mask = mask_token_id if mask_token_id is not None else pick_mask_token(tdir, manifest)
-    draft, dcfg = _build(tdir, tcfg, manifest, layers=layers, block_size=block_size,
-                         mask_token_id=mask, causal=causal, tie_k_norm=tie_k_norm, seed=seed,
-                         init_from=init_from, say=say)
+    mask = o.mask_token_id if o.mask_token_id is not None else pick_mask_token(tdir, manifest)
+    draft, dcfg = _build(tdir, tcfg, manifest, layers=o.layers, block_size=o.block_size,
+                         mask_token_id=mask, causal=o.causal, tie_k_norm=o.tie_k_norm, seed=o.seed,
+                         init_from=o.init_from, say=say)
     n_params = param_count(draft)
     cuda = device.startswith("cuda")
-    dataset = ShardDataset(manifest, batch_tokens=batch_tokens or (16384 if cuda else 2048),
-                           val_fraction=val_fraction, seed=seed)
-    say(f"DFlash draft: {n_params / 1e6:.2f} M trainable parameters, {layers} layers, block "
-        f"{block_size}, mask token {mask}, aux layers {manifest.aux_layers}, device {device}; "
+    dataset = ShardDataset(manifest, batch_tokens=o.batch_tokens or (16384 if cuda else 2048),
+                           val_fraction=o.val_fraction, seed=o.seed)
+    say(f"DFlash draft: {n_params / 1e6:.2f} M trainable parameters, {o.layers} layers, block "
+        f"{o.block_size}, mask token {mask}, aux layers {manifest.aux_layers}, device {device}; "
         f"{dataset.num_val} conversations held out for the acceptance simulator")
-    cfg = DflashLoopConfig(epochs=epochs, lr=lr, seed=seed, blocks_per_seq=blocks_per_seq,
-                           pos_gamma=pos_gamma, max_train_s=max_minutes * 60.0)
+    cfg = DflashLoopConfig(epochs=o.epochs, lr=o.lr, seed=o.seed, blocks_per_seq=o.blocks_per_seq,
+                           pos_gamma=o.pos_gamma, max_train_s=o.max_minutes * 60.0)
     t = time.monotonic()
     loop = train_dflash_loop(draft, dataset, cfg=cfg, work_dir=work, device=device,
-                             resume=resume, log=say)
+                             resume=o.resume, log=say)
     stage["train"] = round(time.monotonic() - t, 1)
-    res = _result(out, work, target, manifest, dcfg, loop, reused=reused, held=dataset.num_val,
+    res = _result(out, work, o.target, manifest, dcfg, loop, reused=reused, held=dataset.num_val,
                   t_start=t_start, stage=stage, params=n_params)
-    provenance = {"command_line": command, "recipe": manifest.recipe, "seed": seed,
+    provenance = {"command_line": o.command, "recipe": manifest.recipe, "seed": o.seed,
                   "loop": cfg.__dict__, "result": _jsonable(res), "torch": torch.__version__,
                   "device": device}
-    _export(loop.best_weights, dcfg, manifest.aux_layers, tdir, tcfg, target, out=out,
-            provenance=provenance, force=force or resume)
+    _export(loop.best_weights, dcfg, manifest.aux_layers, tdir, tcfg, o.target, out=out,
+            provenance=provenance, force=o.force or o.resume)
     say(f"wrote {out} (epoch {loop.best_epoch})")
     return res
 
