@@ -13,6 +13,7 @@ import pytest
 
 from speckit.errors import PlanError
 from speckit.io import host
+from speckit.validate import ValidateOptions
 from tests import factories
 
 GiB = 1 << 30
@@ -74,12 +75,10 @@ def on_mi300x(monkeypatch):
 
 def _gate(target, *, eargs, force=False):
     warnings: list[str] = []
-    inp = inputs.gather_inputs(target=str(target), draft=None, method="ngram", compare_draft=None,
-                               k=2, sweep=None, dataset="mixed", num_prompts=2,
-                               warnings=warnings)
+    opts = ValidateOptions(target=str(target), method="ngram", k=2, num_prompts=2, force=force)
+    inp = inputs.gather_inputs(opts, warnings)
     assert inp.cpu is False
-    info = gates.check_gates(inp, tp=1, eargs=eargs, concurrency=1, cpu_kv_bytes=1 << 30,
-                             force=force, warnings=warnings)
+    info = gates.check_gates(inp, opts, eargs=eargs, concurrency=1, warnings=warnings)
     return info, warnings
 
 

@@ -250,46 +250,35 @@ def _fp8_case(torch: Any):
     return cases
 
 
-def _mxfp4_case(torch: Any):
-    if not (hasattr(torch, "float4_e2m1fn_x2") and hasattr(torch, "float8_e8m0fnu")):
-        return None
+def _fp4_case(scale_dtype: str, group: int, label: str):
+    """The probe of an E2M1 (FP4) matmul with one ``scale_dtype`` scale per ``group`` inputs:
+    MXFP4 (E8M0 scales per 32) and NVFP4 (E4M3 scales per 16) differ only there."""
 
-    def cases(dev: str, n: int):
-        def make():
-            packed = (n, n // 2)  # two E2M1 values per byte
-            a = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
-            b = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
-            return a.view(torch.float4_e2m1fn_x2), b.view(torch.float4_e2m1fn_x2).t()
+    def case(torch: Any):
+        if not (hasattr(torch, "float4_e2m1fn_x2") and hasattr(torch, scale_dtype)):
+            return None
 
-        # one E8M0 scale per 32 inputs, in the padded (128 x 4 tile) layout cuBLAS/hipBLASLt read
-        scales = ((n + 127) // 128 * 128) * ((n // 32 + 3) // 4 * 4)
-        s = torch.full((scales,), 1.0, device=dev).to(torch.float8_e8m0fnu)
-        yield "float4_e2m1fn_x2 + e8m0 block scales", make, (
-            lambda a, b: torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.bfloat16))
-    return cases
+        def cases(dev: str, n: int):
+            def make():
+                packed = (n, n // 2)  # two E2M1 values per byte
+                a = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
+                b = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
+                return a.view(torch.float4_e2m1fn_x2), b.view(torch.float4_e2m1fn_x2).t()
 
-
-def _nvfp4_case(torch: Any):
-    if not (hasattr(torch, "float4_e2m1fn_x2") and hasattr(torch, "float8_e4m3fn")):
-        return None
-
-    def cases(dev: str, n: int):
-        def make():
-            packed = (n, n // 2)
-            a = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
-            b = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
-            return a.view(torch.float4_e2m1fn_x2), b.view(torch.float4_e2m1fn_x2).t()
-
-        # one E4M3 scale per 16 inputs, in the padded (128 x 4 tile) layout cuBLAS reads
-        scales = ((n + 127) // 128 * 128) * ((n // 16 + 3) // 4 * 4)
-        s = torch.full((scales,), 1.0, device=dev).to(torch.float8_e4m3fn)
-        yield "float4_e2m1fn_x2 + e4m3 block scales (NVFP4)", make, (
-            lambda a, b: torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.bfloat16))
-    return cases
+            # the scales in the padded (128 x 4 tile) layout cuBLAS/hipBLASLt read
+            scales = ((n + 127) // 128 * 128) * ((n // group + 3) // 4 * 4)
+            s = torch.full((scales,), 1.0, device=dev).to(getattr(torch, scale_dtype))
+            yield label, make, (lambda a, b: torch._scaled_mm(a, b, scale_a=s, scale_b=s,
+                                                              out_dtype=torch.bfloat16))
+        return cases
+    return case
 
 
 # one probe per GPU format key of the scheme table (core.quant QuantScheme.capability)
-_CASES = {"fp8": _fp8_case, "mxfp4": _mxfp4_case, "nvfp4": _nvfp4_case}
+_CASES = {"fp8": _fp8_case,
+          "mxfp4": _fp4_case("float8_e8m0fnu", 32, "float4_e2m1fn_x2 + e8m0 block scales"),
+          "nvfp4": _fp4_case("float8_e4m3fn", 16,
+                             "float4_e2m1fn_x2 + e4m3 block scales (NVFP4)")}
 
 
 def _probe(torch: Any, dev: str, n: int, bf16: float, fmt: str, cases) -> KernelProbe:

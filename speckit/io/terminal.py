@@ -68,7 +68,9 @@ def print_table(console, table) -> None:
     finally:
         console.width = width
     # a grid pads every row to its widest one: a log or file gets no trailing blanks
-    console.file.write("".join(line.rstrip() + "\n" for line in captured.get().splitlines()))
+    # (through console.out, not the file, so a recording console keeps it)
+    console.out("".join(line.rstrip() + "\n" for line in captured.get().splitlines()),
+                highlight=False, end="")
 
 
 __all__ = ["OFF_TTY_WIDTH", "output_console", "output_width", "print_table", "unclipped"]

@@ -8,6 +8,7 @@ import functools
 from collections.abc import Mapping
 from typing import Any
 
+from speckit.core.methods import MethodSpec
 from speckit.core.metrics import (
     StepCosts,
     al_from_per_position,
@@ -66,7 +67,8 @@ def spec_report(run: EngineRun, base: EngineRun, *, role: str, k: int, draft: st
         problems=c.problems(int((run.speculative_config or {}).get("num_speculative_tokens", k))))
 
 
-def sweep_report(base: EngineRun, main: EngineRun, mrep: SpecRunReport, mod, ks: list[int],
+def sweep_report(base: EngineRun, main: EngineRun, mrep: SpecRunReport,
+                 spec: MethodSpec, ks: list[int],
                  warnings: list[str]) -> SweepReport:
     k_max = max(ks)
     c = main.counters
@@ -76,7 +78,7 @@ def sweep_report(base: EngineRun, main: EngineRun, mrep: SpecRunReport, mod, ks:
     if 1 in base.probe_s and longest > 1:
         slope = (base.probe_s[longest] - base.probe_s[1]) / (longest - 1)
     costs: StepCosts = fit_step_costs(base=base.timing, spec=main.timing, counters=c, k=k_max,
-                                      parallel=bool(mod.parallel), verify_slope_s=slope)
+                                      parallel=bool(spec.parallel), verify_slope_s=slope)
     preds = predict_sweep(base=base.timing, spec=main.timing, counters=c, costs=costs, ks=ks)
     notes: list[str] = []
     best = best_k(preds)
@@ -152,7 +154,7 @@ def subset_report(rep: SpecRunReport, run: EngineRun, n: int) -> SpecRunReport:
                    per_prompt_al=rep.per_prompt_al[:n])
 
 
-def run_warnings(runs: list[SpecRunReport], mod, warnings: list[str]) -> None:
+def run_warnings(runs: list[SpecRunReport], spec: MethodSpec, warnings: list[str]) -> None:
     for s in runs:
         if s.problems:
             warnings.append(f"{s.run.label}: vLLM's counters are inconsistent: "
@@ -160,7 +162,7 @@ def run_warnings(runs: list[SpecRunReport], mod, warnings: list[str]) -> None:
         if s.lossless.status == "suspect":
             warnings.append(f"{s.run.label}: {s.lossless.note}")
         if s.counters.num_drafts and s.per_position and s.per_position[0] < BROKEN_POS0 \
-                and mod.has_checkpoint:
+                and spec.has_checkpoint:
             warnings.append(f"{s.run.label}: position 0 is accepted in only "
                             f"{100 * s.per_position[0]:.1f}% of steps (AL "
                             f"{s.acceptance_length:.2f}): the draft is not predicting this "

@@ -10,23 +10,27 @@ import json
 from pathlib import Path
 from typing import Any
 
+from speckit.core.methods import MethodSpec
 from speckit.errors import PlanError, SpeckitError
 from speckit.io import host
 from speckit.validate.inputs import Inputs
+from speckit.validate.options import ValidateOptions
 
 
-def check_gates(inp: Inputs, *, tp, eargs, concurrency, cpu_kv_bytes, force,
+def check_gates(inp: Inputs, opts: ValidateOptions, *, eargs: dict[str, Any], concurrency: int,
                 warnings: list[str]) -> dict[str, Any] | None:
-    """Pairing and memory refusals before any engine starts (also for the compare draft)."""
+    """Pairing and memory refusals before any engine starts (also for the compare draft), for
+    the largest ``concurrency`` the runs will reach."""
+    tp, cpu_kv_bytes, force = opts.tp, opts.cpu_kv_bytes, opts.force
     for flag, path, cfg in (("--draft", inp.dpath, inp.dcfg), ("--compare-draft", inp.cpath,
                                                                 inp.ccfg)):
         if inp.cpu and path is not None:
             _check_cpu_quant(flag, path, cfg, force=force, warnings=warnings)
-    info = _plan_gate(inp.tpath, inp.dpath, inp.mod, inp.k_max, tcfg=inp.tcfg, dcfg=inp.dcfg,
+    info = _plan_gate(inp.tpath, inp.dpath, inp.spec, inp.k_max, tcfg=inp.tcfg, dcfg=inp.dcfg,
                       tp=tp, eargs=eargs, concurrency=concurrency, cpu=inp.cpu,
                       cpu_kv_bytes=cpu_kv_bytes, force=force, warnings=warnings, name=inp.dname)
     if inp.cpath is not None:
-        _plan_gate(inp.tpath, inp.cpath, inp.mod, inp.k_max, tcfg=inp.tcfg, dcfg=inp.ccfg,
+        _plan_gate(inp.tpath, inp.cpath, inp.spec, inp.k_max, tcfg=inp.tcfg, dcfg=inp.ccfg,
                    tp=tp, eargs=eargs, concurrency=concurrency, cpu=inp.cpu,
                    cpu_kv_bytes=cpu_kv_bytes, force=force, warnings=warnings, name=inp.cname)
     return info
@@ -55,7 +59,7 @@ def _check_cpu_quant(flag: str, path: Path, cfg: dict[str, Any], *, force: bool,
                     "--force starts the engine anyway")
 
 
-def _plan_gate(tpath: Path, dpath: Path | None, mod, k: int, *, tcfg, dcfg, tp: int,
+def _plan_gate(tpath: Path, dpath: Path | None, spec: MethodSpec, k: int, *, tcfg, dcfg, tp: int,
                eargs: dict[str, Any], concurrency: int, cpu: bool, cpu_kv_bytes: int,
                force: bool, warnings: list[str], name: str | None) -> dict[str, Any] | None:
     """Pairing errors always stop here; a plan that says 'will not start' stops unless force."""
@@ -65,8 +69,8 @@ def _plan_gate(tpath: Path, dpath: Path | None, mod, k: int, *, tcfg, dcfg, tp: 
         warnings.append("speckit plan is not available in this build: the memory check before "
                         "starting vLLM was skipped")
         return None
-    if dpath is not None and mod.has_checkpoint:
-        planmod.check_pairing(tcfg, dcfg, mod, draft=name or str(dpath))
+    if dpath is not None and spec.has_checkpoint:
+        planmod.check_pairing(tcfg, dcfg, spec, draft=name or str(dpath))
         _check_tokenizers(tpath, dpath, name=name)
     gpu, plat = host.local_gpu(cpu)
     if gpu is None:
@@ -88,7 +92,7 @@ def _plan_gate(tpath: Path, dpath: Path | None, mod, k: int, *, tcfg, dcfg, tp: 
                       else 4096)
     try:
         res = planmod.plan_from_refs(target=str(tpath), draft=str(dpath) if dpath else None,
-                                     method=mod.name, k=k, **kwargs)
+                                     method=spec.name, k=k, **kwargs)
     except PlanError:
         raise
     except SpeckitError as e:

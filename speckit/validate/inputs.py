@@ -12,9 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import methods as _methods
+from speckit.core.methods import MethodSpec
 from speckit.errors import PlanError, SpeckitError, UsageError
 from speckit.io import host
 from speckit.io.output import check_output, output_errors
+from speckit.validate.options import ValidateOptions
 from speckit.validate.prompts import load_prompts
 
 
@@ -26,7 +28,7 @@ class Inputs:
     dpath: Path | None
     dname: str | None
     dcfg: dict[str, Any]
-    mod: Any  # MethodSpec
+    spec: MethodSpec
     cpu: bool
     ks: list[int]
     prompts: Any  # PromptSet
@@ -39,8 +41,10 @@ class Inputs:
         return max(self.ks)
 
 
-def check_args(*, k, sweep, max_tokens, temperature, concurrency, tp,
-               engine_args) -> dict[str, Any]:
+def check_args(opts: ValidateOptions) -> dict[str, Any]:
+    """The options that conflict or are out of range refused; the engine arguments to use."""
+    k, sweep, max_tokens, temperature = opts.k, opts.sweep, opts.max_tokens, opts.temperature
+    concurrency, tp = opts.concurrency, opts.tp
     if k is not None and sweep:
         raise UsageError("-k and --sweep do not combine", hint="--sweep already picks k")
     if max_tokens < 2:
@@ -49,7 +53,7 @@ def check_args(*, k, sweep, max_tokens, temperature, concurrency, tp,
         raise UsageError(f"--temperature must be >= 0 (got {temperature})")
     if concurrency < 1 or tp < 1:
         raise UsageError("--concurrency and --tp must be >= 1")
-    eargs = dict(engine_args or {})
+    eargs = dict(opts.engine_args or {})
     for bad, flag in (("speculative_config", "--draft/--method/-k"),
                       ("tensor_parallel_size", "--tp"), ("model", "--target")):
         if bad in eargs:
@@ -57,8 +61,10 @@ def check_args(*, k, sweep, max_tokens, temperature, concurrency, tp,
     return eargs
 
 
-def gather_inputs(*, target, draft, method, compare_draft, k, sweep, dataset, num_prompts,
-                  warnings: list[str]) -> Inputs:
+def gather_inputs(opts: ValidateOptions, warnings: list[str]) -> Inputs:
+    """Target, draft and compare draft resolved and read, the method picked, the k values and
+    the prompts; refusals that need no engine happen here."""
+    target, draft, method, compare_draft = opts.target, opts.draft, opts.method, opts.compare_draft
     tpath, tname = resolve_input(target, role="target")
     tcfg = _config(tpath, what="target")
     _check_chat_template(tpath, name=tname)
@@ -67,25 +73,25 @@ def gather_inputs(*, target, draft, method, compare_draft, k, sweep, dataset, nu
     if draft is not None:
         dpath, dname = resolve_input(draft, role="draft")
         dcfg = _config(dpath, what="draft")
-    mod = _pick_method(method, dcfg if draft else None, draft)
-    if mod.has_checkpoint and dpath is None and not _draft_in_target(mod):
-        raise UsageError(f"method {mod.name} needs a draft checkpoint", hint="pass --draft")
+    spec = _pick_method(method, dcfg if draft else None, draft)
+    if spec.has_checkpoint and dpath is None and not _draft_in_target(spec):
+        raise UsageError(f"method {spec.name} needs a draft checkpoint", hint="pass --draft")
     cpu = host.engine_on_cpu()
-    if cpu and mod.cpu_supported is False:
-        raise PlanError(f"method {mod.name} cannot run on vLLM's CPU backend (it needs the V2 "
+    if cpu and spec.cpu_supported is False:
+        raise PlanError(f"method {spec.name} cannot run on vLLM's CPU backend (it needs the V2 "
                         "model runner on CUDA/ROCm)", hint="validate it on a GPU machine")
-    ks = _k_plan(mod, dcfg, k=k, sweep=sweep, warnings=warnings)
-    prompts = load_prompts(dataset, num_prompts=num_prompts)
+    ks = _k_plan(spec, dcfg, k=opts.k, sweep=opts.sweep, warnings=warnings)
+    prompts = load_prompts(opts.dataset, num_prompts=opts.num_prompts)
     if prompts.skipped:
         warnings.append(f"{len(prompts.skipped)} prompt rows skipped; first: {prompts.skipped[0]}")
     cpath = cname = None
     ccfg: dict[str, Any] = {}
     if compare_draft is not None:
-        if not mod.has_checkpoint:
+        if not spec.has_checkpoint:
             raise UsageError("--compare-draft needs a method with a draft checkpoint")
         cpath, cname = resolve_input(compare_draft, role="draft")
         ccfg = _config(cpath, what="compare draft")
-    return Inputs(tpath, tname, tcfg, dpath, dname, dcfg, mod, cpu, ks, prompts, cpath, cname,
+    return Inputs(tpath, tname, tcfg, dpath, dname, dcfg, spec, cpu, ks, prompts, cpath, cname,
                   ccfg)
 
 
@@ -182,31 +188,31 @@ def _pick_method(method: str | None, dcfg: dict[str, Any] | None, draft: str | N
                      hint="pass --method (" + ", ".join(_methods.METHOD_NAMES) + ")")
 
 
-def _k_plan(mod, dcfg: dict[str, Any], *, k: int | None, sweep: Sequence[int] | None,
+def _k_plan(spec: MethodSpec, dcfg: dict[str, Any], *, k: int | None, sweep: Sequence[int] | None,
             warnings: list[str]) -> list[int]:
     if sweep:
         wanted = sorted({int(x) for x in sweep})
         ks, refused = [], []
         for kk in wanted:
             try:
-                mod.check_k(dcfg, kk)
+                spec.check_k(dcfg, kk)
                 ks.append(kk)
             except UsageError as e:
                 refused.append(f"k={kk} ({e.message}{'; ' + e.hint if e.hint else ''})")
         if not ks:
-            raise UsageError(f"{mod.name}: no k in --sweep {','.join(map(str, wanted))} is "
+            raise UsageError(f"{spec.name}: no k in --sweep {','.join(map(str, wanted))} is "
                              "allowed: " + "; ".join(refused))
         if refused:
-            warnings.append(f"{mod.name}: left out of the sweep: " + "; ".join(refused))
+            warnings.append(f"{spec.name}: left out of the sweep: " + "; ".join(refused))
         return ks
     if k is None:  # the draft's own k, else the method's usual one (3 when it has none)
-        k = mod.default_k(dcfg) or mod.usual_k or 3
+        k = spec.default_k(dcfg) or spec.usual_k or 3
         warnings.append(f"no -k given: measuring k={k} (the draft's recorded k, else the "
                         f"method's usual value); --sweep measures the best k")
-    mod.check_k(dcfg, int(k))
+    spec.check_k(dcfg, int(k))
     return [int(k)]
 
 
-def _draft_in_target(mod) -> bool:
+def _draft_in_target(spec: MethodSpec) -> bool:
     """Methods whose draft layers can live inside the target checkpoint (MTP) say which."""
-    return mod.weights_in_target
+    return spec.weights_in_target

@@ -9,15 +9,25 @@ import json
 import platform as _platform
 import time
 from pathlib import Path
+from typing import Any
 
 from speckit.validate.analysis import emulated_quant, run_summary
 from speckit.validate.inputs import Inputs
+from speckit.validate.options import ValidateOptions
 from speckit.validate.report import (
     ValidationReport,
     to_markdown,
     write_plots,
 )
 from speckit.validate.runs import Runs
+
+
+def report_settings(opts: ValidateOptions, eargs: dict[str, Any],
+                    batches: list[int]) -> dict[str, Any]:
+    """The settings a report records (the engine's effective ones are added from its run)."""
+    return {"max_tokens": opts.max_tokens, "temperature": opts.temperature, "seed": opts.seed,
+            "concurrency": opts.concurrency, "tp": opts.tp, "engine_args": eargs,
+            "batch_sizes": batches, "serve_gpu": opts.serve_gpu, "serve_tp": opts.serve_tp}
 
 
 def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, keep_log: bool,
@@ -28,10 +38,10 @@ def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, 
     base = r.base
     v = verdict(r.runs, concurrency=settings["concurrency"], conc=r.concurrency, cpu=inp.cpu,
                 emulated=emulated_quant(inp.dcfg) if inp.dcfg else None)
-    serve = serve_line(target=str(inp.tpath), spec_config=r.final_cfg, method=inp.mod.name,
+    serve = serve_line(target=str(inp.tpath), spec_config=r.final_cfg, method=inp.spec.name,
                        tp=settings["tp"], engine_args=eargs, speculate=v.recommended)
     rep = ValidationReport(
-        target=inp.tname, draft=inp.dname, method=inp.mod.name, vllm_method=inp.mod.vllm_method,
+        target=inp.tname, draft=inp.dname, method=inp.spec.name, vllm_method=inp.spec.vllm_method,
         k=r.final_k, mode="sweep" if r.sweep else "single",
         dataset={"name": inp.prompts.name, "source": inp.prompts.source,
                  "prompts": len(inp.prompts.prompts), "sha256": inp.prompts.sha256,

@@ -11,6 +11,7 @@ from typing import Any
 
 from speckit.errors import UsageError
 from speckit.io.engine import EngineJob, EngineRun
+from speckit.io.progress import EngineProgress
 from speckit.validate.analysis import (
     calibrate_sweep,
     emulated_quant,
@@ -19,6 +20,7 @@ from speckit.validate.analysis import (
     sweep_report,
 )
 from speckit.validate.inputs import Inputs
+from speckit.validate.options import ValidateOptions
 from speckit.validate.report import (
     CompareReport,
     Confirmation,
@@ -30,14 +32,24 @@ from speckit.validate.report import (
 @dataclass
 class RunCtx:
     inp: Inputs
+    opts: ValidateOptions
     workdir: Path
     bar: Any
-    timeout_s: float
-    temperature: float
-    tp: int
-    common: dict[str, Any]
+    common: dict[str, Any]  # the EngineJob fields every run shares
     starts: int = 0
     engine_runs: dict[str, EngineRun] = field(default_factory=dict)
+
+
+def run_context(inp: Inputs, opts: ValidateOptions, workdir: Path,
+                eargs: dict[str, Any]) -> RunCtx:
+    """What every engine run of this validation shares: the settings, the log directory and the
+    progress display."""
+    common = {"model": str(inp.tpath), "max_tokens": opts.max_tokens,
+              "temperature": opts.temperature, "seed": opts.seed, "thinking": opts.thinking,
+              "concurrency": opts.concurrency, "tp": opts.tp, "engine_args": eargs,
+              "cpu_kv_bytes": opts.cpu_kv_bytes,
+              "cpu_threads": opts.cpu_threads if inp.cpu else None}
+    return RunCtx(inp, opts, workdir, EngineProgress(opts.progress, opts.on_event), common)
 
 
 @dataclass
@@ -57,9 +69,9 @@ def _spec_cfg(ctx: RunCtx, draft_path: Path | None, cfg: dict[str, Any],
               kk: int) -> dict[str, Any]:
     from speckit.core.specconfig import speculative_config
 
-    return speculative_config(method=ctx.inp.mod.name, k=kk,
+    return speculative_config(method=ctx.inp.spec.name, k=kk,
                               draft=str(draft_path) if draft_path else None, draft_config=cfg,
-                              tp=ctx.tp)
+                              tp=ctx.opts.tp)
 
 
 def _spec_run(ctx: RunCtx, base: EngineRun, label: str, role: str, draft_path: Path | None,
@@ -69,26 +81,27 @@ def _spec_run(ctx: RunCtx, base: EngineRun, label: str, role: str, draft_path: P
     spec = spec_config or _spec_cfg(ctx, draft_path, cfg, kk)
     run = ctx.bar.run(EngineJob(label, prompt_token_ids=base.prompt_token_ids,
                                 speculative_config=spec, **{**ctx.common, **job}),
-                      workdir=ctx.workdir, timeout_s=ctx.timeout_s)
+                      workdir=ctx.workdir, timeout_s=ctx.opts.timeout_s)
     ctx.starts += 1
     ctx.engine_runs[label] = run
     return run, spec_report(run, base, role=role, k=kk, draft=name,
-                            temperature=ctx.temperature)
+                            temperature=ctx.opts.temperature)
 
 
-def run_engines(ctx: RunCtx, *, baseline, sweep: bool, confirm: bool, batches: list[int],
-                serve_gpu: str | None, serve_tp: int, acceptance_only: bool | None,
-                budget_s: float, warnings: list[str]) -> Runs:
-    inp = ctx.inp
+def run_engines(ctx: RunCtx, *, batches: list[int], warnings: list[str]) -> Runs:
+    """Baseline, the largest k, the per-batch schedule, the confirmation and the compare draft
+    (each when asked for), as few engine starts as the options allow."""
+    inp, opts = ctx.inp, ctx.opts
     probe = {"batch_probe": batches or None}
-    base = _baseline(ctx, baseline, probe)
-    main, main_rep = _spec_run(ctx, base, f"{inp.mod.name}-k{inp.k_max}", "speculative",
+    base = _baseline(ctx, opts.baseline, probe)
+    main, main_rep = _spec_run(ctx, base, f"{inp.spec.name}-k{inp.k_max}", "speculative",
                                inp.dpath, inp.dcfg, inp.k_max, inp.dname, **probe)
     runs = [main_rep]
-    sw = sweep_report(base, main, main_rep, inp.mod, inp.ks, warnings) if sweep else None
+    sw = sweep_report(base, main, main_rep, inp.spec, inp.ks, warnings) if opts.sweep else None
     final_k = sw.recommended_k if sw else inp.k_max
-    conc = _concurrency(ctx, base, main, main_rep, serve_gpu=serve_gpu, serve_tp=serve_tp,
-                        warnings=warnings) if batches else None
+    conc = _concurrency(ctx, base, main, main_rep, serve_gpu=opts.serve_gpu,
+                        serve_tp=opts.serve_tp, warnings=warnings,
+                        serve_profile=opts.serve_profile) if batches else None
     final_cfg = _spec_cfg(ctx, inp.dpath, inp.dcfg, final_k)
     # the spec-config carries the serving schedule (--serve-gpu, else this machine's); the
     # confirmation engine runs this machine's, the one its counters can check
@@ -99,13 +112,14 @@ def run_engines(ctx: RunCtx, *, baseline, sweep: bool, confirm: bool, batches: l
             sched_cfg = _scheduled_cfg(conc, final_cfg, inp, machine=True) or sched_cfg
     if sched_cfg is not None:  # the k the confirmed schedule gives at this concurrency
         final_k = _k_at(sched_cfg["num_speculative_tokens_per_batch_size"],
-                        int(ctx.common["concurrency"])) or final_k
-    if confirm and (sched_cfg is not None or (sw and final_k != inp.k_max)):
+                        opts.concurrency) or final_k
+    if opts.confirm and (sched_cfg is not None or (sw and final_k != inp.k_max)):
         crep = _confirm(ctx, base, main, sw, conc, final_k, sched_cfg, batches)
         runs.append(crep)
     compare = None
     if inp.cpath is not None:
-        compare = _compare(ctx, base, runs, final_k, acceptance_only, budget_s, warnings)
+        compare = _compare(ctx, base, runs, final_k, opts.compare_acceptance_only,
+                           opts.compare_budget_s, warnings)
         runs.append(compare.other)
     return Runs(base, main, runs, sw, final_k, compare, conc, final_cfg, ctx.starts)
 
@@ -117,17 +131,18 @@ def _baseline(ctx: RunCtx, baseline: EngineRun | None, probe: dict[str, Any]) ->
         _check_reusable(baseline, job)
         return baseline
     ctx.starts += 1
-    return ctx.bar.run(job, workdir=ctx.workdir, timeout_s=ctx.timeout_s)
+    return ctx.bar.run(job, workdir=ctx.workdir, timeout_s=ctx.opts.timeout_s)
 
 
 def _concurrency(ctx: RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRunReport, *,
-                 serve_gpu: str | None, serve_tp: int, warnings: list[str]):
+                 serve_gpu: str | None, serve_tp: int, warnings: list[str],
+                 serve_profile: str | None = None):
     from speckit.validate import concurrency as C
 
     inp = ctx.inp
     tensors = draft_tensors(inp.dpath)
     rep = C.analyse(base, main, k=inp.k_max, per_position=main_rep.per_position,
-                    method=inp.mod.name, target_config=inp.tcfg, draft_config=inp.dcfg or None,
+                    method=inp.spec.name, target_config=inp.tcfg, draft_config=inp.dcfg or None,
                     draft_tensors=tensors)
     if rep is None:
         warnings.append("the batch probes gave fewer than 3 usable step times: no per-batch "
@@ -137,9 +152,10 @@ def _concurrency(ctx: RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRu
         warnings.append("the step model could not be fitted to this machine's step times: no "
                         f"concurrency projection or schedule for this machine ({rep.not_fitted})")
     if serve_gpu:
-        C.project_serve(rep, gpu=serve_gpu, tp=serve_tp, method=inp.mod.name,
+        C.project_serve(rep, gpu=serve_gpu, tp=serve_tp, method=inp.spec.name,
                         target_config=inp.tcfg, draft_config=inp.dcfg or None,
-                        draft_tensors=tensors, per_position=main_rep.per_position)
+                        draft_tensors=tensors, per_position=main_rep.per_position,
+                        profile=serve_profile)
     return rep
 
 
@@ -158,7 +174,7 @@ def _scheduled_cfg(conc, final_cfg: dict[str, Any], inp: Inputs, *,
     from speckit.validate.concurrency import chosen_schedule, vllm_checked, with_schedule
 
     sched = conc.schedule if machine else chosen_schedule(conc)
-    cfg = with_schedule(final_cfg, sched, method=inp.mod.name, draft_config=inp.dcfg)
+    cfg = with_schedule(final_cfg, sched, method=inp.spec.name, draft_config=inp.dcfg)
     if cfg is not None:
         vllm_checked(cfg["num_speculative_tokens_per_batch_size"], conc)
     return cfg
@@ -171,7 +187,7 @@ def _confirm(ctx: RunCtx, base: EngineRun, main: EngineRun, sw: SweepReport | No
     the batch probe reading the k vLLM drafted at each batch size)."""
     inp = ctx.inp
     k_conc = final_k
-    label = f"{inp.mod.name}-schedule" if sched_cfg is not None else f"{inp.mod.name}-k{k_conc}"
+    label = f"{inp.spec.name}-schedule" if sched_cfg is not None else f"{inp.spec.name}-k{k_conc}"
     conf, crep = _spec_run(ctx, base, label, "confirm", inp.dpath, inp.dcfg, k_conc, inp.dname,
                            spec_config=sched_cfg,
                            batch_probe=batches or None if sched_cfg is not None else None)
