@@ -26,7 +26,7 @@ from speckit.convert.moves import (
     read_ints,
 )
 from speckit.core import methods
-from speckit.core.methods.detect import SERVED_AS_PUBLISHED
+from speckit.core.methods.detect import SERVED_AS_PUBLISHED, detect, pick_method
 from speckit.errors import FormatError, SpeckitError, UsageError
 from speckit.io.checkpoint import (
     FLOAT_DTYPES,
@@ -169,7 +169,9 @@ def _open_source(ref: str, *, method: str, allow_pickle: bool, allow_external_li
     s = _resolve(ref, what="SRC", allow_pickle=allow_pickle, progress=progress)
     src_ckpt = Checkpoint.open(s.path, allow_pickle=allow_pickle,
                                allow_external_links=allow_external_links)
-    layout = _detect(src_ckpt)
+    layout = pick_method(src_ckpt.config, src_ckpt.tensors,
+                         asked=None if method == "auto" else method, where=str(s.path),
+                         require_layout=True).layout
     if layout.name == "hf-causal-lm":
         raise UsageError(f"{s.path} is a plain causal LM, not a draft layout",
                          hint="serve it as is with --speculative-config "
@@ -180,7 +182,6 @@ def _open_source(ref: str, *, method: str, allow_pickle: bool, allow_external_li
     if layout.name not in _READERS:
         raise FormatError(f"{s.path}: layout {layout.name!r} has no converter",
                           hint="see docs/convert.md for the layouts speckit converts")
-    _check_method(method, layout, s.path)
     return s, src_ckpt, layout
 
 
@@ -304,19 +305,6 @@ def _resolve_target(ref: str) -> tuple[_Resolved, Any]:
     return t, (t.download if t.kind in ("hub", "registry") and t.repo is not None else None)
 
 
-def _detect(ckpt: Checkpoint):
-    from speckit.core.methods.detect import detect
-
-    return detect(ckpt)
-
-
-def _check_method(method: str, layout, path: Path) -> None:
-    if method == "auto" or method == layout.method:
-        return
-    raise UsageError(f"{path} is a {layout.name} checkpoint ({layout.method}), not {method}",
-                     hint="drop --method (auto detects it) or point at a checkpoint of that method")
-
-
 def _default_name(s: _Resolved, layout) -> str:
     base = (s.repo.split("/")[-1] if s.repo else s.path.resolve().name) or "draft"
     return f"{base}-speculator.{layout.method}"
@@ -436,7 +424,7 @@ def _check_mask_embedding(path: Path, plan: ConversionPlan) -> None:
 def _verify_output(out: Path, plan: ConversionPlan, *, target_config: dict | None) -> None:
     """Re-open what was written and run inspect's structural checks on it."""
     ck = Checkpoint.open(out)
-    layout = _detect(ck)
+    layout = detect(ck)
     want = plan.layout
     if layout.name != want:
         raise FormatError(f"the output was detected as {layout.name!r}, not {want!r}",

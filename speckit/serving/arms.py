@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import methods as _methods
-from speckit.core.plan.pairing import method_of_config
+from speckit.core.methods.detect import pick_method
 from speckit.core.specconfig import serve_line, speculative_config
 from speckit.errors import FormatError, UsageError
 from speckit.serving.options import UNTRAINED, Arm, BenchOptions
@@ -43,12 +43,22 @@ def resolve_deployment(opts: BenchOptions, *, cpu: bool) -> Deployment:
     if opts.draft is not None:
         dpath = resolve(opts.draft, role="draft").path.resolve()
         dcfg = _read_config(dpath, what="draft")
-    mod = _methods.get(opts.method) if opts.method else (method_of_config(dcfg) if dcfg else None)
-    if dpath is not None and mod is None:
-        raise UsageError(f"cannot tell which speculative method {opts.draft} uses",
-                         hint="pass --method")
-    return Deployment(opts.target, tpath, dpath, dcfg, mod.name if mod else None,
+    picked = pick_method(dcfg if dpath is not None else None, _tensor_names(dpath),
+                         asked=opts.method, where=str(opts.draft))
+    return Deployment(opts.target, tpath, dpath, dcfg, picked.spec.name if picked else None,
                       serve_engine_args(opts, cpu=cpu), opts.tp)
+
+
+def _tensor_names(path: Path | None) -> list[str] | None:
+    """The draft's tensor names (safetensors headers only), for layout detection."""
+    if path is None:
+        return None
+    from speckit.io.checkpoint import Checkpoint
+
+    try:
+        return list(Checkpoint.open(path).tensors)
+    except FormatError:  # not a safetensors draft (a pickle): its config alone must tell
+        return None
 
 
 def serve_engine_args(opts: BenchOptions, *, cpu: bool) -> dict[str, Any]:

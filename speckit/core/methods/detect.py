@@ -6,11 +6,11 @@ about each method's tensors live in the method modules beside this one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from speckit.errors import FormatError
+from speckit.errors import FormatError, UsageError
 
 
 class CheckpointView(Protocol):
@@ -268,16 +268,7 @@ _NOTABLE_KEYS = ("speculators_model_type", "speculators_config", "transformer_la
 
 def detect(ckpt: CheckpointView) -> Layout:
     """The layout of ``ckpt``; FormatError listing what was seen when no recogniser matches."""
-    cfg, names = ckpt.config, frozenset(ckpt.tensors)
-    for recognise in RECOGNISERS:
-        found = recognise(cfg, names)
-        if found is not None:
-            name, method, evidence = found
-            return Layout(name, method, LAYOUTS[name], tuple(evidence))
-    raise FormatError(
-        f"{ckpt.path}: unrecognised checkpoint layout. Seen: {_seen(cfg, names)}",
-        hint="speckit knows these layouts: " + ", ".join(LAYOUTS) + " (docs/inspect.md describes "
-        "each); if this is another one, open an issue with its config.json and tensor names")
+    return recognise(ckpt.config, ckpt.tensors, where=ckpt.path)
 
 
 def _prefix(name: str) -> str:
@@ -296,3 +287,118 @@ def _seen(cfg: dict[str, Any], names: frozenset[str]) -> str:
     keys = [k for k in _NOTABLE_KEYS if k in cfg]
     return (f"architectures={_archs(cfg) or None}, model_type={cfg.get('model_type')!r}, "
             f"notable config keys={keys or 'none'}, {len(names)} tensors: {top or 'none'}")
+
+
+# ---- the one detection entry point: which method (and layout) a draft is ------------------------
+
+@dataclass(frozen=True)
+class Picked:
+    """The method a deployment uses, the layout its draft is in, and what decided it."""
+
+    spec: Any  # speckit.core.methods.MethodSpec (Any: methods/__init__ imports nothing from here)
+    layout: Layout | None  # None when no tensor names were given or none matched
+    source: str  # "method" (asked), "config", "registry", "layout"
+
+
+def recognise(config: dict[str, Any], names: Iterable[str], *, where: Any) -> Layout:
+    """The layout of a checkpoint at ``where`` from its config and tensor names; FormatError
+    listing what was seen when no recogniser matches."""
+    cfg, names = config, frozenset(names)
+    for recognise_one in RECOGNISERS:
+        found = recognise_one(cfg, names)
+        if found is not None:
+            name, method, evidence = found
+            return Layout(name, method, LAYOUTS[name], tuple(evidence))
+    raise FormatError(
+        f"{where}: unrecognised checkpoint layout. Seen: {_seen(cfg, names)}",
+        hint="speckit knows these layouts: " + ", ".join(LAYOUTS) + " (docs/inspect.md describes "
+        "each); if this is another one, open an issue with its config.json and tensor names")
+
+
+def declared_method(config: dict[str, Any]) -> Any:
+    """The method a config names itself (speculators_model_type, a Gemma-4 assistant), or None."""
+    from speckit.core import methods
+
+    found = _speculators(config, frozenset()) or _gemma4_assistant(config, frozenset())
+    if found is None:
+        return None
+    return methods.get(found[1])
+
+
+def pick_method(config: dict[str, Any] | None, names: Iterable[str] | None = None, *,
+                asked: str | None = None, registry: str | None = None,
+                where: str = "the draft", require_layout: bool = False) -> Picked | None:
+    """The one place speckit decides which method a deployment uses.
+
+    ``config``/``names``: the draft's config.json and tensor names (None without a draft);
+    ``asked``: the user's --method; ``registry``: the registry entry's method. The draft's own
+    evidence (its config's declaration, else its recognised layout) decides; ``asked`` and
+    ``registry`` must agree with it up to vLLM's method string (where the draft's own spec wins:
+    P-EAGLE served as vLLM's "eagle3", a Gemma-4 assistant as "mtp"), else UsageError.
+    ``require_layout``: the caller needs the layout (convert, quantize), so an unrecognised one
+    is a FormatError. Returns None when there is neither a draft nor a method.
+    """
+    from speckit.core import methods
+
+    wanted = methods.get(asked) if asked else None
+    if config is None:
+        return _no_draft(wanted, registry)
+    own, layout = _own_evidence(config, names, where=where,
+                                required=require_layout or (wanted is None and not registry))
+    for name, source in ((asked, "method"), (registry, "registry")):
+        if name:
+            spec = _agree(methods.get(name), own, layout, where=where, source=source)
+            return Picked(spec, layout, source if spec is not own else _own_source(own, layout))
+    if own is None:
+        raise UsageError(f"cannot tell which speculative method {where} uses (no "
+                         "speculators_model_type, not a Gemma-4 assistant, no layout speckit "
+                         "recognises)", hint="pass --method (" + ", ".join(methods.METHOD_NAMES)
+                         + ")")
+    return Picked(own, layout, _own_source(own, layout))
+
+
+def _no_draft(wanted: Any, registry: str | None) -> Picked | None:
+    from speckit.core import methods
+
+    spec = wanted or (methods.get(registry) if registry else None)
+    if spec is None:
+        return None
+    if spec.has_checkpoint and not spec.weights_in_target:
+        raise UsageError(f"method {spec.name} needs a draft checkpoint", hint="pass --draft")
+    return Picked(spec, None, "method" if wanted else "registry")
+
+
+def _own_evidence(config: dict[str, Any], names: Iterable[str] | None, *, where: str,
+                  required: bool) -> tuple[Any, Layout | None]:
+    """The draft's declared method, and its layout when tensor names are given."""
+    from speckit.core import methods
+
+    declared = declared_method(config)
+    layout = None
+    if names is not None:
+        try:
+            layout = recognise(config, names, where=where)
+        except FormatError:
+            if required and declared is None:
+                raise
+    if declared is not None:
+        return declared, layout
+    return (methods.get(layout.method) if layout else None), layout
+
+
+def _own_source(own: Any, layout: Layout | None) -> str:
+    return "layout" if layout is not None and layout.method == own.name else "config"
+
+
+def _agree(wanted: Any, own: Any, layout: Layout | None, *, where: str, source: str) -> Any:
+    """``wanted`` (asked or the registry's), unless the draft's own spec is another method of
+    the same vLLM method string (then the draft's). A different vLLM method is an error."""
+    if own is None or own is wanted:
+        return wanted
+    if own.vllm_method == wanted.vllm_method:
+        return own
+    what = f"a {layout.name} checkpoint ({own.name})" if layout else f"a {own.name} draft"
+    flag = "--method" if source == "method" else "the registry's method"
+    raise UsageError(f"{where} is {what}, not {wanted.name}",
+                     hint=f"drop {flag} (speckit detects it) or point at a checkpoint of that "
+                     "method")
