@@ -31,49 +31,6 @@ class Layout:
     evidence: tuple[str, ...]  # the config keys / tensor names that decided it
 
 
-# name -> what it is; `speckit inspect` and errors list these
-LAYOUTS: dict[str, str] = {
-    "speculators": "speculators format (speculators_model_type); what vLLM loads",
-    "safeailab-eagle3": "SafeAILab EAGLE-3 (traineagle3: midlayer.*, d2t/t2d, usually a pickle)",
-    "specforge-eagle3": "SpecForge EAGLE-3 export (LlamaForCausalLMEagle3: midlayer.*)",
-    "deepspec-eagle3": ("DeepSpec EAGLE-3 (Qwen3Eagle3Model: layers.0.*, top-level "
-                        "target_layer_ids, output-of-layer ids)"),
-    "torchspec-eagle3": ("TorchSpec vLLM export of an EAGLE-3 head (convert_to_hf.py --vllm: "
-                         "layers.0.*, eagle_config ids)"),
-    "eagle3-mla": ("EAGLE-3 head with Multi-Latent Attention (Eagle3DeepseekV2ForCausalLM: "
-                   "q_a_proj/kv_a_proj_with_mqa/kv_b_proj); vLLM loads it as published"),
-    "specforge-peagle": "SpecForge P-EAGLE (PEagleDraftModel: mask_hidden, layers.*)",
-    "specforge-dflash": ("SpecForge DFlash export (z-lab's format with a SpecForge-only trait: no "
-                         "mask_token_id, projector_type, or a trained head)"),
-    "specforge-dspark": "SpecForge DSpark (dflash_config.projector_type=dspark)",
-    "zlab-dflash": ("z-lab DFlash format (dflash_config; SpecForge writes it too, auto_map or "
-                    "not)"),
-    "zlab-dflash2": "z-lab DFlash2 (convolutions, bare selector codebooks)",
-    "laguna-dflash": "Laguna-style DFlash (fused qkv_proj, g_proj, aux_hidden_norms)",
-    "deepseek-dspark": ("DeepSeek dense DSpark (flat target_layer_ids, markov head, "
-                        "no dflash_config)"),
-    "k3-dspark": ("Kimi-K3 MLA DSpark (K3DSparkModel: context_proj, MLA layers, no block "
-                  "size); vLLM loads it as published"),
-    "native-mtp": "a target checkpoint carrying its own MTP layers (mtp.*)",
-    "gemma4-assistant": "Gemma-4 assistant (gemma4_assistant; KV shared with the target)",
-    "hf-causal-lm": "a plain Hugging Face causal LM (usable as a draft_model)",
-}
-
-# layouts vLLM loads as published and speckit does not rewrite: layout -> (why, what to do)
-SERVED_AS_PUBLISHED: dict[str, tuple[str, str]] = {
-    "eagle3-mla": (
-        "an EAGLE-3 head with Multi-Latent Attention: vLLM 0.32 loads it as published "
-        "(Eagle3DeepseekV2ForCausalLM, deepseek_eagle3.py, layers.0.* names) and the "
-        "speculators layout has no MLA head, so speckit does not rewrite it",
-        "serve the checkpoint as it is with method 'eagle3'; a midlayer.* export (TorchSpec "
-        "without --vllm) must be re-exported with TorchSpec's convert_to_hf.py --vllm"),
-    "k3-dspark": (
-        "a Kimi-K3 MLA DSpark draft: vLLM 0.32 loads it as published (K3DSparkModel, "
-        "vllm/models/kimi_k3/nvidia/dspark_mla.py) and the speculators dspark layout has no "
-        "MLA backbone, so speckit does not rewrite it",
-        "serve the checkpoint as it is with method 'dspark' and the k its recipe names"),
-}
-
 _Found = tuple[str, str, list[str]]  # (layout name, method, evidence)
 
 
@@ -254,9 +211,82 @@ def _causal_lm(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
     return "hf-causal-lm", "draft_model", [f"architectures = {archs}", f"tensor {layer}"]
 
 
-RECOGNISERS: tuple[Callable[[dict[str, Any], frozenset[str]], _Found | None], ...] = (
-    _speculators, _gemma4_assistant, _native_mtp, _dflash_family, _eagle3_family, _causal_lm,
+Recogniser = Callable[[dict[str, Any], frozenset[str]], _Found | None]
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    """One published layout: what it is, the method it holds, the recogniser that reports it,
+    and the module of speckit.convert whose ``plan(ctx)`` reads it (None: nothing to convert)."""
+
+    name: str
+    method: str  # a speckit method name ("" for speculators: speculators_model_type says)
+    description: str  # `speckit inspect` and errors show it
+    recogniser: Recogniser
+    reader: str | None = None
+    # vLLM loads it as published and speckit does not rewrite it: (why, what to do)
+    as_published: tuple[str, str] | None = None
+
+
+# the layout table; recognisers are tried in the order they first appear here
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
+    LayoutSpec("speculators", "", "speculators format (speculators_model_type); what vLLM "
+               "loads", _speculators, "speculators_source"),
+    LayoutSpec("gemma4-assistant", "gemma4_assistant", "Gemma-4 assistant (gemma4_assistant; KV "
+               "shared with the target)", _gemma4_assistant, "gemma4_source"),
+    LayoutSpec("native-mtp", "mtp", "a target checkpoint carrying its own MTP layers (mtp.*)",
+               _native_mtp, "mtp_sources"),
+    LayoutSpec("k3-dspark", "dspark", "Kimi-K3 MLA DSpark (K3DSparkModel: context_proj, MLA "
+               "layers, no block size); vLLM loads it as published", _dflash_family, None, (
+                   "a Kimi-K3 MLA DSpark draft: vLLM 0.32 loads it as published (K3DSparkModel, "
+                   "vllm/models/kimi_k3/nvidia/dspark_mla.py) and the speculators dspark layout "
+                   "has no MLA backbone, so speckit does not rewrite it",
+                   "serve the checkpoint as it is with method 'dspark' and the k its recipe "
+                   "names")),
+    LayoutSpec("laguna-dflash", "dflash", "Laguna-style DFlash (fused qkv_proj, g_proj, "
+               "aux_hidden_norms)", _dflash_family, "dflash_sources"),
+    LayoutSpec("deepseek-dspark", "dspark", "DeepSeek dense DSpark (flat target_layer_ids, markov "
+               "head, no dflash_config)", _dflash_family, "dspark_sources"),
+    LayoutSpec("specforge-dspark", "dspark", "SpecForge DSpark (dflash_config.projector_type="
+               "dspark)", _dflash_family, "dspark_sources"),
+    LayoutSpec("zlab-dflash2", "dflash2", "z-lab DFlash2 (convolutions, bare selector codebooks)",
+               _dflash_family, "dflash_sources"),
+    LayoutSpec("specforge-dflash", "dflash", "SpecForge DFlash export (z-lab's format with a "
+               "SpecForge-only trait: no mask_token_id, projector_type, or a trained head)",
+               _dflash_family, "dflash_sources"),
+    LayoutSpec("zlab-dflash", "dflash", "z-lab DFlash format (dflash_config; SpecForge writes it "
+               "too, auto_map or not)", _dflash_family, "dflash_sources"),
+    LayoutSpec("specforge-peagle", "peagle", "SpecForge P-EAGLE (PEagleDraftModel: mask_hidden, "
+               "layers.*)", _eagle3_family, "eagle3_sources"),
+    LayoutSpec("eagle3-mla", "eagle3", "EAGLE-3 head with Multi-Latent Attention "
+               "(Eagle3DeepseekV2ForCausalLM: q_a_proj/kv_a_proj_with_mqa/kv_b_proj); vLLM loads "
+               "it as published", _eagle3_family, None, (
+                   "an EAGLE-3 head with Multi-Latent Attention: vLLM 0.32 loads it as published "
+                   "(Eagle3DeepseekV2ForCausalLM, deepseek_eagle3.py, layers.0.* names) and the "
+                   "speculators layout has no MLA head, so speckit does not rewrite it",
+                   "serve the checkpoint as it is with method 'eagle3'; a midlayer.* export "
+                   "(TorchSpec without --vllm) must be re-exported with TorchSpec's "
+                   "convert_to_hf.py --vllm")),
+    LayoutSpec("deepspec-eagle3", "eagle3", "DeepSpec EAGLE-3 (Qwen3Eagle3Model: layers.0.*, "
+               "top-level target_layer_ids, output-of-layer ids)", _eagle3_family,
+               "eagle3_sources"),
+    LayoutSpec("torchspec-eagle3", "eagle3", "TorchSpec vLLM export of an EAGLE-3 head "
+               "(convert_to_hf.py --vllm: layers.0.*, eagle_config ids)", _eagle3_family,
+               "eagle3_sources"),
+    LayoutSpec("specforge-eagle3", "eagle3", "SpecForge EAGLE-3 export (LlamaForCausalLMEagle3: "
+               "midlayer.*)", _eagle3_family, "eagle3_sources"),
+    LayoutSpec("safeailab-eagle3", "eagle3", "SafeAILab EAGLE-3 (traineagle3: midlayer.*, "
+               "d2t/t2d, usually a pickle)", _eagle3_family, "eagle3_sources"),
+    LayoutSpec("hf-causal-lm", "draft_model", "a plain Hugging Face causal LM (usable as a "
+               "draft_model)", _causal_lm),
 )
+LAYOUT_BY_NAME: dict[str, LayoutSpec] = {spec.name: spec for spec in LAYOUT_SPECS}
+RECOGNISERS: tuple[Recogniser, ...] = tuple(dict.fromkeys(s.recogniser for s in LAYOUT_SPECS))
+# name -> what it is; `speckit inspect` and errors list these
+LAYOUTS: dict[str, str] = {spec.name: spec.description for spec in LAYOUT_SPECS}
+# layouts vLLM loads as published and speckit does not rewrite: layout -> (why, what to do)
+SERVED_AS_PUBLISHED: dict[str, tuple[str, str]] = {
+    spec.name: spec.as_published for spec in LAYOUT_SPECS if spec.as_published}
 
 # config keys that tell layouts apart; listed when nothing matches
 _NOTABLE_KEYS = ("speculators_model_type", "speculators_config", "transformer_layer_config",
