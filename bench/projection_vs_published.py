@@ -31,6 +31,7 @@ from speckit.core.plan import engine as _engine
 from speckit.core.plan import formats, steps
 from speckit.core.plan.fit import fit_log_params
 from speckit.core.plan.schedule import al_from_per_position
+from speckit.io import datafiles
 from speckit.speed import StepModel, target_shape
 
 # where each term starts, and the weak prior (PRIOR_WEIGHT per e-fold) that keeps the terms the
@@ -46,7 +47,7 @@ BOUNDS = {"step_s": (1e-6, 5e-2), "graph_layer_s": (1e-8, 1e-3), "spec_step_s": 
 
 def model_of(s: Series, eng: _engine.EngineCosts) -> StepModel:
     gpu = get_gpu(s.gpu)
-    const = replace(steps.load_constants(), gqa_pack="always")
+    const = replace(datafiles.load_step_constants(), gqa_pack="always")
     t = target_shape(s.target_config, gpu, where=s.target, expert_parallel=s.expert_parallel,
                      tp=s.tp)
     d = steps.DraftShape.from_dims(s.draft_dims)
@@ -135,11 +136,11 @@ def main() -> None:
     eng = _engine.IDEAL if a.ideal else fit()
     report(eng)
     if a.write_engine and not a.ideal:
-        _engine.save_engine(eng, _engine.ENGINE_PATH, extra={
+        datafiles.save_engine_costs(eng, datafiles.ENGINE_COSTS_PATH, extra={
             "vendors": sorted({get_gpu(s.gpu).vendor for s in SERIES if s.engine != "torch"}),
             "notes": "fitted by bench/projection_vs_published.py to the FIT_CONCURRENCIES points "
                      "of bench/published_points.py; bench/results/projection_vs_published.txt"})
-        print(f"wrote {_engine.ENGINE_PATH.relative_to(ROOT)}")
+        print(f"wrote {datafiles.ENGINE_COSTS_PATH.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

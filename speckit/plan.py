@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speckit.core.gpus import GPU, custom_gpu, get_gpu
+from speckit.core.gpus import GPU, custom_gpu
 from speckit.core.methods import MethodSpec
 from speckit.core.methods.detect import pick_method
 from speckit.core.plan import options
@@ -43,6 +43,7 @@ from speckit.core.plan.weights import DRAFT_QUANTS, HeaderTensor, model_dtype
 from speckit.core.plan.weights import is_top_level as _is_top_level
 from speckit.errors import FormatError, HubError, PlanError, UsageError
 from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, TensorInfo
+from speckit.io.datafiles import get_gpu
 from speckit.io.refs import Resolved, resolve
 
 TensorLike = TensorInfo | tuple[str, str, Sequence[int]]
@@ -237,7 +238,7 @@ def _has_local_weights(path: Path) -> bool:
 
 def _registry_entry(ref: str) -> Any | None:
     """The registry entry for ``ref`` if it is a registry id."""
-    from speckit.core.registry import load_registry
+    from speckit.io.datafiles import load_registry
 
     reg = load_registry()
     key = ref.strip()

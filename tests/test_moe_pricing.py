@@ -14,6 +14,7 @@ from speckit.core import PACKAGE_DIR
 from speckit.core.gpus import get_gpu
 from speckit.core.plan import calib, engine, formats, steps
 from speckit.errors import PlanError
+from speckit.io.datafiles import load_engine_costs, load_step_constants
 from speckit.speed import StepModel, project_speed, target_shape
 from tests.moe_shapes import (
     KIMI_EAGLE3,
@@ -74,7 +75,7 @@ def test_kimi_k25_rank_shape_bytes_and_flops():
 
 
 def test_kimi_mla_attention_reads_the_latent_once_per_sequence():
-    s, c = kimi_rank(), steps.load_constants()
+    s, c = kimi_rank(), load_step_constants()
     c = replace(c, softness=50.0)
     b, q, ctx = 8, 4, 4092  # span 4096; rows 4 x 16 heads fit one 128-row tile
     cost = steps.piece_step("mla", s, batch=b, q=q, ctx=ctx, gpu=MI355X, constants=c)
@@ -101,14 +102,16 @@ def test_minimax_m25_expert_parallel_bytes_and_flops():
     assert moved == pytest.approx(touched * 3 * 3072 * 1536 * (1.0 + 4 / 4096)
                                   + rows * (2 * 3072 + 3 * 1536) * 2)
     assert flops == 2 * rows * 3 * 3072 * 1536
-    one = steps.piece_step("moe", s, batch=16, q=1, ctx=0, gpu=MI355X)
+    one = steps.piece_step("moe", s, batch=16, q=1, ctx=0, gpu=MI355X,
+                           constants=load_step_constants())
     assert one.comm_s > 0  # dispatch + combine all-to-all under EP
 
 
 def test_moe_verify_reads_more_experts_than_decode():
     s = kimi_rank()
-    dec = steps.target_step(s, batch=4, q=1, ctx=1536, gpu=MI355X)
-    ver = steps.target_step(s, batch=4, q=4, ctx=1536, gpu=MI355X)
+    c = load_step_constants()
+    dec = steps.target_step(s, batch=4, q=1, ctx=1536, gpu=MI355X, constants=c)
+    ver = steps.target_step(s, batch=4, q=4, ctx=1536, gpu=MI355X, constants=c)
     # 4 tokens touch ~31 experts a layer, 16 tokens ~110: the verify streams ~3x the expert bytes
     assert 2.0 < ver.memory_s / dec.memory_s < 3.6
 
@@ -129,16 +132,16 @@ def test_engine_terms_are_added_per_step():
     assert e.plain(layers=10, batch=8) == pytest.approx(1e-3 + 1e-4 + 16e-6)
     assert e.speculative(layers=10, batch=8, al=2.5, draft_passes=3) == \
         pytest.approx(1e-3 + 1e-4 + 40e-6 + 5e-4 + 3e-4)
-    shipped = engine.load_engine(vendor="amd")
+    shipped = load_engine_costs(vendor="amd")
     assert shipped.step_s > 0 and "published" in shipped.source
-    assert engine.load_engine(vendor="nvidia").step_s == 0.0  # not fitted on CUDA: ideal
+    assert load_engine_costs(vendor="nvidia").step_s == 0.0  # not fitted on CUDA: ideal
 
 
 def test_calibrate_fit_on_recorded_h200_timings():
     raw = json.loads((RESULTS / "calibrate_h200_raw.json").read_text())
     pts = [calib.ProbePoint(p["kind"], p["shape"], p["batch"], p["q"], p["ctx"], p["seconds"])
            for p in raw["points"]]
-    prof = calib.fit_profile(pts, get_gpu("H200"), start=steps.load_constants(), source="test")
+    prof = calib.fit_profile(pts, get_gpu("H200"), start=load_step_constants(), source="test")
     assert prof.median_error < 0.06
     moe = [abs(e) for p, e in zip(prof.points, prof.error, strict=True) if p.kind == "moe"]
     assert max(moe) < 0.15  # the touched-expert model holds from 1 to 1024 tokens
@@ -153,13 +156,13 @@ def test_projection_vs_published_meets_the_goal():
     spec = importlib.util.spec_from_file_location("pvp", bench / "projection_vs_published.py")
     pvp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pvp)
-    proj = pvp.project(engine.load_engine())
+    proj = pvp.project(load_engine_costs())
     held = [abs(math.log(proj[s.name][1][i] / s.points[i][1])) for s in pvp.SERIES
             for i in range(len(s.points)) if pvp.role(s, i) == "held-out"]
     assert len(held) >= 13 and sum(held) / len(held) <= 0.10 and max(held) <= 0.25
 
 
 def test_step_model_is_one_object():
-    m = StepModel(kimi_rank(), None, MI355X, 1, 1, steps.load_constants(),
-                  engine.load_engine(vendor="amd"))
+    m = StepModel(kimi_rank(), None, MI355X, 1, 1, load_step_constants(),
+                  load_engine_costs(vendor="amd"))
     assert m.spec(8, 3, 1536, 2.0) > m.base(8, 1536)

@@ -20,15 +20,12 @@ The values are fitted to published throughput ratios by bench/projection_vs_publ
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
-from speckit.core import PACKAGE_DIR
 from speckit.errors import FormatError
 
-ENGINE_PATH = PACKAGE_DIR / "data" / "engine_costs.json"
 ENGINE_FIELDS = ("step_s", "graph_layer_s", "token_s", "spec_step_s", "draft_pass_s")
 
 
@@ -54,16 +51,10 @@ class EngineCosts:
 IDEAL = EngineCosts()
 
 
-def load_engine(path: str | Path | None = None, *, vendor: str | None = None) -> EngineCosts:
-    """The fitted engine terms shipped with speckit for a GPU vendor: ideal where the file is
-    absent or its terms were not fitted on that vendor's engine (its "vendors" list)."""
-    p = Path(path) if path is not None else ENGINE_PATH
-    try:
-        raw = json.loads(p.read_text())
-    except FileNotFoundError:
-        return IDEAL
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{p}: not valid JSON ({e})") from e
+def engine_from(raw: Mapping[str, Any], *, where: str, vendor: str | None = None) -> EngineCosts:
+    """EngineCosts from an engine_costs.json document: ideal when its terms were not fitted on
+    ``vendor``'s engine (its "vendors" list); FormatError naming ``where`` for an unknown term.
+    speckit.io.datafiles reads the file."""
     vals = raw.get("engine", raw)
     vendors = raw.get("vendors")
     if vendor is not None and isinstance(vendors, list) and vendor not in vendors:
@@ -72,13 +63,14 @@ def load_engine(path: str | Path | None = None, *, vendor: str | None = None) ->
     known = {f.name for f in fields(EngineCosts)}
     unknown = sorted(set(vals) - known)
     if unknown:
-        raise FormatError(f"{p}: unknown engine-cost terms {unknown}",
+        raise FormatError(f"{where}: unknown engine-cost terms {unknown}",
                           hint="known: " + ", ".join(sorted(known)))
     return EngineCosts(**vals)
 
 
-def save_engine(e: EngineCosts, path: Path, *, extra: dict[str, Any] | None = None) -> None:
-    path.write_text(json.dumps({"engine": asdict(e), **(extra or {})}, indent=2) + "\n")
+def engine_document(e: EngineCosts, *, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The engine_costs.json document of ``e`` (what engine_from reads back)."""
+    return {"engine": asdict(e), **(extra or {})}
 
 
-__all__ = ["ENGINE_FIELDS", "IDEAL", "EngineCosts", "load_engine", "save_engine"]
+__all__ = ["ENGINE_FIELDS", "IDEAL", "EngineCosts", "engine_document", "engine_from"]
