@@ -121,12 +121,12 @@ def test_validate_reads_the_scheme_table():
     the config (a GPTQ config naming no speckit scheme is not taken for FP8 or FP4)."""
     import importlib
 
-    val = importlib.import_module("speckit.validate")
+    val = importlib.import_module("speckit.validate.analysis")
     for s in core_quant.SCHEMES.values():
-        why = val._emulated_quant({"quantization_config": s.quantization_config(["lm_head"])})
+        why = val.emulated_quant({"quantization_config": s.quantization_config(["lm_head"])})
         native = val._probe_kernel(s.capability).status == "native"  # the same cached probe
         assert (why is None) == native, (s.name, why)
         if why:
             assert why.startswith(s.capability.upper())
-    assert val._emulated_quant({"quantization_config": {"quant_method": "gptq",
-                                                        "note": "fp4 fp8"}}) is None
+    assert val.emulated_quant({"quantization_config": {"quant_method": "gptq",
+                                                       "note": "fp4 fp8"}}) is None
