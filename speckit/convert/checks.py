@@ -7,12 +7,12 @@ from __future__ import annotations
 import fnmatch
 from pathlib import Path
 
-from speckit.convert.moves import SOURCE, ConversionPlan, read_ints
+from speckit.convert.moves import SOURCE, ConversionPlan
 from speckit.core import methods
 from speckit.core.methods.detect import detect
 from speckit.core.tensors import selected_ids
 from speckit.errors import FormatError, UsageError
-from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint, safe_relpath
+from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint, read_ints, safe_relpath
 
 
 def apply_drops(plan: ConversionPlan, src: Checkpoint, patterns) -> dict[str, str]:

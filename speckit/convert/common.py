@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.convert.moves import ConversionPlan, Slab, TensorMove, read_ints
+from speckit.convert.moves import ConversionPlan, Slab, TensorMove
 from speckit.core import speculators
 from speckit.core.methods import MethodSpec
 from speckit.core.refs import is_repo_id
@@ -22,6 +22,7 @@ from speckit.io.checkpoint import (
     INDEX_NAME,
     Checkpoint,
     read_index,
+    read_ints,
     read_safetensors_header,
     safe_relpath,
 )

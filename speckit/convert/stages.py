@@ -115,18 +115,15 @@ def write_output(out_dir: Path, ctx: ReadContext, plan: ConversionPlan, *, s: Re
         hasher = BesideCopyHasher(s.path, read_files, known=dict(s.sha256),
                                   fetch_memos=list(s.fetch_memos),
                                   memo_path=cache_root() / "convert" / "hash-memo.json")
-        writer = CheckpointWriter(tmp, [(m.out, m.dtype, m.shape) for m in moves],
-                                  max_shard_bytes=max_shard_bytes,
-                                  copied_from=copied_from(moves, inputs))
-        try:
-            label = f"convert {ctx.layout.name} -> {plan.method}"
-            with byte_progress(progress, total, label=label) as tick:
-                execute(moves, inputs, writer, on_tensor=lambda m: tick(m.nbytes),
-                        on_open=lambda ck, f: ck is src_ckpt and hasher.opened(f))
-        except BaseException:
-            _close(writer)
-            raise
-        files = writer.close()
+        label = f"convert {ctx.layout.name} -> {plan.method}"
+        # a failure inside aborts the writer (its shards closed, the temp dir discarded)
+        with CheckpointWriter(tmp, [(m.out, m.dtype, m.shape) for m in moves],
+                              max_shard_bytes=max_shard_bytes,
+                              copied_from=copied_from(moves, inputs)) as writer, \
+                byte_progress(progress, total, label=label) as tick:
+            execute(moves, inputs, writer, on_tensor=lambda m: tick(m.nbytes),
+                    on_open=lambda ck, f: ck is src_ckpt and hasher.opened(f))
+            files = writer.close()
         write_json(tmp / "config.json", _ordered(plan.config))
         extras = copy_extra_files(src_ckpt.path, tmp, extra_files)
         code_dropped = strip_remote_code(tmp, source=src_ckpt.path)
@@ -241,11 +238,3 @@ def _ordered(config: dict[str, Any]) -> dict[str, Any]:
     keys += [k for k in config if k not in _HEAD and k not in _TAIL]
     keys += [k for k in _TAIL if k in config]
     return {k: config[k] for k in keys}
-
-
-def _close(writer) -> None:
-    for fh, _ in writer._handles.values():
-        try:
-            fh.close()
-        except OSError:
-            pass

@@ -14,6 +14,7 @@ from speckit.core import methods as _methods
 from speckit.core.methods.detect import pick_method
 from speckit.core.specconfig import serve_line, speculative_config
 from speckit.errors import FormatError, UsageError
+from speckit.io.checkpoint import tensor_names
 from speckit.serving.options import UNTRAINED, Arm, BenchOptions
 
 # vLLM's suffix decoding (arctic-inference's suffix tree): no weights, k is its upper bound.
@@ -43,22 +44,11 @@ def resolve_deployment(opts: BenchOptions, *, cpu: bool) -> Deployment:
     if opts.draft is not None:
         dpath = resolve(opts.draft, role="draft").path.resolve()
         dcfg = _read_config(dpath, what="draft")
-    picked = pick_method(dcfg if dpath is not None else None, _tensor_names(dpath),
+    picked = pick_method(dcfg if dpath is not None else None,
+                         tensor_names(dpath) if dpath is not None else None,
                          asked=opts.method, where=str(opts.draft))
     return Deployment(opts.target, tpath, dpath, dcfg, picked.spec.name if picked else None,
                       serve_engine_args(opts, cpu=cpu), opts.tp)
-
-
-def _tensor_names(path: Path | None) -> list[str] | None:
-    """The draft's tensor names (safetensors headers only), for layout detection."""
-    if path is None:
-        return None
-    from speckit.io.checkpoint import Checkpoint
-
-    try:
-        return list(Checkpoint.open(path).tensors)
-    except FormatError:  # not a safetensors draft (a pickle): its config alone must tell
-        return None
 
 
 def serve_engine_args(opts: BenchOptions, *, cpu: bool) -> dict[str, Any]:

@@ -226,14 +226,15 @@ class LayoutSpec:
     reader: str | None = None
     # vLLM loads it as published and speckit does not rewrite it: (why, what to do)
     as_published: tuple[str, str] | None = None
+    quantizable: bool = False  # `speckit quantize` reads it (others are converted first)
 
 
 # the layout table; recognisers are tried in the order they first appear here
 LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
     LayoutSpec("speculators", "", "speculators format (speculators_model_type); what vLLM "
-               "loads", _speculators, "speculators_source"),
+               "loads", _speculators, "speculators_source", quantizable=True),
     LayoutSpec("gemma4-assistant", "gemma4_assistant", "Gemma-4 assistant (gemma4_assistant; KV "
-               "shared with the target)", _gemma4_assistant, "gemma4_source"),
+               "shared with the target)", _gemma4_assistant, "gemma4_source", quantizable=True),
     LayoutSpec("native-mtp", "mtp", "a target checkpoint carrying its own MTP layers (mtp.*)",
                _native_mtp, "mtp_sources"),
     LayoutSpec("k3-dspark", "dspark", "Kimi-K3 MLA DSpark (K3DSparkModel: context_proj, MLA "
@@ -278,7 +279,7 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
     LayoutSpec("safeailab-eagle3", "eagle3", "SafeAILab EAGLE-3 (traineagle3: midlayer.*, "
                "d2t/t2d, usually a pickle)", _eagle3_family, "eagle3_sources"),
     LayoutSpec("hf-causal-lm", "draft_model", "a plain Hugging Face causal LM (usable as a "
-               "draft_model)", _causal_lm),
+               "draft_model)", _causal_lm, quantizable=True),
 )
 LAYOUT_BY_NAME: dict[str, LayoutSpec] = {spec.name: spec for spec in LAYOUT_SPECS}
 RECOGNISERS: tuple[Recogniser, ...] = tuple(dict.fromkeys(s.recogniser for s in LAYOUT_SPECS))
