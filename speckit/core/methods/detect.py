@@ -374,17 +374,18 @@ def pick_method(config: dict[str, Any] | None, names: Iterable[str] | None = Non
     wanted = methods.get(asked) if asked else None
     if config is None:
         return _no_draft(wanted, registry)
-    own, layout = _own_evidence(config, names, where=where,
-                                required=require_layout or (wanted is None and not registry))
+    own, layout, unrecognised = _own_evidence(config, names, where=where,
+                                              required=require_layout)
     for name, source in ((asked, "method"), (registry, "registry")):
         if name:
             spec = _agree(methods.get(name), own, layout, where=where, source=source)
             return Picked(spec, layout, source if spec is not own else _own_source(own, layout))
     if own is None:
+        seen = f"; {unrecognised}" if unrecognised else ""
         raise UsageError(f"cannot tell which speculative method {where} uses (no "
                          "speculators_model_type, not a Gemma-4 assistant, no layout speckit "
-                         "recognises)", hint="pass --method (" + ", ".join(methods.METHOD_NAMES)
-                         + ")")
+                         f"recognises){seen}", hint="pass --method ("
+                         + ", ".join(methods.METHOD_NAMES) + ")")
     return Picked(own, layout, _own_source(own, layout))
 
 
@@ -400,21 +401,23 @@ def _no_draft(wanted: Any, registry: str | None) -> Picked | None:
 
 
 def _own_evidence(config: dict[str, Any], names: Iterable[str] | None, *, where: str,
-                  required: bool) -> tuple[Any, Layout | None]:
-    """The draft's declared method, and its layout when tensor names are given."""
+                  required: bool) -> tuple[Any, Layout | None, str]:
+    """The draft's declared method, its layout when tensor names are given, and why no layout
+    matched ("" when one did or no names were given)."""
     from speckit.core import methods
 
     declared = declared_method(config)
-    layout = None
+    layout, unrecognised = None, ""
     if names is not None:
         try:
             layout = recognise(config, names, where=where)
-        except FormatError:
+        except FormatError as e:
             if required and declared is None:
                 raise
+            unrecognised = e.message
     if declared is not None:
-        return declared, layout
-    return (methods.get(layout.method) if layout else None), layout
+        return declared, layout, unrecognised
+    return (methods.get(layout.method) if layout else None), layout, unrecognised
 
 
 def _own_source(own: Any, layout: Layout | None) -> str:
