@@ -34,7 +34,7 @@ def check(profile: Path) -> None:
     import step_costs as sc
 
     from speckit.core.gpus import get_gpu
-    from speckit.core.plan import steps
+    from speckit.io import datafiles
 
     steps_, targets, drafts = sc._shapes()
     prof = json.loads(profile.read_text())
@@ -51,8 +51,8 @@ def check(profile: Path) -> None:
     data = json.loads((ROOT / "bench/results/step_costs_h200.json").read_text())
     pts = [p for p in data["points"] if p["shape"] in targets or p["shape"] in drafts]
     # step_costs_h200 ran PyTorch SDPA unpacked for q > 1 (gqa_pack "decode"); the probe packs
-    for label, c in (("shipped step_costs.json", steps.load_constants()),
-                     ("calibrate profile", replace(steps.load_constants(profile),
+    for label, c in (("shipped step_costs.json", datafiles.load_step_constants()),
+                     ("calibrate profile", replace(datafiles.load_step_constants(profile),
                                                    gqa_pack="decode"))):
         errs: dict[str, list[float]] = {}
         for p in pts:

@@ -31,6 +31,7 @@ from speckit.core.plan import engine as _engine
 from speckit.core.plan import formats, steps
 from speckit.core.plan.fit import fit_log_params
 from speckit.core.plan.schedule import al_from_per_position
+from speckit.io import datafiles
 from speckit.speed import StepModel, target_shape
 
 # where each term starts, and the weak prior (PRIOR_WEIGHT per e-fold) that keeps the terms the
@@ -60,7 +61,7 @@ def _target(config: dict, gpu_name: str, tp: int, ep: bool = False):
 
 def model_of(s: Series, engines: Engines) -> StepModel:
     gpu, t = _target(s.target_config, s.gpu, s.tp, s.expert_parallel)
-    const = replace(steps.load_constants(), gqa_pack="always")
+    const = replace(datafiles.load_step_constants(), gqa_pack="always")
     d = steps.DraftShape.from_dims(s.draft_dims)
     if s.draft_quant:
         d = replace(d, body=replace(d.body, weight_bytes=formats.weight_bytes(s.draft_quant),
@@ -72,7 +73,7 @@ def model_of(s: Series, engines: Engines) -> StepModel:
 
 def anchors(engines: Engines) -> list[tuple[float, float]]:
     """(model, published) plain-step seconds of every ANCHORS entry."""
-    const = replace(steps.load_constants(), gqa_pack="always")
+    const = replace(datafiles.load_step_constants(), gqa_pack="always")
     out = []
     for cls, g, tp, cfg, b, ctx, sec, _ in ANCHORS:
         gpu, t = _target(cfg, g, tp)
@@ -180,14 +181,14 @@ def main() -> None:
     engines = dict.fromkeys(_engine.ENGINES, _engine.IDEAL) if a.ideal else fit()
     report(engines)
     if a.write_engine and not a.ideal:
-        _engine.save_engine(engines["vllm"], _engine.ENGINE_PATH, extra={
+        datafiles.save_engine_costs(engines["vllm"], datafiles.ENGINE_COSTS_PATH, extra={
             "fitted_on": sorted({f"{s.gpu} ({s.engine})" for s in SERIES
                                  if any(role(s, i) == "fit" for i in range(len(s.points)))}),
             "notes": "one set for every engine and GPU, fitted by "
                      "bench/projection_vs_published.py to the fit points of "
                      "bench/published_points.py (FIT_CONCURRENCIES, FIT_KS); "
                      "bench/results/projection_vs_published.txt"})
-        print(f"wrote {_engine.ENGINE_PATH.relative_to(ROOT)}")
+        print(f"wrote {datafiles.ENGINE_COSTS_PATH.relative_to(ROOT)}")
 
 
 if __name__ == "__main__":

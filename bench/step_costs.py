@@ -381,11 +381,12 @@ def run_fit(args) -> None:
 
     steps, targets, drafts = _shapes()
     from speckit.core.gpus import get_gpu
+    from speckit.io import datafiles
 
     data = json.loads(Path(args.fit).read_text())
     pts = [p for p in data["points"] if p["shape"] in targets or p["shape"] in drafts]
     gpu = get_gpu(args.gpu)
-    base = steps.load_constants()
+    base = datafiles.load_step_constants()
     # these two ran to unphysical values when left free (1e11 parallel units, no pass overhead)
     # without lowering the error much: they stay at the shipped, measured-looking values
     pinned = ("attn_parallel_units", "pass_overhead_s")
@@ -416,7 +417,7 @@ def run_fit(args) -> None:
     fitted = consts(best.x)
     _report(steps, targets, drafts, gpu, fitted, pts, data["meta"], names)
     if args.write_constants:
-        steps.save_constants(fitted, Path(args.write_constants))
+        datafiles.save_step_constants(fitted, Path(args.write_constants))
         print(f"wrote {args.write_constants}")
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import statistics
 import time
@@ -19,10 +18,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from speckit.core.gpus import GPU, catalog
+from speckit.core.gpus import GPU
 from speckit.core.plan import calib as _calib
 from speckit.core.plan import steps as _steps
 from speckit.errors import EngineError, OutputError
+from speckit.io.datafiles import catalog, config_dir, load_step_constants
 
 PROFILE_VERSION = 1
 
@@ -291,7 +291,7 @@ def calibrate(*, out: str | Path | None = None, budget_s: float = 100.0,
     log(f"{name}: copy {copy / 1e12:.2f} TB/s, bf16 matmul {mm / 1e12:.0f} TFLOP/s; "
         f"fractions scale {gpu.name}'s rates")
     timed = _time_points(torch, _calib.probe_plan(), budget_s, log)
-    prof = _calib.fit_profile(timed, gpu, start=_steps.load_constants(),
+    prof = _calib.fit_profile(timed, gpu, start=load_step_constants(),
                               source=f"speckit calibrate on {name}")
     rows = [{**asdict(p), "model_s": p.seconds * (1 + e)} for p, e in
             zip(prof.points, prof.error, strict=True)]
@@ -309,8 +309,7 @@ def calibrate(*, out: str | Path | None = None, budget_s: float = 100.0,
 
 def profile_dir() -> Path:
     """Where calibrate keeps profiles by default: $XDG_CONFIG_HOME/speckit/gpu_profiles."""
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "speckit" / "gpu_profiles"
+    return config_dir() / "gpu_profiles"
 
 
 def default_profile_path(gpu_name: str) -> Path:
@@ -334,7 +333,7 @@ def list_profiles() -> list[str]:
 
 def load_profile(path: str | Path) -> _steps.StepConstants:
     """The step constants of a profile written by calibrate (or a step_costs.json)."""
-    return _steps.load_constants(path)
+    return load_step_constants(path)
 
 
 def describe_profile(path: str | Path) -> str | None:

@@ -237,7 +237,7 @@ def _fetch_target_of(draft: FetchResult, run: _Run) -> FetchResult:
 def _target_name(draft: FetchResult, run: _Run) -> str:
     target = None
     if draft.registry_id is not None:
-        from speckit.core.registry import load_registry
+        from speckit.io.datafiles import load_registry
 
         target = load_registry().entries[draft.registry_id].target
     if not target and run.verify and draft.repo:
@@ -257,7 +257,7 @@ def _target_name(draft: FetchResult, run: _Run) -> str:
 
 def _target_entry(target: str):
     """The registry entry for a target repo or id, if the registry has one."""
-    from speckit.core.registry import load_registry
+    from speckit.io.datafiles import load_registry
 
     reg = load_registry()
     if target in reg.entries:

@@ -283,7 +283,7 @@ def vocab_map_problems(ckpt: Checkpoint, layout: Layout) -> list[Problem]:
     if not any(n in ckpt.tensors for n in _VOCAB_MAPS):
         return []
     from speckit.core import methods
-    from speckit.core.methods.common import check_vocab_maps
+    from speckit.core.tensors import check_vocab_maps
 
     d = methods.get(layout.method).describe(ckpt.config)
     d2t = ckpt.get("d2t") if "d2t" in ckpt.tensors else None

@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speckit.core import methods as _methods
-from speckit.core.gpus import GPU, custom_gpu, get_gpu
+from speckit.core.gpus import GPU, custom_gpu
 from speckit.core.methods import MethodSpec
+from speckit.core.methods.detect import pick_method
 from speckit.core.plan import options
 from speckit.core.plan.dims import (
     check_dims,
@@ -28,7 +28,6 @@ from speckit.core.plan.memory import evaluate
 from speckit.core.plan.options import DEFAULT_UTILIZATION, check_options
 from speckit.core.plan.overhead import OverheadModel
 from speckit.core.plan.pairing import check_pairing
-from speckit.core.plan.pairing import method_of_config as _detect_method
 from speckit.core.plan.report import (
     DraftCost,
     KVReport,
@@ -44,6 +43,7 @@ from speckit.core.plan.weights import DRAFT_QUANTS, HeaderTensor, model_dtype
 from speckit.core.plan.weights import is_top_level as _is_top_level
 from speckit.errors import FormatError, HubError, PlanError, UsageError
 from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, TensorInfo
+from speckit.io.datafiles import get_gpu
 from speckit.io.refs import Resolved, resolve
 
 TensorLike = TensorInfo | tuple[str, str, Sequence[int]]
@@ -62,22 +62,11 @@ def _header_tensors(tensors: Iterable[TensorLike] | None) -> list[HeaderTensor]:
 
 
 def _pick_method(method: str | None, draft_config: dict[str, Any] | None,
-                 draft_name: str | None) -> MethodSpec | None:
-    """--method, else what the draft config says; the config's spec wins for the same vLLM
-    method (e.g. vLLM's "mtp" for a Gemma-4 assistant, "eagle3" for P-EAGLE)."""
-    detected = _detect_method(draft_config) if draft_config else None
-    mod = _methods.get(method) if method else detected
-    if detected is not None and mod is not None and mod is not detected \
-            and detected.vllm_method == mod.vllm_method:
-        mod = detected
-    if draft_config is not None and mod is None:
-        raise UsageError(f"cannot tell which speculative method {draft_name or 'the draft'} "
-                         f"uses (no speculators_model_type, not a Gemma-4 assistant)",
-                         hint="pass --method (" + ", ".join(_methods.METHOD_NAMES) + ")")
-    if mod is not None and draft_config is None and mod.has_checkpoint \
-            and not mod.weights_in_target:
-        raise UsageError(f"method {mod.name} needs a draft checkpoint", hint="pass --draft")
-    return mod
+                 draft_tensors: list[HeaderTensor], draft_name: str | None) -> MethodSpec | None:
+    """--method, else what the draft says (speckit.core.methods.detect.pick_method decides)."""
+    names = [t.name for t in draft_tensors] if draft_tensors else None
+    picked = pick_method(draft_config, names, asked=method, where=draft_name or "the draft")
+    return picked.spec if picked else None
 
 
 @dataclass(frozen=True)
@@ -161,8 +150,9 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
     tinfos = _header_tensors(target_tensors)
     if dcfg is not None and draft_name is None:
         draft_name = "draft"
-    mod = _pick_method(method, dcfg, draft_name)
-    draft = _draft_from_target(mod, _Draft(dcfg, _header_tensors(draft_tensors), frozenset()),
+    dinfos = _header_tensors(draft_tensors)
+    mod = _pick_method(method, dcfg, dinfos, draft_name)
+    draft = _draft_from_target(mod, _Draft(dcfg, dinfos, frozenset()),
                                target_config, tinfos, target_name)
     k = _pick_k(mod, draft.config or {}, opts.k)
     options.check_draft_quant_target(draft_quant, has_weights=bool(draft.tensors))
@@ -248,7 +238,7 @@ def _has_local_weights(path: Path) -> bool:
 
 def _registry_entry(ref: str) -> Any | None:
     """The registry entry for ``ref`` if it is a registry id."""
-    from speckit.core.registry import load_registry
+    from speckit.io.datafiles import load_registry
 
     reg = load_registry()
     key = ref.strip()
@@ -309,21 +299,6 @@ def _shared_tensors(target: _Loaded, draft: _Loaded) -> dict[str, bool]:
     return out
 
 
-def _detect_local(loaded: _Loaded) -> str | None:
-    """Ask speckit.core.methods.detect which method a local draft is."""
-    from speckit.core.methods.detect import detect
-    from speckit.io.checkpoint import Checkpoint
-
-    if loaded.local is None:
-        return None
-    try:
-        found = detect(Checkpoint.open(loaded.local))
-    except Exception:  # noqa: BLE001 (no detection: the user passes --method instead)
-        return None
-    m = getattr(found, "method", found)
-    return m if isinstance(m, str) else None
-
-
 def plan_from_refs(*, target: str | None, draft: str | None = None, method: str | None = None,
                    revision: str | None = None, draft_revision: str | None = None,
                    **kwargs: Any) -> PlanResult:
@@ -339,11 +314,9 @@ def plan_from_refs(*, target: str | None, draft: str | None = None, method: str 
     t = _load(target, revision=revision)
     if d is not None and method is None:
         method = d.method
-        if method is None and _detect_method(d.config) is None:
-            method = _detect_local(d)
     shares = _shared_tensors(t, d) if d is not None else {}
     if d is not None and d.k is not None and kwargs.get("k") is None:
-        mod = _methods.get(method) if method else _detect_method(d.config)
+        mod = _pick_method(method, d.config, _header_tensors(d.tensors), d.name)
         if mod is not None and mod.default_k(d.config) is None:
             kwargs["k"] = d.k  # the draft does not record k; the registry's starting k does
     return plan(target_config=t.config, target_tensors=t.tensors,

@@ -355,7 +355,7 @@ def _source_license(root: Path, chain: list[dict[str, Any]], *, token: str | Non
 
 def _registry_license(src: dict[str, Any]) -> tuple[str, str] | None:
     try:
-        from speckit.core.registry import load_registry
+        from speckit.io.datafiles import load_registry
 
         reg = load_registry()
     except SpeckitError:
@@ -660,12 +660,8 @@ def registry_add(repo_id: str, *, revision: str | None = None, entry_id: str | N
     """Add a draft pushed by `speckit push` to the user's registry, pinned to its commit, with
     the figures its card records. An id of a curated entry is refused unless
     ``shadows_builtin`` (then the entry says so, and every use of it warns)."""
-    from speckit.core.registry import (
-        draft_entry_from_card,
-        entry_toml,
-        load_registry,
-        user_config_registry,
-    )
+    from speckit.core.registry import draft_entry_from_card, entry_toml
+    from speckit.io.datafiles import load_registry, user_config_registry
     from speckit.io.hub import download_file
     from speckit.io.user_registry import add_entry
 

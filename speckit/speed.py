@@ -18,6 +18,7 @@ from speckit.core.plan import formats as _formats
 from speckit.core.plan import schedule as _sched
 from speckit.core.plan import steps as _steps
 from speckit.errors import UsageError
+from speckit.io.datafiles import load_engine_costs, load_step_constants
 
 PROJECTED = "projected"  # every figure of a SpeedResult is a model projection, not a measurement
 KV_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -78,13 +79,13 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
         from speckit.calibrate import find_profile
 
         found = find_profile(gpu.name)
-        constants = _steps.load_constants(found) if found else _steps.load_constants()
+        constants = load_step_constants(found) if found else load_step_constants()
     const = replace(constants, gqa_pack=gqa_pack)
     tshape = target_shape(target_config, gpu, where=f"{target_name}/config.json",
                           expert_parallel=expert_parallel, tp=tp)
     dshape = draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant,
                           gpu, where=draft_name or "draft")
-    eng = engine if engine is not None else _engine.load_engine()
+    eng = engine if engine is not None else load_engine_costs()
     model = StepModel(tshape, dshape, gpu, tp, draft_tp or tp, const, eng,
                       float(KV_BYTES[kv_cache_dtype] or 2))  # auto: the model dtype
     al = {kk: _sched.al_from_per_position(rates, kk) for kk in range(1, len(rates) + 1)}

@@ -15,7 +15,7 @@ import sys
 import time
 import traceback
 
-from speckit.core.metrics import metric_snapshot
+from speckit.io.engine.metrics import metric_snapshot
 
 # the worker inspection below ships a function to the engine process
 os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")

@@ -276,3 +276,85 @@ def test_the_real_tree_has_no_ops_package_and_passes():
     for pkg in ("convert", "quant", "validate", "train"):
         assert (root / "speckit" / pkg / "__init__.py").is_file(), pkg
     assert [str(v) for v in arch.check(root)] == []
+
+
+# ---- core-pure, method-picker, vocab-map (issue #32 items 1, 5, 8) ------------------------------
+
+def test_core_imports_no_torch_reads_no_environment_and_opens_no_file(tmp_path):
+    found = _found(tmp_path, {
+        "speckit/core/shape.py": '''
+            import os
+            from pathlib import Path
+            def dims(cfg):
+                import torch
+                return torch.tensor(cfg)
+            def home():
+                return os.environ.get("HOME"), os.getenv("XDG_CONFIG_HOME")
+            def read(p):
+                return open(p).read() + Path(p).read_text()
+            def exists(p):
+                return os.path.exists(p) or Path(p).is_file()
+            def pure(name):
+                return name.startswith("x") and os.path.join("a", name).endswith(name)
+        ''',
+        # the same code outside core is io's job, not a violation
+        "speckit/io/files.py": 'import os\ndef f(p):\n    return open(p), os.environ["X"]\n',
+    }, "core-pure")
+    lines = sorted(int(f.split(":")[1]) for f in found)
+    assert lines == [5, 8, 8, 10, 10, 12, 12], found
+    assert all(f.startswith("speckit/core/shape.py:") for f in found)
+    assert any("imports torch" in f for f in found)
+    assert any("reads the environment (os.environ)" in f for f in found)
+    assert any("(open())" in f for f in found) and any("(.read_text())" in f for f in found)
+
+
+def test_only_the_detection_entry_point_picks_a_method(tmp_path):
+    found = _found(tmp_path, {
+        "speckit/core/methods/detect.py": '''
+            from speckit.core import methods
+            def pick_method(cfg):
+                return methods.for_speculators_type(cfg["speculators_model_type"])
+        ''',
+        "speckit/plan.py": '''
+            from speckit.core import methods
+            from speckit.core.methods.detect import pick_method
+            def _pick_method(cfg):
+                return pick_method(cfg)
+            def _detect_method(cfg):
+                return methods.for_speculators_type(cfg.get("speculators_model_type"))
+            def method_of_config(cfg):
+                return None
+            def methods_table():
+                return {}
+        ''',
+    }, "method-picker")
+    assert sorted(int(f.split(":")[1]) for f in found) == [6, 7, 8], found
+    assert all(f.startswith("speckit/plan.py:") for f in found)
+    assert any("_detect_method()" in f for f in found)
+    assert any("method_of_config()" in f for f in found)
+
+
+def test_one_vocab_map_check(tmp_path):
+    found = _found(tmp_path, {
+        "speckit/core/tensors.py": '''
+            def check_vocab_maps(d2t, t2d):
+                if d2t is None:
+                    raise ValueError("d2t is missing")
+            def selected_ids(d2t, t2d):
+                return []
+        ''',
+        "speckit/convert/common.py": '''
+            from speckit.core.tensors import selected_ids
+            def own_copy(d2t):
+                if any(a >= b for a, b in zip(d2t, d2t[1:])):
+                    raise ValueError("d2t is not increasing")
+            def wrapper(ckpt):
+                if "d2t" not in ckpt:
+                    raise ValueError("no d2t tensor")
+                return selected_ids(ckpt["d2t"], None)
+            def unrelated(x):
+                raise ValueError("bad dtype")
+        ''',
+    }, "vocab-map")
+    assert len(found) == 1 and found[0].startswith("speckit/convert/common.py:3:"), found
+    assert "own_copy()" in found[0]

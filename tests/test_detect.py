@@ -113,3 +113,48 @@ def test_mtp_tensors_alone_are_not_a_native_mtp_target(tmp_path):
     ckpt = _write(tmp_path / "frag", {"architectures": ["X"]}, {"mtp.fc.weight": torch.zeros(2)})
     with pytest.raises(FormatError, match=r"mtp\.fc\.weight"):
         detect(ckpt)
+
+
+# ---- pick_method: the one place a deployment's method is decided -------------------------------
+
+def test_pick_method_from_layout_declaration_flag_and_registry(tmp_path):
+    from speckit.core.methods.detect import pick_method
+    from speckit.errors import UsageError
+
+    sf = Checkpoint.open(F.make_specforge_peagle(tmp_path / "p"))
+    by_layout = pick_method(sf.config, sf.tensors)
+    assert (by_layout.spec.name, by_layout.layout.name, by_layout.source) == \
+        ("peagle", "specforge-peagle", "layout")
+    # vLLM serves P-EAGLE as "eagle3": asking for eagle3 keeps the draft's own spec
+    assert pick_method(sf.config, sf.tensors, asked="eagle3").spec.name == "peagle"
+    with pytest.raises(UsageError, match="specforge-peagle checkpoint .peagle., not dflash"):
+        pick_method(sf.config, sf.tensors, asked="dflash")
+    with pytest.raises(UsageError, match="registry's method"):
+        pick_method(sf.config, sf.tensors, registry="dspark")
+    spec = Checkpoint.open(F.make_spec_dflash(tmp_path / "d"))
+    assert pick_method(spec.config).source == "config"  # speculators_model_type, no names
+    lm = Checkpoint.open(F.make_causal_lm(tmp_path / "lm"))
+    assert pick_method(lm.config, lm.tensors).spec.name == "draft_model"
+    with pytest.raises(UsageError, match="cannot tell"):
+        pick_method(lm.config)  # neither a declaration nor tensor names
+    assert pick_method(lm.config, registry="draft_model").source == "registry"
+
+
+def test_pick_method_without_a_draft():
+    from speckit.core.methods.detect import pick_method
+    from speckit.errors import UsageError
+
+    assert pick_method(None) is None
+    assert pick_method(None, asked="ngram").spec.name == "ngram"
+    assert pick_method(None, asked="mtp").spec.name == "mtp"  # layers inside the target
+    with pytest.raises(UsageError, match="needs a draft checkpoint"):
+        pick_method(None, asked="eagle3")
+
+
+def test_pick_method_needs_a_layout_when_asked_to(tmp_path):
+    from speckit.core.methods.detect import pick_method
+
+    cfg = {"architectures": ["T5Model"]}
+    assert pick_method(cfg, ["encoder.w"], asked="draft_model").layout is None
+    with pytest.raises(FormatError, match="unrecognised checkpoint layout"):
+        pick_method(cfg, ["encoder.w"], asked="draft_model", require_layout=True)

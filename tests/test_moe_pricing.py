@@ -14,6 +14,7 @@ from speckit.core import PACKAGE_DIR
 from speckit.core.gpus import get_gpu
 from speckit.core.plan import calib, engine, formats, steps
 from speckit.errors import FormatError, PlanError
+from speckit.io.datafiles import load_engine_costs, load_step_constants
 from speckit.speed import StepModel, project_speed, target_shape
 from tests.moe_shapes import (
     KIMI_EAGLE3,
@@ -74,7 +75,7 @@ def test_kimi_k25_rank_shape_bytes_and_flops():
 
 
 def test_kimi_mla_attention_reads_the_latent_once_per_sequence():
-    s, c = kimi_rank(), steps.load_constants()
+    s, c = kimi_rank(), load_step_constants()
     c = replace(c, softness=50.0)
     b, q, ctx = 8, 4, 4092  # span 4096; rows 4 x 16 heads fit one 128-row tile
     cost = steps.piece_step("mla", s, batch=b, q=q, ctx=ctx, gpu=MI355X, constants=c)
@@ -101,14 +102,16 @@ def test_minimax_m25_expert_parallel_bytes_and_flops():
     assert moved == pytest.approx(touched * 3 * 3072 * 1536 * (1.0 + 4 / 4096)
                                   + rows * (2 * 3072 + 3 * 1536) * 2)
     assert flops == 2 * rows * 3 * 3072 * 1536
-    one = steps.piece_step("moe", s, batch=16, q=1, ctx=0, gpu=MI355X)
+    one = steps.piece_step("moe", s, batch=16, q=1, ctx=0, gpu=MI355X,
+                           constants=load_step_constants())
     assert one.comm_s > 0  # dispatch + combine all-to-all under EP
 
 
 def test_moe_verify_reads_more_experts_than_decode():
     s = kimi_rank()
-    dec = steps.target_step(s, batch=4, q=1, ctx=1536, gpu=MI355X)
-    ver = steps.target_step(s, batch=4, q=4, ctx=1536, gpu=MI355X)
+    c = load_step_constants()
+    dec = steps.target_step(s, batch=4, q=1, ctx=1536, gpu=MI355X, constants=c)
+    ver = steps.target_step(s, batch=4, q=4, ctx=1536, gpu=MI355X, constants=c)
     # 4 tokens touch ~31 experts a layer, 16 tokens ~110: the verify streams ~3x the expert bytes
     assert 2.0 < ver.memory_s / dec.memory_s < 3.6
 
@@ -129,9 +132,9 @@ def test_engine_terms_are_added_per_step():
     assert e.plain(layers=10, batch=8) == pytest.approx(1e-3 + 1e-4 + 16e-6)
     assert e.speculative(layers=10, batch=8, al=2.5, draft_passes=3) == \
         pytest.approx(1e-3 + 1e-4 + 40e-6 + 5e-4 + 3e-4)
-    shipped = engine.load_engine()
+    shipped = load_engine_costs()
     assert shipped.step_s > 0 and "published" in shipped.source
-    assert engine.load_engine(engine="sglang").step_s > 0
+    assert load_engine_costs(engine="sglang").step_s > 0
 
 
 LLAMA8B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
@@ -159,16 +162,16 @@ def test_engine_terms_apply_on_nvidia_too():
 def test_engine_file_names_unknown_engine(tmp_path):
     p = tmp_path / "e.json"
     p.write_text(json.dumps({"engines": {"vllm": {"step_s": 1e-3}}}))
-    assert engine.load_engine(p).step_s == 1e-3
+    assert load_engine_costs(p).step_s == 1e-3
     with pytest.raises(FormatError, match="sglang"):
-        engine.load_engine(p, engine="sglang")
+        load_engine_costs(p, engine="sglang")
 
 
 def test_calibrate_fit_on_recorded_h200_timings():
     raw = json.loads((RESULTS / "calibrate_h200_raw.json").read_text())
     pts = [calib.ProbePoint(p["kind"], p["shape"], p["batch"], p["q"], p["ctx"], p["seconds"],
                             p.get("packed", True)) for p in raw["points"]]
-    prof = calib.fit_profile(pts, get_gpu("H200"), start=steps.load_constants(), source="test")
+    prof = calib.fit_profile(pts, get_gpu("H200"), start=load_step_constants(), source="test")
     assert prof.median_error < 0.06
     moe = [abs(e) for p, e in zip(prof.points, prof.error, strict=True) if p.kind == "moe"]
     assert max(moe) < 0.15  # the touched-expert model holds from 1 to 1024 tokens
@@ -184,7 +187,7 @@ def test_projection_vs_published_meets_the_goal():
     pvp = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(pvp)
     # from the recorded published points and the shipped terms: no network, no refit
-    proj = pvp.project({e: engine.load_engine(engine=e) for e in engine.ENGINES})
+    proj = pvp.project({e: load_engine_costs(engine=e) for e in engine.ENGINES})
     held = {(s.name, i): abs(math.log(proj[s.name][1][i] / s.points[i][1])) for s in pvp.SERIES
             for i in range(len(s.points)) if pvp.role(s, i) == "held-out"}
     vals = list(held.values())
@@ -199,6 +202,6 @@ def test_projection_vs_published_meets_the_goal():
 
 
 def test_step_model_is_one_object():
-    m = StepModel(kimi_rank(), None, MI355X, 1, 1, steps.load_constants(),
-                  engine.load_engine())
+    m = StepModel(kimi_rank(), None, MI355X, 1, 1, load_step_constants(),
+                  load_engine_costs())
     assert m.spec(8, 3, 1536, 2.0) > m.base(8, 1536)

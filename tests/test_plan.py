@@ -12,8 +12,9 @@ import sys
 
 import pytest
 
-from speckit.core.gpus import GiB, get_gpu
+from speckit.core.gpus import GiB
 from speckit.errors import PlanError, UsageError
+from speckit.io.datafiles import get_gpu
 from speckit.plan import OverheadModel, plan, target_kv_layers, valid_tps
 from tests.plan_shapes import (
     DEEPSEEK_V3,

@@ -17,10 +17,10 @@ from speckit.convert import convert
 from speckit.core import methods
 from speckit.core.methods.common import read_aux_ids
 from speckit.core.methods.detect import detect
-from speckit.core.registry import load_registry
 from speckit.errors import FormatError, UsageError
 from speckit.inspect import inspect
 from speckit.io.checkpoint import Checkpoint
+from speckit.io.datafiles import load_registry
 from tests import factories as F
 
 L = F.TARGET_LAYERS

@@ -10,10 +10,11 @@ from pathlib import Path
 import pytest
 
 from speckit.core import quant as core_quant
-from speckit.core.gpus import get_gpu, load_user_gpus
+from speckit.core.gpus import get_gpu
 from speckit.core.plan.weights import DRAFT_QUANTS, HeaderTensor, rank_bytes
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, Checkpoint
+from speckit.io.datafiles import load_user_gpus
 
 SHIPPED_DRAFT = Path(__file__).parent.parent / "speckit/data/drafts/smollm2-135m-eagle3"
 TARGET_LAYERS = 30  # SmolLM2-135M, the shipped draft's target

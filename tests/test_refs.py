@@ -195,7 +195,7 @@ def test_repo_id_syntax_is_one_rule():
     assert split_revision("./dir@x") == ("./dir@x", None)
     assert split_revision("org/name") == ("org/name", None)
     # the registry validates repos with the same rule
-    from speckit.core.registry import classify_ref
+    from speckit.io.refs import classify_ref
 
     with pytest.raises(UsageError):
         classify_ref("a--b/c")

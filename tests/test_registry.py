@@ -12,18 +12,10 @@ import pytest
 from click.testing import CliRunner
 
 from speckit.cli import main
-from speckit.core.registry import (
-    SOURCE_LAYOUTS,
-    VLLM_METHODS,
-    builtin_registry_path,
-    classify_ref,
-    list_entries,
-    load_registry,
-    looks_like_path,
-    parse_registry_file,
-    resolve,
-)
+from speckit.core.registry import SOURCE_LAYOUTS, VLLM_METHODS, list_entries, resolve
 from speckit.errors import FormatError, UsageError
+from speckit.io.datafiles import builtin_registry_path, load_registry, parse_registry_file
+from speckit.io.refs import classify_ref, looks_like_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHA = "0123456789abcdef0123456789abcdef01234567"

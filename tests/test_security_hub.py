@@ -257,7 +257,7 @@ def user_registry(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("key", HOSTILE_KEYS)
 def test_card_keys_cannot_add_or_redefine_entries(hub, user_registry, key):
-    from speckit.core.registry import load_registry
+    from speckit.io.datafiles import load_registry
 
     hub.server.add_commit("evil/draft", {"README.md": _card({key: 1})})
     res = CliRunner().invoke(main, ["registry", "add", "evil/draft"])
@@ -282,7 +282,7 @@ def test_card_strings_with_control_characters_are_refused(hub, user_registry, fi
 
 
 def test_a_curated_id_needs_the_flag_and_warns(hub, user_registry):
-    from speckit.core.registry import load_registry
+    from speckit.io.datafiles import load_registry
 
     hub.server.add_commit("alice/draft", {"README.md": _card({"max_model_len": 4096})})
     res = CliRunner().invoke(main, ["registry", "add", "alice/draft", "--id", CURATED])
@@ -301,7 +301,7 @@ def test_a_curated_id_needs_the_flag_and_warns(hub, user_registry):
 
 
 def test_concurrent_registry_adds_all_land(hub, user_registry):
-    from speckit.core.registry import load_registry
+    from speckit.io.datafiles import load_registry
     from speckit.push import registry_add
 
     for i in range(6):

@@ -10,18 +10,20 @@ from dataclasses import replace
 import pytest
 
 from speckit.core import PACKAGE_DIR
-from speckit.core.gpus import get_gpu, load_user_gpus
+from speckit.core.gpus import get_gpu
 from speckit.core.plan import steps
 from speckit.errors import FormatError, PlanError
+from speckit.io.datafiles import load_step_constants, load_user_gpus, save_step_constants
 from tests.plan_shapes import LLAMA31_8B, LLAMA31_70B, eagle3_llama8b
 
 H200 = get_gpu("H200")
+SHIPPED = load_step_constants()  # speckit/data/step_costs.json
 T8 = steps.ModelShape.from_config(LLAMA31_8B)
 RESULTS = PACKAGE_DIR.parent / "bench" / "results" / "step_costs_h200.json"
 
 
 def t(shape=T8, **kw):
-    return steps.target_step(shape, gpu=H200, **kw)
+    return steps.target_step(shape, gpu=H200, **{"constants": SHIPPED, **kw})
 
 
 def test_shape_from_config_and_per_rank():
@@ -60,7 +62,8 @@ def test_memory_bound_small_batch_compute_bound_large():
 
 
 def test_faster_gpu_is_faster_and_fp8_weights_help_when_memory_bound():
-    assert steps.target_step_time(T8, batch=1, q=1, ctx=1024, gpu=get_gpu("B200")) < \
+    assert steps.target_step_time(T8, batch=1, q=1, ctx=1024, gpu=get_gpu("B200"),
+                                  constants=SHIPPED) < \
         t(batch=1, q=1, ctx=1024).total_s
     fp8 = replace(T8, weight_bytes=1.0, fp8_compute=True)
     assert t(fp8, batch=1, q=1, ctx=1024).total_s < 0.65 * t(batch=1, q=1, ctx=1024).total_s
@@ -77,7 +80,7 @@ def test_draft_styles():
     d = steps.DraftShape.from_checkpoint(cfg, [(n, s) for n, _, s in tensors], style="chain",
                                          target=T8)
     assert (d.fc_in, d.body.qkv_in, d.body.vocab, d.body.layers) == (3 * 4096, 8192, 32000, 1)
-    kw = {"batch": 8, "ctx": 1024, "gpu": H200}
+    kw = {"batch": 8, "ctx": 1024, "gpu": H200, "constants": SHIPPED}
     chain = [steps.draft_step_time(d, k=k, **kw) for k in (1, 2, 4, 7)]
     assert chain == sorted(chain) and chain[-1] > 4 * chain[0]  # k sequential passes
     block = replace(d, style="block", body=replace(d.body, layers=5, qkv_in=0, vocab=128256))
@@ -93,7 +96,7 @@ def test_bad_points_and_rateless_gpu():
     from speckit.core.gpus import custom_gpu
 
     with pytest.raises(PlanError, match="bandwidth"):
-        steps.target_step(T8, batch=1, q=1, ctx=1, gpu=custom_gpu(80))
+        steps.target_step(T8, batch=1, q=1, ctx=1, gpu=custom_gpu(80), constants=SHIPPED)
 
 
 def test_catalog_rates_present():
@@ -114,14 +117,14 @@ def test_user_gpu_rates(tmp_path):
 
 
 def test_constants_roundtrip_and_unknown_keys(tmp_path):
-    c = steps.load_constants()
+    c = load_step_constants()
     assert "fitted" in c.source
     p = tmp_path / "c.json"
-    steps.save_constants(c, p)
-    assert steps.load_constants(p) == c
+    save_step_constants(c, p)
+    assert load_step_constants(p) == c
     p.write_text(json.dumps({"constants": {"speedup": 2.0}}))
     with pytest.raises(FormatError, match="speedup"):
-        steps.load_constants(p)
+        load_step_constants(p)
 
 
 def test_shipped_constants_reproduce_h200_measurements():
@@ -134,7 +137,7 @@ def test_shipped_constants_reproduce_h200_measurements():
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     _, targets, drafts = bench._shapes()
-    c = steps.load_constants()
+    c = load_step_constants()
     errs: dict[str, list[float]] = {"target": [], "draft": []}
     for p in json.loads(RESULTS.read_text())["points"]:
         pred = bench._predict(steps, targets, drafts, H200, c, p)

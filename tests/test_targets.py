@@ -47,7 +47,7 @@ def test_unknown_name_and_wrong_entry_kind(tmp_path):
 
 
 def test_registry_entry_maps_to_the_builtin_source():
-    from speckit.core.registry import load_registry
+    from speckit.io.datafiles import load_registry
     from speckit.io.targets import BUILTIN, _source_of
 
     entry = load_registry().get("smollm2-135m-instruct")

@@ -90,7 +90,7 @@ def test_a_narrow_terminal_folds_instead_of_cutting():
 
 
 def test_registry_list_piped_shows_whole_rows(monkeypatch):
-    from speckit.core.registry import load_registry
+    from speckit.io.datafiles import load_registry
 
     monkeypatch.setenv("COLUMNS", "50")
     res = CliRunner().invoke(main, ["registry", "list"])

@@ -23,7 +23,7 @@ import time
 import traceback
 from pathlib import Path
 
-from speckit.core.metrics import metric_snapshot
+from speckit.io.engine.metrics import metric_snapshot
 
 PROMPTS = ["the quick brown fox jumps over the lazy dog. the quick brown fox",
            "def add(a, b): return a + b. def add(a, b):"]

@@ -31,6 +31,19 @@ Rules (each violation ends with its rule in brackets):
                  the object came from methods.get()/for_speculators_type() (or another lookup there
                  returning a module or spec) or a method-module import, or the attribute asked for
                  is one that only method modules or the method protocol/spec class define.
+  core-pure      speckit/core/ is pure knowledge: it imports no heavy or I/O library (torch, vllm,
+                 transformers, safetensors, huggingface_hub, quark, rich, click, requests, at any
+                 depth), reads no environment (os.environ, os.getenv) and touches no file (open(),
+                 Path.read_text/write_text/..., exists/is_file/iterdir/glob/stat, os.listdir ...):
+                 speckit.io reads, core parses.
+  method-picker  one detection entry point (speckit/core/methods/detect.pick_method): outside
+                 speckit/core/methods/, nothing calls methods.for_speculators_type() (a config's
+                 declared method is detect's to read), and a function named like a method picker
+                 (pick/detect/guess/choose/find_method, method_of..., _method) calls pick_method.
+  vocab-map      one vocab-map check (speckit/core/tensors.check_vocab_maps / selected_ids):
+                 outside speckit/core/tensors.py, a function that raises or reports a problem
+                 naming d2t or t2d calls one of them (its own tests of the maps would be a second
+                 copy of the docs/formats.md#vocab-maps invariants).
 """
 
 from __future__ import annotations
@@ -38,6 +51,7 @@ from __future__ import annotations
 import argparse
 import ast
 import itertools
+import re
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -745,6 +759,133 @@ def check_method_probes(mods: dict[str, Module], facts: MethodFacts) -> Iterator
 
 
 # ---------------------------------------------------------------------------------------------
+# rule: core stays pure
+
+CORE_PKG = "speckit.core"
+# third-party packages core may not import (heavy, or I/O by nature), at any depth
+IMPURE_PACKAGES = {"torch", "vllm", "transformers", "safetensors", "huggingface_hub", "quark",
+                   "rich", "click", "requests", "httpx", "numpy"}
+# calls that touch the filesystem: builtins, os / os.path functions, and Path methods
+FILE_BUILTINS = {"open"}
+FILE_OS_FUNCS = {"os.open", "os.listdir", "os.scandir", "os.stat", "os.walk", "os.remove",
+                 "os.unlink", "os.rename", "os.replace", "os.makedirs", "os.mkdir",
+                 "os.path.exists", "os.path.isfile", "os.path.isdir", "os.path.getsize",
+                 "os.path.getmtime", "io.open", "shutil.copy", "shutil.copyfile", "shutil.rmtree"}
+FILE_METHODS = {"read_text", "read_bytes", "write_text", "write_bytes", "exists", "is_file",
+                "is_dir", "iterdir", "glob", "rglob", "stat", "lstat", "unlink", "mkdir",
+                "rmdir", "touch", "open", "samefile", "expanduser"}
+ENV_READS = {"os.environ", "os.getenv", "os.environb", "os.putenv"}
+
+
+def _in_core(name: str) -> bool:
+    return name == CORE_PKG or name.startswith(CORE_PKG + ".")
+
+
+def _third_party_imports(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield node.lineno, a.name
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            yield node.lineno, node.module
+
+
+def check_core_purity(mods: dict[str, Module]) -> Iterator[Violation]:
+    for mod in mods.values():
+        if not _in_core(mod.name):
+            continue
+        for line, name in _third_party_imports(mod.tree):
+            if name.split(".")[0] in IMPURE_PACKAGES:
+                yield Violation(mod.rel, line, "core-pure", f"core module {mod.name} imports "
+                                f"{name}: core is pure (move the code to speckit/io or an "
+                                "operation)")
+        for node in ast.walk(mod.tree):
+            what = _impure_use(node)
+            if what:
+                yield Violation(mod.rel, node.lineno, "core-pure", f"core module {mod.name} "
+                                f"{what}: speckit.io reads files and the environment, core parses")
+
+
+def _impure_use(node: ast.AST) -> str | None:
+    """What an expression does that core may not (read the environment, touch a file), or None."""
+    if isinstance(node, ast.Attribute) and _dotted(node) in ENV_READS:
+        return f"reads the environment ({_dotted(node)})"
+    if not isinstance(node, ast.Call):
+        return None
+    func = _dotted(node.func) or ""
+    if func in FILE_BUILTINS or func in FILE_OS_FUNCS:
+        return f"touches the filesystem ({func}())"
+    if isinstance(node.func, ast.Attribute) and node.func.attr in FILE_METHODS \
+            and not func.startswith(("os.", "re.")):
+        return f"touches the filesystem (.{node.func.attr}())"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# rule: one method picker
+
+DETECT_MODULE = METHODS_PKG + ".detect"
+PICK_FUNC = "pick_method"
+DECLARED_LOOKUP = "for_speculators_type"
+PICKER_NAME = re.compile(r"^_?(?:(?:pick|detect|guess|choose|find)_?method|method_of\w*|method)$")
+
+
+def _calls(fn: ast.AST) -> set[str]:
+    """The last dotted part of every function called inside ``fn``."""
+    return {(_dotted(n.func) or "").rsplit(".", 1)[-1] for n in ast.walk(fn)
+            if isinstance(n, ast.Call)}
+
+
+def check_method_pickers(mods: dict[str, Module]) -> Iterator[Violation]:
+    for mod in mods.values():
+        if _in_methods(mod.name):
+            continue
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.Call) and \
+                    (_dotted(node.func) or "").rsplit(".", 1)[-1] == DECLARED_LOOKUP:
+                yield Violation(mod.rel, node.lineno, "method-picker",
+                                f"{DECLARED_LOOKUP}() outside speckit/core/methods reads a "
+                                f"config's method itself: call {DETECT_MODULE}.{PICK_FUNC} "
+                                "(or declared_method)")
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    PICKER_NAME.match(node.name) and PICK_FUNC not in _calls(node):
+                yield Violation(mod.rel, node.lineno, "method-picker",
+                                f"{node.name}() picks a method without {DETECT_MODULE}."
+                                f"{PICK_FUNC}, the one detection entry point")
+
+
+# ---------------------------------------------------------------------------------------------
+# rule: one vocab-map check
+
+TENSORS_MODULE = CORE_PKG + ".tensors"
+VOCAB_CHECKS = {"check_vocab_maps", "selected_ids"}
+VOCAB_MAPS = re.compile(r"\b(?:d2t|t2d)\b")
+
+
+def _reports_vocab_maps(fn: ast.AST) -> bool:
+    """Whether a function raises, or builds a Problem, whose text names d2t or t2d."""
+    for node in ast.walk(fn):
+        report = isinstance(node, ast.Raise) or (
+            isinstance(node, ast.Call) and (_dotted(node.func) or "").endswith("Problem"))
+        if report and any(isinstance(c, ast.Constant) and isinstance(c.value, str)
+                          and VOCAB_MAPS.search(c.value) for c in ast.walk(node)):
+            return True
+    return False
+
+
+def check_vocab_checks(mods: dict[str, Module]) -> Iterator[Violation]:
+    for mod in mods.values():
+        if mod.name == TENSORS_MODULE:
+            continue
+        for node in ast.walk(mod.tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    and _reports_vocab_maps(node) and not VOCAB_CHECKS & _calls(node):
+                yield Violation(mod.rel, node.lineno, "vocab-map",
+                                f"{node.name}() checks d2t/t2d without {TENSORS_MODULE}."
+                                "check_vocab_maps/selected_ids, the one vocab-map check")
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def check(root: Path | str) -> list[Violation]:
@@ -759,7 +900,8 @@ def check(root: Path | str) -> list[Violation]:
                              "*Spec(name=...) calls) in speckit/core/methods; the method rules "
                              "would check nothing"))
     for rule in (check_layers(mods), check_private(mods), check_cycles(mods),
-                 check_method_names(mods, facts), check_method_probes(mods, facts)):
+                 check_method_names(mods, facts), check_method_probes(mods, facts),
+                 check_core_purity(mods), check_method_pickers(mods), check_vocab_checks(mods)):
         out.extend(rule)
     return sorted(set(out), key=lambda v: (v.path, v.line, v.rule, v.message))
 

@@ -72,8 +72,8 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
     max-model-len with the draft's lookahead slots), what the draft costs against the same
     deployment without it, a verdict, and "try" lines when it is tight.
     """
-    from speckit.core.gpus import get_gpu
     from speckit.errors import UsageError
+    from speckit.io.datafiles import get_gpu
     from speckit.plan import check_options, plan_from_refs
 
     # bad numbers fail here, before any checkpoint or Hub repo is read

@@ -32,7 +32,7 @@ registry_option = click.option(
 def load_from_cli(*registry_files: Path):
     """The registry as a command sees it: built-in < config dir < $SPECKIT_REGISTRY < --registry;
     every curated entry a user file replaces is said on stderr."""
-    from speckit.core.registry import load_registry
+    from speckit.io.datafiles import load_registry
 
     reg = load_registry(extra_files=list(registry_files))
     for w in reg.warnings:

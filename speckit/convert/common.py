@@ -5,29 +5,30 @@ Readers call these so that each rule (and its error message) exists once.
 
 from __future__ import annotations
 
-import itertools
-import operator
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.convert.moves import ConversionPlan, Slab, TensorMove, read_ints
+from speckit.convert.moves import ConversionPlan, Slab, TensorMove
+from speckit.core import speculators
 from speckit.core.methods import MethodSpec
 from speckit.core.refs import is_repo_id
 from speckit.core.registry import Entry
+from speckit.core.tensors import selected_ids
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
     CONFIG_DTYPE,
     INDEX_NAME,
     Checkpoint,
     read_index,
+    read_ints,
     read_safetensors_header,
     safe_relpath,
 )
 
 # the speculators config format version speckit writes (the layout vLLM 0.32/0.33 reads)
-SPECULATORS_FORMAT_VERSION = "0.9.0"
+SPECULATORS_FORMAT_VERSION = speculators.FORMAT_VERSION
 # config.json keys that are bookkeeping, never model structure
 META_KEYS = ("auto_map", "_name_or_path", "transformers_version", "_commit_hash",
              "_attn_implementation_autoset")
@@ -333,13 +334,9 @@ def verifier_name(ctx: ReadContext, plan: ConversionPlan) -> str:
 
 
 def envelope(ctx: ReadContext, *, algorithm: str, k: int, verifier: str) -> dict[str, Any]:
-    return {
-        "algorithm": algorithm,
-        "default_proposal_method": "greedy",
-        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k,
-                              "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-        "verifier": {"name_or_path": verifier, "architectures": ctx.tgt.architectures},
-    }
+    """speculators_config of the output, verified against TARGET's architectures."""
+    return speculators.envelope(algorithm=algorithm, k=k, verifier=verifier,
+                                verifier_architectures=ctx.tgt.architectures)
 
 
 def carry_layer_config(cfg: dict[str, Any], plan: ConversionPlan, *,
@@ -427,49 +424,6 @@ def check_vocab_maps(ctx: ReadContext, plan: ConversionPlan, *, draft_vocab: int
     sel = selected_ids(read_ints(src, d2t), read_ints(src, t2d) if t2d is not None else None,
                        vocab=V, where=str(src.path))
     return Vocab(V, draft_vocab, sel)
-
-
-def selected_ids(offsets: list[int], mask: list[int] | None, *, vocab: int,
-                 where: str) -> list[int]:
-    """The target id of each draft id, after checking docs/formats.md#vocab-maps exactly (no
-    torch needed): d2t holds offsets (target = draft + d2t[draft]) giving strictly increasing
-    ids in [0, V), not all zero; t2d, when present, marks exactly those ids."""
-    n = len(offsets)
-    if not any(offsets):
-        raise FormatError(
-            f"{where}: d2t is all zeros: vLLM would map the {n} draft ids to target ids "
-            f"0..{n - 1} (SafeAILab/EAGLE#222)",
-            hint="rebuild d2t from t2d: d2t = nonzero(t2d) - arange(Vd)")
-    # C-level passes (map/compress): V is 128k-256k for current targets, and this runs twice
-    # per conversion (source check, re-inspection of the output)
-    sel = list(map(operator.add, range(n), offsets))
-    if n and not (0 <= min(sel) and max(sel) < vocab):
-        i, s = next((i, s) for i, s in enumerate(sel) if not 0 <= s < vocab)
-        raise FormatError(f"{where}: d2t maps draft id {i} to target id {s}, outside [0, {vocab})",
-                          hint="d2t holds offsets: target_id = draft_id + d2t[draft_id]")
-    if not all(map(operator.lt, sel, itertools.islice(sel, 1, None))):
-        i = next(i for i in range(1, n) if sel[i] <= sel[i - 1])
-        raise FormatError(
-            f"{where}: d2t maps draft ids {i - 1} and {i} to target ids {sel[i - 1]} and "
-            f"{sel[i]}, which are not strictly increasing",
-            hint="d2t must list distinct target ids in ascending order "
-            "(docs/formats.md#vocab-maps)")
-    if mask is not None:
-        if len(mask) != vocab:
-            raise FormatError(f"{where}: t2d has {len(mask)} entries, the vocabulary {vocab}")
-        marked = list(itertools.compress(range(vocab), mask))
-        if len(marked) != n:
-            raise FormatError(f"{where}: t2d marks {len(marked)} target ids but the draft "
-                              f"vocabulary (d2t, lm_head) has {n}",
-                              hint="t2d.sum() must equal draft_vocab_size; re-export the maps")
-        if marked != sel:
-            extra = sorted(set(marked) - set(sel))[:5]
-            missing = sorted(set(sel) - set(marked))[:5]
-            raise FormatError(
-                f"{where}: t2d and d2t select different target ids; marked only by t2d: "
-                f"{extra}, selected only by d2t: {missing}",
-                hint="the vocab maps disagree; re-export them (docs/formats.md#vocab-maps)")
-    return sel
 
 
 def vocab_moves(ctx: ReadContext, plan: ConversionPlan, vocab: Vocab, *, dtype: str,

@@ -250,34 +250,3 @@ def _pickle_bytes(ck: Checkpoint, name: str, off: int, length: int) -> Iterator[
     raw = memoryview(flat.numpy()) if t.numel() else memoryview(b"")
     for pos in range(off, off + length, CHUNK_BYTES):
         yield raw[pos:min(off + length, pos + CHUNK_BYTES)]
-
-
-def read_bytes(ck: Checkpoint, name: str) -> bytes:
-    """All bytes of one (small) tensor, without torch for safetensors inputs."""
-    info = ck.tensors[name]
-    if ck.format == "pickle":
-        return b"".join(bytes(v) for v in _pickle_bytes(ck, name, 0, info.nbytes))
-    with open(ck.path / info.file, "rb") as f:
-        f.seek(info.offsets[0])
-        data = f.read(info.nbytes)
-    if len(data) != info.nbytes:
-        raise FormatError(f"{ck.path / info.file}: tensor {name!r} is truncated")
-    return data
-
-
-def read_ints(ck: Checkpoint, name: str) -> list[int]:
-    """An integer or bool tensor as a flat Python list (d2t, t2d, token_ordering ...)."""
-    import array
-    import sys
-
-    info = ck.tensors[name]
-    codes = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B", "BOOL": "B", "U16": "H",
-             "U32": "I", "U64": "Q"}
-    if info.dtype not in codes:
-        raise FormatError(f"{ck.path}: tensor {name!r} is {info.dtype}, expected an integer or "
-                          f"bool tensor")
-    arr = array.array(codes[info.dtype])
-    arr.frombytes(read_bytes(ck, name))
-    if sys.byteorder != "little":
-        arr.byteswap()
-    return arr.tolist()

@@ -20,25 +20,11 @@ from speckit.convert.common import (
     vocab_moves,
 )
 from speckit.convert.moves import ConversionPlan, TensorMove
-from speckit.core import methods
 from speckit.core.methods import MethodSpec
+from speckit.core.methods.detect import declared_method
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import CONFIG_DTYPE
 
-# speculators 0.9.0 config defaults that vLLM's speculators loader reads differently when the
-# key is absent; they are written out explicitly so the served draft is the trained one
-SPECULATORS_DEFAULTS: dict[str, dict[str, Any]] = {
-    "eagle3": {"norm_before_residual": False, "norm_before_fc": False, "fc_norm": False,
-               "norm_output": False},
-    "peagle": {"norm_before_residual": False, "norm_before_fc": False, "fc_norm": False,
-               "norm_output": False},
-    "dflash": {"sliding_window_non_causal": False, "sample_from_anchor": False},
-    "dflash2": {"sliding_window_non_causal": True, "sample_from_anchor": False},
-    "dspark": {"sliding_window_non_causal": False, "sample_from_anchor": True,
-               "markov_head_type": "vanilla", "enable_confidence_head": True,
-               "confidence_head_with_markov": True},
-    "mtp": {},
-}
 # vocabulary tensors, placed (or omitted) by the vocab rules
 _VOCAB_TENSORS = ("lm_head.weight", "d2t", "t2d")
 
@@ -49,7 +35,7 @@ def plan(ctx: ReadContext) -> ConversionPlan:
     out = ConversionPlan(method=mod.name, layout="speculators", config={}, moves=[])
     dtype = source_dtype(ctx)
     dtype_note(ctx, dtype, out)
-    layer_cfg = _clean_config(ctx, out, cfg, dtype=dtype, method=mod.name)
+    layer_cfg = _clean_config(ctx, out, cfg, dtype=dtype, mod=mod)
     moves = []
     if mod.aux_layers_key is not None:
         moves += _vocab_and_aux(ctx, out, cfg, layer_cfg, mod, dtype=dtype)
@@ -72,16 +58,16 @@ def plan(ctx: ReadContext) -> ConversionPlan:
 
 
 def _spec_of(ctx: ReadContext, cfg: dict[str, Any]) -> MethodSpec:
-    stype = cfg.get("speculators_model_type")
-    mod = methods.for_speculators_type(stype) if stype else None
+    """The method the config declares (detection already refused an unknown one)."""
+    mod = declared_method(cfg)
     if mod is None:
-        raise FormatError(f"{ctx.where('speculators_model_type')} is {stype!r}, which speckit "
-                          f"does not know", hint="known: " + ", ".join(SPECULATORS_DEFAULTS))
+        raise FormatError(f"{ctx.where('speculators_model_type')} is missing",
+                          hint="a speculators draft names its method in speculators_model_type")
     return mod
 
 
 def _clean_config(ctx: ReadContext, out: ConversionPlan, cfg: dict[str, Any], *, dtype: str,
-                  method: str) -> dict[str, Any]:
+                  mod: MethodSpec) -> dict[str, Any]:
     """Envelope hygiene in place: no model_type, code references or torch_dtype; the target's
     vocabulary; implicit defaults written out. Returns the (new) transformer_layer_config."""
     if "model_type" in cfg:
@@ -107,7 +93,7 @@ def _clean_config(ctx: ReadContext, out: ConversionPlan, cfg: dict[str, Any], *,
                           "(docs/formats.md#transformer-layer-config)")
     layer_cfg["vocab_size"] = V
     cfg["transformer_layer_config"] = layer_cfg
-    for key, value in SPECULATORS_DEFAULTS[method].items():
+    for key, value in mod.speculators_defaults:
         if key not in cfg:
             cfg[key] = value
             out.notes.append(f"{key}={value} written explicitly (speculators default; vLLM "

@@ -1,15 +1,15 @@
 """The GPU catalog `speckit plan` sizes deployments against: memory, low-precision formats, vendor.
 
 Built-in entries cover the AMD Instinct and NVIDIA data-centre parts our users run; a TOML file
-(``$SPECKIT_GPUS`` or ``~/.config/speckit/gpus.toml``, or ``--gpu-file``) adds or overrides entries.
+(``$SPECKIT_GPUS`` or ``~/.config/speckit/gpus.toml``, or ``--gpu-file``; read by
+speckit.io.datafiles) adds or overrides entries.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+import tomllib
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from types import MappingProxyType
 
 from speckit.errors import FormatError, UsageError
@@ -112,30 +112,16 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("_", "-").replace(" ", "-")
 
 
-def _user_file() -> Path | None:
-    env = os.environ.get("SPECKIT_GPUS")
-    if env:
-        return Path(env)
-    p = Path(os.environ.get("XDG_CONFIG_HOME", Path.home() / ".config")) / "speckit" / "gpus.toml"
-    return p if p.exists() else None
-
-
-def load_user_gpus(path: str | os.PathLike) -> list[GPU]:
-    """Read ``[[gpu]]`` tables: name, vendor, memory_gib (or memory_bytes), formats, aliases,
-    and the optional rates hbm_tb_s, bf16_tflops, fp8_tflops, link_gb_s."""
-    import tomllib
-
-    p = Path(path)
+def parse_user_gpus(text: str, *, origin: str) -> list[GPU]:
+    """The ``[[gpu]]`` tables of a gpus.toml's text: name, vendor, memory_gib (or memory_bytes),
+    formats, aliases, and the optional rates hbm_tb_s, bf16_tflops, fp8_tflops, link_gb_s."""
     try:
-        data = tomllib.loads(p.read_text())
-    except FileNotFoundError as e:
-        raise UsageError(f"{p}: GPU file not found",
-                         hint="check --gpu-file / $SPECKIT_GPUS") from e
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{p}: not valid TOML ({e})") from e
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise FormatError(f"{origin}: not valid TOML ({e})") from e
     out = []
     for i, row in enumerate(data.get("gpu", [])):
-        where = f"{p}: [[gpu]] #{i + 1}"
+        where = f"{origin}: [[gpu]] #{i + 1}"
         if not isinstance(row, dict) or "name" not in row:
             raise FormatError(f"{where} has no 'name'",
                               hint='each entry needs name = "...", vendor and memory_gib')
@@ -146,9 +132,9 @@ def load_user_gpus(path: str | os.PathLike) -> list[GPU]:
         else:
             raise FormatError(f"{where} ({row['name']}) has neither memory_gib nor memory_bytes")
         out.append(GPU(str(row["name"]), str(row.get("vendor", "unknown")).lower(), mem,
-                       f"user file {p}", formats=_user_formats(row, where),
+                       f"user file {origin}", formats=_user_formats(row, where),
                        aliases=tuple(str(a) for a in row.get("aliases", ())),
-                       **_user_rates(row, where), perf_source=f"user file {p}"))
+                       **_user_rates(row, where), perf_source=f"user file {origin}"))
     return out
 
 
@@ -196,19 +182,17 @@ def _user_rates(row: dict, where: str) -> dict[str, float]:
     return out
 
 
-def catalog(*, gpu_file: str | os.PathLike | None = None) -> list[GPU]:
-    """Built-in GPUs plus user entries (a user entry with a known name replaces the built-in)."""
+def catalog(*, extra: Sequence[GPU] = ()) -> list[GPU]:
+    """Built-in GPUs plus ``extra`` (a user entry with a known name replaces the built-in);
+    speckit.io.datafiles.catalog adds the user's gpus.toml."""
     gpus = {_norm(g.name): g for g in _BUILTIN}
-    extra = gpu_file if gpu_file is not None else _user_file()
-    if extra is not None:
-        for g in load_user_gpus(extra):
-            gpus[_norm(g.name)] = g
+    for g in extra:
+        gpus[_norm(g.name)] = g
     return list(gpus.values())
 
 
-def get_gpu(name: str, *, gpu_file: str | os.PathLike | None = None) -> GPU:
-    """Look a GPU up by name or alias (case-insensitive); unknown names list the catalog."""
-    gpus = catalog(gpu_file=gpu_file)
+def find_gpu(name: str, gpus: Sequence[GPU]) -> GPU:
+    """Look a GPU up in ``gpus`` by name or alias (case-insensitive); unknown names list them."""
     key = _norm(name)
     for g in gpus:
         if key == _norm(g.name) or key in (_norm(a) for a in g.aliases):
@@ -219,6 +203,12 @@ def get_gpu(name: str, *, gpu_file: str | os.PathLike | None = None) -> GPU:
         hint="pass --gpu-mem-gib X for any other device, or add it to a gpus.toml "
         "([[gpu]] name, vendor, memory_gib, formats) via --gpu-file or $SPECKIT_GPUS",
     )
+
+
+def get_gpu(name: str, *, extra: Sequence[GPU] = ()) -> GPU:
+    """A built-in GPU (or one of ``extra``) by name or alias; speckit.io.datafiles.get_gpu also
+    reads the user's gpus.toml."""
+    return find_gpu(name, catalog(extra=extra))
 
 
 def custom_gpu(memory_gib: float, *, vendor: str = "unknown",

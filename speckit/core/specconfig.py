@@ -27,18 +27,25 @@ class ServeLine:
     notes: list[str]
 
 
-def speculative_config(*, method: str, k: int, draft: str | None,
+def speculative_config(*, method: str, k: int | None, draft: str | None,
                        draft_config: Mapping[str, Any] | None = None, tp: int = 1,
                        draft_tp: int | None = None) -> dict[str, Any]:
-    """The --speculative-config dict: the method's own fields plus deployment fields."""
+    """The --speculative-config dict: the method's own fields plus deployment fields.
+
+    ``k`` None: the draft's config records it (a speculators draft), so the config leaves
+    num_speculative_tokens out and vLLM reads the draft's.
+    """
     mod = _methods.get(method)
     cfg = dict(draft_config or {})
-    mod.check_k(cfg, k)
+    if k is not None:
+        mod.check_k(cfg, k)
     # MTP layers may live in the target checkpoint (the method lists them): no draft needed
     if mod.has_checkpoint and draft is None and not mod.weights_in_target:
         raise UsageError(f"method {mod.name} needs a draft checkpoint", hint="pass --draft")
-    out = mod.speculative_config(model=draft, k=k, config=cfg)
+    out = mod.speculative_config(model=draft, k=k or 1, config=cfg)
     out = {key: v for key, v in out.items() if v is not None}
+    if k is None:
+        out.pop("num_speculative_tokens", None)
     if draft_tp is not None and draft_tp not in (1, tp):
         raise UsageError(f"draft tensor parallel size {draft_tp} must be 1 or the target TP ({tp})")
     if mod.has_checkpoint and (tp > 1 or draft_tp is not None):

@@ -210,3 +210,146 @@ def _check_layout(entries: dict[str, tuple[str, tuple[int, ...], tuple[int, int]
                               f"but {dtype}{list(shape)} needs {bits // 8}",
                               hint="the header lies about its offsets; " + _CORRUPT)
     return start
+
+
+# ---- the vocabulary maps (docs/formats.md#vocab-maps) -------------------------------------------
+# d2t is an offset table (target id = draft id + d2t[draft id]) selecting strictly increasing
+# target ids in [0, V); t2d is a membership mask over target ids marking exactly those ids. The
+# one check of both, over plain values: callers pass lists or array-likes (anything with
+# ``tolist``, ``shape`` and ``dtype``: a torch tensor, a numpy array), never importing torch here.
+
+def _vocab_err(code: str, message: str, subject: str) -> Any:
+    from speckit.core.methods import Problem
+
+    return Problem("error", code, message, subject)
+
+
+def _values(x: Any) -> tuple[list[Any], tuple[int, ...], str]:
+    """(values, shape, dtype name) of a list or an array-like."""
+    if hasattr(x, "tolist"):
+        shape = tuple(int(s) for s in getattr(x, "shape", (len(x),)))
+        return x.tolist(), shape, str(getattr(x, "dtype", "int64"))
+    values = list(x)
+    return values, (len(values),), "int64"
+
+
+def _integer_dtype(dtype: str) -> bool:
+    """An integer dtype name: "int64", "torch.int32", "I64" (not float, bool)."""
+    name = dtype.rsplit(".", 1)[-1].lower()
+    return name.startswith(("int", "uint", "i", "u")) and name != "bool"
+
+
+def check_vocab_maps(d2t: Any, t2d: Any, *, target_vocab: int | None,
+                     draft_vocab: int | None, full_vocab_ok: bool = False) -> list[Any]:
+    """Every docs/formats.md#vocab-maps problem of d2t/t2d (each None when absent), as
+    speckit.core.methods.Problem errors, most telling first.
+
+    ``full_vocab_ok``: the layout ships identity maps for a full vocab (SpecForge), which a
+    converter drops; for a servable draft they are an error because vLLM refuses the tensor.
+    """
+    if d2t is None and t2d is None:
+        return []
+    d = _values(d2t) if d2t is not None else None
+    t = _values(t2d) if t2d is not None else None
+    vd = draft_vocab if draft_vocab is not None else (len(d[0]) if d else None)
+    v = target_vocab if target_vocab is not None else (len(t[0]) if t else None)
+    if vd is not None and v is not None and int(vd) == int(v):
+        return _full_vocab_problems(d, t, v, full_vocab_ok=full_vocab_ok)
+    out: list[Any] = []
+    offsets = _offset_problems(d, vd, v, out) if d is not None else None
+    marked = _mask_problems(t, vd, v, out) if t is not None else None
+    if offsets is not None and marked is not None and any(offsets) \
+            and len(marked) == len(offsets):
+        sel = [i + o for i, o in enumerate(offsets)]
+        if sel != marked:
+            i = next(i for i, (a, b) in enumerate(zip(sel, marked, strict=True)) if a != b)
+            only_t2d = sorted(set(marked) - set(sel))[:5]
+            only_d2t = sorted(set(sel) - set(marked))[:5]
+            out.append(_vocab_err("vocab-map-mismatch", f"d2t and t2d select different target "
+                                  f"ids: draft id {i} maps to target id {sel[i]} but t2d's {i}-th "
+                                  f"selected id is {marked[i]}; marked only by t2d: {only_t2d}, "
+                                  f"selected only by d2t: {only_d2t}", "d2t"))
+    return out
+
+
+def _full_vocab_problems(d: Any, t: Any, v: int, *, full_vocab_ok: bool) -> list[Any]:
+    if not full_vocab_ok:
+        return [_vocab_err("vocab-maps-full-vocab",
+                           f"draft_vocab_size equals the vocab size ({v}) but d2t/t2d are "
+                           "present; vLLM creates no draft_id_to_target_id for a full-vocab draft "
+                           "and refuses the unknown tensor: drop d2t and t2d",
+                           "d2t" if d is not None else "t2d")]
+    out = []
+    if d is not None and any(_flat(d[0])):
+        out.append(_vocab_err("d2t-not-identity", "full-vocab draft but d2t is not all zeros: "
+                              "draft ids are permuted and cannot simply be dropped", "d2t"))
+    if t is not None and not all(_flat(t[0])):
+        out.append(_vocab_err("t2d-not-full", "full-vocab draft but t2d is not all True", "t2d"))
+    return out
+
+
+def _flat(values: list[Any]) -> list[Any]:
+    return [x for row in values for x in _flat(row)] if values and isinstance(values[0], list) \
+        else values
+
+
+def _offset_problems(d: Any, vd: int | None, v: int | None, out: list[Any]) -> list[int] | None:
+    """d2t's problems appended to ``out``; its offsets when its dtype and shape are right."""
+    values, shape, dtype = d
+    if not _integer_dtype(dtype):
+        out.append(_vocab_err("d2t-dtype", f"d2t is {dtype}, not an integer offset table", "d2t"))
+        return None
+    if len(shape) != 1 or (vd is not None and shape[0] != int(vd)):
+        out.append(_vocab_err("d2t-shape", f"d2t has shape {list(shape)}, expected [{vd}] "
+                              "(draft_vocab_size)", "d2t"))
+        return None
+    n = len(values)
+    if n and not any(values):
+        out.append(_vocab_err("d2t-all-zero", f"d2t is all zeros: vLLM would map the {n} draft "
+                              f"ids to target ids 0..{n - 1} (SafeAILab/EAGLE#222); rebuild d2t "
+                              "from t2d (d2t = nonzero(t2d) - arange(Vd))", "d2t"))
+    sel = [i + o for i, o in enumerate(values)]
+    bad = next(((i, s) for i, s in enumerate(sel) if s < 0 or (v is not None and s >= int(v))),
+               None)
+    if bad is not None:
+        out.append(_vocab_err("d2t-out-of-range", f"d2t maps draft id {bad[0]} to target id "
+                              f"{bad[1]}, outside [0, {v}) (target id = draft id + d2t[draft "
+                              "id])", "d2t"))
+    up = next((i for i in range(1, n) if sel[i] <= sel[i - 1]), None)
+    if up is not None:
+        out.append(_vocab_err("d2t-decreasing", f"d2t maps draft ids {up - 1} and {up} to target "
+                              f"ids {sel[up - 1]} and {sel[up]}, which are not strictly "
+                              "increasing: the selected target ids must be sorted ascending",
+                              "d2t"))
+    if any(o < 0 for o in values):
+        out.append(_vocab_err("d2t-negative", "d2t has negative offsets; draft id i maps to "
+                              "target id i + d2t[i], which must be >= i", "d2t"))
+    return values
+
+
+def _mask_problems(t: Any, vd: int | None, v: int | None, out: list[Any]) -> list[int] | None:
+    """t2d's problems appended to ``out``; the target ids it marks when its shape is right."""
+    values, shape, _ = t
+    if len(shape) != 1 or (v is not None and shape[0] != int(v)):
+        out.append(_vocab_err("t2d-shape", f"t2d has shape {list(shape)}, expected [{v}] (the "
+                              "target vocab size)", "t2d"))
+        return None
+    marked = [i for i, m in enumerate(values) if m]
+    if vd is not None and len(marked) != int(vd):
+        out.append(_vocab_err("t2d-sum", f"t2d marks {len(marked)} target ids but the draft "
+                              f"vocabulary (d2t, lm_head) has {vd}; t2d.sum() must equal "
+                              "draft_vocab_size", "t2d"))
+        return None
+    return marked
+
+
+def selected_ids(d2t: Any, t2d: Any, *, vocab: int, where: str) -> list[int]:
+    """The target id of each draft id of a reduced-vocab draft; FormatError naming ``where`` on
+    the first check_vocab_maps error."""
+    problems = check_vocab_maps(d2t, t2d, target_vocab=vocab, draft_vocab=None)
+    if problems:
+        p = problems[0]
+        raise FormatError(f"{where}: {p.message}", hint="the vocab maps are inconsistent; "
+                          "re-export them (docs/formats.md#vocab-maps)")
+    values = _values(d2t)[0]
+    return [i + o for i, o in enumerate(values)]

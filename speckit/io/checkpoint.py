@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from speckit.core import hfconfig, jsontext
+from speckit.core.dtypes import CODE_TO_TORCH_NAME
 from speckit.core.tensors import (  # the dtype names are re-exported for io's users
     CONFIG_DTYPE,  # noqa: F401
     CONFIG_DTYPE_INV,  # noqa: F401
@@ -394,6 +395,26 @@ def read_index(index: Path) -> dict[str, Any]:
                           "object mapping tensor names to file names)",
                           hint="the index is corrupt; re-fetch or rebuild it")
     return data
+
+
+def tensor_names(path: Path) -> list[str] | None:
+    """The tensor names of the safetensors checkpoint at ``path`` (headers only), or None when it
+    is not one speckit reads without --allow-pickle: evidence for layout detection, never
+    required."""
+    try:
+        return list(Checkpoint.open(path).tensors)
+    except FormatError:
+        return None
+
+
+def code_to_torch(code: str):
+    """The torch dtype of a safetensors dtype code (torch imported here, when asked)."""
+    import torch
+
+    try:
+        return getattr(torch, CODE_TO_TORCH_NAME[code])
+    except (KeyError, AttributeError) as e:
+        raise ValueError(f"dtype {code!r} has no torch equivalent here") from e
 
 
 def read_bytes(ck: Checkpoint, name: str) -> bytes:

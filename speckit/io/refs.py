@@ -13,9 +13,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from speckit.core import PACKAGE_DIR
-from speckit.core.refs import check_revision, printable, split_revision
+from speckit.core.refs import check_revision, is_repo_id, printable, split_revision
+from speckit.core.registry import Registry, suggest
 from speckit.errors import UsageError
 from speckit.io.checkpoint import load_config
+from speckit.io.datafiles import load_registry
 from speckit.io.hub import (
     FetchOptions,
     HubSettings,
@@ -94,7 +96,6 @@ def classify(ref: str | os.PathLike, *, role: str | None = None,
     """Tell what ``ref`` names without touching the Hub: a path wins (it is what the user has in
     hand), then a registry id, then ``owner/name[@rev]``. A path must be a directory; a registry
     draft is refused where a target (role="target") is asked for."""
-    from speckit.core.registry import classify_ref, load_registry, looks_like_path
 
     text, label = str(ref).strip(), what or role or "reference"
     if not looks_like_path(text) and split_revision(text)[1] is not None:
@@ -231,3 +232,40 @@ def _from_hub(req: _Request, repo: str, revision: str | None, entry, lock) -> Re
 
 def _entry_role(entry) -> str:
     return "target" if entry is not None and entry.kind == "target" else "draft"
+
+
+# ---- what a reference names -----------------------------------------------------------------
+
+RefKind = Literal["path", "registry", "hub"]
+
+
+def looks_like_path(ref: str) -> bool:
+    """True for anything that must be read from disk, never looked up on the Hub: it exists, or
+    it is spelled as a path (./x, ../x, /x, ~, '.')."""
+    if ref in (".", "..") or ref.startswith(("./", "../", "/", "~", ".\\", "..\\")):
+        return True
+    return os.path.exists(os.path.expanduser(ref))
+
+
+def classify_ref(ref: str, *, registry: Registry | None = None) -> tuple[RefKind, str]:
+    """('path', absolute path) | ('registry', id) | ('hub', 'owner/name'), else UsageError.
+
+    A path wins over everything (a local directory named like a registry id or a repo is what
+    the user has in hand); then a registry id; then an owner/name Hub id."""
+    ref = ref.strip()
+    if not ref:
+        raise UsageError("empty checkpoint reference",
+                         hint="give a registry id, owner/name or ./path")
+    if looks_like_path(ref):
+        return "path", str(Path(ref).expanduser().resolve())
+    reg = registry if registry is not None else load_registry()
+    if ref in reg.entries or ref.lower() in reg.entries:
+        return "registry", ref if ref in reg.entries else ref.lower()
+    if is_repo_id(ref):
+        return "hub", ref
+    close = suggest(ref, reg.ids())
+    raise UsageError(
+        f"{ref!r} is not a local path, a registry id or a Hub repo id (owner/name)",
+        hint=(f"did you mean {', '.join(close)}? " if close else "")
+        + "prefix local paths with ./ ; `speckit registry list --all` lists registry ids",
+    )

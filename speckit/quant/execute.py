@@ -177,7 +177,7 @@ def _read(ckpt: Checkpoint, info: TensorInfo):
     against this process's RSS)."""
     import torch
 
-    from speckit.core.dtypes import code_to_torch
+    from speckit.io.checkpoint import code_to_torch
 
     buf = torch.empty(info.nbytes, dtype=torch.uint8)
     view = memoryview(buf.numpy())
@@ -199,7 +199,7 @@ def _load(ckpt: Checkpoint, info: TensorInfo, it: Item, requant: dict | None, de
         t = t.to(dev)
     if not it.companions:
         return t
-    from speckit.core.dtypes import code_to_torch
+    from speckit.io.checkpoint import code_to_torch
 
     scale = _read(ckpt, ckpt.tensors[it.companions[0]]).to(t.device)
     dtype = code_to_torch(requant["dtype"])

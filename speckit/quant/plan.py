@@ -9,9 +9,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core import methods
 from speckit.core import quant as core_quant
+from speckit.core.methods.detect import LAYOUT_BY_NAME, pick_method
 from speckit.core.quant import QuantScheme as Scheme
 from speckit.core.quant.quark import weight_numerics
+from speckit.core.tensors import selected_ids
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
     FLOAT_DTYPES,
@@ -20,10 +23,6 @@ from speckit.io.checkpoint import (
     read_ints,
 )
 from speckit.quant import schemes
-
-# layouts quantize reads (speckit.core.methods.detect names); others must be converted first
-_LAYOUTS = ("speculators", "gemma4-assistant", "hf-causal-lm")
-
 
 _QUANT_DTYPES = {"U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0", "F4", "F6_E2M3", "F6_E3M2"}
 
@@ -73,7 +72,6 @@ def _check_vocab_maps(ckpt: Checkpoint) -> None:
     passed on."""
     if "d2t" not in ckpt.tensors and "t2d" not in ckpt.tensors:
         return
-    from speckit.convert.common import selected_ids
     from speckit.core import hfconfig
     from speckit.core.methods.common import layer_config
 
@@ -99,19 +97,18 @@ def _check_vocab_maps(ckpt: Checkpoint) -> None:
 
 
 def _method(ckpt: Checkpoint):
-    from speckit.core import methods
-    from speckit.core.methods.detect import detect
-
-    layout = detect(ckpt)
-    if layout.name not in _LAYOUTS:
+    """The checkpoint's method and layout (speckit.core.methods.detect.pick_method), which must
+    be a layout vLLM loads and a method whose Linear layers speckit can quantize."""
+    layout = pick_method(ckpt.config, ckpt.tensors, where=str(ckpt.path),
+                         require_layout=True).layout
+    if not LAYOUT_BY_NAME[layout.name].quantizable:
         raise FormatError(
             f"{ckpt.path} is a {layout.name} checkpoint ({layout.method}), not a layout vLLM "
             "loads", hint=f"run `speckit convert {ckpt.path} --target TARGET` first, then "
             "quantize its output")
-    name = "draft_model" if layout.name == "hf-causal-lm" else layout.method
-    mod = methods.get(name)
+    mod = methods.get(layout.method)
     if mod.quantizable is None or mod.runtime_module_name is None:
-        raise UsageError(f"{ckpt.path}: speckit cannot quantize {name} checkpoints",
+        raise UsageError(f"{ckpt.path}: speckit cannot quantize {mod.name} checkpoints",
                          hint="vLLM serves MTP heads from inside the target checkpoint; quantize "
                          "the target instead")
     return mod, layout

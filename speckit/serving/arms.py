@@ -11,9 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import methods as _methods
-from speckit.core.plan.pairing import method_of_config
+from speckit.core.methods.detect import pick_method
 from speckit.core.specconfig import serve_line, speculative_config
 from speckit.errors import FormatError, UsageError
+from speckit.io.checkpoint import tensor_names
 from speckit.serving.options import UNTRAINED, Arm, BenchOptions
 
 # vLLM's suffix decoding (arctic-inference's suffix tree): no weights, k is its upper bound.
@@ -43,11 +44,10 @@ def resolve_deployment(opts: BenchOptions, *, cpu: bool) -> Deployment:
     if opts.draft is not None:
         dpath = resolve(opts.draft, role="draft").path.resolve()
         dcfg = _read_config(dpath, what="draft")
-    mod = _methods.get(opts.method) if opts.method else (method_of_config(dcfg) if dcfg else None)
-    if dpath is not None and mod is None:
-        raise UsageError(f"cannot tell which speculative method {opts.draft} uses",
-                         hint="pass --method")
-    return Deployment(opts.target, tpath, dpath, dcfg, mod.name if mod else None,
+    picked = pick_method(dcfg if dpath is not None else None,
+                         tensor_names(dpath) if dpath is not None else None,
+                         asked=opts.method, where=str(opts.draft))
+    return Deployment(opts.target, tpath, dpath, dcfg, picked.spec.name if picked else None,
                       serve_engine_args(opts, cpu=cpu), opts.tp)
 
 

@@ -182,7 +182,7 @@ def _k_choices(rows: Sequence[SummaryRow], opts: BenchOptions):
 def project(report: BenchReport, opts: BenchOptions, dep) -> dict[str, Any] | None:
     """speckit plan's projection for ``opts.gpu`` with the acceptance measured here (the largest
     static k at the first temperature, pooled over its cells)."""
-    from speckit.core.gpus import get_gpu
+    from speckit.io.datafiles import get_gpu
     from speckit.speed import project_speed_from_refs
 
     static = [r for r in primary(report.summary, opts) if r.kind == "static" and r.per_position]

@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from speckit.core import speculators
 from speckit.core.methods import eagle3
 from speckit.io.checkpoint import CheckpointWriter, write_json
 from speckit.io.output import atomic_output_dir, write_provenance
@@ -17,33 +18,14 @@ from speckit.train.model import HeadConfig, exported
 from speckit.train.vocab import DraftVocab, check_draft_vocab
 
 PROVENANCE = "speckit-train.json"
-SPECULATORS_VERSION = "0.9.0"  # the layout version we write (read by vLLM's speculators loader)
 
 
 def draft_config(cfg: HeadConfig, *, aux_layers: list[int], ttt_steps: int,
                  target_cfg: dict[str, Any], verifier: str) -> dict[str, Any]:
     """config.json of the draft: speculators envelope + the head's Llama decoder config."""
-    layer = {
-        "model_type": "llama",
-        "architectures": ["LlamaForCausalLM"],
-        "hidden_size": cfg.hidden_size,
-        "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.num_layers,
-        "num_attention_heads": cfg.num_attention_heads,
-        "num_key_value_heads": cfg.num_key_value_heads,
-        "head_dim": cfg.head_dim,
-        "hidden_act": "silu",
-        "rms_norm_eps": cfg.rms_norm_eps,
-        "rope_parameters": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "vocab_size": cfg.vocab_size,  # the TARGET vocabulary (vLLM compares it to the target)
-        "attention_bias": False,
-        "mlp_bias": False,
-        "tie_word_embeddings": False,
-        "dtype": "bfloat16",
-        # vLLM's Llama EAGLE-3 sizes fc from this (else assumes 3 aux states)
-        "num_aux_hidden_states": len(aux_layers),
-    }
+    # vLLM's Llama EAGLE-3 sizes fc from num_aux_hidden_states (else assumes 3 aux states)
+    layer = speculators.decoder_config("llama", cfg, mlp_bias=False,
+                                       num_aux_hidden_states=len(aux_layers))
     for key in ("bos_token_id", "eos_token_id", "pad_token_id"):
         if target_cfg.get(key) is not None:
             layer[key] = target_cfg[key]
@@ -66,21 +48,10 @@ def draft_config(cfg: HeadConfig, *, aux_layers: list[int], ttt_steps: int,
 
 def speculators_header(spec, *, k: int, verifier: str, target_cfg: dict[str, Any]
                        ) -> dict[str, Any]:
-    """The speculators envelope of a trained draft: architecture, type, greedy proposal of k
-    tokens and the verifier it was trained against (docs/formats.md#speculators-envelope)."""
-    return {
-        "architectures": [spec.speculators_architecture],
-        "speculators_model_type": spec.speculators_type,
-        "speculators_version": SPECULATORS_VERSION,
-        "speculators_config": {
-            "algorithm": spec.speculators_type,
-            "default_proposal_method": "greedy",
-            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": k,
-                                  "verifier_accept_k": 1, "accept_tolerance": 0.0}],
-            "verifier": {"name_or_path": verifier,
-                         "architectures": list(target_cfg.get("architectures") or [])},
-        },
-    }
+    """The speculators envelope of a trained draft (speckit.core.speculators.header), verified
+    against ``target_cfg``'s architectures."""
+    return speculators.header(spec, k=k, verifier=verifier,
+                              verifier_architectures=target_cfg.get("architectures") or [])
 
 
 def export_draft(weights: dict[str, Any], cfg: HeadConfig, vocab: DraftVocab, *, out: Path,

@@ -11,10 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speckit.core import methods as _methods
 from speckit.core.methods import MethodSpec
+from speckit.core.methods.detect import pick_method
 from speckit.errors import PlanError, SpeckitError, UsageError
 from speckit.io import host
+from speckit.io.checkpoint import tensor_names
+from speckit.io.datafiles import load_registry
 from speckit.io.output import check_output, output_errors
 from speckit.validate.options import ValidateOptions
 from speckit.validate.prompts import load_prompts
@@ -73,7 +75,7 @@ def gather_inputs(opts: ValidateOptions, warnings: list[str]) -> Inputs:
     if draft is not None:
         dpath, dname = resolve_input(draft, role="draft")
         dcfg = _config(dpath, what="draft")
-    spec = _pick_method(method, dcfg if draft else None, draft)
+    spec = _pick_method(method, dcfg if draft else None, dpath, draft)
     if spec.has_checkpoint and dpath is None and not _draft_in_target(spec):
         raise UsageError(f"method {spec.name} needs a draft checkpoint", hint="pass --draft")
     cpu = host.engine_on_cpu()
@@ -157,35 +159,25 @@ def _config(path: Path, *, what: str) -> dict[str, Any]:
     return cfg
 
 
-def _pick_method(method: str | None, dcfg: dict[str, Any] | None, draft: str | None):
-    if method:
-        return _methods.get(method)
-    if dcfg is None:
+def _pick_method(method: str | None, dcfg: dict[str, Any] | None, dpath: Path | None,
+                 draft: str | None) -> MethodSpec:
+    """--method, else what the draft says, else the registry entry's method: decided by
+    speckit.core.methods.detect.pick_method from the draft's config and tensor names."""
+    registry = _registry_method(draft) if draft is not None and not method else None
+    picked = pick_method(dcfg, tensor_names(dpath) if dpath is not None else None, asked=method,
+                         registry=registry, where=f"draft {draft}")
+    if picked is None:
         raise UsageError("nothing to validate: no --draft and no --method",
                          hint="pass --draft DIR, or --method ngram for draft-free prompt lookup")
-    st = dcfg.get("speculators_model_type")
-    if st:
-        mod = _methods.for_speculators_type(str(st))
-        if mod is None:
-            raise UsageError(f"draft {draft}: speculators_model_type {st!r} is not a method "
-                             "speckit knows", hint="pass --method")
-        return mod
-    if draft is not None:
-        try:
-            from speckit.core.registry import load_registry
+    return picked.spec
 
-            entry = load_registry().get(str(draft))
-            if getattr(entry, "method", None):
-                return _methods.get(entry.method)
-        except (SpeckitError, ImportError, KeyError):
-            pass
-    archs = dcfg.get("architectures") or []
-    if any(str(a).endswith("ForCausalLM") for a in archs) and "Eagle" not in " ".join(archs) \
-            and "DFlash" not in " ".join(archs):
-        return _methods.get("draft_model")  # a plain causal LM drafting token by token
-    raise UsageError(f"cannot tell which method draft {draft} uses "
-                     f"(architectures {archs}, no speculators_model_type)",
-                     hint="pass --method (" + ", ".join(_methods.METHOD_NAMES) + ")")
+
+def _registry_method(draft: str) -> str | None:
+    """The method of the registry entry ``draft`` names, if it names one."""
+    try:
+        return load_registry().get(str(draft)).method
+    except SpeckitError:  # not a registry id (a path or a Hub repo)
+        return None
 
 
 def _k_plan(spec: MethodSpec, dcfg: dict[str, Any], *, k: int | None, sweep: Sequence[int] | None,

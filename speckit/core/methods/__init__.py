@@ -120,12 +120,17 @@ class MethodSpec:
     # neither the user, the source nor the registry gives k (None: default_k fixes it, or there
     # is no common value)
     usual_k: int | None = None
-    default_k: Callable[[dict[str, Any]], int | None]
-    check_k: Callable[[dict[str, Any], int], None]
-    lookahead_slots: Callable[[int], int]
+    # speculators config defaults that vLLM's speculators loader reads differently when the key
+    # is absent (speculators 0.9.0); convert writes them out so the served draft is the trained one
+    speculators_defaults: tuple[tuple[str, Any], ...] = ()
+    # k rules and the request shape; a method module defines only those that differ from the
+    # defaults below (k recorded by speculators, any k >= 1, k lookahead slots, the plain config)
+    default_k: Callable[[dict[str, Any]], int | None] = None  # type: ignore[assignment]
+    check_k: Callable[[dict[str, Any], int], None] = None  # type: ignore[assignment]
+    lookahead_slots: Callable[[int], int] = None  # type: ignore[assignment]
     # vLLM's max_num_new_slots_for_drafting (vllm/config/speculative.py)
     extra_query_slots: Callable[[int], int] = _no_extra_slots
-    speculative_config: Callable[..., dict[str, Any]]
+    speculative_config: Callable[..., dict[str, Any]] = None  # type: ignore[assignment]
     draft_kv_layers: Callable[[dict[str, Any]], list[KVLayer]]
     describe: Callable[[dict[str, Any]], dict[str, Any]]
     # checkpoint structure (None: the method has no such notion)
@@ -138,9 +143,59 @@ class MethodSpec:
     runtime_module_name: Callable[..., str] | None = None
     runtime_module_aliases: Callable[..., list[str]] | None = None
 
+    def __post_init__(self) -> None:
+        for name, make in _DEFAULTS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, make(self))
+
     def scope_of(self, layout: str) -> str:
         """What part of a source in ``layout`` is the draft ("" when the whole checkpoint is)."""
         return dict(self.source_scope).get(layout, "")
+
+
+def speculators_k(config: dict[str, Any]) -> int | None:
+    """speculative_tokens recorded in a speculators config, if any."""
+    try:
+        return int(config["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
+    except (KeyError, IndexError, TypeError, ValueError):
+        return None
+
+
+def _speculators_k(spec: MethodSpec) -> Callable[[dict[str, Any]], int | None]:
+    return speculators_k
+
+
+def _any_positive_k(spec: MethodSpec) -> Callable[[dict[str, Any], int], None]:
+    def check_k(config: dict[str, Any], k: int) -> None:
+        check_k_range(spec.name, k, lo=1)
+    return check_k
+
+
+def _k_slots(spec: MethodSpec) -> Callable[[int], int]:
+    def lookahead_slots(k: int) -> int:
+        return k
+    return lookahead_slots
+
+
+def _plain_config(spec: MethodSpec) -> Callable[..., dict[str, Any]]:
+    def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
+        return {"method": spec.vllm_method, "model": model, "num_speculative_tokens": k}
+    return speculative_config
+
+
+# a MethodSpec field left None -> its default, built for that spec
+_DEFAULTS: dict[str, Callable[[MethodSpec], Callable[..., Any]]] = {
+    "default_k": _speculators_k, "check_k": _any_positive_k, "lookahead_slots": _k_slots,
+    "speculative_config": _plain_config}
+
+
+def check_k_range(method: str, k: int, *, lo: int = 1, hi: int | None = None,
+                  why: str = "") -> None:
+    """UsageError unless lo <= k <= hi (hi None: no upper bound)."""
+    if k < lo or (hi is not None and k > hi):
+        rng = f">= {lo}" if hi is None else (f"= {lo}" if lo == hi else f"in [{lo}, {hi}]")
+        raise UsageError(f"{method}: num_speculative_tokens={k} is not allowed; it must be {rng}",
+                         hint=why or None)
 
 
 # the MethodSpec fields that are the method's own functions (a module defines them by name)

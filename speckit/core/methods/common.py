@@ -9,8 +9,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from speckit.core import hfconfig
-from speckit.core.methods import KVLayer, Problem, TensorSpec
-from speckit.errors import FormatError, UsageError
+from speckit.core.methods import (  # noqa: F401 (check_k_range, speculators_k: re-exported)
+    KVLayer,
+    Problem,
+    TensorSpec,
+    check_k_range,
+    speculators_k,
+)
+from speckit.core.tensors import check_vocab_maps  # noqa: F401 (the one check, re-exported)
+from speckit.errors import FormatError
 
 
 def layer_config(config: dict[str, Any]) -> dict[str, Any]:
@@ -88,22 +95,6 @@ def decoder_layer_specs(prefix: str, cfg: dict[str, Any], *, in_features: int | 
     if hidden_norm:
         specs.append(TensorSpec(f"{prefix}.hidden_norm.weight", (hidden,)))
     return specs
-
-
-def check_k_range(method: str, k: int, *, lo: int = 1, hi: int | None = None,
-                  why: str = "") -> None:
-    if k < lo or (hi is not None and k > hi):
-        rng = f">= {lo}" if hi is None else (f"= {lo}" if lo == hi else f"in [{lo}, {hi}]")
-        raise UsageError(f"{method}: num_speculative_tokens={k} is not allowed; it must be {rng}",
-                         hint=why or None)
-
-
-def speculators_k(config: dict[str, Any]) -> int | None:
-    """speculative_tokens recorded in a speculators config, if any."""
-    try:
-        return int(config["speculators_config"]["proposal_methods"][0]["speculative_tokens"])
-    except (KeyError, IndexError, TypeError, ValueError):
-        return None
 
 
 _FUSED = {"q_proj": "qkv_proj", "k_proj": "qkv_proj", "v_proj": "qkv_proj",
@@ -350,83 +341,6 @@ def vocab_head_specs(vocab: int, draft_vocab: int, hidden: int) -> list[TensorSp
     return [TensorSpec("lm_head.weight", (draft_vocab, hidden)),
             TensorSpec("d2t", (draft_vocab,), dtype="I64"),
             TensorSpec("t2d", (vocab,), dtype="BOOL")]
-
-
-def check_vocab_maps(d2t, t2d, *, target_vocab: int | None, draft_vocab: int | None,
-                     full_vocab_ok: bool = False) -> list[Problem]:
-    """docs/formats.md#vocab-maps invariants over the two small vocab maps (tensors or None).
-
-    d2t is an offset table (target = draft + d2t[draft]); t2d a membership mask over target ids.
-    ``full_vocab_ok``: the layout ships identity maps for a full vocab (SpecForge), which a
-    converter drops; for a servable draft they are an error because vLLM refuses the tensor.
-    """
-    import torch
-
-    out: list[Problem] = []
-    if d2t is None and t2d is None:
-        return out
-    vd = draft_vocab if draft_vocab is not None else (d2t.numel() if d2t is not None else None)
-    v = target_vocab if target_vocab is not None else (t2d.numel() if t2d is not None else None)
-    if vd is not None and v is not None and int(vd) == int(v):
-        if not full_vocab_ok:
-            return [_err("vocab-maps-full-vocab",
-                         f"draft_vocab_size equals the vocab size ({v}) but d2t/t2d are "
-                         "present; vLLM creates no draft_id_to_target_id for a full-vocab draft "
-                         "and refuses the unknown tensor: drop d2t and t2d",
-                         "d2t" if d2t is not None else "t2d")]
-        if d2t is not None and d2t.numel() and bool(torch.count_nonzero(d2t)):
-            out.append(_err("d2t-not-identity", "full-vocab draft but d2t is not all zeros: "
-                            "draft ids are permuted and cannot simply be dropped", "d2t"))
-        if t2d is not None and not bool(t2d.to(torch.bool).all()):
-            out.append(_err("t2d-not-full", "full-vocab draft but t2d is not all True", "t2d"))
-        return out
-    d = None
-    if d2t is not None:
-        if d2t.dtype.is_floating_point or d2t.dtype == torch.bool:
-            out.append(_err("d2t-dtype", f"d2t is {d2t.dtype}, not an integer offset table",
-                            "d2t"))
-        elif d2t.dim() != 1 or (vd is not None and d2t.numel() != int(vd)):
-            out.append(_err("d2t-shape", f"d2t has shape {list(d2t.shape)}, expected "
-                            f"[{vd}] (draft_vocab_size)", "d2t"))
-        else:
-            d = d2t.to(torch.int64)
-            n = d.numel()
-            if n and not bool(d.any()):
-                out.append(_err("d2t-all-zero",
-                                f"d2t is all zeros: vLLM would map draft ids to target ids "
-                                f"0..{n - 1} (SafeAILab/EAGLE#222); rebuild d2t from t2d "
-                                "(d2t = nonzero(t2d) - arange(Vd))", "d2t"))
-            if bool((d < 0).any()):
-                out.append(_err("d2t-negative", "d2t has negative offsets; draft id i maps to "
-                                "target id i + d2t[i], which must be >= i", "d2t"))
-            if n > 1 and bool((d[1:] < d[:-1]).any()):
-                i = int(torch.nonzero(d[1:] < d[:-1])[0]) + 1
-                out.append(_err("d2t-decreasing", f"d2t decreases at draft id {i}: the selected "
-                                "target ids must be sorted ascending", "d2t"))
-            if n and v is not None and int((torch.arange(n) + d).max()) >= int(v):
-                out.append(_err("d2t-out-of-range", f"d2t maps a draft id to a target id >= the "
-                                f"vocab size {v}", "d2t"))
-    sel = None
-    if t2d is not None:
-        if t2d.dim() != 1 or (v is not None and t2d.numel() != int(v)):
-            out.append(_err("t2d-shape", f"t2d has shape {list(t2d.shape)}, expected [{v}] "
-                            "(the target vocab size)", "t2d"))
-        else:
-            sel = torch.nonzero(t2d.to(torch.bool)).flatten()
-            if vd is not None and sel.numel() != int(vd):
-                out.append(_err("t2d-sum", f"t2d marks {sel.numel()} target tokens but "
-                                f"draft_vocab_size is {vd}; t2d.sum() must equal the draft vocab",
-                                "t2d"))
-                sel = None
-    if d is not None and sel is not None and bool(d.any()) and sel.numel() == d.numel():
-        mapped = torch.arange(d.numel()) + d
-        if not torch.equal(mapped, sel):
-            i = int(torch.nonzero(mapped != sel)[0])
-            out.append(_err("vocab-map-mismatch",
-                            f"d2t and t2d disagree: draft id {i} maps to target id "
-                            f"{int(mapped[i])} but t2d's {i}-th selected id is {int(sel[i])}",
-                            "d2t"))
-    return out
 
 
 # ---- quantization (speckit quantize): which tensors vLLM builds as quantizable Linear layers ----

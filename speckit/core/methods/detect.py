@@ -6,11 +6,11 @@ about each method's tensors live in the method modules beside this one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from speckit.errors import FormatError
+from speckit.errors import FormatError, UsageError
 
 
 class CheckpointView(Protocol):
@@ -30,49 +30,6 @@ class Layout:
     description: str
     evidence: tuple[str, ...]  # the config keys / tensor names that decided it
 
-
-# name -> what it is; `speckit inspect` and errors list these
-LAYOUTS: dict[str, str] = {
-    "speculators": "speculators format (speculators_model_type); what vLLM loads",
-    "safeailab-eagle3": "SafeAILab EAGLE-3 (traineagle3: midlayer.*, d2t/t2d, usually a pickle)",
-    "specforge-eagle3": "SpecForge EAGLE-3 export (LlamaForCausalLMEagle3: midlayer.*)",
-    "deepspec-eagle3": ("DeepSpec EAGLE-3 (Qwen3Eagle3Model: layers.0.*, top-level "
-                        "target_layer_ids, output-of-layer ids)"),
-    "torchspec-eagle3": ("TorchSpec vLLM export of an EAGLE-3 head (convert_to_hf.py --vllm: "
-                         "layers.0.*, eagle_config ids)"),
-    "eagle3-mla": ("EAGLE-3 head with Multi-Latent Attention (Eagle3DeepseekV2ForCausalLM: "
-                   "q_a_proj/kv_a_proj_with_mqa/kv_b_proj); vLLM loads it as published"),
-    "specforge-peagle": "SpecForge P-EAGLE (PEagleDraftModel: mask_hidden, layers.*)",
-    "specforge-dflash": ("SpecForge DFlash export (z-lab's format with a SpecForge-only trait: no "
-                         "mask_token_id, projector_type, or a trained head)"),
-    "specforge-dspark": "SpecForge DSpark (dflash_config.projector_type=dspark)",
-    "zlab-dflash": ("z-lab DFlash format (dflash_config; SpecForge writes it too, auto_map or "
-                    "not)"),
-    "zlab-dflash2": "z-lab DFlash2 (convolutions, bare selector codebooks)",
-    "laguna-dflash": "Laguna-style DFlash (fused qkv_proj, g_proj, aux_hidden_norms)",
-    "deepseek-dspark": ("DeepSeek dense DSpark (flat target_layer_ids, markov head, "
-                        "no dflash_config)"),
-    "k3-dspark": ("Kimi-K3 MLA DSpark (K3DSparkModel: context_proj, MLA layers, no block "
-                  "size); vLLM loads it as published"),
-    "native-mtp": "a target checkpoint carrying its own MTP layers (mtp.*)",
-    "gemma4-assistant": "Gemma-4 assistant (gemma4_assistant; KV shared with the target)",
-    "hf-causal-lm": "a plain Hugging Face causal LM (usable as a draft_model)",
-}
-
-# layouts vLLM loads as published and speckit does not rewrite: layout -> (why, what to do)
-SERVED_AS_PUBLISHED: dict[str, tuple[str, str]] = {
-    "eagle3-mla": (
-        "an EAGLE-3 head with Multi-Latent Attention: vLLM 0.32 loads it as published "
-        "(Eagle3DeepseekV2ForCausalLM, deepseek_eagle3.py, layers.0.* names) and the "
-        "speculators layout has no MLA head, so speckit does not rewrite it",
-        "serve the checkpoint as it is with method 'eagle3'; a midlayer.* export (TorchSpec "
-        "without --vllm) must be re-exported with TorchSpec's convert_to_hf.py --vllm"),
-    "k3-dspark": (
-        "a Kimi-K3 MLA DSpark draft: vLLM 0.32 loads it as published (K3DSparkModel, "
-        "vllm/models/kimi_k3/nvidia/dspark_mla.py) and the speculators dspark layout has no "
-        "MLA backbone, so speckit does not rewrite it",
-        "serve the checkpoint as it is with method 'dspark' and the k its recipe names"),
-}
 
 _Found = tuple[str, str, list[str]]  # (layout name, method, evidence)
 
@@ -254,9 +211,83 @@ def _causal_lm(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
     return "hf-causal-lm", "draft_model", [f"architectures = {archs}", f"tensor {layer}"]
 
 
-RECOGNISERS: tuple[Callable[[dict[str, Any], frozenset[str]], _Found | None], ...] = (
-    _speculators, _gemma4_assistant, _native_mtp, _dflash_family, _eagle3_family, _causal_lm,
+Recogniser = Callable[[dict[str, Any], frozenset[str]], _Found | None]
+
+
+@dataclass(frozen=True)
+class LayoutSpec:
+    """One published layout: what it is, the method it holds, the recogniser that reports it,
+    and the module of speckit.convert whose ``plan(ctx)`` reads it (None: nothing to convert)."""
+
+    name: str
+    method: str  # a speckit method name ("" for speculators: speculators_model_type says)
+    description: str  # `speckit inspect` and errors show it
+    recogniser: Recogniser
+    reader: str | None = None
+    # vLLM loads it as published and speckit does not rewrite it: (why, what to do)
+    as_published: tuple[str, str] | None = None
+    quantizable: bool = False  # `speckit quantize` reads it (others are converted first)
+
+
+# the layout table; recognisers are tried in the order they first appear here
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
+    LayoutSpec("speculators", "", "speculators format (speculators_model_type); what vLLM "
+               "loads", _speculators, "speculators_source", quantizable=True),
+    LayoutSpec("gemma4-assistant", "gemma4_assistant", "Gemma-4 assistant (gemma4_assistant; KV "
+               "shared with the target)", _gemma4_assistant, "gemma4_source", quantizable=True),
+    LayoutSpec("native-mtp", "mtp", "a target checkpoint carrying its own MTP layers (mtp.*)",
+               _native_mtp, "mtp_sources"),
+    LayoutSpec("k3-dspark", "dspark", "Kimi-K3 MLA DSpark (K3DSparkModel: context_proj, MLA "
+               "layers, no block size); vLLM loads it as published", _dflash_family, None, (
+                   "a Kimi-K3 MLA DSpark draft: vLLM 0.32 loads it as published (K3DSparkModel, "
+                   "vllm/models/kimi_k3/nvidia/dspark_mla.py) and the speculators dspark layout "
+                   "has no MLA backbone, so speckit does not rewrite it",
+                   "serve the checkpoint as it is with method 'dspark' and the k its recipe "
+                   "names")),
+    LayoutSpec("laguna-dflash", "dflash", "Laguna-style DFlash (fused qkv_proj, g_proj, "
+               "aux_hidden_norms)", _dflash_family, "dflash_sources"),
+    LayoutSpec("deepseek-dspark", "dspark", "DeepSeek dense DSpark (flat target_layer_ids, markov "
+               "head, no dflash_config)", _dflash_family, "dspark_sources"),
+    LayoutSpec("specforge-dspark", "dspark", "SpecForge DSpark (dflash_config.projector_type="
+               "dspark)", _dflash_family, "dspark_sources"),
+    LayoutSpec("zlab-dflash2", "dflash2", "z-lab DFlash2 (convolutions, bare selector codebooks)",
+               _dflash_family, "dflash_sources"),
+    LayoutSpec("specforge-dflash", "dflash", "SpecForge DFlash export (z-lab's format with a "
+               "SpecForge-only trait: no mask_token_id, projector_type, or a trained head)",
+               _dflash_family, "dflash_sources"),
+    LayoutSpec("zlab-dflash", "dflash", "z-lab DFlash format (dflash_config; SpecForge writes it "
+               "too, auto_map or not)", _dflash_family, "dflash_sources"),
+    LayoutSpec("specforge-peagle", "peagle", "SpecForge P-EAGLE (PEagleDraftModel: mask_hidden, "
+               "layers.*)", _eagle3_family, "eagle3_sources"),
+    LayoutSpec("eagle3-mla", "eagle3", "EAGLE-3 head with Multi-Latent Attention "
+               "(Eagle3DeepseekV2ForCausalLM: q_a_proj/kv_a_proj_with_mqa/kv_b_proj); vLLM loads "
+               "it as published", _eagle3_family, None, (
+                   "an EAGLE-3 head with Multi-Latent Attention: vLLM 0.32 loads it as published "
+                   "(Eagle3DeepseekV2ForCausalLM, deepseek_eagle3.py, layers.0.* names) and the "
+                   "speculators layout has no MLA head, so speckit does not rewrite it",
+                   "serve the checkpoint as it is with method 'eagle3'; a midlayer.* export "
+                   "(TorchSpec without --vllm) must be re-exported with TorchSpec's "
+                   "convert_to_hf.py --vllm")),
+    LayoutSpec("deepspec-eagle3", "eagle3", "DeepSpec EAGLE-3 (Qwen3Eagle3Model: layers.0.*, "
+               "top-level target_layer_ids, output-of-layer ids)", _eagle3_family,
+               "eagle3_sources"),
+    LayoutSpec("torchspec-eagle3", "eagle3", "TorchSpec vLLM export of an EAGLE-3 head "
+               "(convert_to_hf.py --vllm: layers.0.*, eagle_config ids)", _eagle3_family,
+               "eagle3_sources"),
+    LayoutSpec("specforge-eagle3", "eagle3", "SpecForge EAGLE-3 export (LlamaForCausalLMEagle3: "
+               "midlayer.*)", _eagle3_family, "eagle3_sources"),
+    LayoutSpec("safeailab-eagle3", "eagle3", "SafeAILab EAGLE-3 (traineagle3: midlayer.*, "
+               "d2t/t2d, usually a pickle)", _eagle3_family, "eagle3_sources"),
+    LayoutSpec("hf-causal-lm", "draft_model", "a plain Hugging Face causal LM (usable as a "
+               "draft_model)", _causal_lm, quantizable=True),
 )
+LAYOUT_BY_NAME: dict[str, LayoutSpec] = {spec.name: spec for spec in LAYOUT_SPECS}
+RECOGNISERS: tuple[Recogniser, ...] = tuple(dict.fromkeys(s.recogniser for s in LAYOUT_SPECS))
+# name -> what it is; `speckit inspect` and errors list these
+LAYOUTS: dict[str, str] = {spec.name: spec.description for spec in LAYOUT_SPECS}
+# layouts vLLM loads as published and speckit does not rewrite: layout -> (why, what to do)
+SERVED_AS_PUBLISHED: dict[str, tuple[str, str]] = {
+    spec.name: spec.as_published for spec in LAYOUT_SPECS if spec.as_published}
 
 # config keys that tell layouts apart; listed when nothing matches
 _NOTABLE_KEYS = ("speculators_model_type", "speculators_config", "transformer_layer_config",
@@ -268,16 +299,7 @@ _NOTABLE_KEYS = ("speculators_model_type", "speculators_config", "transformer_la
 
 def detect(ckpt: CheckpointView) -> Layout:
     """The layout of ``ckpt``; FormatError listing what was seen when no recogniser matches."""
-    cfg, names = ckpt.config, frozenset(ckpt.tensors)
-    for recognise in RECOGNISERS:
-        found = recognise(cfg, names)
-        if found is not None:
-            name, method, evidence = found
-            return Layout(name, method, LAYOUTS[name], tuple(evidence))
-    raise FormatError(
-        f"{ckpt.path}: unrecognised checkpoint layout. Seen: {_seen(cfg, names)}",
-        hint="speckit knows these layouts: " + ", ".join(LAYOUTS) + " (docs/inspect.md describes "
-        "each); if this is another one, open an issue with its config.json and tensor names")
+    return recognise(ckpt.config, ckpt.tensors, where=ckpt.path)
 
 
 def _prefix(name: str) -> str:
@@ -296,3 +318,121 @@ def _seen(cfg: dict[str, Any], names: frozenset[str]) -> str:
     keys = [k for k in _NOTABLE_KEYS if k in cfg]
     return (f"architectures={_archs(cfg) or None}, model_type={cfg.get('model_type')!r}, "
             f"notable config keys={keys or 'none'}, {len(names)} tensors: {top or 'none'}")
+
+
+# ---- the one detection entry point: which method (and layout) a draft is ------------------------
+
+@dataclass(frozen=True)
+class Picked:
+    """The method a deployment uses, the layout its draft is in, and what decided it."""
+
+    spec: Any  # speckit.core.methods.MethodSpec (Any: methods/__init__ imports nothing from here)
+    layout: Layout | None  # None when no tensor names were given or none matched
+    source: str  # "method" (asked), "config", "registry", "layout"
+
+
+def recognise(config: dict[str, Any], names: Iterable[str], *, where: Any) -> Layout:
+    """The layout of a checkpoint at ``where`` from its config and tensor names; FormatError
+    listing what was seen when no recogniser matches."""
+    cfg, names = config, frozenset(names)
+    for recognise_one in RECOGNISERS:
+        found = recognise_one(cfg, names)
+        if found is not None:
+            name, method, evidence = found
+            return Layout(name, method, LAYOUTS[name], tuple(evidence))
+    raise FormatError(
+        f"{where}: unrecognised checkpoint layout. Seen: {_seen(cfg, names)}",
+        hint="speckit knows these layouts: " + ", ".join(LAYOUTS) + " (docs/inspect.md describes "
+        "each); if this is another one, open an issue with its config.json and tensor names")
+
+
+def declared_method(config: dict[str, Any]) -> Any:
+    """The method a config names itself (speculators_model_type, a Gemma-4 assistant), or None."""
+    from speckit.core import methods
+
+    found = _speculators(config, frozenset()) or _gemma4_assistant(config, frozenset())
+    if found is None:
+        return None
+    return methods.get(found[1])
+
+
+def pick_method(config: dict[str, Any] | None, names: Iterable[str] | None = None, *,
+                asked: str | None = None, registry: str | None = None,
+                where: str = "the draft", require_layout: bool = False) -> Picked | None:
+    """The one place speckit decides which method a deployment uses.
+
+    ``config``/``names``: the draft's config.json and tensor names (None without a draft);
+    ``asked``: the user's --method; ``registry``: the registry entry's method. The draft's own
+    evidence (its config's declaration, else its recognised layout) decides; ``asked`` and
+    ``registry`` must agree with it up to vLLM's method string (where the draft's own spec wins:
+    P-EAGLE served as vLLM's "eagle3", a Gemma-4 assistant as "mtp"), else UsageError.
+    ``require_layout``: the caller needs the layout (convert, quantize), so an unrecognised one
+    is a FormatError. Returns None when there is neither a draft nor a method.
+    """
+    from speckit.core import methods
+
+    wanted = methods.get(asked) if asked else None
+    if config is None:
+        return _no_draft(wanted, registry)
+    own, layout, unrecognised = _own_evidence(config, names, where=where,
+                                              required=require_layout)
+    for name, source in ((asked, "method"), (registry, "registry")):
+        if name:
+            spec = _agree(methods.get(name), own, layout, where=where, source=source)
+            return Picked(spec, layout, source if spec is not own else _own_source(own, layout))
+    if own is None:
+        seen = f"; {unrecognised}" if unrecognised else ""
+        raise UsageError(f"cannot tell which speculative method {where} uses (no "
+                         "speculators_model_type, not a Gemma-4 assistant, no layout speckit "
+                         f"recognises){seen}", hint="pass --method ("
+                         + ", ".join(methods.METHOD_NAMES) + ")")
+    return Picked(own, layout, _own_source(own, layout))
+
+
+def _no_draft(wanted: Any, registry: str | None) -> Picked | None:
+    from speckit.core import methods
+
+    spec = wanted or (methods.get(registry) if registry else None)
+    if spec is None:
+        return None
+    if spec.has_checkpoint and not spec.weights_in_target:
+        raise UsageError(f"method {spec.name} needs a draft checkpoint", hint="pass --draft")
+    return Picked(spec, None, "method" if wanted else "registry")
+
+
+def _own_evidence(config: dict[str, Any], names: Iterable[str] | None, *, where: str,
+                  required: bool) -> tuple[Any, Layout | None, str]:
+    """The draft's declared method, its layout when tensor names are given, and why no layout
+    matched ("" when one did or no names were given)."""
+    from speckit.core import methods
+
+    declared = declared_method(config)
+    layout, unrecognised = None, ""
+    if names is not None:
+        try:
+            layout = recognise(config, names, where=where)
+        except FormatError as e:
+            if required and declared is None:
+                raise
+            unrecognised = e.message
+    if declared is not None:
+        return declared, layout, unrecognised
+    return (methods.get(layout.method) if layout else None), layout, unrecognised
+
+
+def _own_source(own: Any, layout: Layout | None) -> str:
+    return "layout" if layout is not None and layout.method == own.name else "config"
+
+
+def _agree(wanted: Any, own: Any, layout: Layout | None, *, where: str, source: str) -> Any:
+    """``wanted`` (asked or the registry's), unless the draft's own spec is another method of
+    the same vLLM method string (then the draft's). A different vLLM method is an error."""
+    if own is None or own is wanted:
+        return wanted
+    if own.vllm_method == wanted.vllm_method:
+        return own
+    what = f"a {layout.name} checkpoint ({own.name})" if layout else f"a {own.name} draft"
+    flag = "--method" if source == "method" else "the registry's method"
+    raise UsageError(f"{where} is {what}, not {wanted.name}",
+                     hint=f"drop {flag} (speckit detects it) or point at a checkpoint of that "
+                     "method")

@@ -61,10 +61,6 @@ def extra_query_slots(k: int) -> int:
     return k
 
 
-def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
-
-
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
     return draft_layer_kv(config)
 
@@ -225,6 +221,8 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
 SPEC = spec_from(
     globals(),
     name="dflash",
+    # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
+    speculators_defaults=(("sliding_window_non_causal", False), ("sample_from_anchor", False)),
     cpu_context_k_norm_of_layer0=True,
     vllm_method="dflash",
     speculators_type="dflash",

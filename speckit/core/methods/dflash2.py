@@ -26,10 +26,6 @@ def lookahead_slots(k: int) -> int:
     return k + 1
 
 
-def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
-
-
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
     return _dflash.draft_kv_layers(config)
 
@@ -127,6 +123,8 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
 SPEC = spec_from(
     globals(),
     name="dflash2",
+    # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
+    speculators_defaults=(("sliding_window_non_causal", True), ("sample_from_anchor", False)),
     cpu_context_k_norm_of_layer0=True,
     vllm_method="dflash",
     speculators_type="dflash2",

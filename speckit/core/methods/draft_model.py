@@ -10,7 +10,6 @@ from typing import Any
 from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     base_dims,
-    check_k_range,
     decoder_layer_specs,
     draft_layer_kv,
     layer_config,
@@ -20,24 +19,8 @@ from speckit.core.methods.common import (
 )
 
 
-def default_k(config: dict[str, Any]) -> int | None:
-    return None
-
-
-def check_k(config: dict[str, Any], k: int) -> None:
-    check_k_range(SPEC.name, k, lo=1)
-
-
-def lookahead_slots(k: int) -> int:
-    return k
-
-
 def extra_query_slots(k: int) -> int:
     return 1
-
-
-def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:

@@ -70,10 +70,6 @@ def extra_query_slots(k: int) -> int:
     return k - 1
 
 
-def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
-
-
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
     return _dflash.draft_kv_layers(config)
 
@@ -206,6 +202,10 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
 SPEC = spec_from(
     globals(),
     name="dspark",
+    # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
+    speculators_defaults=(("sliding_window_non_causal", False), ("sample_from_anchor", True),
+                          ("markov_head_type", "vanilla"), ("enable_confidence_head", True),
+                          ("confidence_head_with_markov", True)),
     vllm_method="dspark",
     speculators_type="dspark",
     speculators_architecture="DSparkDraftModel",

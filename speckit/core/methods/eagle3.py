@@ -15,7 +15,6 @@ from speckit.core.methods.common import (
     aux_fields,
     aux_layer_ids,
     base_dims,
-    check_k_range,
     decoder_layer_specs,
     draft_layer_kv,
     first,
@@ -24,25 +23,8 @@ from speckit.core.methods.common import (
     need,
     offset_layer_runtime_name,
     pairing_problems,
-    speculators_k,
     vocab_head_specs,
 )
-
-
-def default_k(config: dict[str, Any]) -> int | None:
-    return speculators_k(config)
-
-
-def check_k(config: dict[str, Any], k: int) -> None:
-    check_k_range(SPEC.name, k, lo=1)
-
-
-def lookahead_slots(k: int) -> int:
-    return k
-
-
-def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
-    return {"method": SPEC.vllm_method, "model": model, "num_speculative_tokens": k}
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
@@ -261,6 +243,9 @@ def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
 SPEC = spec_from(
     globals(),
     name="eagle3",
+    # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
+    speculators_defaults=(("norm_before_residual", False), ("norm_before_fc", False),
+                          ("fc_norm", False), ("norm_output", False)),
     vllm_method="eagle3",
     speculators_type="eagle3",
     speculators_architecture="Eagle3DraftModel",

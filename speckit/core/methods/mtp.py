@@ -38,10 +38,6 @@ def check_k(config: dict[str, Any], k: int) -> None:
                       why=f"vLLM requires k to be a multiple of the {n} MTP layers when k > {n}")
 
 
-def lookahead_slots(k: int) -> int:
-    return k
-
-
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {"method": SPEC.vllm_method, "num_speculative_tokens": k}
     if model:

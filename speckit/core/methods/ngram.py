@@ -5,15 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
-from speckit.core.methods.common import check_k_range
 
 
 def default_k(config: dict[str, Any]) -> int | None:
     return 3
-
-
-def check_k(config: dict[str, Any], k: int) -> None:
-    check_k_range(SPEC.name, k, lo=1)
 
 
 def lookahead_slots(k: int) -> int:

@@ -11,26 +11,12 @@ from typing import Any
 from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods import eagle3 as _eagle3
 from speckit.core.methods.common import (
-    check_k_range,
     draft_layer_kv,
     layer_config,
     mask_token_problems,
     offset_layer_runtime_name,
     pairing_problems,
-    speculators_k,
 )
-
-
-def default_k(config: dict[str, Any]) -> int | None:
-    return speculators_k(config)
-
-
-def check_k(config: dict[str, Any], k: int) -> None:
-    check_k_range(SPEC.name, k, lo=1)
-
-
-def lookahead_slots(k: int) -> int:
-    return k
 
 
 def extra_query_slots(k: int) -> int:
@@ -104,6 +90,9 @@ def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
 SPEC = spec_from(
     globals(),
     name="peagle",
+    # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
+    speculators_defaults=(("norm_before_residual", False), ("norm_before_fc", False),
+                          ("fc_norm", False), ("norm_output", False)),
     vllm_method="eagle3",
     speculators_type="peagle",
     speculators_architecture="PEagleDraftModel",

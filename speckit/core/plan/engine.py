@@ -24,15 +24,12 @@ what plain torch + CUDA graphs measure.
 
 from __future__ import annotations
 
-import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
-from pathlib import Path
 from typing import Any
 
-from speckit.core import PACKAGE_DIR
 from speckit.errors import FormatError
 
-ENGINE_PATH = PACKAGE_DIR / "data" / "engine_costs.json"
 ENGINE_FIELDS = ("step_s", "graph_layer_s", "token_s", "spec_step_s", "draft_pass_s")
 ENGINES = ("vllm", "sglang")
 
@@ -59,32 +56,27 @@ class EngineCosts:
 IDEAL = EngineCosts()
 
 
-def load_engine(path: str | Path | None = None, *, engine: str = "vllm") -> EngineCosts:
-    """The fitted terms of one serving engine shipped with speckit (ideal where the file is
-    absent). The same terms apply on every GPU."""
-    p = Path(path) if path is not None else ENGINE_PATH
-    try:
-        raw = json.loads(p.read_text())
-    except FileNotFoundError:
-        return IDEAL
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{p}: not valid JSON ({e})") from e
+def engine_from(raw: Mapping[str, Any], *, where: str, engine: str = "vllm") -> EngineCosts:
+    """One serving engine's terms from an engine_costs.json document (one set for every engine,
+    or an "engines" mapping); FormatError naming ``where`` for an engine it lacks or an unknown
+    term. The same terms apply on every GPU. speckit.io.datafiles reads the file."""
     sets = raw.get("engines") or dict.fromkeys(ENGINES, raw.get("engine", raw))
     if engine not in sets:
-        raise FormatError(f"{p}: no engine terms for {engine!r}",
+        raise FormatError(f"{where}: no engine terms for {engine!r}",
                           hint="fitted engines: " + ", ".join(sorted(sets)))
     vals = sets[engine]
     known = {f.name for f in fields(EngineCosts)}
     unknown = sorted(set(vals) - known)
     if unknown:
-        raise FormatError(f"{p}: unknown engine-cost terms {unknown}",
+        raise FormatError(f"{where}: unknown engine-cost terms {unknown}",
                           hint="known: " + ", ".join(sorted(known)))
     return EngineCosts(**vals)
 
 
-def save_engine(e: EngineCosts, path: Path, *, extra: dict[str, Any] | None = None) -> None:
-    """Write one set of terms for every engine."""
-    path.write_text(json.dumps({"engine": asdict(e), **(extra or {})}, indent=2) + "\n")
+def engine_document(e: EngineCosts, *, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The engine_costs.json document of ``e``, one set for every engine (what engine_from reads
+    back)."""
+    return {"engine": asdict(e), **(extra or {})}
 
 
-__all__ = ["ENGINES", "ENGINE_FIELDS", "IDEAL", "EngineCosts", "load_engine", "save_engine"]
+__all__ = ["ENGINES", "ENGINE_FIELDS", "IDEAL", "EngineCosts", "engine_document", "engine_from"]

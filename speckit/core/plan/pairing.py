@@ -1,4 +1,5 @@
-"""Which method a draft config is, and whether the draft fits its target, before any math.
+"""Whether a draft fits its target, before any math (the method is picked by
+speckit.core.methods.detect.pick_method).
 
 Pure: asks the method's spec (speckit.core.methods); a mismatch is a PlanError naming every problem.
 """
@@ -8,28 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from speckit.core import methods
 from speckit.core.methods import MethodSpec
 from speckit.errors import PlanError
 
 # Problem codes (speckit.core.methods check_config) that mean "this draft is not for this target"
 PAIRING_CODES = ("hidden-size-mismatch", "vocab-size-mismatch", "gemma4-target",
                  "aux-layer-out-of-range", "aux-layer-default-collapses", "aux-layer-duplicate")
-
-
-def method_of_config(draft_config: Mapping[str, Any]) -> MethodSpec | None:
-    """The method a draft config names (speculators_model_type, a Gemma-4 assistant), or None."""
-    st = draft_config.get("speculators_model_type")
-    if st:
-        spec = methods.for_speculators_type(str(st))
-        if spec is None:
-            raise PlanError(f"draft config: speculators_model_type {st!r} is not a method speckit "
-                            f"knows", hint="known methods: " + ", ".join(methods.METHOD_NAMES))
-        return spec
-    if str(draft_config.get("model_type", "")).startswith(("gemma4_assistant",
-                                                            "gemma4_unified_assistant")):
-        return methods.get("gemma4_assistant")
-    return None
 
 
 def check_pairing(target_config: Mapping[str, Any], draft_config: Mapping[str, Any] | None,

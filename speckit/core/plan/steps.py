@@ -3,23 +3,20 @@
 Roofline per matmul and per attention (a smooth max of bytes / bandwidth and FLOPs / peak; an
 attention's GQA re-reads cost HBM only past L2, decoding splits K/V over idle SMs), plus fixed
 per-pass and per-layer overheads; the fractions and overheads are fitted data
-(speckit/data/step_costs.json, fitted by bench/step_costs.py --fit), never a speedup.
+(speckit/data/step_costs.json, fitted by bench/step_costs.py --fit; speckit.io.datafiles reads
+it), never a speedup.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
 from typing import Any
 
-from speckit.core import PACKAGE_DIR
 from speckit.core.gpus import GPU
 from speckit.errors import FormatError, PlanError
 
-CONSTANTS_PATH = PACKAGE_DIR / "data" / "step_costs.json"
 # the constants bench/step_costs.py --fit adjusts (the rest are structural choices)
 FITTED = ("bw_frac", "flop_frac", "flop_frac_large", "flop_m_half", "attn_bw_frac",
           "attn_flop_frac", "attn_unit_bytes_per_s", "attn_parallel_units", "pass_overhead_s",
@@ -70,26 +67,22 @@ class StepConstants:
         return replace(self, gqa_pack="always")
 
 
-def load_constants(path: str | Path | None = None) -> StepConstants:
-    """The fitted constants shipped with speckit (or a file written by bench --write-constants)."""
-    p = Path(path) if path is not None else CONSTANTS_PATH
-    try:
-        raw = json.loads(p.read_text())
-    except FileNotFoundError:
-        return StepConstants()
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise FormatError(f"{p}: not valid JSON ({e})") from e
+def constants_from(raw: Mapping[str, Any], *, where: str) -> StepConstants:
+    """StepConstants from a step_costs.json document (``{"constants": {...}}`` or the bare
+    table); FormatError naming ``where`` for an unknown key. speckit.io.datafiles reads it."""
     known = {f.name for f in fields(StepConstants)}
     vals = raw.get("constants", raw)
     unknown = sorted(set(vals) - known)
     if unknown:
-        raise FormatError(f"{p}: unknown step-cost constants {unknown}",
+        raise FormatError(f"{where}: unknown step-cost constants {unknown}",
                           hint="known: " + ", ".join(sorted(known)))
     return StepConstants(**vals)
 
 
-def save_constants(c: StepConstants, path: Path, *, extra: Mapping[str, Any] | None = None) -> None:
-    path.write_text(json.dumps({"constants": asdict(c), **(extra or {})}, indent=2) + "\n")
+def constants_document(c: StepConstants, *, extra: Mapping[str, Any] | None = None
+                       ) -> dict[str, Any]:
+    """The step_costs.json document of ``c`` (what constants_from reads back)."""
+    return {"constants": asdict(c), **(extra or {})}
 
 
 # ---- shapes --------------------------------------------------------------------------------------
@@ -532,11 +525,11 @@ def _allreduce(tokens: int, s: ModelShape, r: _Rates, c: StepConstants, tp: int)
 
 # ---- public step costs ---------------------------------------------------------------------------
 def target_step(shape: ModelShape, *, batch: int, q: int, ctx: int, gpu: GPU, tp: int = 1,
-                constants: StepConstants | None = None, kv_bytes: float = 2.0) -> StepCost:
+                constants: StepConstants, kv_bytes: float = 2.0) -> StepCost:
     """One target forward of ``batch`` sequences verifying ``q`` tokens each at KV context
     ``ctx`` (q = 1 is plain decoding), logits for every token; ``shape`` is the whole model."""
     _check(batch=batch, q=q, ctx=ctx, tp=tp)
-    c = constants or load_constants()
+    c = constants
     s = shape.per_rank(tp)
     r = _Rates.for_shape(gpu, s)
     tokens = batch * q
@@ -549,11 +542,11 @@ def target_step_time(shape: ModelShape, **kw: Any) -> float:
 
 
 def draft_step(draft: DraftShape, *, batch: int, k: int, ctx: int, gpu: GPU, tp: int = 1,
-               constants: StepConstants | None = None, kv_bytes: float = 2.0) -> StepCost:
+               constants: StepConstants, kv_bytes: float = 2.0) -> StepCost:
     """Everything the drafter runs to propose ``k`` tokens for ``batch`` sequences at context
     ``ctx`` after a verify step of q = k + 1 tokens (``draft`` is per model; TP = draft TP)."""
     _check(batch=batch, q=k, ctx=ctx, tp=tp)
-    c = constants or load_constants()
+    c = constants
     d = draft.per_rank(tp)
     s, q = d.body, k + 1
     r = _Rates.for_shape(gpu, s)
@@ -592,12 +585,12 @@ PIECES = ("layers", "moe", "mla", "attn")
 
 
 def piece_step(kind: str, shape: ModelShape, *, batch: int, q: int, ctx: int, gpu: GPU,
-               constants: StepConstants | None = None, kv_bytes: float = 2.0) -> StepCost:
+               constants: StepConstants, kv_bytes: float = 2.0) -> StepCost:
     """One measurable piece on one rank (``shape`` is per rank): "layers", the whole forward
     (as target_step); "moe", one MoE layer over batch x q tokens; "mla" / "attn", one layer's
     attention core (latent MLA / GQA) over ``ctx + q`` positions. What calibrate times."""
     _check(batch=batch, q=q, ctx=ctx, tp=1)
-    c = constants or load_constants()
+    c = constants
     r = _Rates.for_shape(gpu, shape)
     if kind == "layers":
         return target_step(shape, batch=batch, q=q, ctx=ctx, gpu=gpu, constants=c,
@@ -637,5 +630,5 @@ def _layer_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["DRAFT_STYLES", "FITTED", "PIECES", "DraftShape", "ModelShape", "StepConstants",
-           "StepCost", "draft_step", "draft_step_time", "experts_touched", "load_constants",
-           "moe_traffic", "piece_step", "save_constants", "target_step", "target_step_time"]
+           "StepCost", "constants_document", "constants_from", "draft_step", "draft_step_time",
+           "experts_touched", "moe_traffic", "piece_step", "target_step", "target_step_time"]

@@ -18,7 +18,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from speckit.core.metrics import metric_snapshot
+from speckit.io.engine.metrics import metric_snapshot
 
 PROBE_REPEATS = 7
 

@@ -124,7 +124,7 @@ def close_repos(repo: str, s: HubSettings) -> list[str]:
     """Known repo ids near a mistyped one: registry repos and repos already in the cache."""
     known: set[str] = set(cached_repos(s.cache_dir))
     try:
-        from speckit.core.registry import load_registry
+        from speckit.io.datafiles import load_registry
 
         known.update(e.repo for e in load_registry().entries.values() if e.repo)
     except (SpeckitError, LookupError, AttributeError, TypeError):

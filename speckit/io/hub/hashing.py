@@ -11,6 +11,8 @@ import hashlib
 import json
 import mmap
 import os
+import queue
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -159,3 +161,78 @@ class Sidecar:
             self.dirty = False
         except OSError:
             pass  # read-only cache: lose the memo, never the fetch
+
+
+class BesideCopyHasher:
+    """sha256 of the files under ``root`` a copy reads, computed beside the copy on up to
+    CPU-count threads (hashlib releases the GIL; the copy runs in the kernel).
+
+    A file is queued for hashing when the copy opens it, so the hash reads pages the copy has
+    just brought in (one stream of disk reads, not one per shard) and files are hashed in copy
+    order; the rest (config, index, files the copy never opens) are queued at join().
+
+    Known digests are reused: ``known`` (speckit fetch's, checked against the Hub's LFS sha256),
+    the ``fetch_memos`` sidecars a fetch left beside a snapshot, and the memo at ``memo_path``
+    keyed like git's index (real path, size, mtime, ctime, inode), so hashing the same bytes
+    again is skipped.
+    """
+
+    def __init__(self, root: Path, files: list[str], *, known: dict[str, str],
+                 fetch_memos: list[Path], memo_path: Path):
+        self.root, self.files = root, files
+        self.memo = Sidecar(memo_path)
+        self.result: dict[str, dict[str, object]] = {}
+        self._errors: list[BaseException] = []
+        fetched = [Sidecar(m) for m in fetch_memos if m.is_file()]
+        self._todo: set[str] = set()
+        for name in files:
+            path = root / name
+            size = path.stat().st_size
+            if digest := known.get(name) or next(
+                    (d for f in fetched if (d := f.known(path)) is not None), None):
+                self.result[name] = {"size": size, "sha256": digest, "from": "fetch"}
+            elif digest := self.memo.known(path):
+                self.result[name] = {"size": size, "sha256": digest, "from": "memo"}
+            else:
+                self._todo.add(name)
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self._queued: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self._max = max(1, os.cpu_count() or 1)
+
+    def opened(self, name: str) -> None:
+        """The copy opened file ``name``: hash it now, beside the copy."""
+        if name not in self._todo or name in self._queued:
+            return
+        self._queued.add(name)
+        self._queue.put(name)
+        if len(self._threads) < min(self._max, len(self._todo)):
+            t = threading.Thread(target=self._work, daemon=True,
+                                 name=f"speckit-hash-{len(self._threads)}")
+            self._threads.append(t)
+            t.start()
+
+    def _work(self) -> None:
+        while (name := self._queue.get()) is not None:
+            try:
+                path = self.root / name
+                self.result[name] = {"size": path.stat().st_size,
+                                     "sha256": self.memo.sha256(path)}
+            except Exception as e:  # noqa: BLE001 (re-raised by join in the main thread)
+                self._errors.append(e)
+
+    def join(self) -> dict[str, dict[str, object]]:
+        """Every file's {size, sha256[, from]}, once all are hashed; FormatError on a failure."""
+        from speckit.errors import FormatError
+
+        rest = sorted(self._todo - self._queued, key=lambda n: -(self.root / n).stat().st_size)
+        for name in rest:
+            self.opened(name)
+        for _ in self._threads:
+            self._queue.put(None)
+        for t in self._threads:
+            t.join()
+        if self._errors:
+            raise FormatError(f"hashing the source failed: {self._errors[0]}")
+        self.memo.save()
+        return {name: self.result[name] for name in self.files}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from speckit.core import speculators
 from speckit.core.methods import dflash
 from speckit.io.checkpoint import CheckpointWriter, write_json
 from speckit.io.output import atomic_output_dir, write_provenance
@@ -21,25 +22,7 @@ PROVENANCE = "speckit-train.json"
 def draft_config(cfg: DFlashConfig, *, aux_layers: list[int], target_cfg: dict[str, Any],
                  verifier: str) -> dict[str, Any]:
     """config.json: speculators envelope + the Qwen3 layer config the draft was trained as."""
-    layer = {
-        "model_type": "qwen3",
-        "architectures": ["Qwen3ForCausalLM"],
-        "hidden_size": cfg.hidden_size,
-        "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.num_layers,
-        "num_attention_heads": cfg.num_attention_heads,
-        "num_key_value_heads": cfg.num_key_value_heads,
-        "head_dim": cfg.head_dim,
-        "hidden_act": "silu",
-        "rms_norm_eps": cfg.rms_norm_eps,
-        # written out: vLLM's DFlash layer defaults an absent theta to 1e6, not the target's
-        "rope_parameters": {"rope_theta": cfg.rope_theta, "rope_type": "default"},
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "vocab_size": cfg.vocab_size,
-        "attention_bias": False,
-        "tie_word_embeddings": False,
-        "dtype": "bfloat16",
-    }
+    layer = speculators.decoder_config("qwen3", cfg)
     k = cfg.block_size - 1
     return {
         **speculators_header(dflash.SPEC, k=k, verifier=verifier, target_cfg=target_cfg),

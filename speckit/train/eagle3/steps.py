@@ -442,6 +442,7 @@ def vllm_acceptance(weights, hcfg, dvocab, *, aux, target_dir, target_cfg, verif
     """Export the current head to a temp dir and measure AL with vLLM on held-out prompts."""
     import shutil
 
+    from speckit.core import specconfig
     from speckit.errors import EngineError
     from speckit.io.engine import EngineJob, run_engine
     from speckit.train.export import export_draft
@@ -451,8 +452,8 @@ def vllm_acceptance(weights, hcfg, dvocab, *, aux, target_dir, target_cfg, verif
                  target_cfg=target_cfg, verifier=verifier, force=True)
     job = EngineJob(label=f"accept-epoch-{epoch}", model=str(target_dir),
                     tokenizer=str(target_dir), max_tokens=max_tokens, prompt_token_ids=prompt_ids,
-                    speculative_config={"method": "eagle3", "model": str(tmp),
-                                        "num_speculative_tokens": k},
+                    speculative_config=specconfig.speculative_config(
+                        method="eagle3", k=k, draft=str(tmp)),
                     temperature=0.0, seed=seed, concurrency=len(prompt_ids), cpu_kv_bytes=1 << 29)
     try:
         run = run_engine(job, workdir=work / "logs")
