@@ -14,6 +14,9 @@ from typing import Any
 
 from speckit.core import PACKAGE_DIR
 from speckit.errors import UsageError
+from speckit.inspect import inspect
+from speckit.io.checkpoint import load_config
+from speckit.plan import plan_from_refs
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 DEFAULT_DRAFT = "smollm2-135m-eagle3"
@@ -77,10 +80,8 @@ def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 
     ``compare_budget_s``). ``on_start(name)`` / ``on_stage(name, result)`` are called as each
     stage starts / finishes, so a CLI can print as it goes.
     """
-    from speckit.inspect import inspect
     from speckit.io import targets
     from speckit.io.output import check_output, output_errors
-    from speckit.plan import plan_from_refs
     from speckit.quant import quantize
     from speckit.validate import validate
 
@@ -127,6 +128,5 @@ def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 
 
 
 def _num_layers(path: Path) -> int:
-    from speckit.io.checkpoint import load_config
 
     return int(load_config(path)["num_hidden_layers"])

@@ -15,6 +15,8 @@ from typing import Any
 
 from speckit.core.refs import check_revision, is_repo_id
 from speckit.errors import UsageError
+from speckit.io.checkpoint import Checkpoint
+from speckit.io.datafiles import load_registry
 from speckit.io.hub import (
     FileRecord,
     HubSettings,
@@ -196,7 +198,6 @@ def _from_snapshot(ref: str, kind: str, snap: Snapshot, run: _Run, *, role: str,
 def _from_directory(r: Resolved, run: _Run) -> FetchResult:
     """A directory used as is (a path, a cache snapshot, a bundled draft, a converted target):
     open it (which checks headers and the index) and list what fetch would have taken."""
-    from speckit.io.checkpoint import Checkpoint
 
     result = FetchResult(r.ref, r.kind, r.repo, None, r.commit, r.path, from_cache=True,
                          registry_id=r.registry_id, role=r.role, dry_run=run.dry_run,
@@ -257,7 +258,6 @@ def _target_name(draft: FetchResult, run: _Run) -> str:
 
 def _target_entry(target: str):
     """The registry entry for a target repo or id, if the registry has one."""
-    from speckit.io.datafiles import load_registry
 
     reg = load_registry()
     if target in reg.entries:

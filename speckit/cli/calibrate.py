@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import click
 
+from speckit.calibrate import calibrate
 from speckit.cli._common import handle_errors, print_json
 
 
@@ -23,7 +24,6 @@ def calibrate_cmd(out, budget_s, json_mode):
     """Fit the step-cost model to this GPU: dense layers, one MoE layer, MLA and GQA attention
     at a few (batch, query width, context) points, in about a minute. Pass the profile to
     `speckit plan --gpu-profile`. Needs a GPU (exits non-zero without one)."""
-    from speckit.calibrate import calibrate
 
     res = calibrate(out=out, budget_s=budget_s,
                     log=(lambda s: None) if json_mode else click.echo)

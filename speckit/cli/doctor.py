@@ -14,6 +14,7 @@ import click
 from speckit.cli._common import handle_errors, print_json, to_jsonable
 from speckit.cli._options import json_option, quiet_option
 from speckit.doctor import REQUIREMENTS
+from speckit.errors import SpeckitError
 
 
 @click.command("doctor")
@@ -31,7 +32,6 @@ def doctor_cmd(for_command, no_network, no_probe, json_mode, quiet):
     (the token is never printed), cache sizes.
     """
     from speckit.doctor import doctor
-    from speckit.errors import SpeckitError
 
     report = doctor(for_command=for_command, probe_kernels=not no_probe,
                     check_network=not no_network)

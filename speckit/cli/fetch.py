@@ -10,6 +10,9 @@ import click
 from speckit.cli._common import handle_errors, print_json, progress_enabled
 from speckit.cli._options import quiet_option
 from speckit.core.refs import printable
+from speckit.errors import IntegrityError
+from speckit.fetch import describe_mismatches
+from speckit.fetch import fetch as run_fetch
 
 
 @click.command("fetch")
@@ -49,9 +52,6 @@ def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, 
     ID is a registry id, REPO_ID a Hub repo (owner/name); a directory is used as is. Honours
     HF_TOKEN, HF_ENDPOINT, HF_HUB_OFFLINE and the standard Hugging Face cache.
     """
-    from speckit.errors import IntegrityError
-    from speckit.fetch import describe_mismatches
-    from speckit.fetch import fetch as run_fetch
 
     result = run_fetch(ref, revision=revision, with_target=with_target, dry_run=dry_run,
                        cache_dir=cache_dir, local_dir=local_dir, allow_pickle=allow_pickle,

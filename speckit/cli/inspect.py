@@ -13,6 +13,8 @@ import click
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import json_option
 from speckit.errors import FormatError
+from speckit.inspect import inspect
+from speckit.io.terminal import output_console, print_table
 
 
 @click.command("inspect")
@@ -34,7 +36,6 @@ def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: boo
     REF is a checkpoint directory, a registry id or a Hub repo id (fetched first). Exit status:
     0 when there are no errors (warnings allowed), 3 when there are errors.
     """
-    from speckit.inspect import inspect
 
     report = inspect(ref, target=target, allow_pickle=allow_pickle,
                      allow_external_links=allow_external_links)
@@ -92,7 +93,6 @@ def render(report) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    from speckit.io.terminal import output_console, print_table
 
     console = output_console(soft_wrap=False)
     d = report.dims

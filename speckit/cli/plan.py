@@ -6,12 +6,18 @@ when the deployment will not start (0 when it does), so scripts can gate on it.
 
 from __future__ import annotations
 
+import json
 import sys
 
 import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.core.plan.weights import DRAFT_QUANTS
+from speckit.errors import UsageError
+from speckit.io.datafiles import get_gpu
+from speckit.io.terminal import output_console, print_table
+from speckit.plan import check_options, plan_from_refs
+from speckit.speed import project_speed_from_refs
 
 GiB = 1024**3
 
@@ -72,9 +78,6 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
     max-model-len with the draft's lookahead slots), what the draft costs against the same
     deployment without it, a verdict, and "try" lines when it is tight.
     """
-    from speckit.errors import UsageError
-    from speckit.io.datafiles import get_gpu
-    from speckit.plan import check_options, plan_from_refs
 
     # bad numbers fail here, before any checkpoint or Hub repo is read
     check_options(tp=tp, draft_tp=draft_tp, gpu_memory_utilization=gpu_memory_utilization,
@@ -121,7 +124,6 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
 
 
 def _floats(text: str, flag: str) -> list[float]:
-    from speckit.errors import UsageError
 
     try:
         return [float(x) for x in text.split(",") if x.strip()]
@@ -131,8 +133,6 @@ def _floats(text: str, flag: str) -> list[float]:
 
 def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
            acceptance_kind, al, contexts, kv_cache_dtype, draft_quant, gpu_profile=None):
-    from speckit.errors import UsageError
-    from speckit.speed import project_speed_from_refs
 
     if gpu is None:
         raise UsageError("--acceptance/--al project speed for a catalog GPU, not --gpu-mem-gib",
@@ -156,12 +156,10 @@ def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
 
 
 def render_speed(sp) -> None:
-    import json
 
     from rich.markup import escape
     from rich.table import Table
 
-    from speckit.io.terminal import output_console, print_table
 
     con = output_console()
     con.print(f"\n[bold]projected speed[/] on {escape(sp.gpu)} x TP={sp.tp} "
@@ -217,7 +215,6 @@ def render(r) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from speckit.io.terminal import output_console, print_table
 
     # pipes and logs get lines as wide as their content: nothing wrapped mid-number
     con = output_console()

@@ -9,6 +9,7 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import json_option, target_option
+from speckit.push import push
 
 
 @click.command("push")
@@ -45,7 +46,6 @@ def push_cmd(path, repo_id, private, revision, create_pr, commit_message, token,
     `speckit inspect` reports errors for. Re-running after an interrupted push sends only the
     files the Hub does not have yet. Honours HF_TOKEN and HF_ENDPOINT.
     """
-    from speckit.push import push
 
     result = push(path, repo_id, private=private, revision=revision, create_pr=create_pr,
                   commit_message=commit_message, token=token, license=license_, report=report,

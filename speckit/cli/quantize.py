@@ -7,13 +7,12 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_enabled
-from speckit.core.quant import LAYOUTS
+from speckit.core.quant import LAYOUTS, for_flag
 
 
 def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, nvfp4: bool, static: bool, fmt: str | None
             ) -> str:
     """The core scheme the flags name (speckit.core.quant.for_flag)."""
-    from speckit.core.quant import for_flag
 
     flags = (("--mxfp4", mxfp4, "mxfp4"), ("--mxfp4-w4a4", w4a4, "mxfp4"), ("--fp8", fp8, "fp8"),
              ("--nvfp4", nvfp4, "nvfp4"))

@@ -14,8 +14,11 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.core.refs import printable
+from speckit.core.registry import list_entries, resolve
 from speckit.errors import UsageError
+from speckit.io.datafiles import load_registry
 from speckit.io.terminal import output_console, print_table
+from speckit.push import registry_add
 
 # Importable by other commands (fetch, convert, ...) that take registry ids.
 registry_option = click.option(
@@ -32,7 +35,6 @@ registry_option = click.option(
 def load_from_cli(*registry_files: Path):
     """The registry as a command sees it: built-in < config dir < $SPECKIT_REGISTRY < --registry;
     every curated entry a user file replaces is said on stderr."""
-    from speckit.io.datafiles import load_registry
 
     reg = load_registry(extra_files=list(registry_files))
     for w in reg.warnings:
@@ -73,7 +75,6 @@ def registry(ctx: click.Context, registry_files: tuple[Path, ...]) -> None:
 @handle_errors
 def list_cmd(ctx, provider, method, target, kind, show_all, registry_files, as_json):
     """List registry entries (drafts by default) with their best published figure."""
-    from speckit.core.registry import list_entries
 
     reg = load_from_cli(*_files(ctx, registry_files))
     kind_filter = None if (show_all or kind == "all") else kind
@@ -110,7 +111,6 @@ def show_cmd(ctx, entry_id, registry_files, as_json):
 @handle_errors
 def resolve_cmd(ctx, target, method, registry_files, as_json):
     """Drafts for a target, best published figure first. Exit status 2 when there is none."""
-    from speckit.core.registry import resolve
 
     reg = load_from_cli(*_files(ctx, registry_files))
     result = resolve(reg, target=target, method=method)
@@ -146,7 +146,6 @@ def add_cmd(repo_id, revision, entry_id, provider, token, registry_file, force, 
             as_json):
     """Add a draft published by `speckit push` to your registry, pinned to its commit, with the
     figures its model card records."""
-    from speckit.push import registry_add
 
     result = registry_add(repo_id, revision=revision, entry_id=entry_id, provider=provider,
                           token=token, force=force, registry_file=registry_file,

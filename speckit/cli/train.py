@@ -24,6 +24,8 @@ from speckit.cli._options import (
     target_option,
 )
 from speckit.errors import UsageError
+from speckit.train.common import check_online
+from speckit.train.options import DflashOptions
 
 
 @click.group("train")
@@ -168,7 +170,6 @@ def eagle3(aux_layers, nproc, json_mode, quiet, **same):
     The target answers every prompt with its chat template; its aux hidden states are captured
     to disk shards; the head is trained with the TTT loss; OUT is ready for speckit validate.
     """
-    from speckit.train.common import check_online
     from speckit.train.eagle3 import Eagle3Options, train_eagle3
 
     check_online(same["online"], fsdp=same["fsdp"], nproc=nproc)
@@ -268,7 +269,6 @@ def dflash(aux_layers, json_mode, quiet, **same):
     simulation (vLLM's greedy rule) on held-out conversations and the best epoch is exported.
     """
     from speckit.train.dflash import train_dflash
-    from speckit.train.options import DflashOptions
 
     # ``same``: the options whose destination is the DflashOptions field of that name
     options = DflashOptions(**same, aux_layers=_int_list(aux_layers),

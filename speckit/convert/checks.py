@@ -12,6 +12,7 @@ from speckit.core import methods
 from speckit.core.methods.detect import detect
 from speckit.core.tensors import selected_ids
 from speckit.errors import FormatError, UsageError
+from speckit.inspect import check_structure
 from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint, read_ints, safe_relpath
 
 
@@ -132,7 +133,6 @@ def verify_output(out: Path, plan: ConversionPlan, *, target_config: dict | None
     if layout.name != want:
         raise FormatError(f"the output was detected as {layout.name!r}, not {want!r}",
                           hint="this is a bug in speckit; nothing was written")
-    from speckit.inspect import check_structure
 
     # vocab maps: the same docs/formats.md#vocab-maps invariants, checked without importing torch
     if "d2t" in ck.tensors:

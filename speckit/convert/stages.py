@@ -25,10 +25,11 @@ from speckit.convert.moves import (
     copied_from,
     execute,
 )
-from speckit.core import methods
+from speckit.core import methods, specconfig
 from speckit.core.methods.detect import LAYOUT_BY_NAME, SERVED_AS_PUBLISHED, pick_method
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import Checkpoint, CheckpointWriter, load_config, write_json
+from speckit.io.datafiles import load_registry
 from speckit.io.hub.hashing import BesideCopyHasher
 from speckit.io.output import (
     PROVENANCE,
@@ -139,7 +140,6 @@ def write_output(out_dir: Path, ctx: ReadContext, plan: ConversionPlan, *, s: Re
 def serve_config(plan: ConversionPlan, out_dir: Path) -> tuple[dict[str, Any], str | None]:
     """The --speculative-config and `vllm serve` line of the output, written by specconfig (the one
     place that knows the deployment fields, e.g. the token budget parallel drafters need)."""
-    from speckit.core import specconfig
 
     spec = specconfig.speculative_config(method=plan.method, k=plan.k, draft=str(out_dir.resolve()),
                                          draft_config=plan.config)
@@ -164,7 +164,6 @@ def _registry_defaults(s: Resolved) -> tuple[str | None, tuple[int, str] | None]
     if s.registry_id is None and s.repo is None:
         return None, None
     from speckit.convert.common import published_k
-    from speckit.io.datafiles import load_registry
 
     entries = load_registry().entries
     entry = entries.get(s.registry_id) if s.registry_id is not None else None

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speckit.core.jsontext import JSONObject, loads
+from speckit.core.methods import Problem
 from speckit.errors import FormatError
 
 # bits per element of every dtype code safetensors 0.8 knows (its Dtype enum); nothing else is
@@ -219,7 +220,6 @@ def _check_layout(entries: dict[str, tuple[str, tuple[int, ...], tuple[int, int]
 # ``tolist``, ``shape`` and ``dtype``: a torch tensor, a numpy array), never importing torch here.
 
 def _vocab_err(code: str, message: str, subject: str) -> Any:
-    from speckit.core.methods import Problem
 
     return Problem("error", code, message, subject)
 

@@ -11,6 +11,7 @@ import contextlib
 import json
 import math
 import os
+import re
 import stat
 import struct
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from speckit.core import hfconfig, jsontext
-from speckit.core.dtypes import CODE_TO_TORCH_NAME
+from speckit.core.dtypes import CODE_TO_TORCH_NAME, torch_to_code
 from speckit.core.tensors import (  # the dtype names are re-exported for io's users
     CONFIG_DTYPE,  # noqa: F401
     CONFIG_DTYPE_INV,  # noqa: F401
@@ -256,7 +257,6 @@ class Checkpoint:
     def _open_pickles(cls, root: Path, config: dict, bins: list[str]) -> Checkpoint:
         import torch  # heavy; only for the explicit pickle path
 
-        from speckit.core.dtypes import torch_to_code
 
         loaded: dict[str, Any] = {}
         tensors: dict[str, TensorInfo] = {}
@@ -340,7 +340,6 @@ class Checkpoint:
 
 def _pickle_reason(e: BaseException) -> str:
     """The informative line of torch's weights_only refusal (it names the offending global)."""
-    import re
 
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
     for line in text.splitlines():
@@ -522,7 +521,6 @@ class CheckpointWriter:
             self._handles[fname] = (fh, 8 + len(hb))
 
     def write(self, name: str, tensor) -> None:
-        from speckit.core.dtypes import torch_to_code
 
         slot = self.slots.get(name)
         if slot is None:

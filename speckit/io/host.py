@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core.gpus import GPU, custom_gpu
+from speckit.core.quant import SCHEMES
 
 
 def cpu_model() -> str:
@@ -178,7 +179,6 @@ def local_gpu(cpu: bool, *, found: list[Device] | None = None) -> tuple[GPU | No
 
 def _formats() -> list[str]:
     """The GPU format keys the scheme table names (one probe each), in table order."""
-    from speckit.core.quant import SCHEMES
 
     return list(dict.fromkeys(s.capability for s in SCHEMES.values()))
 

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit import __version__
 from speckit.errors import FormatError, OutputError, SpeckitError, UsageError
 from speckit.io.checkpoint import normal_modes, safe_relpath, write_json
 
@@ -605,7 +606,6 @@ def write_provenance(directory: str | os.PathLike, record: Mapping[str, Any], *,
                      name: str = PROVENANCE) -> str:
     """Write the provenance file of an output: speckit's version, the command, the command's own
     record, and whatever remote code was kept out. Returns the file name."""
-    from speckit import __version__
 
     data = {"speckit_version": __version__, "command": command, **record,
             "remote_code_dropped": (dict(code_dropped) if isinstance(code_dropped, Mapping)

@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -267,7 +268,6 @@ def _fix_tokenizer_config(path: Path) -> None:
 
 
 def _dist_version(dist: str) -> str | None:
-    from importlib import metadata  # ~20 ms: only when a target is materialised
 
     try:
         return metadata.version(dist)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from speckit.core.registry import SCHEMA_VERSION, parse_registry_text
 from speckit.errors import FormatError, UsageError
+from speckit.io.hub.lock import LOCK_WAIT_S, file_lock
 
 HEADER = ("# speckit user registry: entries added by `speckit registry add` (edit freely; "
           "later files override earlier ones by id)\n")
@@ -26,7 +27,6 @@ def add_entry(path: Path, entry_id: str, entry_text: str, *, force: bool = False
     the same id (only with ``force``)."""
     from filelock import Timeout
 
-    from speckit.io.hub.lock import LOCK_WAIT_S, file_lock
 
     try:
         with file_lock(path):

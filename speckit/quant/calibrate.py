@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import methods
+from speckit.core.methods.common import attn_dims, aux_layer_ids, layer_config
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import Checkpoint
 
@@ -163,7 +164,6 @@ def _eagle3(ckpt: Checkpoint, spec: methods.MethodSpec, names: dict[str, str], t
     import torch
     from transformers import AutoModelForCausalLM
 
-    from speckit.core.methods.common import aux_layer_ids, layer_config
 
     cfg = ckpt.config
     lc = layer_config(cfg)
@@ -214,7 +214,6 @@ class _Eagle3Head:
 
     def __init__(self, w: dict[str, Any], lc: dict[str, Any], cfg: dict[str, Any], *,
                  spec: methods.MethodSpec):
-        from speckit.core.methods.common import attn_dims
 
         self.w = w
         self.eps = float(lc.get("rms_norm_eps", 1e-6))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 CPU_CHUNK_ELEMS = 1 << 20
@@ -109,7 +110,6 @@ def run_chunks(w, fn, *, stats: ErrorStats | None, chunk_elems: int | None) -> N
         for sl in spans:
             fn(sl, stats)
         return
-    from concurrent.futures import ThreadPoolExecutor
 
     parts = [ErrorStats() if stats is not None else None for _ in spans]
     with single_threaded() as workers, ThreadPoolExecutor(

@@ -4,6 +4,7 @@ dropped into the new shards; the output config, provenance and the re-opened res
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 from dataclasses import dataclass, field
@@ -14,10 +15,12 @@ from speckit.core import quant as core_quant
 from speckit.core.quant import QuantScheme as Scheme
 from speckit.errors import FormatError
 from speckit.io.checkpoint import (
+    DTYPE_BITS,
     INDEX_NAME,
     Checkpoint,
     CheckpointWriter,
     TensorInfo,
+    code_to_torch,
 )
 from speckit.io.output import (
     PROVENANCE,
@@ -163,7 +166,6 @@ def _group_amax(ckpt: Checkpoint, items: list[Item], requant: dict | None, dev: 
 
 def _threads(dev: str):
     """CPU: torch single-threaded for the whole run, parallel over row chunks instead."""
-    import contextlib
 
     if dev != "cpu":
         return contextlib.nullcontext()
@@ -177,7 +179,6 @@ def _read(ckpt: Checkpoint, info: TensorInfo):
     against this process's RSS)."""
     import torch
 
-    from speckit.io.checkpoint import code_to_torch
 
     buf = torch.empty(info.nbytes, dtype=torch.uint8)
     view = memoryview(buf.numpy())
@@ -199,7 +200,6 @@ def _load(ckpt: Checkpoint, info: TensorInfo, it: Item, requant: dict | None, de
         t = t.to(dev)
     if not it.companions:
         return t
-    from speckit.io.checkpoint import code_to_torch
 
     scale = _read(ckpt, ckpt.tensors[it.companions[0]]).to(t.device)
     dtype = code_to_torch(requant["dtype"])
@@ -247,7 +247,6 @@ def _report(it: Item, action: str) -> TensorReport:
 
 
 def _nbytes(dtype: str, shape) -> int:
-    from speckit.io.checkpoint import DTYPE_BITS
 
     n = 1
     for s in shape:

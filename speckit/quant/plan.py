@@ -9,17 +9,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.core import methods
+from speckit.core import hfconfig, methods
 from speckit.core import quant as core_quant
+from speckit.core.methods.common import layer_config
 from speckit.core.methods.detect import LAYOUT_BY_NAME, pick_method
 from speckit.core.quant import QuantScheme as Scheme
 from speckit.core.quant.quark import weight_numerics
 from speckit.core.tensors import selected_ids
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
+    CONFIG_DTYPE_INV,
     FLOAT_DTYPES,
     Checkpoint,
     TensorInfo,
+    load_config,
     read_ints,
 )
 from speckit.quant import schemes
@@ -72,8 +75,6 @@ def _check_vocab_maps(ckpt: Checkpoint) -> None:
     passed on."""
     if "d2t" not in ckpt.tensors and "t2d" not in ckpt.tensors:
         return
-    from speckit.core import hfconfig
-    from speckit.core.methods.common import layer_config
 
     where = f"{ckpt.path}"
     cfg = layer_config(ckpt.config)
@@ -177,8 +178,6 @@ def _requant_source(ckpt: Checkpoint, prior: str) -> dict[str, Any]:
 
 
 def _config_dtype(config: dict[str, Any]) -> str | None:
-    from speckit.core.methods.common import layer_config
-    from speckit.io.checkpoint import CONFIG_DTYPE_INV
 
     for cfg in (config, layer_config(config)):
         d = cfg.get("dtype") or cfg.get("torch_dtype")
@@ -189,7 +188,6 @@ def _config_dtype(config: dict[str, Any]) -> str | None:
 
 def target_layers_from(config: dict[str, Any], calib_target) -> int | None:
     """The target's layer count from --calib-target, else from a verifier that is a local dir."""
-    from speckit.io.checkpoint import load_config
 
     cands = []
     if calib_target is not None:

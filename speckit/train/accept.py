@@ -7,10 +7,15 @@ tests/test_train_accept.py checks it against vLLM's own counters on the same pro
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from speckit.errors import FormatError
+from speckit.io.checkpoint import load_config
+from speckit.train import data as D
+from speckit.train.data import target_tensors
 from speckit.train.model import Eagle3Head
 
 
@@ -100,13 +105,9 @@ def head_from_draft(draft_dir, target_dir) -> tuple[Eagle3Head, torch.Tensor]:
     """(an exported speculators EAGLE-3 draft as a training head, its draft->target id map);
     the embedding comes from the target, as vLLM shares it, and so does the lm_head when the
     draft has none. Every head tensor must be in the draft and every draft tensor must be used."""
-    from pathlib import Path
 
     from safetensors.torch import load_file
 
-    from speckit.errors import FormatError
-    from speckit.io.checkpoint import load_config
-    from speckit.train.data import target_tensors
     from speckit.train.model import exported, head_config_from_target
 
     draft_dir, target_dir = Path(draft_dir), Path(target_dir)
@@ -140,9 +141,7 @@ def simulate_prompts(draft_dir, target_dir, prompt_ids: list[list[int]], *, k: i
                      batch_size: int = 16) -> Acceptance:
     """Greedy answers of the target to ``prompt_ids``, captured, then the draft's simulated
     acceptance on them: what vLLM would count for the same prompts at temperature 0."""
-    from pathlib import Path
 
-    from speckit.train import data as D
 
     model = D.load_target(Path(target_dir), device=device)
     tok = D.load_tokenizer(Path(target_dir))

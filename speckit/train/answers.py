@@ -3,16 +3,20 @@ target itself), or earlier runs' samples.jsonl files read back (--answers)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from speckit.errors import UsageError
+from speckit.errors import FormatError, UsageError
+from speckit.train import data as D
 from speckit.train.common import (
     Counter,
 )
+from speckit.train.prompts import add_asked, ask_openers
 
 ANSWERS_CHUNK = 8 * 1024 * 1024  # bytes per read when hashing/copying --answers files
 
@@ -34,9 +38,7 @@ def answers_digest(paths: Sequence[Path]) -> str:
     ``--answers B --answers A`` names the data of ``cat B A``), streamed in chunks. Refuses a
     missing or empty file, and a file before the last whose final byte is not a newline (its
     last record would run into the next file's first)."""
-    import hashlib
 
-    from speckit.errors import FormatError
 
     h = hashlib.sha256()
     for n, path in enumerate(paths, 1):
@@ -60,7 +62,6 @@ def answers_digest(paths: Sequence[Path]) -> str:
 def read_answers(paths: list[Path], copy_to: Path, *, say) -> list:
     """Conversations of earlier runs' samples.jsonl files in order (prompts and on-policy
     answers); ``copy_to`` gets their concatenation, byte for byte."""
-    import shutil
 
     counts, samples = [], []
     for path in paths:
@@ -82,8 +83,6 @@ def read_answers(paths: list[Path], copy_to: Path, *, say) -> list:
 
 def parse_answers(path: Path) -> list:
     """The conversations of one samples.jsonl; errors name the file and line."""
-    from speckit.errors import FormatError
-    from speckit.train import data as D
 
     samples = []
     with open(path) as f:
@@ -107,7 +106,6 @@ def answer_prompts(target_dir: Path, tok, pset, tmp: Path, *, device: str, engin
     then its greedy answers to every prompt (also written to tmp/samples.jsonl)."""
     import torch
 
-    from speckit.train import data as D
 
     model = None
     if pset.asks:
@@ -147,8 +145,6 @@ def ask_target(model, tok, pset, *, seed: int, batch: int, stage: dict, say,
                 progress: bool) -> None:
     """The target writes ``pset.asks`` user turns (source target-asks); the kept ones join
     ``pset.train`` (repeats and validate look-alikes dropped)."""
-    from speckit.train import data as D
-    from speckit.train.prompts import add_asked, ask_openers
 
     t = time.monotonic()
     say(f"the target writes {pset.asks} user turns (sampled, T=1, top-p 0.95)")

@@ -8,7 +8,9 @@ import sys
 import time
 from pathlib import Path
 
+from speckit.core.jsonable import to_jsonable
 from speckit.errors import UsageError
+from speckit.io.refs import resolve
 
 DEFAULT_PROMPTS = "speckit-mix"
 
@@ -25,7 +27,6 @@ def default_aux_layers(num_layers: int) -> list[int]:
 def resolve_target(target: str) -> Path:
     """The target's local directory: a HF checkpoint directory, a built-in GGUF target id
     (materialised once), a registry id or a Hub repo id (fetched with its tokenizer files)."""
-    from speckit.io.refs import resolve
 
     path = resolve(target, role="target", what="--target", progress=True).path
     if not (path / "config.json").is_file():
@@ -79,7 +80,6 @@ class Counter:
 
 
 def jsonable(obj):
-    from speckit.core.jsonable import to_jsonable
 
     return to_jsonable(obj)
 

@@ -8,6 +8,7 @@ written as they fill, so RAM holds one shard at most; data.json is written last 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -18,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.errors import FormatError, UsageError
-from speckit.io.checkpoint import write_json
+from speckit.io.checkpoint import Checkpoint, write_json
 
 DATA_FORMAT = "speckit-eagle3-data"
 DATA_VERSION = 1
@@ -110,7 +111,6 @@ def load_target(path: Path, *, device: str, dtype: str = "bfloat16"):
 def target_tensors(target_dir: Path):
     """(embed [V,H], lm_head [V,H] (the embedding when tied), final norm [H] or None), read
     straight from the target's safetensors: what a draft head starts from or shares."""
-    from speckit.io.checkpoint import Checkpoint
 
     ck = Checkpoint.open(target_dir)
     names = ck.names()
@@ -200,7 +200,6 @@ def generate_queries(model, tok, *, n: int, openers: list[tuple[str, float]], se
     Turns that run to ``max_tokens`` without ending, or that are near empty, are dropped, so
     fewer than ``n`` may come back. Seeded: the same model, device and seed give the same turns.
     """
-    import random
 
     import torch
 
@@ -262,7 +261,6 @@ def _cut_at_eos(ids: list[int], eos: list[int]) -> list[int]:
 
 
 def vllm_available() -> bool:
-    import importlib.util
 
     return importlib.util.find_spec("vllm") is not None
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import speculators
+from speckit.core.dtypes import torch_to_code
 from speckit.core.methods import eagle3
 from speckit.io.checkpoint import CheckpointWriter, write_json
 from speckit.io.output import atomic_output_dir, write_provenance
@@ -70,7 +71,6 @@ def export_draft(weights: dict[str, Any], cfg: HeadConfig, vocab: DraftVocab, *,
         check_draft_vocab(vocab.d2t, vocab.t2d, where="draft vocabulary")
         state["d2t"] = vocab.d2t.to(torch.int64).contiguous()
         state["t2d"] = vocab.t2d.to(torch.bool).contiguous()
-    from speckit.core.dtypes import torch_to_code
 
     specs = [(n, torch_to_code(t.dtype), tuple(t.shape)) for n, t in sorted(state.items())]
     with atomic_output_dir(out, force=force) as tmp:

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import write_json
 from speckit.train.data import Batch, ShardDataset
+from speckit.train.launch import NO_MULTICAST
 from speckit.train.model import Eagle3Head, exported, shift_left
 
 CKPT_DIR = "checkpoints"
@@ -709,7 +710,6 @@ def init_distributed(device: str) -> tuple[int, int, str]:
     """
     import torch.distributed as dist
 
-    from speckit.train.launch import NO_MULTICAST
 
     if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
         raise UsageError("--fsdp needs torchrun (RANK/WORLD_SIZE are not set)",

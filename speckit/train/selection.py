@@ -8,6 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from speckit.train import data as D
+from speckit.train.data import ShardDataset
+from speckit.train.prompts import SELECTION_BENCHMARKS
+
 SELECT_DIR = "select"
 
 
@@ -19,8 +23,6 @@ def untrained(selection: dict, samples: list, tok, *, say) -> dict:
     target's own prompts and --answers files are only known here. A set whose benchmark is a
     source of the training conversations is dropped whole; any other prompt is dropped when its
     chat-formatted ids equal a training prompt's."""
-    from speckit.train import data as D
-    from speckit.train.prompts import SELECTION_BENCHMARKS
 
     sources = {s.source for s in samples}
     trained = {tuple(s.prompt_ids) for s in samples}
@@ -41,7 +43,6 @@ def capture_selection(model, tok, selection: dict, root: Path, *, aux: list[int]
                        stage: dict, say) -> None:
     """Greedy answers (<= 128 tokens, as validate decodes) to each category's selection
     prompts, captured like the training data into root/<category>/."""
-    from speckit.train import data as D
 
     t = time.monotonic()
     for cat, prompts in selection.items():
@@ -68,7 +69,6 @@ class Selector:
 
     def __init__(self, data_dir: Path, head, *, k: int, dvocab, device: str, stage: dict, say,
                  then, store: Path | None = None, resume: bool = False, enabled: bool = True):
-        from speckit.train import data as D
 
         root = data_dir / SELECT_DIR  # under FSDP the head is sharded: no simulation
         self.sets = {p.name: D.DataManifest.load(p) for p in sorted(root.iterdir())
@@ -125,7 +125,6 @@ class Selector:
         import torch
 
         from speckit.train.accept import Acceptance, eagle3_acceptance
-        from speckit.train.data import ShardDataset
 
         ds = ShardDataset(manifest, batch_tokens=1 << 15)
         acc = Acceptance(self.k)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from speckit.core.tensors import check_vocab_maps
 from speckit.errors import FormatError, UsageError
 
 
@@ -83,7 +84,6 @@ def check_draft_vocab(d2t, t2d, *, where: str = "draft") -> None:
     """Raise FormatError unless d2t/t2d are int64/bool and meet docs/formats.md#vocab-maps."""
     import torch
 
-    from speckit.core.tensors import check_vocab_maps
 
     if d2t.dtype != torch.int64 or t2d.dtype != torch.bool:
         raise FormatError(f"{where}: d2t must be int64 and t2d bool, got {d2t.dtype} / {t2d.dtype}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from speckit.core.methods import MethodSpec
@@ -15,11 +16,13 @@ from speckit.core.metrics import (
     best_k,
     calibrate_costs,
     conditional_acceptance,
+    counters_from_histograms,
     fit_step_costs,
     lossless_check,
     predict_sweep,
     ratio_stderr,
 )
+from speckit.core.quant import recognise
 from speckit.io.engine import EngineRun
 from speckit.io.host import probe_kernel
 from speckit.validate.inputs import Inputs
@@ -125,7 +128,6 @@ def _probe_kernel(fmt: str):
 def emulated_quant(cfg: Mapping[str, Any]) -> str | None:
     """Why a quantized draft cannot be timed here: its low-precision matmul is emulated on this
     machine (a timed probe, speckit.io.host.probe_kernel), else None."""
-    from speckit.core.quant import recognise
 
     sch = recognise(cfg.get("quantization_config"))  # None: not a scheme speckit knows
     if sch is None:
@@ -139,9 +141,7 @@ def emulated_quant(cfg: Mapping[str, Any]) -> str | None:
 
 def subset_report(rep: SpecRunReport, run: EngineRun, n: int) -> SpecRunReport:
     """The primary run's acceptance over its first n prompts (greedy: the same contexts)."""
-    from dataclasses import replace
 
-    from speckit.core.metrics import counters_from_histograms
 
     reqs = [r for r in run.requests[:n] if r.spec_histogram is not None]
     if not reqs:

@@ -11,13 +11,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from speckit.calibrate import load_profile
 from speckit.core import methods
 from speckit.core.gpus import get_gpu
+from speckit.core.jsonable import to_jsonable
 from speckit.core.plan import fit as _fit
 from speckit.core.plan import schedule as _sched
 from speckit.core.plan import steps as _steps
 from speckit.errors import PlanError, UsageError
 from speckit.io.engine import EngineRun
+from speckit.speed import draft_shape, project_speed
 
 CPU_BATCHES = (1, 2, 4, 8, 16)
 GPU_BATCHES = (1, 4, 16, 64, 128)
@@ -141,9 +144,6 @@ def project_serve(rep: ConcurrencyReport, *, gpu: str, tp: int, method: str,
     """The serving GPU's projected table and schedule (plan's model: the H200-fitted constants,
     or ``profile`` from speckit calibrate; this run's acceptance); it becomes the schedule the
     spec-config carries."""
-    from speckit.calibrate import load_profile
-    from speckit.core.jsonable import to_jsonable
-    from speckit.speed import project_speed
 
     sp = project_speed(target_config=target_config, method=method, draft_config=draft_config,
                        draft_tensors=draft_tensors, acceptance=list(per_position),
@@ -219,7 +219,6 @@ def _context(base: EngineRun, main: EngineRun) -> int:
 
 
 def _draft(spec, target_config, draft_config, draft_tensors, tshape, gpu):
-    from speckit.speed import draft_shape
 
     return draft_shape(spec, target_config, draft_config, list(draft_tensors), tshape, None, gpu,
                        where="draft")

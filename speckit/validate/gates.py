@@ -10,7 +10,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from speckit.core.gpus import catalog
 from speckit.core.methods import MethodSpec
+from speckit.core.quant import SCHEMES, gpu_support, recognise
 from speckit.errors import PlanError, SpeckitError
 from speckit.io import host
 from speckit.validate.inputs import Inputs
@@ -40,8 +42,6 @@ def _check_cpu_quant(flag: str, path: Path, cfg: dict[str, Any], *, force: bool,
                      warnings: list[str]) -> None:
     """A draft quantized with a scheme vLLM's CPU backend refuses (core.quant's cpu_refusal,
     vLLM's own words recorded by tests/test_quant_vllm.py) stops before any engine starts."""
-    from speckit.core.gpus import catalog
-    from speckit.core.quant import SCHEMES, gpu_support, recognise
 
     sch = recognise(cfg.get("quantization_config"))
     if sch is None or not sch.cpu_refusal:

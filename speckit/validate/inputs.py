@@ -15,9 +15,10 @@ from speckit.core.methods import MethodSpec
 from speckit.core.methods.detect import pick_method
 from speckit.errors import PlanError, SpeckitError, UsageError
 from speckit.io import host
-from speckit.io.checkpoint import tensor_names
+from speckit.io.checkpoint import load_config, tensor_names
 from speckit.io.datafiles import load_registry
 from speckit.io.output import check_output, output_errors
+from speckit.io.refs import resolve
 from speckit.validate.options import ValidateOptions
 from speckit.validate.prompts import load_prompts
 
@@ -123,7 +124,6 @@ def output_dirs(out, inp: Inputs, dataset) -> tuple[Path | None, Path]:
 
 def resolve_input(ref: str | Path, *, role: str) -> tuple[Path, str]:
     """A local directory for a path, registry id or Hub repo id (fetched, pinned, offline-safe)."""
-    from speckit.io.refs import resolve
 
     path = resolve(str(ref), role=role).path.resolve()
     if role == "target" and not any((path / f).exists() for f in ("tokenizer.json",
@@ -151,7 +151,6 @@ def _check_chat_template(path: Path, *, name: str) -> None:
 
 
 def _config(path: Path, *, what: str) -> dict[str, Any]:
-    from speckit.io.checkpoint import load_config
 
     cfg = load_config(path)
     if not isinstance(cfg, dict):

@@ -4,6 +4,7 @@ runs, and the files written into --out (spec config, serve command, report.json/
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import json
 import platform as _platform
@@ -11,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from speckit.core.specconfig import serve_line
+from speckit.io.checkpoint import write_json
 from speckit.validate.analysis import emulated_quant, run_summary
 from speckit.validate.inputs import Inputs
 from speckit.validate.options import ValidateOptions
@@ -32,7 +35,6 @@ def report_settings(opts: ValidateOptions, eargs: dict[str, Any],
 
 def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, keep_log: bool,
                  t_start: float) -> ValidationReport:
-    from speckit.core.specconfig import serve_line
     from speckit.validate.verdict import verdict
 
     base = r.base
@@ -66,7 +68,6 @@ def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, 
 
 
 def _hash_ids(ids: list[list[int]]) -> str:
-    import hashlib
 
     return hashlib.sha256(json.dumps(ids).encode()).hexdigest()
 
@@ -87,7 +88,6 @@ NOT_RECOMMENDED = "spec-config.not-recommended.json"
 def write_outputs(rep: ValidationReport, outdir: Path) -> None:
     """spec-config.json (spec-config.not-recommended.json when speculation did not pay),
     serve-command.sh, report.json, report.md and the PNG plots."""
-    from speckit.io.checkpoint import write_json
 
     outdir.mkdir(parents=True, exist_ok=True)
     # the file name is the label: a script that reads spec-config.json never picks up a config

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core.metrics import KPrediction, LosslessCheck, SpecCounters, StepCosts
+from speckit.io.terminal import output_console, print_table
 
 
 @dataclass
@@ -412,7 +413,6 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     """A rich table for the terminal."""
     from rich.table import Table
 
-    from speckit.io.terminal import output_console, print_table
 
     console = console or output_console()
     env, st = r.environment, r.settings

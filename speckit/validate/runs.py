@@ -9,7 +9,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.specconfig import speculative_config
 from speckit.errors import UsageError
+from speckit.io.checkpoint import Checkpoint
 from speckit.io.engine import EngineJob, EngineRun
 from speckit.io.progress import EngineProgress
 from speckit.validate.analysis import (
@@ -67,7 +69,6 @@ class Runs:
 
 def _spec_cfg(ctx: RunCtx, draft_path: Path | None, cfg: dict[str, Any],
               kk: int) -> dict[str, Any]:
-    from speckit.core.specconfig import speculative_config
 
     return speculative_config(method=ctx.inp.spec.name, k=kk,
                               draft=str(draft_path) if draft_path else None, draft_config=cfg,
@@ -162,7 +163,6 @@ def _concurrency(ctx: RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRu
 def draft_tensors(dpath: Path | None) -> list[tuple[str, tuple[int, ...]]]:
     if dpath is None:
         return []
-    from speckit.io.checkpoint import Checkpoint
 
     return [(t.name, tuple(t.shape)) for t in Checkpoint.open(dpath).tensors.values()]
 

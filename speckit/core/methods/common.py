@@ -5,6 +5,7 @@ Pure functions over config dicts; no torch.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -352,7 +353,6 @@ _DECODER_LINEAR = r"self_attn\.[qkvo]_proj|mlp\.(?:gate|up|down)_proj"
 def is_decoder_linear(name: str, *, prefix: str = "layers", projections: str = _DECODER_LINEAR,
                       extra: tuple[str, ...] = ()) -> bool:
     """True for `{prefix}.N.<projection>.weight` and for the exact names in ``extra``."""
-    import re
 
     if name in extra:
         return True

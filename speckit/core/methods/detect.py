@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from speckit.core import methods
 from speckit.errors import FormatError, UsageError
 
 
@@ -53,7 +54,6 @@ def _speculators(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
     stype = cfg.get("speculators_model_type")
     if stype is None:
         return None
-    from speckit.core import methods
 
     mod = methods.for_speculators_type(str(stype))
     if mod is None:
@@ -348,7 +348,6 @@ def recognise(config: dict[str, Any], names: Iterable[str], *, where: Any) -> La
 
 def declared_method(config: dict[str, Any]) -> Any:
     """The method a config names itself (speculators_model_type, a Gemma-4 assistant), or None."""
-    from speckit.core import methods
 
     found = _speculators(config, frozenset()) or _gemma4_assistant(config, frozenset())
     if found is None:
@@ -369,7 +368,6 @@ def pick_method(config: dict[str, Any] | None, names: Iterable[str] | None = Non
     ``require_layout``: the caller needs the layout (convert, quantize), so an unrecognised one
     is a FormatError. Returns None when there is neither a draft nor a method.
     """
-    from speckit.core import methods
 
     wanted = methods.get(asked) if asked else None
     if config is None:
@@ -390,7 +388,6 @@ def pick_method(config: dict[str, Any] | None, names: Iterable[str] | None = Non
 
 
 def _no_draft(wanted: Any, registry: str | None) -> Picked | None:
-    from speckit.core import methods
 
     spec = wanted or (methods.get(registry) if registry else None)
     if spec is None:
@@ -404,7 +401,6 @@ def _own_evidence(config: dict[str, Any], names: Iterable[str] | None, *, where:
                   required: bool) -> tuple[Any, Layout | None, str]:
     """The draft's declared method, its layout when tensor names are given, and why no layout
     matched ("" when one did or no names were given)."""
-    from speckit.core import methods
 
     declared = declared_method(config)
     layout, unrecognised = None, ""

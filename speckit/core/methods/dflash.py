@@ -17,6 +17,7 @@ from speckit.core.methods.common import (
     decoder_layer_specs,
     draft_layer_kv,
     first,
+    is_decoder_linear,
     layer_config,
     mask_token_problems,
     missing_fields,
@@ -213,7 +214,6 @@ def family_checks(config: dict[str, Any], d: dict[str, Any], *,
 
 def quantizable(name: str, config: dict[str, Any]) -> bool:
     """fc and the decoder projections (qwen3_dflash.py builds them with the draft quant config)."""
-    from speckit.core.methods.common import is_decoder_linear
 
     return is_decoder_linear(name, extra=("fc.weight",))
 

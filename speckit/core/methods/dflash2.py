@@ -10,7 +10,12 @@ from typing import Any
 
 from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods import dflash as _dflash
-from speckit.core.methods.common import first, layer_config, offset_layer_runtime_name
+from speckit.core.methods.common import (
+    first,
+    is_decoder_linear,
+    layer_config,
+    offset_layer_runtime_name,
+)
 
 block_size = _dflash.block_size
 max_k = _dflash.max_k
@@ -114,7 +119,6 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
     """DFlash's Linears plus the convolutions' kernel_projection (ReplicatedLinear with the draft
     quant config); the selector's hidden_projection is built with quant_config=None and the
     codebooks / base kernels are bare parameters (qwen3_dflash2.py)."""
-    from speckit.core.methods.common import is_decoder_linear
 
     return _dflash.quantizable(name, config) or is_decoder_linear(
         name, projections=r"(?:attention_conv|mlp_conv)\.kernel_projection")

@@ -12,6 +12,8 @@ from speckit.core.methods.common import (
     base_dims,
     decoder_layer_specs,
     draft_layer_kv,
+    fused_module_name,
+    is_decoder_linear,
     layer_config,
     missing_fields,
     need,
@@ -80,7 +82,6 @@ def check_config(config: dict[str, Any], *,
 def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
     """vLLM loads a draft_model under the prefix `draft_model` (v1/spec_decode/draft_model.py) and
     fuses q/k/v and gate/up. target_num_layers is unused."""
-    from speckit.core.methods.common import fused_module_name
 
     return "draft_model." + fused_module_name(ckpt_name)
 
@@ -88,14 +89,12 @@ def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
 def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
                            config: dict[str, Any]) -> list[str]:
     """The same module when the checkpoint is served as a main model (no `draft_model.`)."""
-    from speckit.core.methods.common import fused_module_name
 
     return [fused_module_name(ckpt_name)]
 
 
 def quantizable(name: str, config: dict[str, Any]) -> bool:
     """The decoder projections of a dense causal LM (`model.layers.N.*`)."""
-    from speckit.core.methods.common import is_decoder_linear
 
     return is_decoder_linear(name, prefix="model.layers")
 

@@ -18,6 +18,7 @@ from speckit.core.methods.common import (
     decoder_layer_specs,
     draft_layer_kv,
     first,
+    is_decoder_linear,
     layer_config,
     missing_fields,
     need,
@@ -225,7 +226,6 @@ def llama_fc_aux_count(config: dict[str, Any]) -> int:
 def quantizable(name: str, config: dict[str, Any]) -> bool:
     """Linear weights vLLM builds with the draft's quant config: fc and the decoder projections
     (lm_head is a ParallelLMHead, embed_tokens a VocabParallelEmbedding: never quantized)."""
-    from speckit.core.methods.common import is_decoder_linear
 
     return is_decoder_linear(name, extra=("fc.weight",))
 

@@ -13,6 +13,8 @@ from speckit.core.methods.common import (
     base_dims,
     config_dtype,
     first,
+    fused_module_name,
+    is_decoder_linear,
     layer_config,
     missing_fields,
     need,
@@ -127,7 +129,6 @@ def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
     """vLLM builds the assistant as `draft_model.*` (Gemma4MTP, gemma4_mtp.py) and fuses only
     gate/up (its attention is Q-only: q_proj keeps its name); lm_head keeps its name.
     target_num_layers is unused: its layers are not offset."""
-    from speckit.core.methods.common import fused_module_name
 
     module = ckpt_name.rsplit(".", 1)[0] if ckpt_name.endswith((".weight", ".bias")) \
         else ckpt_name
@@ -141,7 +142,6 @@ def runtime_module_name(ckpt_name: str, *, target_num_layers: int) -> str:
 def quantizable(name: str, config: dict[str, Any]) -> bool:
     """q_proj/o_proj (no k/v: KV is shared), the MLP, and pre/post_projection; the centroids are
     a plain nn.Linear and the embedding a VocabParallelEmbedding (gemma4_mtp.py)."""
-    from speckit.core.methods.common import is_decoder_linear
 
     return is_decoder_linear(name, prefix="model.layers",
                              projections=r"self_attn\.[qo]_proj|mlp\.(?:gate|up|down)_proj",

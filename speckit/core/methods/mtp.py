@@ -6,6 +6,7 @@ inspection and sizing. docs/formats.md#mtp.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
@@ -185,7 +186,6 @@ def target_tensor_names(target_config: dict[str, Any], names: list[str]) -> list
     """The tensors of a target checkpoint that are its MTP layers (vLLM's target model skips
     them; the MTP drafter loads them): `mtp.*` (Qwen3-Next/3.5), `model.mtp_layers.*` (MiMo) and
     decoder layers numbered from num_hidden_layers on (DeepSeek-V3, GLM-4.5)."""
-    import re
 
     n = int(layer_config(target_config).get("num_hidden_layers") or 0)
     out = []

@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from speckit.core.refs import check_revision, is_commit_sha, printable
+from speckit.core.tensors import check_header, header_length
 from speckit.errors import HubError, SpeckitError
 from speckit.io.checkpoint import INDEX_NAME
 from speckit.io.hub import transfer
@@ -184,7 +185,6 @@ def _weight_files(repo: str, commit: str, listing: dict[str, Remote], s: HubSett
 
 def _header(repo: str, commit: str, name: str, size: int | None, s: HubSettings
             ) -> dict[str, RemoteTensor]:
-    from speckit.core.tensors import check_header, header_length
 
     url = f"{s.endpoint}/{repo}/resolve/{commit}/{quote(name)}"
     where = f"{repo}@{commit[:12]}/{printable(name)}"

@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from speckit.errors import FormatError
 from speckit.io.checkpoint import advise_sequential, write_json
 
 HASH_CHUNK = 8 * 1024 * 1024
@@ -223,7 +224,6 @@ class BesideCopyHasher:
 
     def join(self) -> dict[str, dict[str, object]]:
         """Every file's {size, sha256[, from]}, once all are hashed; FormatError on a failure."""
-        from speckit.errors import FormatError
 
         rest = sorted(self._todo - self._queued, key=lambda n: -(self.root / n).stat().st_size)
         for name in rest:

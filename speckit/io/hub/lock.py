@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from speckit import __version__
 from speckit.core.refs import is_commit_sha, is_revision, printable
 from speckit.errors import FormatError
 from speckit.io.checkpoint import write_json
@@ -61,7 +62,6 @@ class Lock:
             return
         from filelock import Timeout
 
-        from speckit import __version__
 
         try:
             with file_lock(self.path):

@@ -10,11 +10,13 @@ and an interrupted transfer (Ctrl-C included) leaves no partial file.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import secrets
 import time
 from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from urllib.parse import quote, urljoin, urlsplit
 
@@ -337,7 +339,6 @@ def _retry_after(value: str | None) -> float | None:
     value = value.strip()
     if value.isdigit():
         return float(value)
-    from email.utils import parsedate_to_datetime
 
     try:
         when = parsedate_to_datetime(value)
@@ -352,7 +353,6 @@ def get_json(url: str, s: HubSettings, what: str, *, params: dict[str, str] | No
     """(parsed JSON, next page URL) of one API GET, on the same terms as a file: deadlines, the
     bytes-per-window floor, a size cap (Limits.json_max_bytes), the token only to the endpoint's
     origin. HTTP errors are raised as huggingface_hub's typed errors (so hub_error names them)."""
-    import json
 
     body, links = get_bytes(url, s, what, params=params, max_bytes=s.limits.json_max_bytes)
     try:

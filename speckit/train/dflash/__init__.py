@@ -13,6 +13,7 @@ from speckit.core.options import options_of
 from speckit.errors import UsageError
 from speckit.io.output import check_output
 from speckit.train.common import pick_device, to_stderr
+from speckit.train.data import ShardDataset
 from speckit.train.dflash.steps import (
     TrainDflashResult,
     build_draft,
@@ -41,7 +42,6 @@ def train_dflash(options: DflashOptions | None = None, /, **fields: Any) -> Trai
     """
     import torch
 
-    from speckit.train.data import ShardDataset
     from speckit.train.dflash.loop import DflashLoopConfig, train_dflash_loop
     from speckit.train.dflash.model import param_count
 

@@ -6,13 +6,14 @@ anchor is the first rejected position (the bonus token). AL = 1 + accepted / dra
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
 
 from speckit.errors import FormatError
 from speckit.train.accept import Acceptance, walk_chain
-from speckit.train.data import Batch, ShardDataset
+from speckit.train.data import Batch, ShardDataset, capture_hidden_states, target_tensors
 from speckit.train.dflash.model import DFlashDraft
 
 LOGIT_BUDGET = 1 << 27  # logits elements per forward: anchors are drafted in chunks under it
@@ -82,11 +83,9 @@ def load_exported(draft_dir: Path, target_dir: Path, *, vllm_cpu: bool = False) 
     ``vllm_cpu``: compute the context keys as vLLM CPU 0.32 serves them (layer 0's k_norm in
     every layer, DFlashConfig.ctx_k_norm_layer0), to compare with acceptance measured there.
     """
-    import json
 
     from safetensors.torch import load_file
 
-    from speckit.train.data import target_tensors
     from speckit.train.dflash.model import DFlashConfig
 
     cfg = json.loads((Path(draft_dir) / "config.json").read_text())
@@ -116,7 +115,6 @@ def load_exported(draft_dir: Path, target_dir: Path, *, vllm_cpu: bool = False) 
 def simulate_answers(draft: DFlashDraft, model, samples: list, *, aux_layers: list[int],
                      work: Path, device: str) -> Acceptance:
     """Capture the target's hidden states on ``samples`` (prompt + answer) and simulate."""
-    from speckit.train.data import capture_hidden_states
 
     manifest = capture_hidden_states(model, samples, aux_layers=aux_layers, out_dir=Path(work),
                                      batch_tokens=4096, shard_tokens=1 << 20, recipe={})

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import speculators
+from speckit.core.dtypes import torch_to_code
 from speckit.core.methods import dflash
 from speckit.io.checkpoint import CheckpointWriter, write_json
 from speckit.io.output import atomic_output_dir, write_provenance
@@ -47,7 +48,6 @@ def export_draft(weights: dict[str, Any], cfg: DFlashConfig, *, out: Path,
     """Atomically write config.json, model.safetensors (bf16) and the provenance."""
     import torch
 
-    from speckit.core.dtypes import torch_to_code
 
     state = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in weights.items()
              if not k.startswith(("embed_tokens.", "lm_head."))}

@@ -4,14 +4,20 @@ the work dir, the data (eagle3's data stage or a --data-dir), the draft, the res
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.jsonable import to_jsonable
 from speckit.errors import FormatError, UsageError
+from speckit.io.checkpoint import load_config
 from speckit.io.output import check_output
+from speckit.train.common import default_aux_layers, resolve_target
+from speckit.train.data import MANIFEST, DataManifest, load_tokenizer, target_tensors
 
 EAGLE3_HOLDOUT = 16  # train eagle3's default --holdout: part of the data recipe it hashes
 
@@ -46,8 +52,6 @@ class TrainDflashResult:
 
 
 def open_target(target: str) -> tuple[Path, dict[str, Any]]:
-    from speckit.io.checkpoint import load_config
-    from speckit.train.common import resolve_target
 
     tdir = resolve_target(target)
     return tdir, load_config(tdir)
@@ -55,7 +59,6 @@ def open_target(target: str) -> tuple[Path, dict[str, Any]]:
 
 def work_dir_for(out: Path, work_dir, tdir: Path, data_dir, *, force: bool, resume: bool) -> Path:
     """The work dir (checkpoints under dflash-checkpoints/); never the target, data or OUT."""
-    import shutil
 
     from speckit.train.dflash.loop import CKPT_DIR
 
@@ -81,8 +84,6 @@ def captured_data(target: str, tdir: Path, tcfg: dict, out: Path, work: Path, *,
                   seed: int, device: str, engine: str, progress: bool,
                   say) -> tuple[Any, bool]:
     """(manifest, reused): --data-dir's shards, else train eagle3's data stage in ``work``."""
-    from speckit.train.common import default_aux_layers
-    from speckit.train.data import MANIFEST, DataManifest
     from speckit.train.eagle3 import train_eagle3
 
     text = tcfg.get("text_config") or tcfg
@@ -124,7 +125,6 @@ def _check_manifest(manifest, text_cfg: dict, aux_layers: list[int] | None, *, w
 def pick_mask_token(target_dir: Path, manifest) -> int:
     """The mask slot's (frozen) token: the highest-id special token never used as an answer
     label, else the highest unused id. Its target embedding is what vLLM feeds the mask slots."""
-    from speckit.train.data import load_tokenizer
 
     counts = manifest.token_counts()
     vocab = int(counts.numel())
@@ -150,11 +150,9 @@ def build_draft(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: in
                 say, init_from=None):
     """The draft to train: fresh (seeded) or, with ``init_from``, an exported draft's tensors
     (its dims must match; the block mask is this run's)."""
-    import dataclasses
 
     import torch
 
-    from speckit.train.data import target_tensors
     from speckit.train.dflash.model import DFlashDraft, config_from_target
 
     embed, head, _ = target_tensors(tdir)
@@ -219,6 +217,5 @@ def write_draft(weights, dcfg, aux, tdir: Path, tcfg: dict, target: str, *, out:
 
 
 def jsonable_result(obj):
-    from speckit.core.jsonable import to_jsonable
 
     return to_jsonable(obj)

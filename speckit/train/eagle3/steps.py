@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.errors import UsageError
+from speckit.core import specconfig
+from speckit.errors import EngineError, UsageError
+from speckit.io.checkpoint import load_config
 from speckit.io.output import check_output
+from speckit.train import data as D
 from speckit.train.answers import (
     answer_prompts,
     answers_digest,
@@ -26,7 +30,10 @@ from speckit.train.common import (
     resolve_target,
     wait_for,
 )
+from speckit.train.data import chat_prompt_ids, load_tokenizer, target_tensors, vllm_available
+from speckit.train.prompts import load_prompts, selection_prompts
 from speckit.train.selection import SELECT_DIR, capture_selection, untrained
+from speckit.train.vocab import build_draft_vocab, full_vocab
 
 
 @dataclass
@@ -107,7 +114,6 @@ def batches_of(tgt: Target, data: Data, *, device: str, batch_tokens: int,
              val_fraction: float, seed: int):
     """The run's batches: read from the shards, or (--online) computed by the target, which is
     loaded onto the training device when the data step did not leave it loaded."""
-    from speckit.train import data as D
 
     if not data.manifest.online:
         return D.ShardDataset(data.manifest, batch_tokens=batch_tokens,
@@ -173,7 +179,6 @@ def open_target(target: str, *, aux_layers: list[int] | None, draft_vocab: int |
                  fc_norm: bool = False) -> Target:
     """Resolve the target, read its config and check the aux layer ids against its depth (and
     the head options, before any work)."""
-    from speckit.io.checkpoint import load_config
     from speckit.train.model import check_head_options
 
     target_dir = resolve_target(target)
@@ -197,7 +202,6 @@ def open_target(target: str, *, aux_layers: list[int] | None, draft_vocab: int |
 
 
 def pick_engine(engine: str, *, cuda: bool) -> str:
-    from speckit.train.data import vllm_available
 
     engine = engine.lower()
     if engine == "auto":
@@ -215,8 +219,6 @@ def captured_data(tgt: Target, work: Path, *, prompts: str, samples: int, holdou
                    online: bool = False) -> Data:
     """The run's shards: reused when this recipe was captured before, else made by rank 0.
     ``online``: its own data dir, with the label counts and the shard layout but no shards."""
-    from speckit.train import data as D
-    from speckit.train.prompts import load_prompts, selection_prompts
 
     pset = load_prompts(prompts, samples=samples, seed=seed, heldout=holdout)
     recipe = {"target": target_identity(tgt.dir), "prompts": prompts, "samples": samples,
@@ -266,7 +268,6 @@ def sources_kept(data_dir: Path) -> dict[str, int]:
 
 def draft_vocab_of(tgt: Target, manifest):
     """The most frequent answer tokens, or the whole target vocabulary when not reduced."""
-    from speckit.train.vocab import build_draft_vocab, full_vocab
 
     counts = manifest.token_counts()
     if tgt.draft_vocab < tgt.vocab_size:
@@ -283,7 +284,6 @@ def build_head(tgt: Target, dvocab, *, seed: int):
     """(head, its config, trainable parameter count): initialised from the target's tensors."""
     import torch
 
-    from speckit.train.data import target_tensors
     from speckit.train.model import Eagle3Head, head_config_from_target
 
     # head init needs three target tensors only; read them from the checkpoint, not the model
@@ -314,7 +314,6 @@ def teacher_rows(tgt: Target, dvocab, data: Data):
     """The target's lm_head rows of the draft vocabulary: soft labels are softmax(final @ W.T)."""
     import torch
 
-    from speckit.train.data import target_tensors
 
     if not data.manifest.final_hidden:
         raise UsageError(f"{data.dir}: these shards hold no final hidden states, which "
@@ -327,7 +326,6 @@ def teacher_rows(tgt: Target, dvocab, data: Data):
 def acceptance_hook(tgt: Target, hcfg, dvocab, data: Data, *, verifier: str, work: Path,
                      eval_every: int, k: int, max_tokens: int, seed: int, stage: dict):
     """The loop's end-of-epoch call: vLLM's acceptance on the held-out prompts when due."""
-    from speckit.train.data import vllm_available
 
     held_ids = heldout_ids(tgt.dir, data.pset.heldout)
 
@@ -380,9 +378,7 @@ def prepare_data(target_dir: Path, pset, recipe: dict, data_dir: Path, *, device
                   online: bool = False):
     """Generate the target's answers (or read ``answers``), then capture its hidden states
     (``online``: count the labels only, and return the loaded target for training)."""
-    import shutil
 
-    from speckit.train import data as D
 
     tmp = data_dir.parent / f".{data_dir.name}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -431,7 +427,6 @@ def vocab_summary(counts) -> str:
 def heldout_ids(target_dir: Path, heldout) -> list[list[int]]:
     if not heldout:
         return []
-    from speckit.train.data import chat_prompt_ids, load_tokenizer
 
     tok = load_tokenizer(target_dir)
     return [chat_prompt_ids(tok, p.messages()) for p in heldout]
@@ -440,10 +435,7 @@ def heldout_ids(target_dir: Path, heldout) -> list[list[int]]:
 def vllm_acceptance(weights, hcfg, dvocab, *, aux, target_dir, target_cfg, verifier, work, epoch,
                 prompt_ids, k, max_tokens, seed) -> dict[str, Any]:
     """Export the current head to a temp dir and measure AL with vLLM on held-out prompts."""
-    import shutil
 
-    from speckit.core import specconfig
-    from speckit.errors import EngineError
     from speckit.io.engine import EngineJob, run_engine
     from speckit.train.export import export_draft
 
