@@ -58,7 +58,10 @@ def run_bench(ctx: RunContext) -> None:
         for arm in _arms.endpoint_arms(ctx.opts):
             _measure_arm(ctx, arm, arm.endpoint or "")
         return
-    for arm in _arms.build_arms(ctx.dep, ctx.opts):
+    arms = _arms.build_arms(ctx.dep, ctx.opts, skipped=ctx.report.skipped)
+    for name, why in ctx.report.skipped.items():
+        ctx.say(f"{name}: skipped ({why})")
+    for arm in arms:
         _serve_and_measure(ctx, arm)
     sched = _schedule(ctx)
     if sched is not None:

@@ -72,7 +72,18 @@ def _run(ctx: RunContext) -> BenchError | KeyboardInterrupt | None:
         ctx.report.projection = {}
         summarise(ctx.report, ctx.opts, dep=None)
     ctx.report.recommended = _recommended(ctx.report)
+    _advise(ctx.report, ctx.opts)
     return stop
+
+
+def _advise(r: BenchReport, opts: BenchOptions) -> None:
+    """Which method to use at each load on this workload (the prompts benched)."""
+    from speckit.serving.choice import advice, method_choices
+    from speckit.serving.report import primary
+
+    r.method_choice = method_choices(primary(r.summary, opts), trained=r.method)
+    r.advice = advice(r.method_choice, workload=Path(str(opts.dataset)).stem) \
+        if r.method_choice else None
 
 
 def _recommended(r: BenchReport) -> str | None:
