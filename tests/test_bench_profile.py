@@ -150,7 +150,7 @@ def test_suffix_is_skipped_with_its_reason_when_arctic_inference_is_missing(monk
     assert skipped == {"suffix k=3": why}
     rep = BenchReport("started", "t", None, None, {}, skipped=skipped)
     assert f"suffix k=3 not measured: {why}" in markdown(rep)
-    line = next(r for r in requirements("bench") if r.name == "arctic_inference")
+    line = next(r for r in requirements("bench") if r.package == "arctic_inference")
     assert not line.installed and not line.required and "arctic-inference" in line.install
 
 
