@@ -37,6 +37,7 @@ class CellLoad:
     concurrency: int | None = 1  # closed loop: requests in flight (None with a rate)
     request_rate: float | None = None  # Poisson arrivals (requests/s), unbounded concurrency
     warmups: int = 0
+    warmup_messages: list[list[dict[str, str]]] | None = None  # default: the measured ones
     ignore_eos: bool = False  # fixed output length: generate max_tokens every time
     extra_body: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs, ...
     timeout_s: float = 600.0
@@ -160,7 +161,8 @@ async def run_cell(base_url: str, model: str, load: CellLoad) -> CellRun:
     url = f"{base_url}/v1/chat/completions"
     async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as session:
         if load.warmups:
-            warm = [load.messages[i % len(load.messages)] for i in range(load.warmups)]
+            pool = load.warmup_messages or load.messages
+            warm = [pool[i % len(pool)] for i in range(load.warmups)]
             await _closed_loop(session, url, model, load, warm, offset=10_000)
         before = await scrape(session, base_url)
         st = time.perf_counter()
