@@ -181,6 +181,11 @@ def test_endpoint_counters_equal_the_per_request_sums(tmp_path):
     assert cells[("baseline", "c=1")].figures.counters is None
     saved = json.loads((tmp_path / "o" / "report.json").read_text())
     assert len(saved["cells"]) == 4 and (tmp_path / "o" / "report.md").is_file()
+    with Stub() as spec:  # --force replaces a bench output directory
+        again = bench(_opts(endpoint=spec.url, concurrencies=[1], out=tmp_path / "o"),
+                      force=True)
+    assert len(again.cells) == 1
+    assert len(json.loads((tmp_path / "o" / "report.json").read_text())["cells"]) == 1
 
 
 def test_no_server_sees_a_prompt_twice_and_every_arm_gets_the_same(tmp_path):

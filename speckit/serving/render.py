@@ -24,6 +24,12 @@ def write_files(report: BenchReport, out: Path) -> None:
         (out / "serve-line.txt").write_text(line + "\n")
         report.files["serve_line"] = "serve-line.txt"
     report.files.update(write_plots(report, out))
+    from speckit.io.output import write_provenance
+
+    # the marker that lets a later `bench --force` replace this directory
+    report.files["provenance"] = write_provenance(
+        out, {"target": report.target, "draft": report.draft, "platform": report.platform},
+        command="bench")
     report.files["report_md"] = "report.md"
     report.files["report_json"] = "report.json"
     (out / "report.md").write_text(markdown(report))
