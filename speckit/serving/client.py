@@ -137,11 +137,19 @@ async def _closed_loop(session, url, model, load: CellLoad, msgs: Sequence, offs
     return await asyncio.gather(*(one(i, m) for i, m in enumerate(msgs)))
 
 
-async def _poisson(session, url, model, load: CellLoad, msgs: Sequence):
-    import numpy as np
+def _pacing():
+    """vLLM's Poisson pacing. Imported before a cell's clock starts: the first import of
+    vllm.benchmarks takes seconds, which a rate cell would otherwise count as serving time."""
     from vllm.benchmarks.datasets import SampleRequest
     from vllm.benchmarks.serve import get_request
 
+    return SampleRequest, get_request
+
+
+async def _poisson(session, url, model, load: CellLoad, msgs: Sequence):
+    import numpy as np
+
+    SampleRequest, get_request = _pacing()
     np.random.seed(load.seed)  # vLLM draws the arrival gaps from numpy's global generator
     reqs = [SampleRequest(prompt="", prompt_len=0, chat_messages=m, request_id=str(i))
             for i, m in enumerate(msgs)]
@@ -164,6 +172,8 @@ async def run_cell(base_url: str, model: str, load: CellLoad) -> CellRun:
             pool = load.warmup_messages or load.messages
             warm = [pool[i % len(pool)] for i in range(load.warmups)]
             await _closed_loop(session, url, model, load, warm, offset=10_000)
+        if load.request_rate is not None:
+            _pacing()
         before = await scrape(session, base_url)
         st = time.perf_counter()
         if load.request_rate is not None:
