@@ -20,7 +20,7 @@ from speckit.serving.report import BenchReport, SummaryRow
 from speckit.serving.stats import Spread
 from tests.bench_stub import DATA
 
-REPORT = DATA / "report_cpu_smollm2.json"  # bench/results/bench_cpu_smollm2, cells cut
+REPORT = DATA / "report_cpu_smollm2.json"  # a real run of 2026-12-04, cells cut
 TARGET = DATA / "smollm2_target"  # SmolLM2-135M-Instruct's config.json (no weights needed)
 DRAFT = PACKAGE_DIR / "data" / "drafts" / "smollm2-135m-eagle3"
 
