@@ -22,8 +22,9 @@ def main() -> int:
     from speckit.core.plan import steps
     from speckit.demo import bundled_draft
     from speckit.io import targets
-    from speckit.validate import _draft_tensors, validate
+    from speckit.validate import validate
     from speckit.validate.concurrency import _draft
+    from speckit.validate.runs import draft_tensors
 
     batches = [int(b) for b in a.batches.split(",")]
     target, draft = targets.materialize("smollm2-135m-instruct"), bundled_draft()
@@ -46,7 +47,7 @@ def main() -> int:
     gpu = F.machine("this machine")
     from speckit.core import methods
 
-    dshape = _draft(methods.get("eagle3"), tcfg, dcfg, _draft_tensors(draft), tshape, gpu)
+    dshape = _draft(methods.get("eagle3"), tcfg, dcfg, draft_tensors(draft), tshape, gpu)
     points = [F.StepPoint(m.batch, 0, c.ctx, m.base_step_s) for m in c.measured] + \
         [F.StepPoint(m.batch, a.k, c.ctx, m.spec_step_s) for m in c.measured]
     from speckit.validate.concurrency import holdout_of

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from published_points import FIT_CONCURRENCIES, SERIES, Series
+from published_points import ANCHORS, FIT_CONCURRENCIES, FIT_KS, SERIES, Series
 
 from speckit.core.gpus import get_gpu
 from speckit.core.plan import engine as _engine
@@ -44,25 +44,55 @@ BOUNDS = {"step_s": (1e-6, 5e-2), "graph_layer_s": (1e-8, 1e-3), "spec_step_s": 
           "token_s": (1e-8, 1e-3), "draft_pass_s": (1e-7, 1e-2)}
 
 
-def model_of(s: Series, eng: _engine.EngineCosts) -> StepModel:
-    gpu = get_gpu(s.gpu)
+Engines = dict[str, _engine.EngineCosts]
+
+
+def engine_class(engine: str) -> str | None:
+    """Which fitted term set a source's engine uses (None: no serving engine, ideal steps)."""
+    low = engine.lower()
+    return None if low == "torch" else "sglang" if low.startswith("sglang") else "vllm"
+
+
+def _target(config: dict, gpu_name: str, tp: int, ep: bool = False):
+    gpu = get_gpu(gpu_name)
+    return gpu, target_shape(config, gpu, where="published config", expert_parallel=ep, tp=tp)
+
+
+def model_of(s: Series, engines: Engines) -> StepModel:
+    gpu, t = _target(s.target_config, s.gpu, s.tp, s.expert_parallel)
     const = replace(steps.load_constants(), gqa_pack="always")
-    t = target_shape(s.target_config, gpu, where=s.target, expert_parallel=s.expert_parallel,
-                     tp=s.tp)
     d = steps.DraftShape.from_dims(s.draft_dims)
     if s.draft_quant:
         d = replace(d, body=replace(d.body, weight_bytes=formats.weight_bytes(s.draft_quant),
                                     fp8_compute=formats.native_compute(gpu, s.draft_quant)),
                     head_weight_bytes=2.0)
-    return StepModel(t, d, gpu, s.tp, s.tp, const,
-                     _engine.IDEAL if s.engine == "torch" else eng)
+    cls = engine_class(s.engine)
+    return StepModel(t, d, gpu, s.tp, s.tp, const, _engine.IDEAL if cls is None else engines[cls])
 
 
-def project(eng: _engine.EngineCosts) -> dict[str, tuple[float, list[float]]]:
+def anchors(engines: Engines) -> list[tuple[float, float]]:
+    """(model, published) plain-step seconds of every ANCHORS entry."""
+    const = replace(steps.load_constants(), gqa_pack="always")
+    out = []
+    for cls, g, tp, cfg, b, ctx, sec, _ in ANCHORS:
+        gpu, t = _target(cfg, g, tp)
+        out.append((StepModel(t, None, gpu, tp, tp, const, engines[cls]).base(b, ctx), sec))
+    return out
+
+
+def point_ks(s: Series) -> list[int]:
+    return list(s.point_k) if s.point_k else [s.k] * len(s.points)
+
+
+def project(engines: Engines) -> dict[str, tuple[float, list[float]]]:
     """series -> (AL used, projected ratio per point)."""
     out: dict[str, tuple[float, list[float]]] = {}
     for s in SERIES:
-        m = model_of(s, eng)
+        m = model_of(s, engines)
+        if s.point_al:
+            out[s.name] = (s.point_al[0], [m.ratio(b, k, a, s.ctx) for (b, _), k, a in
+                                           zip(s.points, point_ks(s), s.point_al, strict=True)])
+            continue
         if s.acceptance is not None:
             al = al_from_per_position(s.acceptance, s.k)
         elif s.al_from:
@@ -80,27 +110,42 @@ def project(eng: _engine.EngineCosts) -> dict[str, tuple[float, list[float]]]:
 
 def role(s: Series, i: int) -> str:
     b = s.points[i][0]
-    if s.acceptance is None and not s.al_from and i == 0:
+    if s.acceptance is None and not s.al_from and not s.point_al and i == 0:
         return "AL"
+    if s.name in FIT_KS:
+        return "fit" if point_ks(s)[i] in FIT_KS[s.name] else "held-out"
     return "fit" if b in FIT_CONCURRENCIES.get(s.name, ()) else "held-out"
 
 
-def fit() -> _engine.EngineCosts:
+def fit() -> Engines:
+    """One set of terms over the fit points of every engine's sources and a weak prior: the
+    published points do not separate vLLM's terms from SGLang's (a set each left SGLang's
+    terms at implausible values and its Table 3 AL at k+1), so both engines share it. (The
+    ANCHORS are printed, not fitted: plain-torch passes already run slower than the engines'
+    kernels at batch 1, see docs/plan.md.)"""
     def residuals(vals):
-        proj = project(_engine.EngineCosts(**vals))
+        one = _engine.EngineCosts(**vals)
+        proj = project(dict.fromkeys(_engine.ENGINES, one))
         data = [math.log(proj[s.name][1][i] / s.points[i][1]) for s in SERIES
                 for i in range(len(s.points)) if role(s, i) == "fit"]
         return data + [PRIOR_WEIGHT * math.log(vals[n] / START[n]) for n in START]
 
     best = fit_log_params(residuals, START, BOUNDS, what="the published ratios")
-    return _engine.EngineCosts(**best, source="fitted to published vLLM ratios by "
-                               "bench/projection_vs_published.py")
+    one = _engine.EngineCosts(**best, source="fitted to published vLLM and SGLang ratios on "
+                              "MI355X, H100 and A100 by bench/projection_vs_published.py")
+    return dict.fromkeys(_engine.ENGINES, one)
 
 
-def report(eng: _engine.EngineCosts) -> dict[str, list[float]]:
-    proj = project(eng)
-    print("engine terms: " + ", ".join(f"{f}={getattr(eng, f) * 1e6:.3g} us"
-                                      for f in _engine.ENGINE_FIELDS))
+def report(engines: Engines) -> dict[str, list[float]]:
+    proj = project(engines)
+    for eng in dict.fromkeys(engines.values()):
+        names = "/".join(e for e, x in engines.items() if x == eng)
+        print(f"{names} engine terms: " + ", ".join(f"{f}={getattr(eng, f) * 1e6:.3g} us"
+                                                   for f in _engine.ENGINE_FIELDS))
+    for (cls, g, tp, _, b, _ctx, sec, src), (m, _) in zip(ANCHORS, anchors(engines),
+                                                         strict=True):
+        print(f"anchor {cls} {g} TP={tp} B={b}: plain step published {sec * 1e3:.2f} ms, "
+              f"model {m * 1e3:.2f} ms ({src.split(',')[0]})")
     print(f"{'series':20s} {'B':>4s} {'role':9s} {'AL':>5s} {'published':>9s} {'projected':>9s} "
           f"{'log ratio':>9s}")
     errs: dict[str, list[float]] = {"fit": [], "held-out": []}
@@ -132,13 +177,16 @@ def main() -> None:
     for s in SERIES:
         print(f"- {s.name}: {s.target} + {s.draft}, {s.gpu} TP={s.tp}, k={s.k}, ctx {s.ctx}, "
               f"{s.engine}; {s.source}" + "".join(f"; {n}" for n in s.notes))
-    eng = _engine.IDEAL if a.ideal else fit()
-    report(eng)
+    engines = dict.fromkeys(_engine.ENGINES, _engine.IDEAL) if a.ideal else fit()
+    report(engines)
     if a.write_engine and not a.ideal:
-        _engine.save_engine(eng, _engine.ENGINE_PATH, extra={
-            "vendors": sorted({get_gpu(s.gpu).vendor for s in SERIES if s.engine != "torch"}),
-            "notes": "fitted by bench/projection_vs_published.py to the FIT_CONCURRENCIES points "
-                     "of bench/published_points.py; bench/results/projection_vs_published.txt"})
+        _engine.save_engine(engines["vllm"], _engine.ENGINE_PATH, extra={
+            "fitted_on": sorted({f"{s.gpu} ({s.engine})" for s in SERIES
+                                 if any(role(s, i) == "fit" for i in range(len(s.points)))}),
+            "notes": "one set for every engine and GPU, fitted by "
+                     "bench/projection_vs_published.py to the fit points of "
+                     "bench/published_points.py (FIT_CONCURRENCIES, FIT_KS); "
+                     "bench/results/projection_vs_published.txt"})
         print(f"wrote {_engine.ENGINE_PATH.relative_to(ROOT)}")
 
 

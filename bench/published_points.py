@@ -17,6 +17,17 @@ AMD_BLOG = ("AMD ROCm blog, 'Accelerating Large-Scale LLM Inference on AMD Insti
             "README.html; 1K in / 1K out, random prompts, TP=4; figures as quoted in speckit "
             "issue #29")
 AMD_ENGINE = "vLLM on ROCm (release not stated in the quoted figures)"
+EAGLE3_PAPER = ("Li, Wei, Zhang, Zhang, 'EAGLE-3: Scaling up Inference Acceleration of Large "
+                "Language Models via Training-Time Test', arXiv 2503.01840 (NeurIPS 2025)")
+VLLM_20780 = ("vLLM issue #20780 (ekagra-ranjan, 2025-07-10), "
+              "https://github.com/vllm-project/vllm/issues/20780: TPOT at batch 1 on an H100, "
+              "MT-Bench, Llama-3.1-8B-Instruct vanilla vs yuhuili/EAGLE3-LLaMA3.1-Instruct-8B, "
+              "K=2..7 with the AL measured at each K; ratio = vanilla TPOT / EAGLE-3 TPOT")
+SPECFORGE_339 = ("SpecForge issue #339 (Zzsf11, 2025-12-01), "
+                 "https://github.com/sgl-project/SpecForge/issues/339 (also sglang #14824): "
+                 "Qwen/Qwen3-30B-A3B on 2x H100 (TP=2), bf16, SGLang bench_eagle3.py on "
+                 "MT-Bench, zhuyksir/EAGLE3-Qwen3-30B-A3B-DenseHead; chain rows (steps 3, "
+                 "topk 1, 4 draft tokens, acc len 1.86) over the base throughput at the same bs")
 H200_TORCH = ("speckit issue #29: measured on an H200, plain torch + CUDA graphs, GQA-packed "
               "attention, vLLM CI's per-position rates 0.730/0.521/0.355, ctx 1k")
 
@@ -51,6 +62,19 @@ MINIMAX_M25 = {
 MINIMAX_EAGLE3 = {"hidden_size": 3072, "num_hidden_layers": 1, "num_attention_heads": 48,
                   "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192,
                   "vocab_size": 200064, "fc_in": 3 * 3072, "qkv_in": 2 * 3072, "style": "chain"}
+# Qwen/Qwen3-30B-A3B (qwen3_moe): 48 layers, GQA 32/4, 128 experts top-8 of width 768
+QWEN3_30B_A3B = {
+    "model_type": "qwen3_moe", "hidden_size": 2048, "num_hidden_layers": 48,
+    "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128,
+    "num_experts": 128, "num_experts_per_tok": 8, "moe_intermediate_size": 768,
+    "intermediate_size": 6144, "vocab_size": 151936, "max_position_embeddings": 40960,
+}
+# zhuyksir/EAGLE3-Qwen3-30B-A3B-DenseHead: one dense Llama layer; widths assumed (the target's
+# hidden and heads, a 6144-wide MLP, the full vocabulary)
+QWEN3_30B_EAGLE3 = {"hidden_size": 2048, "num_hidden_layers": 1, "num_attention_heads": 32,
+                    "num_key_value_heads": 4, "head_dim": 128, "intermediate_size": 6144,
+                    "vocab_size": 151936, "fc_in": 3 * 2048, "qkv_in": 2 * 2048,
+                    "style": "chain"}
 LLAMA31_8B = {"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
               "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 14336,
               "vocab_size": 128256}
@@ -77,6 +101,9 @@ class Series:
     acceptance: list[float] | None  # per-position rates; None: AL fitted at the first point
     ctx: int  # mean KV context over a request
     points: list[tuple[int, float]]  # (concurrency, published ratio)
+    # per-point k and measured AL where the source sweeps k (then ``k`` is the first one)
+    point_k: list[int] | None = None
+    point_al: list[float] | None = None
     expert_parallel: bool = False
     al_from: str = ""  # another series whose fitted AL this one shares (same draft weights)
     notes: list[str] = field(default_factory=list)
@@ -99,7 +126,58 @@ SERIES = [
     Series("llama8b-h200-torch", H200_TORCH, "torch", "H200", 1, "Llama-3.1-8B",
            LLAMA31_8B, "EAGLE-3 LLaMA3.1-8B head", EAGLE3_8B, None, 3, [0.730, 0.521, 0.355],
            1024, [(1, 2.09), (32, 2.02), (64, 1.71), (128, 1.35)]),
+    # EAGLE-3 paper, Table 3 (section 4.3): "evaluated by the SGLang team", SGLang v0.4.4, one
+    # H100, chain length 3, no tree, MT-Bench; EAGLE-3 row over SGLang without speculation
+    Series("llama8b-sglang-h100", EAGLE3_PAPER + ", Table 3", "SGLang v0.4.4", "H100", 1,
+           "meta-llama/Llama-3.1-8B-Instruct", LLAMA31_8B,
+           "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", EAGLE3_8B, None, 3, None, 512,
+           [(2, 1.81), (4, 1.82), (8, 1.62), (16, 1.48), (24, 1.39), (32, 1.32), (48, 1.38),
+            (56, 1.34), (64, 1.38)],
+           notes=["MT-Bench context assumed 512 tokens (short prompts, answers up to ~1k)"]),
+    # EAGLE-3 paper, Table 5 (section 4.4): vLLM, maximum chain length 2, no tree, MT-Bench.
+    # The GPU is stated two ways: the section text of arXiv v1 says RTX3090, the table caption
+    # of the later version A100; projected here on the A100-80GB (an RTX3090 is not in the
+    # catalog, and Llama-3.1-8B in bf16 leaves little KV room on 24 GB at B=56)
+    Series("llama8b-vllm-a100", EAGLE3_PAPER + ", Table 5", "vLLM (release not stated)",
+           "A100-80GB", 1, "meta-llama/Llama-3.1-8B-Instruct", LLAMA31_8B,
+           "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", EAGLE3_8B, None, 2, None, 512,
+           [(2, 1.75), (4, 1.68), (8, 1.58), (16, 1.49), (24, 1.42), (32, 1.36), (48, 1.21),
+            (56, 1.01)],
+           notes=["GPU ambiguous in the paper (RTX3090 in the text, A100 in the caption)",
+                  "MT-Bench context assumed 512 tokens"]),
+    # vLLM issue #20780: batch 1, k swept with the AL measured at each k
+    Series("llama8b-vllm-h100-k", VLLM_20780, "vLLM V1 (main, 2025-07)", "H100", 1,
+           "meta-llama/Llama-3.1-8B-Instruct", LLAMA31_8B,
+           "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", EAGLE3_8B, None, 2, None, 512,
+           [(1, round(7.07 / t, 4)) for t in (4.32, 4.09, 4.05, 4.13, 4.20, 4.29)],
+           point_k=[2, 3, 4, 5, 6, 7], point_al=[2.36, 2.79, 3.08, 3.32, 3.46, 3.54],
+           notes=["TPOT ms: vanilla 7.07; EAGLE-3 4.32/4.09/4.05/4.13/4.20/4.29 at K=2..7",
+                  "MT-Bench context assumed 512 tokens"]),
+    # SpecForge #339: an MoE target on NVIDIA where the draft does not pay
+    Series("qwen3moe-sglang-h100", SPECFORGE_339, "SGLang (2025-12)", "H100", 2,
+           "Qwen/Qwen3-30B-A3B", QWEN3_30B_A3B, "zhuyksir/EAGLE3-Qwen3-30B-A3B-DenseHead",
+           QWEN3_30B_EAGLE3, None, 3, None, 512,
+           [(1, round(159.78 / 222.47, 4)), (4, round(447.90 / 566.21, 4))],
+           point_k=[3, 3], point_al=[1.86, 1.86],
+           notes=["tokens/s: base 222.47 (bs 1), 566.21 (bs 4); EAGLE-3 chain 159.78, 447.90",
+                  "MT-Bench context assumed 512 tokens"]),
 ]
 
 # which concurrencies the engine terms are fitted on; every other point is held out
-FIT_CONCURRENCIES = {"kimi-bf16-draft": (4, 16, 64), "minimax-m2.5": (4, 16, 64)}
+FIT_CONCURRENCIES = {"kimi-bf16-draft": (4, 16, 64), "minimax-m2.5": (4, 16, 64),
+                     "llama8b-sglang-h100": (2, 16, 64), "llama8b-vllm-h100-k": (1,),
+                     "qwen3moe-sglang-h100": (1,)}
+# series whose fit points are picked by k instead (a k sweep at one concurrency)
+FIT_KS = {"llama8b-vllm-h100-k": (2, 4, 7)}
+
+# Absolute plain-step times the same sources print (seconds per decode step without
+# speculation), printed beside the model's as a check on the size of the engine terms:
+# (engine class, GPU, TP, target config, batch, ctx, seconds, source)
+ANCHORS = [
+    ("vllm", "H100", 1, LLAMA31_8B, 1, 512, 7.07e-3,
+     VLLM_20780 + ": vanilla TPOT 7.07 ms"),
+    ("sglang", "H100", 1, LLAMA31_8B, 1, 512, 1 / 158.34,
+     EAGLE3_PAPER + ", Table 4: SGLang without speculation, 158.34 tokens/s at batch 1"),
+    ("sglang", "H100", 2, QWEN3_30B_A3B, 1, 512, 1 / 222.47,
+     SPECFORGE_339 + ": base 222.47 tokens/s at bs 1"),
+]

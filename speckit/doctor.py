@@ -23,10 +23,10 @@ from speckit import __version__
 from speckit.core import methods
 from speckit.core.refs import printable, redact_url
 from speckit.errors import UsageError
+from speckit.io import host
+from speckit.io.host import Device, Host, KernelProbe
 from speckit.io.targets import cache_root
 
-# a low-precision matmul slower than this many bf16 matmuls of the same shape is not a native kernel
-EMULATED_RATIO = 2.0
 HUB_TIMEOUT_S = 2.0
 CACHE_WALK_S = 2.0  # stop counting a huge cache after this long (the size is then a lower bound)
 
@@ -94,43 +94,12 @@ class Package:
 
 
 @dataclass
-class Device:
-    kind: str  # "cuda" | "rocm" | "cpu"
-    name: str
-    memory_bytes: int | None
-    free_bytes: int | None = None
-    index: int | None = None
-    capability: str | None = None  # CUDA compute capability or ROCm gfx arch
-
-
-@dataclass
-class Host:
-    cpu_model: str
-    logical_cores: int
-    usable_cores: int  # the process's CPU affinity (containers, taskset)
-    ram_bytes: int | None
-    ram_available_bytes: int | None
-
-
-@dataclass
 class MethodSupport:
     method: str  # speckit name
     vllm_method: str
     served: bool | None  # None: vLLM not installed or its source could not be read
     reason: str
     speckit_runs_here: bool  # speckit validate runs it on this platform (method module flag)
-
-
-@dataclass
-class KernelProbe:
-    format: str  # a GPU format key: "fp8" | "mxfp4" | "nvfp4"
-    status: str  # "native" | "emulated" | "unavailable"
-    device: str
-    shape: tuple[int, int, int] | None = None  # M, N, K of the timed matmul
-    seconds: float | None = None  # one low-precision matmul
-    bf16_seconds: float | None = None  # one bf16 matmul of the same shape
-    ratio: float | None = None
-    detail: str = ""
 
 
 @dataclass
@@ -219,17 +188,17 @@ def doctor(*, for_command: str | None = None, probe_kernels: bool = True,
     reach = _start_reachability(hub_settings[0]) if check_network and not hub_settings[1] else None
     packages = [_package(name, dists) for name, dists in _PACKAGES]
     pk = {p.name: p for p in packages}
-    torch = _torch(warnings) if pk["torch"].installed else None
-    devices = _devices(torch, warnings)
+    torch = host.load_torch(warnings) if pk["torch"].installed else None
+    devices = host.devices(torch, warnings)
     vplat = _vllm_platform(pk["vllm"], devices)
     runner, v1_only, refusals = (_runner(vplat, warnings) if pk["vllm"].installed
                                  else ("none", False, {}))
     report = DoctorReport(
         speckit=__version__, python=platform.python_version(),
         platform=f"{platform.system()} {platform.machine()}", packages=packages,
-        vllm_platform=vplat, vllm_runner=runner, devices=devices, host=_host(),
+        vllm_platform=vplat, vllm_runner=runner, devices=devices, host=host.host_facts(),
         methods=_methods(pk["vllm"], vplat, v1_only, refusals, warnings),
-        kernels=_kernels(torch, devices, warnings) if probe_kernels else [],
+        kernels=host.kernels(torch, devices, warnings) if probe_kernels else [],
         hub=_hub(hub_settings, reach), caches=_caches(hub_settings[2]), warnings=warnings,
         gpu_profiles=importlib.import_module("speckit.calibrate").list_profiles())
     report.schemes = scheme_support(report.kernels, vplat)
@@ -277,58 +246,6 @@ def _requirements(command: str) -> list[Requirement]:
                                                                               f"{name}"),
                         _WHAT_FOR.get((command, name), ""))
             for need, names in ((True, required), (False, optional)) for name in names]
-
-
-def _torch(warnings: list[str]) -> Any:
-    try:
-        import torch
-    except Exception as e:  # noqa: BLE001 (a broken install is worth a line, not a crash)
-        warnings.append(f"torch is installed but does not import: {type(e).__name__}: {e}")
-        return None
-    return torch
-
-
-# ---- devices ------------------------------------------------------------------------------------
-
-
-def _devices(torch: Any, warnings: list[str]) -> list[Device]:
-    if torch is None or not torch.cuda.is_available():
-        return []
-    kind = "rocm" if getattr(torch.version, "hip", None) else "cuda"
-    out = []
-    for i in range(torch.cuda.device_count()):
-        p = torch.cuda.get_device_properties(i)
-        free = None
-        try:
-            free = int(torch.cuda.mem_get_info(i)[0])
-        except RuntimeError as e:
-            warnings.append(f"device {i}: free memory unknown ({e})")
-        cap = getattr(p, "gcnArchName", None) if kind == "rocm" else f"{p.major}.{p.minor}"
-        out.append(Device(kind, p.name, int(p.total_memory), free, i, cap))
-    return out
-
-
-def _host() -> Host:
-    from speckit.io.host import cpu_model
-
-    model = cpu_model()
-    logical = os.cpu_count() or 1
-    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else logical
-    mem = _meminfo()
-    return Host(model, logical, usable, mem.get("MemTotal"), mem.get("MemAvailable"))
-
-
-def _meminfo() -> dict[str, int]:
-    out = {}
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            key, _, rest = line.partition(":")
-            parts = rest.split()
-            if parts and parts[0].isdigit():
-                out[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
-    except OSError:
-        pass
-    return out
 
 
 # ---- vLLM: which methods it serves here, read from its own source --------------------------------
@@ -477,14 +394,7 @@ def _method_support(mod: methods.MethodSpec, vllm: Package, vplat: str, v1_only:
     return result(True, f"vLLM {vllm.version} on {vplat}, Model Runner V{1 if on_v1 else 2}")
 
 
-# ---- FP8 / MXFP4 kernels: timed, never guessed ---------------------------------------------------
-
-
-def _formats() -> list[str]:
-    """The GPU format keys the scheme table names (one probe each), in table order."""
-    from speckit.core.quant import SCHEMES
-
-    return list(dict.fromkeys(s.capability for s in SCHEMES.values()))
+# ---- quantization schemes: native or emulated here, from the timed kernel probes ---------------
 
 
 def scheme_support(kernels: list[KernelProbe], vllm_platform: str) -> list[SchemeSupport]:
@@ -507,137 +417,6 @@ def scheme_support(kernels: list[KernelProbe], vllm_platform: str) -> list[Schem
                                           f"dequantizes to bf16 ({s.vllm_kernels})")
         out.append(SchemeSupport(s.name, s.layout, s.capability, status, s.vllm_scheme, detail))
     return out
-
-
-def _kernels(torch: Any, devices: list[Device], warnings: list[str]) -> list[KernelProbe]:
-    dev = "cuda:0" if devices else "cpu"
-    if torch is None:
-        return [KernelProbe(f, "unavailable", dev, detail="torch is not installed")
-                for f in _formats()]
-    n = 2048 if devices else 256  # big enough that a GPU's launch overhead does not hide the math
-    try:
-        bf16 = _time_matmul(torch, dev, lambda: _bf16_operands(torch, dev, n), lambda a, b: a @ b)
-    except Exception as e:  # noqa: BLE001 (torch says why; doctor reports it and goes on)
-        warnings.append(f"bf16 reference matmul failed on {dev}: {e}")
-        return [KernelProbe(f, "unavailable", dev, detail=f"bf16 reference failed: {e}")
-                for f in _formats()]
-    return [_probe(torch, dev, n, bf16, f, _CASES[f](torch)) for f in _formats()]
-
-
-def probe_kernel(fmt: str) -> KernelProbe:
-    """Time one FP8 or MXFP4 matmul against bf16 on this machine's first device (a few ms):
-    "native", "emulated" or "unavailable". validate asks it before timing a quantized draft."""
-    warnings: list[str] = []
-    torch = _torch(warnings)
-    found = _kernels(torch, _devices(torch, warnings), warnings)
-    return next(k for k in found if k.format == fmt)
-
-
-def _bf16_operands(torch: Any, dev: str, n: int) -> tuple[Any, Any]:
-    return (torch.randn(n, n, device=dev, dtype=torch.bfloat16),
-            torch.randn(n, n, device=dev, dtype=torch.bfloat16))
-
-
-def _time_matmul(torch: Any, dev: str, make, run, repeat: int | None = None) -> float:
-    """The fastest of ``repeat`` timed calls after a warm-up of >= 10 calls and 20 ms (kernel
-    selection, JIT and thread-pool start: a first CPU bf16 matmul ran 90x slower than the tenth,
-    measured): the minimum is what a busy machine cannot inflate."""
-    a, b = make()
-    sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
-    t0, calls = time.perf_counter(), 0
-    while calls < 10 or time.perf_counter() - t0 < 0.02:
-        run(a, b)
-        sync()
-        calls += 1
-    best = float("inf")
-    for _ in range(repeat or (20 if dev.startswith("cuda") else 6)):
-        t = time.perf_counter()
-        run(a, b)
-        sync()
-        best = min(best, time.perf_counter() - t)
-    return best
-
-
-def _fp8_case(torch: Any):
-    dtypes = [getattr(torch, d) for d in ("float8_e4m3fn", "float8_e4m3fnuz") if hasattr(torch, d)]
-    if not dtypes:
-        return None
-
-    def cases(dev: str, n: int):
-        for dt in dtypes:  # ROCm MI300 computes in e4m3fnuz, everything else in e4m3fn
-            def make(dt=dt):
-                a = torch.randn(n, n, device=dev).to(dt)
-                b = torch.randn(n, n, device=dev).to(dt).t()  # column-major, as _scaled_mm wants
-                return a, b
-            one = torch.ones((), device=dev)
-            yield str(dt).removeprefix("torch."), make, (
-                lambda a, b, one=one: torch._scaled_mm(a, b, scale_a=one, scale_b=one,
-                                                       out_dtype=torch.bfloat16))
-    return cases
-
-
-def _mxfp4_case(torch: Any):
-    if not (hasattr(torch, "float4_e2m1fn_x2") and hasattr(torch, "float8_e8m0fnu")):
-        return None
-
-    def cases(dev: str, n: int):
-        def make():
-            packed = (n, n // 2)  # two E2M1 values per byte
-            a = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
-            b = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
-            return a.view(torch.float4_e2m1fn_x2), b.view(torch.float4_e2m1fn_x2).t()
-
-        # one E8M0 scale per 32 inputs, in the padded (128 x 4 tile) layout cuBLAS/hipBLASLt read
-        scales = ((n + 127) // 128 * 128) * ((n // 32 + 3) // 4 * 4)
-        s = torch.full((scales,), 1.0, device=dev).to(torch.float8_e8m0fnu)
-        yield "float4_e2m1fn_x2 + e8m0 block scales", make, (
-            lambda a, b: torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.bfloat16))
-    return cases
-
-
-def _nvfp4_case(torch: Any):
-    if not (hasattr(torch, "float4_e2m1fn_x2") and hasattr(torch, "float8_e4m3fn")):
-        return None
-
-    def cases(dev: str, n: int):
-        def make():
-            packed = (n, n // 2)
-            a = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
-            b = torch.randint(0, 256, packed, dtype=torch.uint8, device=dev)
-            return a.view(torch.float4_e2m1fn_x2), b.view(torch.float4_e2m1fn_x2).t()
-
-        # one E4M3 scale per 16 inputs, in the padded (128 x 4 tile) layout cuBLAS reads
-        scales = ((n + 127) // 128 * 128) * ((n // 16 + 3) // 4 * 4)
-        s = torch.full((scales,), 1.0, device=dev).to(torch.float8_e4m3fn)
-        yield "float4_e2m1fn_x2 + e4m3 block scales (NVFP4)", make, (
-            lambda a, b: torch._scaled_mm(a, b, scale_a=s, scale_b=s, out_dtype=torch.bfloat16))
-    return cases
-
-
-# one probe per GPU format key of the scheme table (core.quant QuantScheme.capability)
-_CASES = {"fp8": _fp8_case, "mxfp4": _mxfp4_case, "nvfp4": _nvfp4_case}
-
-
-def _probe(torch: Any, dev: str, n: int, bf16: float, fmt: str, cases) -> KernelProbe:
-    fallback = ("vLLM then dequantizes the weights to bf16 per forward (software emulation)")
-    if cases is None:
-        return KernelProbe(fmt, "unavailable", dev, detail=f"this torch {torch.__version__} has "
-                           f"no {fmt} dtype; {fallback}")
-    errors = []
-    for label, make, run in cases(dev, n):
-        try:
-            t = _time_matmul(torch, dev, make, run)
-        except Exception as e:  # noqa: BLE001 (the op refusing this device is the finding)
-            errors.append(f"{label}: {str(e).splitlines()[0][:160]}")
-            continue
-        ratio = t / bf16 if bf16 > 0 else float("inf")
-        status = "native" if ratio <= EMULATED_RATIO else "emulated"
-        return KernelProbe(fmt, status, dev, (n, n, n), t, bf16, round(ratio, 2),
-                           f"torch._scaled_mm {label}: {ratio:.2f}x the bf16 matmul time"
-                           + ("" if status == "native" else f" (> {EMULATED_RATIO}x: upcast "
-                              "inside, not a low-precision kernel)"))
-    return KernelProbe(fmt, "unavailable", dev, (n, n, n), None, bf16, None,
-                       "torch._scaled_mm refused it here (" + "; ".join(errors) + f"); {fallback}")
 
 
 # ---- Hub ----------------------------------------------------------------------------------------

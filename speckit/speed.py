@@ -84,7 +84,7 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
                           expert_parallel=expert_parallel, tp=tp)
     dshape = draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant,
                           gpu, where=draft_name or "draft")
-    eng = engine if engine is not None else _engine.load_engine(vendor=gpu.vendor)
+    eng = engine if engine is not None else _engine.load_engine()
     model = StepModel(tshape, dshape, gpu, tp, draft_tp or tp, const, eng,
                       float(KV_BYTES[kv_cache_dtype] or 2))  # auto: the model dtype
     al = {kk: _sched.al_from_per_position(rates, kk) for kk in range(1, len(rates) + 1)}

@@ -20,6 +20,7 @@ from speckit.core.metrics import metric_snapshot
 # the worker inspection below ships a function to the engine process
 os.environ.setdefault("VLLM_ALLOW_INSECURE_SERIALIZATION", "1")
 
+RUN_MARKER = "speckit-quant-vllm-run: "
 PROMPTS = ["the quick brown fox jumps over the lazy dog. the quick brown fox",
            "def add(a, b): return a + b. def add(a, b):"]
 
@@ -70,6 +71,9 @@ def main() -> None:
         spec = json.load(f)
     results = {}
     for run in spec["runs"]:
+        # a marker line: the parent splits the log (the engine core's output included) per run
+        for stream in (sys.stdout, sys.stderr):  # vLLM logs to stdout, tracebacks to stderr
+            print(f"\n{RUN_MARKER}{run['name']}", file=stream, flush=True)
         try:
             results[run["name"]] = run_one(spec["target"], run)
         except Exception as e:  # noqa: BLE001 - the parent test reports it

@@ -18,6 +18,7 @@ from speckit.io.checkpoint import (
     INDEX_NAME,
     Checkpoint,
     CheckpointWriter,
+    read_ints,
     read_safetensors_header,
     safe_relpath,
     write_json,
@@ -358,6 +359,64 @@ def test_writer_refuses_mistakes(tmp_path):
         w.write("x", torch.ones(3))
     with pytest.raises(FormatError, match="never written: y"):
         w.close()
+
+
+def test_writer_as_context_manager_aborts_or_closes(tmp_path):
+    """A failure inside the block closes every shard and writes no index; a clean exit closes
+    the writer (and refuses a tensor left unwritten) without a close() call."""
+    specs = [("a", "F32", (40,)), ("b", "F32", (40,))]
+    (tmp_path / "x").mkdir()
+    w = CheckpointWriter(tmp_path / "x", specs, max_shard_bytes=200)
+    with pytest.raises(RuntimeError, match="boom"), w:
+        w.write("a", torch.ones(40))
+        raise RuntimeError("boom")
+    assert len(w.files) == 2 and not (tmp_path / "x" / INDEX_NAME).exists()
+    with pytest.raises(ValueError, match="closed file"):  # both shards were closed
+        w.write("b", torch.zeros(40))
+    w.abort()  # a second abort is harmless
+
+    (tmp_path / "y").mkdir()
+    with CheckpointWriter(tmp_path / "y", specs, max_shard_bytes=200) as w2:
+        w2.write("a", torch.ones(40))
+        w2.write("b", torch.zeros(40))
+    assert (tmp_path / "y" / INDEX_NAME).exists()
+    _cfg(tmp_path / "y")
+    assert Checkpoint.open(tmp_path / "y").get("b").sum().item() == 0
+
+    (tmp_path / "z").mkdir()
+    with pytest.raises(FormatError, match="never written: b"), \
+            CheckpointWriter(tmp_path / "z", specs) as w3:
+        w3.write("a", torch.ones(40))
+
+
+def test_writer_copy_range_copies_bytes_and_names_a_short_file(tmp_path):
+    src = tmp_path / "src.bin"
+    payload = torch.arange(10, dtype=torch.float32)
+    src.write_bytes(b"junk" + payload.numpy().tobytes())
+    out = tmp_path / "out"
+    out.mkdir()
+    with CheckpointWriter(out, [("t", "F32", (10,))]) as w:
+        w.copy_range("t", src, 4, 40)
+    _cfg(out)
+    assert torch.equal(Checkpoint.open(out).get("t"), payload)
+    (tmp_path / "out2").mkdir()
+    w = CheckpointWriter(tmp_path / "out2", [("t", "F32", (10,))])
+    with pytest.raises(FormatError, match=r"src.bin: ends inside tensor 't'"):
+        w.copy_range("t", src, 8, 40)
+    with pytest.raises(FormatError, match="given more than 40 bytes"):
+        w.copy_range("t", src, 0, 44)
+    w.abort()
+
+
+def test_read_ints_reads_integer_and_bool_tensors(tmp_path):
+    save_file({"d2t": torch.tensor([5, -1, 7], dtype=torch.int64),
+               "t2d": torch.tensor([True, False, True]),
+               "w": torch.ones(2)}, str(tmp_path / "model.safetensors"))
+    _cfg(tmp_path)
+    ck = Checkpoint.open(tmp_path)
+    assert read_ints(ck, "d2t") == [5, -1, 7] and read_ints(ck, "t2d") == [1, 0, 1]
+    with pytest.raises(FormatError, match="'w' is F32, expected an integer or bool tensor"):
+        read_ints(ck, "w")
 
 
 # ---- atomic JSON ------------------------------------------------------------------------------

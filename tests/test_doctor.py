@@ -18,7 +18,8 @@ from speckit import doctor as doctor_mod
 from speckit.cli import main
 from speckit.core.methods import METHOD_NAMES
 from speckit.core.quant import SCHEMES
-from speckit.doctor import EMULATED_RATIO, doctor, requirements
+from speckit.doctor import doctor, requirements
+from speckit.io.host import EMULATED_RATIO
 
 SECRET = "hf_doctorTestSecret0123456789abcdef"
 HAVE_VLLM = importlib.util.find_spec("vllm") is not None

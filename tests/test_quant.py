@@ -210,7 +210,7 @@ def test_foreign_quantization_is_refused_even_with_force(tmp_path):
     cfg = json.loads((src / "config.json").read_text())
     cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
     (src / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(FormatError, match="not in a Quark layout"):
+    with pytest.raises(FormatError, match="not in a layout speckit can dequantize"):
         quantize(src, scheme="fp8", out=tmp_path / "out", force=True)
 
 
@@ -374,3 +374,22 @@ def test_output_is_readable_like_any_new_directory(tmp_path):
     assert stat.S_IMODE((tmp_path / "out").stat().st_mode) == 0o777 & ~mask
     for p in (tmp_path / "out").iterdir():
         assert stat.S_IMODE(p.stat().st_mode) == 0o666 & ~mask, p.name
+
+
+def test_force_requantizes_a_compressed_tensors_fp8_input(tmp_path):
+    """--force dequantizes with the numerics module of the scheme the config is recognised as
+    (here fp8-ct: FP8 codes times their BF16 row scale), not with a Quark-only switch."""
+    from speckit.quant import ct_fp8
+
+    src = F.make_spec_eagle3(tmp_path / "src")
+    quantize(src, scheme="fp8-ct", out=tmp_path / "ct")
+    r = quantize(tmp_path / "ct", scheme="mxfp4", out=tmp_path / "mx", force=True)
+    assert r.requantized_from and any("RE-QUANTIZED" in w for w in r.warnings)
+    ct = load_file(str(tmp_path / "ct" / "model.safetensors"))
+    deq = ct_fp8.dequantize(ct["fc.weight"], ct["fc.weight_scale"], dtype=torch.bfloat16)
+    packed, scales = mxfp4.quantize(deq)[:2]
+    out = load_file(str(tmp_path / "mx" / "model.safetensors"))
+    assert torch.equal(out["fc.weight"], packed) and torch.equal(out["fc.weight_scale"], scales)
+    nv = quantize(src, scheme="nvfp4", out=tmp_path / "nv")
+    with pytest.raises(FormatError, match="not in a layout speckit can dequantize"):
+        quantize(nv.out, scheme="fp8", out=tmp_path / "again", force=True)

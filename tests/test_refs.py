@@ -24,7 +24,7 @@ from tests import hubserver
 # the operation packages (speckit.inspect etc. as attributes are the API functions)
 inspect_op = importlib.import_module("speckit.inspect")
 plan_op = importlib.import_module("speckit.plan")
-validate_op = importlib.import_module("speckit.validate")
+validate_inputs = importlib.import_module("speckit.validate.inputs")
 
 hub_server = hubserver.hub_server
 hub = hubserver.hub
@@ -111,7 +111,7 @@ def test_every_command_resolves_a_draft_reference_identically(world, kind, tmp_p
 
     assert Path(fetch(ref).path).resolve() == want
     assert inspect_op.inspect(ref).path.resolve() == want
-    assert validate_op._resolve(ref, role="draft")[0] == want
+    assert validate_inputs.resolve_input(ref, role="draft")[0] == want
     loaded = plan_op._load(ref)
     assert loaded.config == config and Path(loaded.local).resolve() == want
     convert(ref, target=str(world.target), out=tmp_path / "out", num_speculative_tokens=3)
@@ -133,7 +133,7 @@ def test_every_command_resolves_a_target_reference_identically(world, kind, tmp_
 
     assert Path(fetch(ref, role="target").path).resolve() == want
     assert resolve_target(ref).resolve() == want
-    assert validate_op._resolve(ref, role="target")[0] == want
+    assert validate_inputs.resolve_input(ref, role="target")[0] == want
     assert inspect_op._target_config(ref) == config
     assert plan_op._load(ref).config == config
     convert(world.drafts["path"], target=ref, out=tmp_path / "out", num_speculative_tokens=3)

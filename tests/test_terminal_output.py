@@ -114,3 +114,5 @@ def test_inspect_piped_keeps_long_paths(tmp_path, monkeypatch):
     res = CliRunner().invoke(main, ["inspect", str(deep)])
     assert "…" not in res.output
     assert str(deep) in _row(res.output, "path")
+    # a grid pads each row to the widest one; off a terminal no line keeps those blanks
+    assert all(line == line.rstrip() for line in res.output.splitlines())

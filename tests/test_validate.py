@@ -5,6 +5,7 @@ Every refusal here must happen before a vLLM child starts (they run in well unde
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shlex
 
@@ -194,6 +195,20 @@ def test_flag_conflicts_and_k_rules(tiny):
         validate(target=t, method="eagle3", k=2)
     with pytest.raises(UsageError, match="set by speckit validate"):
         validate(target=t, method="ngram", engine_args={"speculative_config": {}})
+
+
+def test_options_object_and_keywords(tiny):
+    """validate takes a ValidateOptions (what the CLI builds) or its fields as keywords; keywords
+    beside an options object replace its fields; an unknown one is refused by name."""
+    from speckit.validate import ValidateOptions
+
+    opts = ValidateOptions(target=str(tiny["target"]), method="ngram", k=2)
+    with pytest.raises(UsageError, match="do not combine"):
+        validate(opts, sweep=[1, 2])
+    with pytest.raises(TypeError, match="bogus"):
+        validate(target=str(tiny["target"]), bogus=1)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        opts.k = 3
 
 
 def test_target_without_chat_template_refused(tmp_path):

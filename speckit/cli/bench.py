@@ -5,14 +5,26 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
+from speckit.cli._options import (
+    draft_option,
+    engine_arg_option,
+    force_option,
+    json_option,
+    k_option,
+    max_tokens_option,
+    method_option,
+    out_option,
+    quiet_option,
+    target_option,
+    tp_option,
+)
 
 
 @click.command("bench")
-@click.option("-t", "--target", help="Target model (speckit starts `vllm serve` for each arm).")
-@click.option("-d", "--draft", help="Draft checkpoint: directory, registry id or Hub repo.")
-@click.option("-m", "--method", help="Speculative method (default: detected from the draft).")
-@click.option("-k", "--num-speculative-tokens", "ks", metavar="K1,K2",
-              help="Static k values (num_speculative_tokens), one server each.")
+@target_option("Target model (speckit starts `vllm serve` for each arm).")
+@draft_option()
+@method_option()
+@k_option("Static k values (num_speculative_tokens), one server each.", dest="ks", metavar="K1,K2")
 @click.option("--schedule", help="Also serve a per-batch-size k schedule: 'measured' (best static "
               "k per concurrency), 'projected' (speckit plan for --gpu) or LO-HI:K,... ranges.")
 @click.option("--untrained", metavar="ngram,suffix", help="Untrained methods on the same prompts.")
@@ -26,7 +38,7 @@ from speckit.cli._common import handle_errors, parse_engine_args, print_json, pr
               help="validate's prompt sets (mixed, math, code, chat, ...), code-edit, or a .jsonl.")
 @click.option("--prompts-per-concurrency", type=int, default=10, show_default=True)
 @click.option("--warmups-per-concurrency", type=int, default=2, show_default=True)
-@click.option("--max-tokens", type=int, default=128, show_default=True)
+@max_tokens_option(128)
 @click.option("--input-len", type=int, help="Fixed prompt length in tokens (e.g. 1024).")
 @click.option("--output-len", type=int, help="Fixed output length (ignore_eos), e.g. 1024.")
 @click.option("--temperature", default="0", show_default=True, help="e.g. 0,0.7,1.0")
@@ -34,28 +46,25 @@ from speckit.cli._common import handle_errors, parse_engine_args, print_json, pr
               default="off",
               show_default=True, help="enable_thinking for templates with the switch.")
 @click.option("--seeds", default="0", show_default=True, help="Seeds per cell, e.g. 0,1,2.")
-@click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True,
-              help="Tensor parallel size.")
+@tp_option()
 @click.option("--gpus", type=int, help="GPUs of the deployment, for per-GPU tok/s.")
 @click.option("--gpu", help="Catalog GPU for the projected column (speckit plan --gpu names).")
 @click.option("--tokenizer", help="Local tokenizer dir (for --input-len with --endpoint).")
-@click.option("--engine-arg", "engine_arg", multiple=True, metavar="KEY=VALUE",
-              help="Passed to vllm serve as --KEY VALUE (repeatable).")
+@engine_arg_option("Passed to vllm serve as --KEY VALUE (repeatable).")
 @click.option("--startup-timeout", type=float, default=900, show_default=True)
 @click.option("--request-timeout", type=float, default=600, show_default=True)
 @click.option("--cpu-threads", type=int, default=1, show_default=True,
               help="OMP_NUM_THREADS of a CPU server (0: leave it to vLLM).")
-@click.option("-o", "--out", type=click.Path(file_okay=False),
-              help="Write report.json, report.md, plots, spec-config.json, serve-line.txt, logs.")
-@click.option("--force", is_flag=True, help="Replace an existing --out directory.")
+@out_option("Write report.json, report.md, plots, spec-config.json, serve-line.txt, logs.")
+@force_option("Replace an existing --out directory.")
 @click.option("--fit-profile", "fit_profile", type=click.Path(exists=True),
               metavar="REPORT", help="Runs no load: fit the step-cost model to the step times of "
               "a bench report (report.json or its --out dir) and write a GPU profile for "
-              "`speckit plan/validate --gpu-profile` (with --gpu: the GPU that served).")
+              "`speckit plan --gpu-profile` (with --gpu: the GPU that served).")
 @click.option("--profile-out", type=click.Path(dir_okay=False),
               help="Where --fit-profile writes the profile (default: beside the report).")
-@click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress output.")
+@json_option("the report")
+@quiet_option("No progress output.")
 @handle_errors
 def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpoint,
               baseline_endpoint, concurrency, request_rate, dataset, prompts_per_concurrency,

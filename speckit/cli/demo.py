@@ -8,6 +8,13 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_mode
+from speckit.cli._options import (
+    draft_option,
+    json_option,
+    max_tokens_option,
+    out_option,
+    quiet_option,
+)
 
 
 def _parse_ks(value: str) -> list[int]:
@@ -23,19 +30,17 @@ def _parse_ks(value: str) -> list[int]:
 
 
 @click.command("demo")
-@click.option("-o", "--out", default="speckit-demo", show_default=True,
-              type=click.Path(file_okay=False), help="Where the FP8 draft and reports go.")
+@out_option("Where the FP8 draft and reports go.", default="speckit-demo", show_default=True)
 @click.option("--sweep", default="1,2,3", show_default=True, help="k values to sweep.")
 @click.option("--num-prompts", type=int, default=8, show_default=True)
-@click.option("--max-tokens", type=int, default=48, show_default=True)
+@max_tokens_option(48)
 @click.option("--dataset", default="mixed", show_default=True)
 @click.option("--gpu", default="mi300x", show_default=True,
               help="GPU to plan the deployment for (speckit plan --gpu).")
-@click.option("-d", "--draft", metavar="DIR|ID",
-              help="Use this draft (a directory, or a bundled draft's id such as "
-              "smollm2-135m-dflash) instead of the bundled EAGLE-3 one.")
-@click.option("--json", "json_mode", is_flag=True, help="Print every stage's result as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
+@draft_option("Use this draft (a directory, or a bundled draft's id such as "
+              "smollm2-135m-dflash) instead of the bundled EAGLE-3 one.", metavar="DIR|ID")
+@json_option("every stage's result")
+@quiet_option()
 @handle_errors
 def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, quiet):
     """Run fetch -> inspect -> plan -> quantize --fp8 -> validate on the built-in default, offline.

@@ -12,6 +12,7 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json, to_jsonable
+from speckit.cli._options import json_option, quiet_option
 from speckit.doctor import REQUIREMENTS
 
 
@@ -21,9 +22,8 @@ from speckit.doctor import REQUIREMENTS
               f"({', '.join(REQUIREMENTS)}).")
 @click.option("--no-network", is_flag=True, help="Do not send the HEAD request to the Hub.")
 @click.option("--no-probe", is_flag=True, help="Skip the timed FP8/MXFP4 matmul probe.")
-@click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True,
-              help="Print only what is missing for --for (and the exit status says the rest).")
+@json_option("the report")
+@quiet_option("Print only what is missing for --for (and the exit status says the rest).")
 @handle_errors
 def doctor_cmd(for_command, no_network, no_probe, json_mode, quiet):
     """Report what speckit can do here: versions, GPUs and memory, which methods the installed

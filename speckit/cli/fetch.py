@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.cli._options import quiet_option
 from speckit.core.refs import printable
 
 
@@ -36,7 +37,7 @@ from speckit.core.refs import printable
                    "no network.")
 @click.option("--update-lock", is_flag=True,
               help="Ignore the lock's pin for this repo: resolve again and re-pin.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
+@quiet_option()
 @click.option("--role", type=click.Choice(["draft", "target"]),
               help="What REF is (default: the registry's kind, else draft); targets also get "
               "tokenizer and chat-template files.")

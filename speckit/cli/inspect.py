@@ -11,6 +11,7 @@ from typing import Any
 import click
 
 from speckit.cli._common import handle_errors, print_json
+from speckit.cli._options import json_option
 from speckit.errors import FormatError
 
 
@@ -19,7 +20,7 @@ from speckit.errors import FormatError
 @click.option("-t", "--target", "target", metavar="PATH|ID",
               help="Target model (directory, registry id or Hub id; only its config.json is "
               "read) to check the pairing: hidden size, vocab, aux layers on its depth.")
-@click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
+@json_option("the report")
 @click.option("--allow-pickle", is_flag=True,
               help="Read pytorch_model.bin pickles (with torch.load(weights_only=True)).")
 @click.option("--allow-external-links", is_flag=True,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, print_json
+from speckit.cli._options import json_option, target_option
 
 
 @click.command("push")
@@ -27,13 +28,13 @@ from speckit.cli._common import handle_errors, print_json
               help="The speckit validate report.json (or its directory) for the card's figures. "
               "Default: the newest report.json whose draft is DIR, looked for up to two levels "
               "under DIR's parent and under the current directory.")
-@click.option("-t", "--target", help="The target's Hub repo id for base_model, when the checkpoint "
-              "does not name it.")
+@target_option("The target's Hub repo id for base_model, when the checkpoint "
+               "does not name it.")
 @click.option("--gpu", help="Add `speckit plan`'s verdict for this GPU (e.g. H100) to the card.")
 @click.option("--plan-target", help="Target for --gpu as a directory or registry id (default: "
               "the base_model repo, read header-only).")
 @click.option("--dry-run", is_flag=True, help="Print the file list and the card; upload nothing.")
-@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
+@json_option()
 @handle_errors
 def push_cmd(path, repo_id, private, revision, create_pr, commit_message, token, license_, report,
              target, gpu, plan_target, dry_run, json_mode):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.core.quant import LAYOUTS
 
 
 def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, nvfp4: bool, static: bool, fmt: str | None
@@ -22,9 +23,7 @@ def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, nvfp4: bool, static: bool, fmt: 
                                + (f" (got {' '.join(n for n, _ in chosen)})" if chosen else ""))
     if static and not fp8:
         raise click.UsageError("--per-tensor-static goes with --fp8")
-    family = chosen[0][1]
-    layout = fmt or ("compressed-tensors" if family == "nvfp4" else "quark")
-    return for_flag(family, layout, static=static, w4a4=w4a4).name
+    return for_flag(chosen[0][1], fmt, static=static, w4a4=w4a4).name
 
 
 @click.command("quantize")
@@ -38,9 +37,10 @@ def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, nvfp4: bool, static: bool, fmt: 
 @click.option("--nvfp4", is_flag=True,
               help="NVFP4 weights (E2M1 + E4M3 scale per 16 inputs + F32 global scale), "
               "activations unquantized (compressed-tensors layout, llm-compressor's NVFP4A16).")
-@click.option("--format", "fmt", type=click.Choice(["quark", "compressed-tensors"]),
-              help="The quantization_config layout: quark (default for --fp8/--mxfp4) or "
-              "compressed-tensors (llm-compressor's; the only one for --nvfp4).")
+@click.option("--format", "fmt", type=click.Choice(LAYOUTS),
+              help="The quantization_config layout: quark (default for --fp8/--mxfp4), "
+              "compressed-tensors (llm-compressor's; default for --nvfp4) or modelopt "
+              "(NVIDIA ModelOpt's, --nvfp4 only).")
 @click.option("--per-tensor-static", "static", is_flag=True,
               help="With --fp8: static per-tensor activation scales (per-channel weights), "
               "calibrated on the draft's real inputs: target hidden states for EAGLE-3 / P-EAGLE "

@@ -13,6 +13,16 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.cli._options import (
+    device_option,
+    force_option,
+    json_option,
+    max_tokens_option,
+    out_option,
+    quiet_option,
+    seed_option,
+    target_option,
+)
 from speckit.errors import UsageError
 
 
@@ -29,6 +39,11 @@ def _int_list(value: str | None) -> list[int] | None:
     except ValueError as e:
         raise UsageError(f"--aux-layers {value!r} must be comma-separated integers, e.g. 2,15,27",
                          hint="id k = the residual stream entering target layer k") from e
+
+
+def _command_line() -> str:
+    """The command as the user typed it, for the draft's provenance."""
+    return "speckit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
 
 
 def _given_args(skip: tuple[str, ...]) -> list[str]:
@@ -50,9 +65,8 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 
 
 @train.command("eagle3")
-@click.option("-t", "--target", required=True, metavar="DIR|ID",
-              help="Target: a Hugging Face checkpoint directory or a built-in target id "
-              "(smollm2-135m-instruct).")
+@target_option("Target: a Hugging Face checkpoint directory or a built-in target id "
+               "(smollm2-135m-instruct).", required=True, metavar="DIR|ID")
 @click.option("--prompts", default="speckit-mix", show_default=True, metavar="SOURCES",
               help="Comma-separated prompt sources: speckit-mix (speckit's own templates; "
               "speckit-mix:chat+code for some of its sets), target-asks[:N], "
@@ -60,8 +74,7 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               "held out.")
 @click.option("--samples", default=2000, show_default=True, type=int,
               help="Number of training conversations.")
-@click.option("--max-tokens", default=512, show_default=True, type=int,
-              help="Longest on-policy answer, in tokens.")
+@max_tokens_option(512, "Longest on-policy answer, in tokens.")
 @click.option("--draft-vocab", default=None, type=int, metavar="V",
               help="Draft vocabulary size (most frequent answer tokens); default: the target's.")
 @click.option("--aux-layers", default=None, metavar="A,B,C",
@@ -86,9 +99,8 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               help="Padded tokens per batch (default 16384 on cuda, 2048 on cpu).")
 @click.option("--step-decay", default=0.8, show_default=True, type=float,
               help="Loss weight of TTT step j is decay**j.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
-              help="Default: cuda when available.")
+@seed_option()
+@device_option()
 @click.option("--engine", type=click.Choice(["auto", "vllm", "transformers"]), default="auto",
               show_default=True,
               help="Who generates the on-policy answers (auto: vLLM on CPU when installed).")
@@ -145,51 +157,38 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 @click.option("--data-only", is_flag=True,
               help="Stop after generating and capturing the data (runs with the same data "
               "flags and --work-dir reuse it).")
-@click.option("--force", is_flag=True, help="Replace OUT and start over.")
-@click.option("-o", "--out", required=True, type=click.Path(file_okay=False),
-              help="Output draft directory (speculators layout).")
-@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
+@force_option("Replace OUT and start over.")
+@out_option("Output draft directory (speculators layout).", required=True)
+@json_option()
+@quiet_option()
 @handle_errors
-def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, layers, shared_lm_head,
-           fc_norm, ttt_steps, epochs, lr, batch_tokens, step_decay, seed, device, engine, holdout,
-           eval_every, eval_k, work_dir, resume, save_every, fsdp, nproc, grad_accum,
-           data_order_seed, val_fraction, gen_batch, answers, select_prompts, soft_labels,
-           max_minutes, online, data_only, force, out, json_mode, quiet):
+def eagle3(aux_layers, nproc, json_mode, quiet, **same):
     """Train an EAGLE-3 draft on the target's own greedy answers and export it.
 
     The target answers every prompt with its chat template; its aux hidden states are captured
     to disk shards; the head is trained with the TTT loss; OUT is ready for speckit validate.
     """
     from speckit.train.common import check_online
-    from speckit.train.eagle3 import train_eagle3
+    from speckit.train.eagle3 import Eagle3Options, train_eagle3
 
-    check_online(online, fsdp=fsdp, nproc=nproc)
+    check_online(same["online"], fsdp=same["fsdp"], nproc=nproc)
     if nproc is not None and "RANK" not in os.environ:
         from speckit.train.launch import run_ranks
 
         run_ranks(nproc, ["train", "eagle3", *_given_args(("nproc", "device", "fsdp"))],
-                  device=device)
+                  device=same["device"])
         return
-    command = "speckit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    result = train_eagle3(
-        target=target, out=out, prompts=prompts, samples=samples, max_tokens=max_tokens,
-        draft_vocab=draft_vocab, aux_layers=_int_list(aux_layers), layers=layers,
-        shared_lm_head=shared_lm_head, fc_norm=fc_norm, ttt_steps=ttt_steps,
-        epochs=epochs, device=device, engine=engine, lr=lr, batch_tokens=batch_tokens,
-        seed=seed, holdout=holdout, eval_every=eval_every, eval_k=eval_k,
-        step_decay=step_decay, work_dir=work_dir, resume=resume, force=force, fsdp=fsdp,
-        save_every=save_every, grad_accum=grad_accum, data_order_seed=data_order_seed,
-        val_fraction=val_fraction, gen_batch=gen_batch, select_prompts=select_prompts,
-        answers=answers, soft_labels=soft_labels, online=online,
-        max_minutes=max_minutes, data_only=data_only, progress=progress_enabled(json_mode or quiet),
-        command=command)
+    # ``same``: the options whose destination is the Eagle3Options field of that name
+    options = Eagle3Options(**same, aux_layers=_int_list(aux_layers),
+                            progress=progress_enabled(json_mode or quiet),
+                            command=_command_line())
+    result = train_eagle3(options)
     if os.environ.get("RANK", "0") != "0":  # torchrun: rank 0 speaks for the job
         return
     if json_mode:
         print_json(result)
         return
-    if data_only:
+    if options.data_only:
         click.echo(f"data: {result.samples} conversations, {result.tokens} tokens "
                    f"({result.loss_tokens} trained) in {result.work_dir}")
         return
@@ -205,13 +204,12 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, layers
     if result.acceptance_length is not None:
         click.echo(f"vLLM acceptance on held-out prompts: AL {result.acceptance_length:.3f}")
     click.echo(f"wall: {result.wall_s:.0f} s {result.stage_s}")
-    click.echo(f"next: speckit validate --target {target} --draft {result.out}")
+    click.echo(f"next: speckit validate --target {options.target} --draft {result.out}")
 
 
 @train.command("dflash")
-@click.option("-t", "--target", required=True, metavar="DIR|ID",
-              help="Target: a Hugging Face checkpoint directory or a built-in target id "
-              "(smollm2-135m-instruct).")
+@target_option("Target: a Hugging Face checkpoint directory or a built-in target id "
+               "(smollm2-135m-instruct).", required=True, metavar="DIR|ID")
 @click.option("--data-dir", type=click.Path(file_okay=False, exists=True),
               help="Shards captured before (a data-* folder of `train eagle3 --data-only`); "
               "default: run or reuse eagle3's data stage in --work-dir.")
@@ -219,8 +217,7 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, layers
               help="Prompt sources of the data stage (as train eagle3).")
 @click.option("--samples", default=2000, show_default=True, type=int,
               help="Number of training conversations (data stage).")
-@click.option("--max-tokens", default=512, show_default=True, type=int,
-              help="Longest on-policy answer, in tokens (data stage).")
+@max_tokens_option(512, "Longest on-policy answer, in tokens (data stage).")
 @click.option("--aux-layers", default=None, metavar="A,B,C",
               help="Target aux layer ids (vLLM convention, as train eagle3); default: eagle3's "
               "default, or the ids the --data-dir shards hold.")
@@ -250,9 +247,8 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, layers
               help="Loss weight of mask slot i is exp(-(i-1)/gamma).")
 @click.option("--val-fraction", default=0.02, show_default=True, type=float,
               help="Share of captured conversations held out for the acceptance simulator.")
-@click.option("--seed", default=0, show_default=True, type=int)
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
-              help="Default: cuda when available.")
+@seed_option()
+@device_option()
 @click.option("--engine", type=click.Choice(["auto", "vllm", "transformers"]), default="auto",
               show_default=True, help="Who generates the answers in the data stage.")
 @click.option("--work-dir", type=click.Path(file_okay=False),
@@ -260,35 +256,26 @@ def eagle3(target, prompts, samples, max_tokens, draft_vocab, aux_layers, layers
 @click.option("--resume", is_flag=True, help="Continue from the last epoch checkpoint.")
 @click.option("--max-minutes", default=0.0, type=float, show_default=True,
               help="Stop training at the first step past this, then evaluate and export.")
-@click.option("--force", is_flag=True, help="Replace OUT and start over.")
-@click.option("-o", "--out", required=True, type=click.Path(file_okay=False),
-              help="Output draft directory (speculators dflash layout).")
-@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
+@force_option("Replace OUT and start over.")
+@out_option("Output draft directory (speculators dflash layout).", required=True)
+@json_option()
+@quiet_option()
 @handle_errors
-def dflash(target, data_dir, prompts, samples, max_tokens, aux_layers, layers, block_size,
-           mask_token_id, init_from, causal, tie_k_norm, epochs, lr, batch_tokens, blocks_per_seq,
-           pos_gamma, val_fraction, seed, device, engine, work_dir, resume, max_minutes, force,
-           out, json_mode, quiet):
+def dflash(aux_layers, json_mode, quiet, **same):
     """Train a DFlash (block-parallel) draft on the target's own greedy answers and export it.
 
     Trains on eagle3's hidden-state shards; each epoch ends with an offline acceptance
     simulation (vLLM's greedy rule) on held-out conversations and the best epoch is exported.
     """
     from speckit.train.dflash import train_dflash
+    from speckit.train.options import DflashOptions
 
-    command = "speckit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    result = train_dflash(
-        target=target, out=out, data_dir=data_dir, prompts=prompts, samples=samples,
-        max_tokens=max_tokens, aux_layers=_int_list(aux_layers), layers=layers,
-        block_size=block_size, mask_token_id=mask_token_id, causal=causal,
-        tie_k_norm=tie_k_norm, init_from=init_from,
-        epochs=epochs, lr=lr,
-        batch_tokens=batch_tokens, blocks_per_seq=blocks_per_seq, pos_gamma=pos_gamma,
-        val_fraction=val_fraction, seed=seed, device=device, engine=engine, work_dir=work_dir,
-        resume=resume, force=force, max_minutes=max_minutes,
-        progress=progress_enabled(json_mode or quiet),
-        log=(lambda m: None) if (json_mode or quiet) else None, command=command)
+    # ``same``: the options whose destination is the DflashOptions field of that name
+    options = DflashOptions(**same, aux_layers=_int_list(aux_layers),
+                            progress=progress_enabled(json_mode or quiet),
+                            log=(lambda m: None) if (json_mode or quiet) else None,
+                            command=_command_line())
+    result = train_dflash(options)
     if json_mode:
         print_json(result)
         return
@@ -300,4 +287,4 @@ def dflash(target, data_dir, prompts, samples, max_tokens, aux_layers, layers, b
         click.echo(f"simulated acceptance (k={result.block_size - 1}): AL "
                    f"{result.acceptance_length:.3f}, per position [{pos}]")
     click.echo(f"wall: {result.wall_s:.0f} s {result.stage_s}")
-    click.echo(f"next: speckit validate --target {target} --draft {result.out}")
+    click.echo(f"next: speckit validate --target {options.target} --draft {result.out}")

@@ -8,6 +8,20 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
+from speckit.cli._options import (
+    draft_option,
+    engine_arg_option,
+    force_option,
+    json_option,
+    k_option,
+    max_tokens_option,
+    method_option,
+    out_option,
+    quiet_option,
+    seed_option,
+    target_option,
+    tp_option,
+)
 from speckit.errors import UsageError
 
 
@@ -24,8 +38,6 @@ def _parse_sweep(value: str | None) -> list[int] | None:
     return ks
 
 
-
-
 def _parse_batches(value: str | None) -> list[int] | None:
     if value is None:
         return None
@@ -37,33 +49,28 @@ def _parse_batches(value: str | None) -> list[int] | None:
 
 
 @click.command("validate")
-@click.option("-t", "--target", required=True,
-              help="Target model: directory, registry id or Hub repo.")
-@click.option("-d", "--draft", help="Draft checkpoint: directory, registry id or Hub repo.")
-@click.option("-m", "--method", help="Speculative method (default: detected from the draft).")
-@click.option("-k", "--num-speculative-tokens", "k", type=int,
-              help="k (num_speculative_tokens) for a single run.")
+@target_option("Target model: directory, registry id or Hub repo.", required=True)
+@draft_option()
+@method_option()
+@k_option("k (num_speculative_tokens) for a single run.", type=int)
 @click.option("--sweep", help="Comma-separated k values: measure the largest, derive the rest, "
               "recommend and confirm the best (at most 3 engine starts).")
 @click.option("--dataset", default="mixed", show_default=True,
               help="mixed, math, code, chat, humaneval, mtbench, gsm8k, math500, mbpp, or a "
               ".jsonl file with a prompt or messages field.")
 @click.option("--num-prompts", type=int, default=32, show_default=True)
-@click.option("--max-tokens", type=int, default=128, show_default=True)
+@max_tokens_option(128)
 @click.option("--temperature", type=float, default=0.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@seed_option()
 @click.option("--thinking/--no-thinking", default=False, show_default=True,
               help="enable_thinking for chat templates that have the switch (recorded).")
 @click.option("--concurrency", type=int, default=1, show_default=True,
               help="Requests in flight (vLLM max_num_seqs) during the timed runs.")
-@click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True,
-              help="Tensor parallel size.")
-@click.option("--engine-arg", "engine_arg", multiple=True, metavar="KEY=VALUE",
-              help="Passed to vllm.LLM as is (repeatable), e.g. gpu_memory_utilization=0.85.")
+@tp_option()
+@engine_arg_option("Passed to vllm.LLM as is (repeatable), e.g. gpu_memory_utilization=0.85.")
 @click.option("--compare-draft", help="A second draft measured on the same prompts and k.")
-@click.option("-o", "--out", type=click.Path(file_okay=False),
-              help="Write spec-config.json, serve-command.sh, report.json, report.md, plots, logs.")
-@click.option("--force", is_flag=True, help="Start vLLM even when speckit plan says it won't fit.")
+@out_option("Write spec-config.json, serve-command.sh, report.json, report.md, plots, logs.")
+@force_option("Start vLLM even when speckit plan says it won't fit.")
 @click.option("--no-confirm", is_flag=True, help="With --sweep: skip the confirmation run.")
 @click.option("--cpu-threads", type=int, default=1, show_default=True,
               help="OpenMP threads of a CPU engine when OMP_NUM_THREADS is not set (0: all "
@@ -79,34 +86,32 @@ def _parse_batches(value: str | None) -> list[int] | None:
               "use it in the spec-config and serve line.")
 @click.option("--serve-tp", type=int, default=1, show_default=True,
               help="Tensor parallel size of the serving deployment (with --serve-gpu).")
+@click.option("--gpu-profile", "serve_profile", type=click.Path(dir_okay=False, exists=True),
+              help="A GPU profile from speckit calibrate for the --serve-gpu projection "
+              "(default: the one calibrate wrote for that GPU, else the shipped H200 fit).")
 @click.option("--compare-acceptance-only/--compare-timed", default=None,
               help="Time the compare draft or measure its acceptance only (default: acceptance "
               "only when its quantized matmuls are emulated on this machine).")
 @click.option("--compare-budget", type=float, default=90.0, show_default=True,
               help="Seconds an acceptance-only compare run may take (whole prompts).")
-@click.option("--json", "json_mode", is_flag=True, help="Print the report as JSON.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
+@json_option("the report")
+@quiet_option()
 @handle_errors
-def validate_cmd(target, draft, method, k, sweep, dataset, num_prompts, max_tokens, temperature,
-                 seed, thinking, concurrency, tp, engine_arg, compare_draft, out, force,
-                 no_confirm, cpu_threads, timeout, batch_sizes, serve_gpu, serve_tp,
-                 compare_acceptance_only, compare_budget, json_mode, quiet):
+def validate_cmd(sweep, engine_arg, no_confirm, cpu_threads, timeout, batch_sizes,
+                 compare_budget, json_mode, quiet, **same):
     """Measure acceptance (AL, per position), throughput vs baseline and losslessness on vLLM.
 
     Writes the --speculative-config and the `vllm serve` line for the measured (or best) k.
     """
-    from speckit.validate import print_report, validate
+    from speckit.validate import ValidateOptions, print_report, validate
 
-    report = validate(target=target, draft=draft, method=method, k=k, sweep=_parse_sweep(sweep),
-                      dataset=dataset, num_prompts=num_prompts, max_tokens=max_tokens,
-                      temperature=temperature, seed=seed, thinking=thinking,
-                      concurrency=concurrency, tp=tp, engine_args=parse_engine_args(engine_arg),
-                      compare_draft=compare_draft, out=out, force=force, confirm=not no_confirm,
-                      timeout_s=timeout, cpu_threads=cpu_threads or None,
-                      batch_sizes=_parse_batches(batch_sizes), serve_gpu=serve_gpu,
-                      serve_tp=serve_tp, compare_acceptance_only=compare_acceptance_only,
-                      compare_budget_s=compare_budget,
-                      progress=progress_mode(json_mode, quiet))
+    # ``same``: the options whose destination is the ValidateOptions field of that name
+    options = ValidateOptions(
+        **same, sweep=_parse_sweep(sweep), engine_args=parse_engine_args(engine_arg),
+        confirm=not no_confirm, timeout_s=timeout, cpu_threads=cpu_threads or None,
+        batch_sizes=_parse_batches(batch_sizes), compare_budget_s=compare_budget,
+        progress=progress_mode(json_mode, quiet))
+    report = validate(options)
     if json_mode:
         print_json(report.to_dict())
     else:

@@ -6,12 +6,14 @@ on demand.
 
 from __future__ import annotations
 
+import array
 import contextlib
 import json
 import math
 import os
 import stat
 import struct
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -394,6 +396,37 @@ def read_index(index: Path) -> dict[str, Any]:
     return data
 
 
+def read_bytes(ck: Checkpoint, name: str) -> bytes:
+    """All bytes of one (small) tensor, without torch for safetensors inputs."""
+    info = ck.tensors[name]
+    if ck.format == "pickle":
+        import torch
+
+        t = ck.get(name).detach().contiguous().reshape(-1)
+        return t.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+    with open(ck.path / info.file, "rb") as f:
+        f.seek(info.offsets[0])
+        data = f.read(info.nbytes)
+    if len(data) != info.nbytes:
+        raise FormatError(f"{ck.path / info.file}: tensor {name!r} is truncated")
+    return data
+
+
+def read_ints(ck: Checkpoint, name: str) -> list[int]:
+    """An integer or bool tensor as a flat Python list (d2t, t2d, token_ordering ...)."""
+    info = ck.tensors[name]
+    codes = {"I64": "q", "I32": "i", "I16": "h", "I8": "b", "U8": "B", "BOOL": "B", "U16": "H",
+             "U32": "I", "U64": "Q"}
+    if info.dtype not in codes:
+        raise FormatError(f"{ck.path}: tensor {name!r} is {info.dtype}, expected an integer or "
+                          f"bool tensor")
+    arr = array.array(codes[info.dtype])
+    arr.frombytes(read_bytes(ck, name))
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return arr.tolist()
+
+
 # ---- writing ----------------------------------------------------------------------------------
 
 @dataclass
@@ -407,7 +440,9 @@ class CheckpointWriter:
     """Write tensors into sharded safetensors one at a time, never holding a shard in memory.
 
     The full list of (name, dtype, shape) is declared first, so every header can be written up
-    front; each tensor is then written straight to its offset.
+    front; each tensor is then written straight to its offset. Used as a context manager, a
+    failure inside the block closes every shard (``abort``) and a clean exit closes the writer if
+    ``close`` was not called.
     """
 
     def __init__(self, out_dir: Path, specs: list[tuple[str, str, tuple[int, ...]]], *,
@@ -445,6 +480,7 @@ class CheckpointWriter:
         self.slots: dict[str, _Slot] = {}
         self._written: set[str] = set()
         self._handles = {}
+        self._closed = False
         for fname, group in zip(self.files, groups, strict=True):
             header: dict[str, Any] = {"__metadata__": self.metadata}
             off = 0
@@ -520,8 +556,36 @@ class CheckpointWriter:
                               f"declared {slot.info.nbytes}")
         self._written.add(name)
 
+    def copy_range(self, name: str, src_file: Path, begin: int, nbytes: int) -> None:
+        """Write a declared tensor from ``nbytes`` bytes of ``src_file`` starting at ``begin``,
+        copied in the kernel where the OS allows it (the bytes never pass through Python)."""
+        with open(src_file, "rb") as src:
+            if os.fstat(src.fileno()).st_size < begin + nbytes:
+                raise FormatError(f"{src_file}: ends inside tensor {name!r}",
+                                  hint="the file is truncated; re-fetch it")
+            self.write_bytes(name, [(src.fileno(), begin, nbytes)])
+
+    def abort(self) -> None:
+        """Close every shard without checking or indexing anything (the caller discards the
+        directory); safe to call more than once."""
+        self._closed = True
+        for fh, _ in self._handles.values():
+            with contextlib.suppress(OSError):
+                fh.close()
+
+    def __enter__(self) -> CheckpointWriter:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            self.abort()
+        elif not self._closed:
+            self.close()
+        return False
+
     def close(self) -> list[str]:
         missing = sorted(set(self.slots) - self._written)
+        self._closed = True
         for fh, _ in self._handles.values():
             fh.close()
         if missing:

@@ -49,7 +49,8 @@ def unclipped(table):
 
 def print_table(console, table) -> None:
     """Print a rich Table whole: off a terminal at its natural width when the console is
-    narrower (a log or file keeps every row on one line), on one folded, never ellipsized."""
+    narrower (a log or file keeps every row on one line) and without trailing blanks, on one
+    folded, never ellipsized."""
     from rich.measure import Measurement
 
     unclipped(table)
@@ -62,9 +63,14 @@ def print_table(console, table) -> None:
     need = Measurement.get(console, console.options.update_width(OFF_TTY_WIDTH), table).maximum
     console.width = max(width, need)
     try:
-        console.print(table)
+        with console.capture() as captured:
+            console.print(table)
     finally:
         console.width = width
+    # a grid pads every row to its widest one: a log or file gets no trailing blanks
+    # (through console.out, not the file, so a recording console keeps it)
+    console.out("".join(line.rstrip() + "\n" for line in captured.get().splitlines()),
+                highlight=False, end="")
 
 
 __all__ = ["OFF_TTY_WIDTH", "output_console", "output_width", "print_table", "unclipped"]

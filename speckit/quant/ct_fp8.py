@@ -9,6 +9,7 @@ sequence is the reference's, so the bytes match it bit for bit (tests/test_quant
 from __future__ import annotations
 
 from speckit.quant.chunks import ErrorStats, run_chunks
+from speckit.quant.fp8 import E4M3_BITS_SCALE, e4m3_to_float
 
 FP8_MAX = 448.0
 
@@ -36,11 +37,12 @@ def quantize_weight(w, *, stats: ErrorStats | None = None, group_amax=None,
         s = amax / FP8_MAX  # in the weight dtype, as the reference's observer computes it
         s = torch.where(s == 0, torch.tensor(eps, dtype=s.dtype, device=s.device), s)
         # the reference adds its (zero) zero point: -0.0 becomes +0.0
-        q = (x / s + torch.zeros((), dtype=w.dtype, device=w.device)).clamp_(-FP8_MAX, FP8_MAX)
+        q = (x / s).add_(0.0).clamp_(-FP8_MAX, FP8_MAX)
         scale[sl] = s
         out[sl] = q.to(torch.float8_e4m3fn)
-        if part is not None:
-            part.add(w[sl].float() - out[sl].float() * s.float(), w[sl])
+        if part is not None:  # the bit-move dequantization: torch's fp8 cast is slow on CPU
+            deq = e4m3_to_float(out[sl]) * (s.float() * E4M3_BITS_SCALE)
+            part.add(x.float() - deq, x, ref_max=float(amax.max()) if amax.numel() else 0.0)
 
     run_chunks(w, one, stats=stats, chunk_elems=chunk_elems)
     return out, scale

@@ -6,10 +6,7 @@ sequence is Quark's own, so the stored bytes match it bit for bit (tests/test_qu
 
 from __future__ import annotations
 
-import functools
-
 from speckit.quant.chunks import ErrorStats, run_chunks
-from speckit.quant.mxfp4 import lookup
 
 FP8_MAX = 448.0
 EPS = 2.0 ** -23  # float32 eps: Quark's scale for an all-zero row or tensor
@@ -43,18 +40,24 @@ def _quantize_rows(w, scale_rows, stats: ErrorStats | None):
     q = q.clamp_(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
     if stats is not None:
         sr = scale_rows[:, None] if scale_rows.dim() else scale_rows
-        # fp8 -> float32 through a 256-entry table: torch's elementwise conversion is slow on CPU
-        deq = lookup(_fp8_table(str(w.device)), q.view(torch.uint8).to(torch.int32)) * sr
+        # fp8 -> float32 by moving bits: torch's elementwise conversion is slow on CPU
+        deq = e4m3_to_float(q) * (sr * E4M3_BITS_SCALE)
         stats.add(w.float() - deq, w)
     return q
 
 
-@functools.cache
-def _fp8_table(device: str):
+def e4m3_to_float(q):
+    """float8_e4m3fn -> float32, exactly, by moving the bits into a float16 (exponent and
+    mantissa fit, subnormals included) scaled by 2^-8: about twice as fast on CPU as torch's
+    elementwise conversion or a 256-entry table lookup. The 2^8 is left to the caller's scale
+    (``e4m3_to_float(q) * (s * 256)``); NaN codes are never written (values are clamped)."""
     import torch
 
-    return torch.arange(256, dtype=torch.int32).to(torch.uint8).view(
-        torch.float8_e4m3fn).float().to(device)
+    b = q.view(torch.uint8).to(torch.int16)
+    return (((b & 0x80) << 8) | ((b & 0x7F) << 7)).view(torch.float16).float()
+
+
+E4M3_BITS_SCALE = 256.0  # e4m3_to_float(q) * 256 == q.float()
 
 
 def _check_finite(amax, what: str) -> None:

@@ -64,16 +64,16 @@ def _quantize_rows(x, gscale, stats: ErrorStats | None):
     s = torch.where(s == 0, torch.tensor(0.125, device=x.device), s)
     eff = (s / gscale).unsqueeze(-1)  # F32
     scaled = x.float().unflatten(-1, (-1, GROUP)) / eff + 0.0  # the zero point: -0.0 -> +0.0
-    codes = _e2m1_codes(scaled.clamp(-FP4_MAX, FP4_MAX))
+    codes = e2m1_codes(scaled.clamp(-FP4_MAX, FP4_MAX))
     if stats is not None:
-        deq = _table(str(x.device)).index_select(0, codes.reshape(-1).long()).view(codes.shape)
+        deq = table(str(x.device)).index_select(0, codes.reshape(-1).long()).view(codes.shape)
         stats.add((g.float() - deq * eff).flatten(1), x)
     flat = codes.flatten(1)
     packed = (flat[:, 0::2] | (flat[:, 1::2] << 4)).to(torch.uint8)
     return packed, s.to(torch.float8_e4m3fn)
 
 
-def _e2m1_codes(v):
+def e2m1_codes(v):
     """E2M1 code (sign bit 3) of each value, rounding half to even as compressed-tensors'
     cast_to_fp4 does; the sign bit follows the value's sign bit (a negative value that rounds
     to zero is -0, code 8)."""
@@ -89,7 +89,7 @@ def _e2m1_codes(v):
 
 
 @functools.cache
-def _table(device: str):
+def table(device: str):
     import torch
 
     vals = list(_VALUES) + [-v for v in _VALUES]
@@ -102,6 +102,6 @@ def dequantize(packed, scales, gscale, *, dtype=None):
 
     lo, hi = (packed & 0x0F).long(), (packed >> 4).long()
     codes = torch.stack([lo, hi], dim=-1).flatten(1)
-    vals = _table(str(packed.device)).index_select(0, codes.reshape(-1)).view(codes.shape)
+    vals = table(str(packed.device)).index_select(0, codes.reshape(-1)).view(codes.shape)
     eff = (scales.float() / gscale.float()).repeat_interleave(GROUP, dim=1)
     return (vals * eff).to(dtype or torch.float32)

@@ -18,9 +18,14 @@ def matches(entry: str, module: str) -> bool:
     return entry == module
 
 
-def check_entry(entry: str) -> None:
+def check_entry(entry: str, *, regex: bool = True) -> None:
+    """One --exclude entry; ``regex``: the scheme's loader reads `re:` entries."""
     if not entry or entry.strip() != entry:
         raise UsageError(f"--exclude {entry!r}: empty or padded with spaces")
+    if entry.startswith("re:") and not regex:
+        raise UsageError(f"--exclude {entry!r}: this layout's exclude list takes no regex "
+                         "(vLLM's ModelOpt loader matches names and fnmatch wildcards)",
+                         hint="pass the vLLM run-time module names (with --target-layers L)")
     if entry.startswith("re:"):
         try:
             re.compile(entry[3:])

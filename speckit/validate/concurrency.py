@@ -136,15 +136,19 @@ def _fit_report(rep: ConcurrencyReport, pairs: list[tuple[int, float, float]],
 def project_serve(rep: ConcurrencyReport, *, gpu: str, tp: int, method: str,
                   target_config: Mapping[str, Any], draft_config: Mapping[str, Any] | None,
                   draft_tensors: Sequence[tuple[str, Sequence[int]]],
-                  per_position: Sequence[float], max_batch: int = 256) -> None:
-    """The serving GPU's projected table and schedule (the H200-fitted constants, this run's
-    acceptance); it becomes the schedule the spec-config carries."""
+                  per_position: Sequence[float], max_batch: int = 256,
+                  profile: str | None = None) -> None:
+    """The serving GPU's projected table and schedule (plan's model: the H200-fitted constants,
+    or ``profile`` from speckit calibrate; this run's acceptance); it becomes the schedule the
+    spec-config carries."""
+    from speckit.calibrate import load_profile
     from speckit.core.jsonable import to_jsonable
     from speckit.speed import project_speed
 
     sp = project_speed(target_config=target_config, method=method, draft_config=draft_config,
                        draft_tensors=draft_tensors, acceptance=list(per_position),
-                       gpu=get_gpu(gpu), tp=tp, max_batch=max_batch)
+                       gpu=get_gpu(gpu), tp=tp, max_batch=max_batch,
+                       constants=load_profile(profile) if profile else None)
     rep.serve = to_jsonable(sp)
     rep.schedule_source = f"{sp.gpu} x TP={tp} (projected)"
 

@@ -42,6 +42,9 @@ class ProbePoint:
     q: int
     ctx: int
     seconds: float = float("nan")
+    # attention packs the query heads of a KV head as rows for q > 1 (vLLM's kernels); False:
+    # PyTorch SDPA's own GQA (packed only at q = 1), the attention bench/step_costs.py measured
+    packed: bool = True
 
 
 def probe_plan() -> list[ProbePoint]:
@@ -56,6 +59,13 @@ def probe_plan() -> list[ProbePoint]:
         (128, 4, 4096))]
     pts += [ProbePoint("attn", "gqa8b", b, q, ctx) for b, q, ctx in (
         (1, 1, 4096), (32, 1, 4096), (32, 4, 4096), (128, 4, 1024), (128, 1, 8192))]
+    # the same pieces with SDPA's unpacked q > 1 attention: without these the probe never sees
+    # attention compute (packed rows keep it memory-bound), and the fit leaves attn_flop_frac
+    # wherever the bounds let it go
+    pts += [ProbePoint("layers", "dense4", b, q, ctx, packed=False) for b, q, ctx in (
+        (32, 4, 4096), (128, 4, 1024), (128, 2, 4096), (64, 8, 1024))]
+    pts += [ProbePoint("attn", "gqa8b", b, q, ctx, packed=False) for b, q, ctx in (
+        (32, 4, 4096), (128, 4, 1024), (128, 2, 4096), (64, 8, 4096), (16, 8, 8192))]
     return pts
 
 
@@ -68,7 +78,11 @@ PROFILE_BOUNDS = {**BOUNDS, "flop_frac_large": (1e-3, 2.0), "moe_layer_overhead_
                   "mla_flop_frac": (1e-3, 2.0)}
 
 
+PRIOR_WEIGHT = 0.05  # per e-fold away from the shipped constant
+
+
 def model_seconds(p: ProbePoint, gpu: GPU, c: _steps.StepConstants) -> float:
+    c = replace(c, gqa_pack="always" if p.packed else "decode")
     return _steps.piece_step(p.kind, PROBE_SHAPES[p.shape], batch=p.batch, q=p.q, ctx=p.ctx,
                              gpu=gpu, constants=c).total_s
 
@@ -96,7 +110,9 @@ def fit_profile(points: Sequence[ProbePoint], gpu: GPU, *, start: _steps.StepCon
 
     def residuals(vals: Mapping[str, float]) -> list[float]:
         c = replace(base, **vals)
-        return [math.log(model_seconds(p, gpu, c) / p.seconds) for p in good]
+        # a weak pull towards the shipped fit holds a constant no probe point pins down
+        return [math.log(model_seconds(p, gpu, c) / p.seconds) for p in good] + [
+            PRIOR_WEIGHT * math.log(vals[f] / getattr(base, f)) for f in PROFILE_FIELDS]
 
     best = fit_log_params(residuals, {f: getattr(base, f) for f in PROFILE_FIELDS},
                           PROFILE_BOUNDS, what="the calibration timings")

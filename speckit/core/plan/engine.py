@@ -15,7 +15,11 @@ token_s: per generated token (output processing, detokenizing, stop checks, per-
 spec_step_s: rejection sampler and proposer bookkeeping once per speculative step.
 draft_pass_s: per drafter forward pass (the proposer launches each pass on its own).
 The values are fitted to published throughput ratios by bench/projection_vs_published.py
-(speckit/data/engine_costs.json); "ideal" (all zero) is what plain torch + CUDA graphs measure.
+(speckit/data/engine_costs.json): one set, fitted on vLLM and SGLang sources on AMD and NVIDIA
+GPUs together and applied to every engine and GPU -- they are host-side and launch costs
+(scheduler, sampler, bookkeeping, kernel tails), which a GPU's rates do not scale. A file may
+instead hold one set per engine ("engines": {"vllm": ..., "sglang": ...}). "ideal" (all zero) is
+what plain torch + CUDA graphs measure.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from speckit.errors import FormatError
 
 ENGINE_PATH = PACKAGE_DIR / "data" / "engine_costs.json"
 ENGINE_FIELDS = ("step_s", "graph_layer_s", "token_s", "spec_step_s", "draft_pass_s")
+ENGINES = ("vllm", "sglang")
 
 
 @dataclass(frozen=True)
@@ -54,9 +59,9 @@ class EngineCosts:
 IDEAL = EngineCosts()
 
 
-def load_engine(path: str | Path | None = None, *, vendor: str | None = None) -> EngineCosts:
-    """The fitted engine terms shipped with speckit for a GPU vendor: ideal where the file is
-    absent or its terms were not fitted on that vendor's engine (its "vendors" list)."""
+def load_engine(path: str | Path | None = None, *, engine: str = "vllm") -> EngineCosts:
+    """The fitted terms of one serving engine shipped with speckit (ideal where the file is
+    absent). The same terms apply on every GPU."""
     p = Path(path) if path is not None else ENGINE_PATH
     try:
         raw = json.loads(p.read_text())
@@ -64,11 +69,11 @@ def load_engine(path: str | Path | None = None, *, vendor: str | None = None) ->
         return IDEAL
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise FormatError(f"{p}: not valid JSON ({e})") from e
-    vals = raw.get("engine", raw)
-    vendors = raw.get("vendors")
-    if vendor is not None and isinstance(vendors, list) and vendor not in vendors:
-        return EngineCosts(source=f"no engine terms fitted for {vendor} GPUs yet: ideal steps "
-                           f"(the shipped terms were fitted on {', '.join(vendors)})")
+    sets = raw.get("engines") or dict.fromkeys(ENGINES, raw.get("engine", raw))
+    if engine not in sets:
+        raise FormatError(f"{p}: no engine terms for {engine!r}",
+                          hint="fitted engines: " + ", ".join(sorted(sets)))
+    vals = sets[engine]
     known = {f.name for f in fields(EngineCosts)}
     unknown = sorted(set(vals) - known)
     if unknown:
@@ -78,7 +83,8 @@ def load_engine(path: str | Path | None = None, *, vendor: str | None = None) ->
 
 
 def save_engine(e: EngineCosts, path: Path, *, extra: dict[str, Any] | None = None) -> None:
+    """Write one set of terms for every engine."""
     path.write_text(json.dumps({"engine": asdict(e), **(extra or {})}, indent=2) + "\n")
 
 
-__all__ = ["ENGINE_FIELDS", "IDEAL", "EngineCosts", "load_engine", "save_engine"]
+__all__ = ["ENGINES", "ENGINE_FIELDS", "IDEAL", "EngineCosts", "load_engine", "save_engine"]

@@ -37,9 +37,7 @@ def native_compute(gpu: GPU, scheme: str) -> bool:
     if gpu.fp8_flops <= 0 or scheme not in core_quant.SCHEMES:
         return False
     q = core_quant.SCHEMES[scheme]
-    if q.capability == "mxfp4":  # MXFP4 matmuls where the part lists the format native
-        return gpu.native("mxfp4")
-    return q.activations.startswith("fp8") and gpu.native(q.capability)
+    return q.native_matmul and gpu.native(q.capability)
 
 
 def scheme_of_config(config: dict) -> tuple[str, str]:

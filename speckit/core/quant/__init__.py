@@ -8,8 +8,9 @@ from speckit.core.quant.table import (
     draft_quant_suggestions,
     for_flag,
     get,
+    gpu_support,
     recognise,
 )
 
 __all__ = ["LAYOUTS", "SCHEMES", "QuantScheme", "TensorOut", "draft_quant_suggestions", "for_flag",
-           "get", "recognise"]
+           "get", "gpu_support", "recognise"]

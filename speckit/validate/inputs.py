@@ -1,0 +1,218 @@
+"""validate's inputs: flags checked, target/draft resolved and read, the method picked, the
+k values and prompts chosen, the output directories made; all before any engine starts.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from speckit.core import methods as _methods
+from speckit.core.methods import MethodSpec
+from speckit.errors import PlanError, SpeckitError, UsageError
+from speckit.io import host
+from speckit.io.output import check_output, output_errors
+from speckit.validate.options import ValidateOptions
+from speckit.validate.prompts import load_prompts
+
+
+@dataclass
+class Inputs:
+    tpath: Path
+    tname: str
+    tcfg: dict[str, Any]
+    dpath: Path | None
+    dname: str | None
+    dcfg: dict[str, Any]
+    spec: MethodSpec
+    cpu: bool
+    ks: list[int]
+    prompts: Any  # PromptSet
+    cpath: Path | None
+    cname: str | None
+    ccfg: dict[str, Any]
+
+    @property
+    def k_max(self) -> int:
+        return max(self.ks)
+
+
+def check_args(opts: ValidateOptions) -> dict[str, Any]:
+    """The options that conflict or are out of range refused; the engine arguments to use."""
+    k, sweep, max_tokens, temperature = opts.k, opts.sweep, opts.max_tokens, opts.temperature
+    concurrency, tp = opts.concurrency, opts.tp
+    if k is not None and sweep:
+        raise UsageError("-k and --sweep do not combine", hint="--sweep already picks k")
+    if max_tokens < 2:
+        raise UsageError(f"--max-tokens must be >= 2 (got {max_tokens})")
+    if temperature < 0:
+        raise UsageError(f"--temperature must be >= 0 (got {temperature})")
+    if concurrency < 1 or tp < 1:
+        raise UsageError("--concurrency and --tp must be >= 1")
+    eargs = dict(opts.engine_args or {})
+    for bad, flag in (("speculative_config", "--draft/--method/-k"),
+                      ("tensor_parallel_size", "--tp"), ("model", "--target")):
+        if bad in eargs:
+            raise UsageError(f"--engine-arg {bad} is set by speckit validate", hint=f"use {flag}")
+    return eargs
+
+
+def gather_inputs(opts: ValidateOptions, warnings: list[str]) -> Inputs:
+    """Target, draft and compare draft resolved and read, the method picked, the k values and
+    the prompts; refusals that need no engine happen here."""
+    target, draft, method, compare_draft = opts.target, opts.draft, opts.method, opts.compare_draft
+    tpath, tname = resolve_input(target, role="target")
+    tcfg = _config(tpath, what="target")
+    _check_chat_template(tpath, name=tname)
+    dpath = dname = None
+    dcfg: dict[str, Any] = {}
+    if draft is not None:
+        dpath, dname = resolve_input(draft, role="draft")
+        dcfg = _config(dpath, what="draft")
+    spec = _pick_method(method, dcfg if draft else None, draft)
+    if spec.has_checkpoint and dpath is None and not _draft_in_target(spec):
+        raise UsageError(f"method {spec.name} needs a draft checkpoint", hint="pass --draft")
+    cpu = host.engine_on_cpu()
+    if cpu and spec.cpu_supported is False:
+        raise PlanError(f"method {spec.name} cannot run on vLLM's CPU backend (it needs the V2 "
+                        "model runner on CUDA/ROCm)", hint="validate it on a GPU machine")
+    ks = _k_plan(spec, dcfg, k=opts.k, sweep=opts.sweep, warnings=warnings)
+    prompts = load_prompts(opts.dataset, num_prompts=opts.num_prompts)
+    if prompts.skipped:
+        warnings.append(f"{len(prompts.skipped)} prompt rows skipped; first: {prompts.skipped[0]}")
+    cpath = cname = None
+    ccfg: dict[str, Any] = {}
+    if compare_draft is not None:
+        if not spec.has_checkpoint:
+            raise UsageError("--compare-draft needs a method with a draft checkpoint")
+        cpath, cname = resolve_input(compare_draft, role="draft")
+        ccfg = _config(cpath, what="compare draft")
+    return Inputs(tpath, tname, tcfg, dpath, dname, dcfg, spec, cpu, ks, prompts, cpath, cname,
+                  ccfg)
+
+
+def pick_batch_sizes(given: Sequence[int] | None, *, cpu: bool, concurrency: int) -> list[int]:
+    from speckit.validate.concurrency import default_batches
+
+    batches = default_batches(cpu=cpu) if given is None else sorted({int(b) for b in given})
+    if any(b < 1 for b in batches):
+        raise UsageError(f"--batch-sizes {batches}: every batch size must be >= 1")
+    if batches and len(batches) < 3:
+        raise UsageError(f"--batch-sizes {batches}: the step-model fit needs >= 3 sizes",
+                         hint="e.g. --batch-sizes 1,2,4,8,16, or --batch-sizes '' to skip")
+    return batches
+
+
+def output_dirs(out, inp: Inputs, dataset) -> tuple[Path | None, Path]:
+    if out is None:
+        return None, Path(tempfile.mkdtemp(prefix="speckit-validate-"))
+    # a report dir written into, never inside an input
+    outdir = check_output(out, {"--target": inp.tpath, "--draft": inp.dpath,
+                                "--compare-draft": inp.cpath, "--dataset": Path(str(dataset))},
+                          force=True, flag="--out", reuse=True)
+    with output_errors(outdir):
+        outdir.mkdir(parents=True, exist_ok=True)
+    return outdir, outdir / "logs"
+
+
+def resolve_input(ref: str | Path, *, role: str) -> tuple[Path, str]:
+    """A local directory for a path, registry id or Hub repo id (fetched, pinned, offline-safe)."""
+    from speckit.io.refs import resolve
+
+    path = resolve(str(ref), role=role).path.resolve()
+    if role == "target" and not any((path / f).exists() for f in ("tokenizer.json",
+                                                                   "tokenizer.model",
+                                                                   "tokenizer_config.json")):
+        raise UsageError(f"target {ref} ({path}) has no tokenizer files",
+                         hint="validate needs the target's tokenizer and chat template: pass a "
+                         "local directory with them, or fetch the draft with --with-target")
+    return path, str(ref)
+
+
+def _check_chat_template(path: Path, *, name: str) -> None:
+    """Every prompt goes through the target's chat template; say so before any engine starts."""
+    if (path / "chat_template.jinja").is_file() or (path / "chat_template.json").is_file():
+        return
+    try:
+        tok_cfg = json.loads((path / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        tok_cfg = {}
+    if not tok_cfg.get("chat_template"):
+        raise UsageError(f"target {name} ({path}) has no chat template (no chat_template.jinja, "
+                         "no chat_template in tokenizer_config.json)",
+                         hint="validate renders every prompt with the target's chat template; use "
+                         "the instruct/chat variant of the model, or add its template")
+
+
+def _config(path: Path, *, what: str) -> dict[str, Any]:
+    from speckit.io.checkpoint import load_config
+
+    cfg = load_config(path)
+    if not isinstance(cfg, dict):
+        raise UsageError(f"{what} {path}: config.json is not an object")
+    return cfg
+
+
+def _pick_method(method: str | None, dcfg: dict[str, Any] | None, draft: str | None):
+    if method:
+        return _methods.get(method)
+    if dcfg is None:
+        raise UsageError("nothing to validate: no --draft and no --method",
+                         hint="pass --draft DIR, or --method ngram for draft-free prompt lookup")
+    st = dcfg.get("speculators_model_type")
+    if st:
+        mod = _methods.for_speculators_type(str(st))
+        if mod is None:
+            raise UsageError(f"draft {draft}: speculators_model_type {st!r} is not a method "
+                             "speckit knows", hint="pass --method")
+        return mod
+    if draft is not None:
+        try:
+            from speckit.core.registry import load_registry
+
+            entry = load_registry().get(str(draft))
+            if getattr(entry, "method", None):
+                return _methods.get(entry.method)
+        except (SpeckitError, ImportError, KeyError):
+            pass
+    archs = dcfg.get("architectures") or []
+    if any(str(a).endswith("ForCausalLM") for a in archs) and "Eagle" not in " ".join(archs) \
+            and "DFlash" not in " ".join(archs):
+        return _methods.get("draft_model")  # a plain causal LM drafting token by token
+    raise UsageError(f"cannot tell which method draft {draft} uses "
+                     f"(architectures {archs}, no speculators_model_type)",
+                     hint="pass --method (" + ", ".join(_methods.METHOD_NAMES) + ")")
+
+
+def _k_plan(spec: MethodSpec, dcfg: dict[str, Any], *, k: int | None, sweep: Sequence[int] | None,
+            warnings: list[str]) -> list[int]:
+    if sweep:
+        wanted = sorted({int(x) for x in sweep})
+        ks, refused = [], []
+        for kk in wanted:
+            try:
+                spec.check_k(dcfg, kk)
+                ks.append(kk)
+            except UsageError as e:
+                refused.append(f"k={kk} ({e.message}{'; ' + e.hint if e.hint else ''})")
+        if not ks:
+            raise UsageError(f"{spec.name}: no k in --sweep {','.join(map(str, wanted))} is "
+                             "allowed: " + "; ".join(refused))
+        if refused:
+            warnings.append(f"{spec.name}: left out of the sweep: " + "; ".join(refused))
+        return ks
+    if k is None:  # the draft's own k, else the method's usual one (3 when it has none)
+        k = spec.default_k(dcfg) or spec.usual_k or 3
+        warnings.append(f"no -k given: measuring k={k} (the draft's recorded k, else the "
+                        f"method's usual value); --sweep measures the best k")
+    spec.check_k(dcfg, int(k))
+    return [int(k)]
+
+
+def _draft_in_target(spec: MethodSpec) -> bool:
+    """Methods whose draft layers can live inside the target checkpoint (MTP) say which."""
+    return spec.weights_in_target
