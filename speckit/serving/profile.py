@@ -190,7 +190,7 @@ def _step_model(rep: dict[str, Any], g, *, target: str | None, draft: str | None
     dshape = speed.draft_shape(_methods.get(method), tcfg, dcfg, dtens, tshape, None, g,
                                where=dref or "draft")
     return speed.StepModel(tshape, dshape, g, tp, tp, _steps.load_constants().for_vllm(),
-                           _engine.load_engine(vendor=g.vendor))
+                           _engine.load_engine())
 
 
 def _config(ref: str) -> dict[str, Any] | None:
