@@ -60,7 +60,7 @@ from speckit.cli._options import (
 @click.option("--fit-profile", "fit_profile", type=click.Path(exists=True),
               metavar="REPORT", help="Runs no load: fit the step-cost model to the step times of "
               "a bench report (report.json or its --out dir) and write a GPU profile for "
-              "`speckit plan --gpu-profile` (with --gpu: the GPU that served).")
+              "`speckit plan/validate --gpu-profile` (with --gpu: the GPU that served).")
 @click.option("--profile-out", type=click.Path(dir_okay=False),
               help="Where --fit-profile writes the profile (default: beside the report).")
 @json_option("the report")
