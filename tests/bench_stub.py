@@ -26,6 +26,7 @@ class Stub:
         self.speculates = speculates
         self.die_after = die_after
         self.completed = 0
+        self.prompts: list[str] = []  # the last user message of every request, in arrival order
         self.lock = threading.Lock()
         self.counts = {"drafts": 0, "tokens": 0, "accepted": 0, "pos": [0, 0, 0]}
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -101,7 +102,9 @@ def _handler(stub: Stub):
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
-            json.loads(self.rfile.read(n))
+            body = json.loads(self.rfile.read(n))
+            with stub.lock:
+                stub.prompts.append(body["messages"][-1]["content"])
             if not stub.count_request():
                 self.close_connection = True
                 return

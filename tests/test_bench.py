@@ -181,6 +181,21 @@ def test_endpoint_counters_equal_the_per_request_sums(tmp_path):
     assert cells[("baseline", "c=1")].figures.counters is None
     saved = json.loads((tmp_path / "o" / "report.json").read_text())
     assert len(saved["cells"]) == 4 and (tmp_path / "o" / "report.md").is_file()
+    with Stub() as spec:  # --force replaces a bench output directory
+        again = bench(_opts(endpoint=spec.url, concurrencies=[1], out=tmp_path / "o"),
+                      force=True)
+    assert len(again.cells) == 1
+    assert len(json.loads((tmp_path / "o" / "report.json").read_text())["cells"]) == 1
+
+
+def test_no_server_sees_a_prompt_twice_and_every_arm_gets_the_same(tmp_path):
+    # 2 seeds x (c=1: 1 warm-up + 2 measured, c=2: 2 + 4) = 18 prompts per server, of 96
+    with Stub() as spec, Stub(speculates=False) as base:
+        rep = bench(_opts(endpoint=spec.url, baseline_endpoint=base.url, seeds=[0, 1]))
+        got = (list(spec.prompts), list(base.prompts))
+    assert all(c.ok for c in rep.cells) and not rep.warnings
+    assert len(got[0]) == 18 and len(set(got[0])) == 18
+    assert sorted(got[0]) == sorted(got[1])
 
 
 def test_wrong_endpoint_is_a_clear_error(tmp_path):

@@ -57,6 +57,12 @@ from speckit.cli._options import (
               help="OMP_NUM_THREADS of a CPU server (0: leave it to vLLM).")
 @out_option("Write report.json, report.md, plots, spec-config.json, serve-line.txt, logs.")
 @force_option("Replace an existing --out directory.")
+@click.option("--fit-profile", "fit_profile", type=click.Path(exists=True),
+              metavar="REPORT", help="Runs no load: fit the step-cost model to the step times of "
+              "a bench report (report.json or its --out dir) and write a GPU profile for "
+              "`speckit plan/validate --gpu-profile` (with --gpu: the GPU that served).")
+@click.option("--profile-out", type=click.Path(dir_okay=False),
+              help="Where --fit-profile writes the profile (default: beside the report).")
 @json_option("the report")
 @quiet_option("No progress output.")
 @handle_errors
@@ -64,9 +70,13 @@ def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpo
               baseline_endpoint, concurrency, request_rate, dataset, prompts_per_concurrency,
               warmups_per_concurrency, max_tokens, input_len, output_len, temperature, thinking,
               seeds, tp, gpus, gpu, tokenizer, engine_arg, startup_timeout, request_timeout,
-              cpu_threads, out, force, json_mode, quiet):
+              cpu_threads, out, force, fit_profile, profile_out, json_mode, quiet):
     """Measure a vLLM deployment under online load: tok/s, TTFT/TPOT/ITL, acceptance, ratio to
-    baseline, and the k each concurrency should use (measured beside projected)."""
+    baseline, and the k each concurrency should use (measured beside projected).
+    With --fit-profile REPORT: turn a report into a GPU profile instead."""
+    if fit_profile is not None:
+        _fit_profile(fit_profile, profile_out, gpu, target, draft, json_mode)
+        return
     from speckit.serving import BenchOptions, bench
     from speckit.serving.options import (
         parse_floats,
@@ -95,3 +105,23 @@ def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpo
         from speckit.serving.render import markdown
 
         click.echo(markdown(report))
+
+
+def _fit_profile(report, out, gpu, target, draft, json_mode):
+    from speckit.serving.profile import fit_bench_profile
+
+    res = fit_bench_profile(report, out=out, gpu=gpu, target=target, draft=draft)
+    if json_mode:
+        print_json(res)
+        return
+    click.echo(f"profile: {res.path} (fractions of {res.gpu} rates; measured on {res.device})")
+    held = ("" if res.holdout is None else f"; concurrency {res.holdout} held out of a first "
+            f"fit: error {res.holdout_error:.1%}")
+    click.echo(f"fit over {len(res.points)} step times: median error {res.median_error:.1%}, "
+               f"worst {res.worst_error:.1%}{held}")
+    for p in res.points:
+        click.echo(f"  {p['arm']:<14} c={p['batch']:<3} step {p['seconds'] * 1e3:8.2f} ms  "
+                   f"model {p['model_s'] * 1e3:8.2f} ms  ({p['error']:+.1%})")
+    for n in res.notes:
+        click.echo(f"note: {n}")
+    click.echo(f"use it: speckit plan ... --gpu {res.gpu} --gpu-profile {res.path}")

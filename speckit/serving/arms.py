@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,10 +16,7 @@ from speckit.core.methods.detect import pick_method
 from speckit.core.specconfig import serve_line, speculative_config
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import tensor_names
-from speckit.serving.options import UNTRAINED, Arm, BenchOptions
-
-# vLLM's suffix decoding (arctic-inference's suffix tree): no weights, k is its upper bound.
-# speckit.core.methods has no suffix module yet, so its config is written here and nowhere else.
+from speckit.serving.options import UNTRAINED, UNTRAINED_NEEDS, Arm, BenchOptions
 
 
 @dataclass
@@ -67,9 +65,11 @@ def serve_engine_args(opts: BenchOptions, *, cpu: bool) -> dict[str, Any]:
     return args
 
 
-def build_arms(dep: Deployment, opts: BenchOptions) -> list[Arm]:
+def build_arms(dep: Deployment, opts: BenchOptions,
+               skipped: dict[str, str] | None = None) -> list[Arm]:
     """baseline, each static k, the untrained methods; a schedule arm is added after the
-    static arms are measured (or projected)."""
+    static arms are measured (or projected). An untrained method whose package is missing is
+    left out, with the reason in ``skipped`` (arm name -> why)."""
     arms = [Arm("baseline", "baseline")]
     if dep.method is not None:
         for k in sorted(set(opts.ks)) or [_default_k(dep)]:
@@ -80,9 +80,28 @@ def build_arms(dep: Deployment, opts: BenchOptions) -> list[Arm]:
         if name not in UNTRAINED:
             raise UsageError(f"--untrained {name!r}: use {' or '.join(UNTRAINED)}")
         k = opts.untrained_k
+        why = untrained_missing(name)
+        if why is not None:
+            if skipped is not None:
+                skipped[f"{name} k={k}"] = why
+            continue
         cfg = speculative_config(method=name, k=k, draft=None)
         arms.append(Arm(f"{name} k={k}", "untrained", k, name, cfg))
     return arms
+
+
+def untrained_missing(name: str) -> str | None:
+    """Why the untrained method ``name`` cannot be served here (a package vLLM needs for it is
+    not installed), or None. Located without importing it."""
+    need = UNTRAINED_NEEDS.get(name)
+    if need is None:
+        return None
+    module, dist, install = need
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a finder that refuses it, or a broken __spec__
+        found = False
+    return None if found else f"{name} needs {dist}, which is not installed: {install}"
 
 
 def schedule_arm(dep: Deployment, schedule: Sequence[Sequence[int]], *, source: str) -> Arm | None:

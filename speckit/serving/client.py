@@ -37,6 +37,7 @@ class CellLoad:
     concurrency: int | None = 1  # closed loop: requests in flight (None with a rate)
     request_rate: float | None = None  # Poisson arrivals (requests/s), unbounded concurrency
     warmups: int = 0
+    warmup_messages: list[list[dict[str, str]]] | None = None  # default: the measured ones
     ignore_eos: bool = False  # fixed output length: generate max_tokens every time
     extra_body: dict[str, Any] = field(default_factory=dict)  # chat_template_kwargs, ...
     timeout_s: float = 600.0
@@ -136,11 +137,19 @@ async def _closed_loop(session, url, model, load: CellLoad, msgs: Sequence, offs
     return await asyncio.gather(*(one(i, m) for i, m in enumerate(msgs)))
 
 
-async def _poisson(session, url, model, load: CellLoad, msgs: Sequence):
-    import numpy as np
+def _pacing():
+    """vLLM's Poisson pacing. Imported before a cell's clock starts: the first import of
+    vllm.benchmarks takes seconds, which a rate cell would otherwise count as serving time."""
     from vllm.benchmarks.datasets import SampleRequest
     from vllm.benchmarks.serve import get_request
 
+    return SampleRequest, get_request
+
+
+async def _poisson(session, url, model, load: CellLoad, msgs: Sequence):
+    import numpy as np
+
+    SampleRequest, get_request = _pacing()
     np.random.seed(load.seed)  # vLLM draws the arrival gaps from numpy's global generator
     reqs = [SampleRequest(prompt="", prompt_len=0, chat_messages=m, request_id=str(i))
             for i, m in enumerate(msgs)]
@@ -160,8 +169,11 @@ async def run_cell(base_url: str, model: str, load: CellLoad) -> CellRun:
     url = f"{base_url}/v1/chat/completions"
     async with aiohttp.ClientSession(timeout=timeout, trust_env=False) as session:
         if load.warmups:
-            warm = [load.messages[i % len(load.messages)] for i in range(load.warmups)]
+            pool = load.warmup_messages or load.messages
+            warm = [pool[i % len(pool)] for i in range(load.warmups)]
             await _closed_loop(session, url, model, load, warm, offset=10_000)
+        if load.request_rate is not None:
+            _pacing()
         before = await scrape(session, base_url)
         st = time.perf_counter()
         if load.request_rate is not None:

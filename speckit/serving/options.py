@@ -15,6 +15,9 @@ from speckit.errors import UsageError
 CODE_EDIT = PACKAGE_DIR / "data" / "prompts" / "code_edit.jsonl"
 DATASET_ALIASES = {"code-edit": CODE_EDIT}  # the repetitive workload untrained methods suit
 UNTRAINED = ("ngram", "suffix")
+# what an untrained method needs beyond vLLM: (import name, distribution, install line)
+UNTRAINED_NEEDS = {"suffix": ("arctic_inference", "arctic-inference",
+                              "pip install 'speckit[bench]' (or pip install arctic-inference)")}
 SCHEDULE_SOURCES = ("measured", "projected")
 
 

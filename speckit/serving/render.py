@@ -24,6 +24,12 @@ def write_files(report: BenchReport, out: Path) -> None:
         (out / "serve-line.txt").write_text(line + "\n")
         report.files["serve_line"] = "serve-line.txt"
     report.files.update(write_plots(report, out))
+    from speckit.io.output import write_provenance
+
+    # the marker that lets a later `bench --force` replace this directory
+    report.files["provenance"] = write_provenance(
+        out, {"target": report.target, "draft": report.draft, "platform": report.platform},
+        command="bench")
     report.files["report_md"] = "report.md"
     report.files["report_json"] = "report.json"
     (out / "report.md").write_text(markdown(report))
@@ -71,6 +77,7 @@ def markdown(r: BenchReport) -> str:
              f"{o.get('output_len') or o.get('max_tokens')}, seeds {o.get('seeds')}", "",
              "## Measured cells (mean ± sd over seeds)", "", *summary_table(r.summary), ""]
     lines += _k_lines(r)
+    lines += _choice_lines(r)
     if r.measured_schedule:
         lines += ["", f"Measured schedule (batch lo, hi, k): `{r.measured_schedule}`"]
     if r.recommended:
@@ -81,8 +88,9 @@ def markdown(r: BenchReport) -> str:
         lines += ["", "## Cells with errors or counter problems", ""]
         lines += [f"- {c.arm} {c.load.label} seed {c.seed}: {c.error or ''} "
                   f"{'; '.join(c.problems)}" for c in bad]
-    if r.warnings or r.error:
+    if r.warnings or r.error or r.skipped:
         lines += ["", "## Notes", ""] + [f"- {w}" for w in r.warnings]
+        lines += [f"- {arm} not measured: {why}" for arm, why in r.skipped.items()]
         if r.error:
             lines.append(f"- **stopped early**: {r.error}")
     return "\n".join(lines) + "\n"
@@ -100,6 +108,19 @@ def _k_lines(r: BenchReport) -> list[str]:
         out.append(f"| {ch.concurrency} | {_f(ch.measured_k, '{}')} | "
                    f"{_sp(ch.measured_ratio, '{:.2f}')} | {_f(ch.projected_k, '{}')} | "
                    f"{_f(ch.projected_ratio)} | {_sp(ch.schedule_ratio, '{:.2f}')} |")
+    return out
+
+
+def _choice_lines(r: BenchReport) -> list[str]:
+    if not r.method_choice:
+        return []
+    out = ["", "## Which method for this workload", "", f"**{r.advice}**", "",
+           "| load | use | best arm of each method: tok/s (ratio, AL) |", "|---|---|---|"]
+    for ch in r.method_choice:
+        each = "; ".join(f"{m.arm}: {_sp(m.tok_s)} ({_sp(m.ratio, '{:.2f}')}, "
+                         f"AL {_f(m.acceptance_length)})" for m in ch.methods)
+        out.append(f"| {ch.load} | {ch.use_arm if ch.use != 'none' else 'no speculation'} | "
+                   f"{each} |")
     return out
 
 

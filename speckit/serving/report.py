@@ -90,6 +90,10 @@ class BenchReport:
     serve_lines: dict[str, list[str]] = field(default_factory=dict)
     spec_configs: dict[str, Any] = field(default_factory=dict)
     recommended: str | None = None  # the arm whose spec-config and serve line are written
+    skipped: dict[str, str] = field(default_factory=dict)  # arm -> why it was not measured
+    # which method to use at each load on this workload (choice.MethodChoice), and in one line
+    method_choice: list[Any] = field(default_factory=list)
+    advice: str | None = None
     platform: str = ""
     warnings: list[str] = field(default_factory=list)
     error: str | None = None

@@ -41,6 +41,10 @@ class RunContext:
     say: Callable[[str], None]
     dep: _arms.Deployment | None = None
     served: dict[str, str] = field(default_factory=dict)  # arm -> model id
+    # the next prompt an arm's cells take: each cell (its warm-ups too) gets prompts of its own,
+    # so a server never sees a prompt twice (suffix decoding learns from earlier outputs, and
+    # prefix caching favours repeats); every arm restarts at 0, so arms get the same prompts
+    cursor: int = 0
 
 
 def loads(opts: BenchOptions) -> list[Load]:
@@ -52,13 +56,26 @@ def prompts_for(opts: BenchOptions, load: Load) -> int:
     return max(opts.min_prompts, opts.prompts_per_concurrency * width)
 
 
+def warmups_for(opts: BenchOptions, load: Load) -> int:
+    return opts.warmups_per_concurrency * (load.concurrency or max(1, round(load.rate or 1)))
+
+
+def prompts_per_arm(opts: BenchOptions, thinking: int) -> int:
+    """Distinct prompts one arm's cells use (measured and warm-ups), none repeated."""
+    cells = len(opts.temperatures) * thinking * len(opts.seeds)
+    return cells * sum(prompts_for(opts, ld) + warmups_for(opts, ld) for ld in loads(opts))
+
+
 def run_bench(ctx: RunContext) -> None:
     """Every arm in turn; a BenchError stops the run with what was measured."""
     if ctx.opts.endpoint:
         for arm in _arms.endpoint_arms(ctx.opts):
             _measure_arm(ctx, arm, arm.endpoint or "")
         return
-    for arm in _arms.build_arms(ctx.dep, ctx.opts):
+    arms = _arms.build_arms(ctx.dep, ctx.opts, skipped=ctx.report.skipped)
+    for name, why in ctx.report.skipped.items():
+        ctx.say(f"{name}: skipped ({why})")
+    for arm in arms:
         _serve_and_measure(ctx, arm)
     sched = _schedule(ctx)
     if sched is not None:
@@ -89,6 +106,7 @@ def _serve_and_measure(ctx: RunContext, arm: Arm) -> None:
 
 def _measure_arm(ctx: RunContext, arm: Arm, base_url: str, *, log: Path | None = None) -> None:
     model = _check_server(ctx, arm, base_url)
+    ctx.cursor = 0
     for load in loads(ctx.opts):
         for temp in ctx.opts.temperatures:
             for thinking in sorted(ctx.extra):
@@ -128,14 +146,12 @@ def _check_server(ctx: RunContext, arm: Arm, base_url: str) -> str:
 def _measure_cell(ctx: RunContext, arm: Arm, base_url: str, model: str, load: Load, temp: float,
                   thinking: bool, seed: int) -> CellResult:
     o = ctx.opts
-    n = prompts_for(o, load)
-    msgs = [ctx.messages[i % len(ctx.messages)] for i in range(n)]
-    width = load.concurrency or max(1, round(load.rate or 1))
+    n, w = prompts_for(o, load), warmups_for(o, load)
+    warm, msgs = _take(ctx, w), _take(ctx, n)
     cl = CellLoad(msgs, max_tokens=o.output_len or o.max_tokens, temperature=temp, seed=seed,
-                  concurrency=load.concurrency, request_rate=load.rate,
-                  warmups=o.warmups_per_concurrency * width,
-                  ignore_eos=o.output_len is not None, extra_body=ctx.extra[thinking],
-                  timeout_s=o.request_timeout_s)
+                  concurrency=load.concurrency, request_rate=load.rate, warmups=w,
+                  warmup_messages=warm or None, ignore_eos=o.output_len is not None,
+                  extra_body=ctx.extra[thinking], timeout_s=o.request_timeout_s)
     cell = CellResult(arm.name, arm.kind, arm.k, load, temp, thinking, seed)
     ctx.say(f"{arm.name} {load.label} T={temp:g} thinking={'on' if thinking else 'off'} "
             f"seed={seed}: {n} requests")
@@ -153,6 +169,13 @@ def _measure_cell(ctx: RunContext, arm: Arm, base_url: str, model: str, load: Lo
     if failed:
         cell.error = f"{len(failed)}/{len(run.records)} requests failed; first: {failed[0]}"
     return cell
+
+
+def _take(ctx: RunContext, n: int) -> list[list[dict[str, str]]]:
+    """The next ``n`` prompts of this arm (wrapping around a set too small: said at load)."""
+    out = [ctx.messages[(ctx.cursor + i) % len(ctx.messages)] for i in range(n)]
+    ctx.cursor += n
+    return out
 
 
 def _stop_if_gone(ctx: RunContext, arm: Arm, base_url: str, cell: CellResult, log: Path | None):

@@ -69,6 +69,7 @@ class CellFigures:
     counters: SpecCounters | None  # the /metrics deltas; None without speculation
     per_request: SpecCounters | None  # the same, summed over the responses that carried it
     k_drafted: float | None  # mean draft tokens per draft: what the engine actually proposed
+    prompt_tokens: float | None = None  # mean per successful request (the KV context it starts at)
 
     @property
     def acceptance_length(self) -> float | None:
@@ -88,7 +89,8 @@ def cell_figures(records: Sequence[RequestRecord], *, duration_s: float, gpus: i
     return CellFigures(len(records), len(records) - len(ok), duration_s, out_tokens, tok_s,
                        tok_s / max(1, gpus), percentiles_ms([r.ttft_s for r in ok]),
                        percentiles_ms(tpots), percentiles_ms(itls), counters,
-                       per_request_counters(ok), k_drafted)
+                       per_request_counters(ok), k_drafted,
+                       sum(r.prompt_tokens for r in ok) / len(ok) if ok else None)
 
 
 def per_request_counters(records: Sequence[RequestRecord]) -> SpecCounters | None:

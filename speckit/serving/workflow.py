@@ -16,9 +16,8 @@ from speckit.serving.run import (
     BenchError,
     RunContext,
     check_options,
-    loads,
     progress_printer,
-    prompts_for,
+    prompts_per_arm,
     run_bench,
 )
 
@@ -32,8 +31,8 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
     report = BenchReport("endpoint" if opts.endpoint else "started", opts.target, opts.draft,
                          dep.method if dep else None, to_jsonable(opts),
                          platform=_platform(opts, cpu))
-    messages = _messages(opts, dep, report.warnings)
     extra = _thinking(opts, dep, report.warnings)
+    messages = _messages(opts, dep, report.warnings, thinking=len(extra))
     say = progress_printer(progress)
     if opts.out is None:
         logs = Path(tempfile.mkdtemp(prefix="speckit-bench-logs-"))
@@ -72,7 +71,18 @@ def _run(ctx: RunContext) -> BenchError | KeyboardInterrupt | None:
         ctx.report.projection = {}
         summarise(ctx.report, ctx.opts, dep=None)
     ctx.report.recommended = _recommended(ctx.report)
+    _advise(ctx.report, ctx.opts)
     return stop
+
+
+def _advise(r: BenchReport, opts: BenchOptions) -> None:
+    """Which method to use at each load on this workload (the prompts benched)."""
+    from speckit.serving.choice import advice, method_choices
+    from speckit.serving.report import primary
+
+    r.method_choice = method_choices(primary(r.summary, opts), trained=r.method)
+    r.advice = advice(r.method_choice, workload=Path(str(opts.dataset)).stem) \
+        if r.method_choice else None
 
 
 def _recommended(r: BenchReport) -> str | None:
@@ -89,16 +99,18 @@ def _recommended(r: BenchReport) -> str | None:
     return None
 
 
-def _messages(opts: BenchOptions, dep, warnings: list[str]) -> list[list[dict[str, str]]]:
+def _messages(opts: BenchOptions, dep, warnings: list[str], *,
+              thinking: int = 1) -> list[list[dict[str, str]]]:
     from speckit.validate.prompts import load_prompts
 
-    need = max(prompts_for(opts, ld) for ld in loads(opts))
+    need = prompts_per_arm(opts, thinking)
     ps = load_prompts(dataset_path(opts.dataset), num_prompts=need)
     if ps.skipped:
         warnings.append(f"{len(ps.skipped)} prompt rows skipped; first: {ps.skipped[0]}")
     if len(ps.prompts) < need:
-        warnings.append(f"{ps.name} has {len(ps.prompts)} prompts; cells of more requests "
-                        "repeat them (prefix caching may favour repeats)")
+        warnings.append(f"{ps.name} has {len(ps.prompts)} prompts and each server's cells and "
+                        f"warm-ups take {need}: later cells repeat prompts, which favours "
+                        "suffix decoding (it learns from earlier outputs) and prefix caching")
     msgs = [p.as_messages() for p in ps.prompts]
     if opts.input_len is not None:
         msgs = fixed_input(msgs, _tokenizer(opts, dep), opts.input_len)
