@@ -21,10 +21,12 @@ from typing import Any
 
 from speckit import __version__
 from speckit.core import methods
+from speckit.core.quant import SCHEMES
 from speckit.core.refs import printable, redact_url
 from speckit.errors import UsageError
 from speckit.io import host
 from speckit.io.host import Device, Host, KernelProbe
+from speckit.io.hub import hub_settings
 from speckit.io.targets import cache_root
 
 HUB_TIMEOUT_S = 2.0
@@ -400,7 +402,6 @@ def _method_support(mod: methods.MethodSpec, vllm: Package, vplat: str, v1_only:
 def scheme_support(kernels: list[KernelProbe], vllm_platform: str) -> list[SchemeSupport]:
     """Native vs emulated for every scheme, from the timed probe of its format; on vLLM's CPU
     backend a scheme it does not serve is "refused" (the core entry records vLLM's reason)."""
-    from speckit.core.quant import SCHEMES
 
     probes = {k.format: k for k in kernels}
     out = []
@@ -430,7 +431,6 @@ def _env_true(name: str) -> bool | None:
 def _hub_settings() -> tuple[str, bool, Path, str | None]:
     """Endpoint, offline flag, cache dir (io.hub's reading of the environment) and the variable
     that switched offline mode on."""
-    from speckit.io.hub import hub_settings
 
     hs = hub_settings()
     source = next((v for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")

@@ -36,7 +36,7 @@ def _fit(tmp_path, report=REPORT, **kw):
 
 def test_recorded_report_becomes_a_profile_plan_loads(tmp_path):
     from speckit.calibrate import describe_profile, load_profile
-    from speckit.core.plan.steps import load_constants
+    from speckit.io.datafiles import load_step_constants as load_constants
 
     res = _fit(tmp_path)
     # baseline, eagle3 k=1 and k=3 at c=1,2,4,8; the schedule, ngram and suffix rows are not fitted

@@ -18,6 +18,9 @@ from speckit.cli._options import (
     target_option,
     tp_option,
 )
+from speckit.serving import BenchOptions, bench
+from speckit.serving.options import parse_floats, parse_ints, parse_thinking
+from speckit.serving.profile import fit_bench_profile
 
 
 @click.command("bench")
@@ -77,12 +80,6 @@ def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpo
     if fit_profile is not None:
         _fit_profile(fit_profile, profile_out, gpu, target, draft, json_mode)
         return
-    from speckit.serving import BenchOptions, bench
-    from speckit.serving.options import (
-        parse_floats,
-        parse_ints,
-        parse_thinking,
-    )
 
     opts = BenchOptions(
         target=target, draft=draft, method=method, ks=parse_ints(ks, "-k", lo=1),
@@ -108,7 +105,6 @@ def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpo
 
 
 def _fit_profile(report, out, gpu, target, draft, json_mode):
-    from speckit.serving.profile import fit_bench_profile
 
     res = fit_bench_profile(report, out=out, gpu=gpu, target=target, draft=draft)
     if json_mode:

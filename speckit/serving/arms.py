@@ -16,6 +16,7 @@ from speckit.core.methods.detect import pick_method
 from speckit.core.specconfig import serve_line, speculative_config
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import tensor_names
+from speckit.io.refs import resolve
 from speckit.serving.options import UNTRAINED, UNTRAINED_NEEDS, Arm, BenchOptions
 
 
@@ -33,7 +34,6 @@ class Deployment:
 
 
 def resolve_deployment(opts: BenchOptions, *, cpu: bool) -> Deployment:
-    from speckit.io.refs import resolve
 
     if opts.target is None:
         raise UsageError("pass --target (speckit starts vllm serve) or --endpoint URL")

@@ -38,7 +38,7 @@ class MethodChoice:
     methods: list[MethodAtLoad] = field(default_factory=list)
 
 
-def method_of(row: SummaryRow, trained: str | None) -> str:
+def arm_method(row: SummaryRow, trained: str | None) -> str:
     """The method an arm runs: the draft's for static and schedule arms, else the arm's own."""
     if row.kind == "baseline":
         return "none"
@@ -60,7 +60,7 @@ def method_choices(rows: Sequence[SummaryRow], *, trained: str | None,
         at = by_load[key]
         best: dict[str, SummaryRow] = {}
         for r in at:
-            m = method_of(r, trained)
+            m = arm_method(r, trained)
             if m not in best or r.output_tok_s.mean > best[m].output_tok_s.mean:
                 best[m] = r
         ranked = sorted(best.items(), key=lambda kv: -kv[1].output_tok_s.mean)
@@ -104,4 +104,4 @@ def _label(ch: MethodChoice) -> str:
     return name
 
 
-__all__ = ["MethodAtLoad", "MethodChoice", "advice", "method_choices", "method_of"]
+__all__ = ["MethodAtLoad", "MethodChoice", "advice", "method_choices", "arm_method"]

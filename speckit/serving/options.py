@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import PACKAGE_DIR
+from speckit.core.plan.schedule import check_schedule
 from speckit.errors import UsageError
 
 CODE_EDIT = PACKAGE_DIR / "data" / "prompts" / "code_edit.jsonl"
@@ -112,7 +113,6 @@ def parse_floats(value: str | None, flag: str) -> list[float]:
 
 def parse_schedule(value: str) -> list[list[int]]:
     """"1-2:3,3-8:1" -> [[1, 2, 3], [3, 8, 1]] (batch-size range : k), checked as vLLM checks."""
-    from speckit.core.plan.schedule import check_schedule
 
     out = []
     for part in value.replace(" ", "").split(","):

@@ -18,9 +18,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from speckit import speed
+from speckit.core import methods as _methods
+from speckit.core.gpus import get_gpu
 from speckit.core.plan import fit as _fit
 from speckit.core.plan import steps as _steps
 from speckit.errors import FormatError, OutputError, UsageError
+from speckit.io.datafiles import load_engine_costs, load_step_constants
+from speckit.plan import load_ref
 
 PROFILE_VERSION = 1  # speckit.calibrate's profile format
 DEFAULT_CONTEXT = 128  # KV context assumed when a report does not carry prompt lengths
@@ -127,7 +132,6 @@ def fit_bench_profile(report: str | Path, *, out: str | Path | None = None,
     (default: gpu_profile.json beside the report). ``gpu`` names the catalog GPU whose rates the
     fractions scale (default: the report's --gpu); ``target``/``draft`` override the paths the
     report's serve lines name."""
-    from speckit.core.gpus import get_gpu
 
     path, rep = read_report(report)
     steps = measured_steps(rep, where=str(path))
@@ -173,10 +177,6 @@ def _holdout(batches: list[int]) -> int | None:
 
 def _step_model(rep: dict[str, Any], g, *, target: str | None, draft: str | None, where: str):
     """speed.StepModel of the benched deployment (the shipped engine terms for g's vendor)."""
-    from speckit import speed
-    from speckit.core import methods as _methods
-    from speckit.core.plan import engine as _engine
-    from speckit.plan import load_ref
 
     tref, dref = _refs(rep, target, draft, where=where)
     method = rep.get("method")
@@ -189,8 +189,8 @@ def _step_model(rep: dict[str, Any], g, *, target: str | None, draft: str | None
     tshape = speed.target_shape(tcfg, g, where=f"{tref}/config.json", tp=tp)
     dshape = speed.draft_shape(_methods.get(method), tcfg, dcfg, dtens, tshape, None, g,
                                where=dref or "draft")
-    return speed.StepModel(tshape, dshape, g, tp, tp, _steps.load_constants().for_vllm(),
-                           _engine.load_engine())
+    return speed.StepModel(tshape, dshape, g, tp, tp, load_step_constants().for_vllm(),
+                           load_engine_costs())
 
 
 def _config(ref: str) -> dict[str, Any] | None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speckit.core.metrics import SpecCounters
+from speckit.io.datafiles import get_gpu
 from speckit.serving.options import BenchOptions, Load
 from speckit.serving.stats import (
     CellFigures,
@@ -19,6 +20,7 @@ from speckit.serving.stats import (
     schedule_from_best,
     spread,
 )
+from speckit.speed import project_speed_from_refs
 
 
 @dataclass
@@ -186,8 +188,6 @@ def _k_choices(rows: Sequence[SummaryRow], opts: BenchOptions):
 def project(report: BenchReport, opts: BenchOptions, dep) -> dict[str, Any] | None:
     """speckit plan's projection for ``opts.gpu`` with the acceptance measured here (the largest
     static k at the first temperature, pooled over its cells)."""
-    from speckit.io.datafiles import get_gpu
-    from speckit.speed import project_speed_from_refs
 
     static = [r for r in primary(report.summary, opts) if r.kind == "static" and r.per_position]
     if not static:

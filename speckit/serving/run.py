@@ -8,6 +8,7 @@ BenchError that carries the report of the cells already measured; nothing measur
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,7 +19,7 @@ from speckit.core.metrics import counters_from_metrics
 from speckit.errors import EngineError, UsageError
 from speckit.serving import arms as _arms
 from speckit.serving.client import CellLoad, ServerGone, run_cell, scrape_once, served_model
-from speckit.serving.options import Arm, BenchOptions, Load
+from speckit.serving.options import Arm, BenchOptions, Load, parse_schedule
 from speckit.serving.report import BenchReport, CellResult, summarise
 from speckit.serving.stats import cell_figures, counters_disagree
 
@@ -194,7 +195,6 @@ def _stop_if_gone(ctx: RunContext, arm: Arm, base_url: str, cell: CellResult, lo
 
 def _schedule(ctx: RunContext) -> Arm | None:
     """The schedule arm: measured best k per concurrency, plan's projection, or the user's."""
-    from speckit.serving.options import parse_schedule
 
     src = ctx.opts.schedule
     if src is None or ctx.dep is None or ctx.dep.method is None:
@@ -216,7 +216,6 @@ def _schedule(ctx: RunContext) -> Arm | None:
 
 
 def _has_engine_arg(name: str) -> bool:
-    import dataclasses
 
     from vllm.engine.arg_utils import EngineArgs
 

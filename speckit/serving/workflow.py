@@ -9,9 +9,11 @@ from typing import Any
 
 from speckit.core.jsonable import to_jsonable
 from speckit.errors import SpeckitError, UsageError
+from speckit.io.host import cpu_model
 from speckit.serving import arms as _arms
+from speckit.serving.choice import advice, method_choices
 from speckit.serving.options import BenchOptions, dataset_path
-from speckit.serving.report import BenchReport, summarise
+from speckit.serving.report import BenchReport, primary, summarise
 from speckit.serving.run import (
     BenchError,
     RunContext,
@@ -77,8 +79,6 @@ def _run(ctx: RunContext) -> BenchError | KeyboardInterrupt | None:
 
 def _advise(r: BenchReport, opts: BenchOptions) -> None:
     """Which method to use at each load on this workload (the prompts benched)."""
-    from speckit.serving.choice import advice, method_choices
-    from speckit.serving.report import primary
 
     r.method_choice = method_choices(primary(r.summary, opts), trained=r.method)
     r.advice = advice(r.method_choice, workload=Path(str(opts.dataset)).stem) \
@@ -172,7 +172,6 @@ def _vllm_cpu() -> bool:
 def _platform(opts: BenchOptions, cpu: bool) -> str:
     if opts.endpoint:
         return f"endpoint {opts.endpoint} ({opts.gpus or '?'} GPUs, given)"
-    from speckit.io.host import cpu_model
 
     if cpu:
         return f"vllm-cpu {importlib.metadata.version('vllm-cpu')} on {cpu_model()}"
