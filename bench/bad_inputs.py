@@ -3,12 +3,14 @@ mirror on 127.0.0.1, a hostile repo or card, hostile local files, concurrent run
 `speckit` process each and print the table: exit code, the `error:` line, whether a `hint:` came,
 and that no traceback did; then what the attacks tried to touch, checked.
 
-Usage: python bench/bad_inputs.py   (about two minutes; tiny checkpoints from tests/factories.py,
-the Hub-protocol server of tests/hubserver.py in hostile mode)
+Usage: python bench/bad_inputs.py   (about two minutes; tiny checkpoints from
+tests/support/factories.py,
+the Hub-protocol server of tests/support/hubserver.py in hostile mode)
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import shutil
@@ -20,9 +22,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from speckit.core.refs import has_unprintable
-from tests import factories as F
+from tests.fetch.test_hub import DRAFT
+from tests.support import factories as F
 from tests.test_bad_inputs import CONFIG_CASES, HEADER_CASES, _rewrite_header, _set
-from tests.test_hub import DRAFT
 
 CODE = "import sys; from speckit.cli import main; sys.argv[0] = 'speckit'; main()"
 
@@ -119,7 +121,7 @@ def security_cases(tmp: Path, hub):
 
 def _draft(hub, repo: str, **extra: bytes) -> str:
     """A fresh repo per case (its own cache folder and lock entry: nothing cached helps)."""
-    from tests.test_hub import draft_files
+    from tests.fetch.test_hub import draft_files
 
     return hub.add_commit(repo, {**draft_files(), **extra})
 
@@ -165,8 +167,8 @@ def _mirror_cases(tmp: Path, hub):
 
 def _repo_cases(tmp: Path, hub):
     """A hostile repo or model card: index smuggling, revisions, registry hijack, -o clobber."""
-    from tests.test_hub import sharded_files
-    from tests.test_security_hub import CURATED, HOSTILE_KEYS, _card
+    from tests.fetch.test_hub import sharded_files
+    from tests.io.test_security_hub import CURATED, HOSTILE_KEYS, _card
 
     for n, shard in enumerate(("conftest.py", "pytorch_model.bin", "evil.pkl")):
         files = sharded_files()
@@ -230,11 +232,12 @@ def _local_security_cases(tmp: Path):
 
 def concurrency(tmp: Path, hub) -> list[str]:
     """Two `registry add` runs and two fetches sharing one lock, at the same time: all land?"""
-    from tests.test_security_hub import _card
+    from tests.io.test_security_hub import _card
 
     for i in range(2):
         hub.add_commit(f"alice/c{i}", {"README.md": _card({})})
-        hub.add_commit(f"org/f{i}", __import__("tests.test_hub").test_hub.draft_files(seed=i))
+        test_hub = importlib.import_module("tests.fetch.test_hub")
+        hub.add_commit(f"org/f{i}", test_hub.draft_files(seed=i))
     lines = []
     for what, argv in (("registry add", [["registry", "add", f"alice/c{i}"] for i in range(2)]),
                        ("fetch, one lock", [["fetch", f"org/f{i}", "-q", "--lock",
@@ -291,7 +294,7 @@ def main() -> int:
 
 
 def _security(tmp: Path) -> int:
-    from tests.hubserver import HubServer
+    from tests.support.hubserver import HubServer
 
     hub = HubServer().start()
     (tmp / "victim.txt").write_text("the user file")
@@ -300,7 +303,7 @@ def _security(tmp: Path) -> int:
                        "HF_HUB_DISABLE_TELEMETRY": "1", "SPECKIT_HUB_STALL_S": "3"})
     for k in ("HF_TOKEN", "HF_HUB_OFFLINE", "SPECKIT_REGISTRY"):
         os.environ.pop(k, None)
-    print("\nsecurity (#34), against tests/hubserver.py in hostile mode on 127.0.0.1 "
+    print("\nsecurity (#34), against tests/support/hubserver.py in hostile mode on 127.0.0.1 "
           "(SPECKIT_HUB_STALL_S=3 so the drip row takes seconds, not the default 30):\n")
     print("| input | command | exit | error: | hint: | traceback |")
     print("|---|---|---|---|---|---|")

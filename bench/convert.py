@@ -6,7 +6,8 @@ os.sync(), in a rotating order, and every ratio divides by the cp -r of the same
 
 Scenarios (the provenance file records the sha256 of every source file, so they differ in whether
 those digests are already known):
-  hub     the draft is on a Hub (a local Hub-protocol server on 127.0.0.1: tests/hubserver.py),
+  hub     the draft is on a Hub (a local Hub-protocol server on 127.0.0.1:
+  tests/support/hubserver.py),
           `speckit fetch` downloaded it once (untimed: it verifies every file against the Hub's
           LFS sha256 and remembers the digests), then `speckit convert OWNER/NAME` is timed
           against `cp -rL` of the snapshot. This is the registry/Hub flow of the README.
@@ -188,7 +189,7 @@ def child_hash(*paths: str) -> None:
 def hub_server(src: Path):
     """The source published as REPO on the test Hub server (127.0.0.1), in this process."""
     sys.path.insert(0, str(ROOT))
-    from tests.hubserver import HubServer
+    from tests.support.hubserver import HubServer
 
     server = HubServer()
     server.add_commit(REPO, {p.name: p.read_bytes() for p in sorted(src.iterdir())})
@@ -264,7 +265,7 @@ def main() -> None:
             os.chdir(root / "project")  # speckit-lock.json lands here
             _, info = run_child(["--child", "fetch", REPO], env)
             snap = Path(info["path"])
-            print(f"hub: `speckit fetch {REPO}` from {server.url} (tests/hubserver.py): "
+            print(f"hub: `speckit fetch {REPO}` from {server.url} (tests/support/hubserver.py): "
                   f"{info['seconds']:.1f}s, untimed; it verified and remembered the digests")
             for state in states:
                 print(f"-- page cache {state}: " + (

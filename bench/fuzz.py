@@ -1,7 +1,8 @@
 """Goal: every reader of untrusted input gives a result or a SpeckitError on 10,000+ generated
 inputs each: 0 tracebacks, 0 hangs; the safetensors header check agrees with safetensors on all.
 
-Runs tests/fuzz_targets.py's targets with hypothesis (no shrinking, no database) and counts the
+Runs tests/support/fuzz_targets.py's targets with hypothesis (no shrinking, no database) and counts
+the
 outcome of every case; a case over HANG_S seconds counts as a hang. Usage:
     PYTHONPATH=$PWD python bench/fuzz.py [--cases N]
 """
@@ -16,7 +17,7 @@ import traceback
 from hypothesis import HealthCheck, Phase, given, settings
 
 from speckit.errors import SpeckitError
-from tests.fuzz_targets import TARGETS
+from tests.support.fuzz_targets import TARGETS
 
 HANG_S = 2.0
 

@@ -125,7 +125,7 @@ def child(spec: dict) -> None:
 def _cases(work: Path) -> dict[str, dict]:
     """name -> how to build it and the vLLM settings; built lazily (make() returns paths)."""
     sys.path.insert(0, str(ROOT))
-    from tests.factories import (
+    from tests.support.factories import (
         Dims,
         make_causal_lm,
         make_spec_dflash,

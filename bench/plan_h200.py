@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from speckit.core.gpus import GPU, GiB
 from speckit.plan import OverheadModel, plan
-from tests.plan_shapes import (
+from tests.support.plan_shapes import (
     DEEPSEEK_V3,
     LLAMA31_8B,
     LLAMA31_70B,

@@ -39,7 +39,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from speckit.train.loop import STEP_LOG
-from tests.factories import make_target
+from tests.support.factories import make_target
 
 # target sizes: tiny is the CI one (tests/factories defaults); small gives a GPU some work
 SIZES = {

@@ -238,7 +238,6 @@ def _fetch_target_of(draft: FetchResult, run: _Run) -> FetchResult:
 def _target_name(draft: FetchResult, run: _Run) -> str:
     target = None
     if draft.registry_id is not None:
-        from speckit.io.datafiles import load_registry
 
         target = load_registry().entries[draft.registry_id].target
     if not target and run.verify and draft.repo:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from speckit.calibrate import find_profile
 from speckit.core import methods as _methods
 from speckit.core.gpus import GPU
 from speckit.core.plan import engine as _engine
@@ -77,7 +78,6 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
     if gqa_pack not in ("always", "decode"):
         raise UsageError(f"gqa_pack {gqa_pack!r}: use always or decode")
     if constants is None:  # a calibrate profile of this very GPU, where one was written
-        from speckit.calibrate import find_profile
 
         found = find_profile(gpu.name)
         constants = load_step_constants(found) if found else load_step_constants()

@@ -358,3 +358,31 @@ def test_one_vocab_map_check(tmp_path):
     }, "vocab-map")
     assert len(found) == 1 and found[0].startswith("speckit/convert/common.py:3:"), found
     assert "own_copy()" in found[0]
+
+
+def test_only_heavy_or_optional_imports_are_deferred(tmp_path):
+    found = _found(tmp_path, {
+        "speckit/io/things.py": '''
+            import json
+            def light():
+                import shutil
+                from filelock import FileLock
+                return shutil, FileLock
+            def heavy():
+                import torch
+                from safetensors import safe_open
+                return torch, safe_open
+            def optional():
+                try:
+                    import arctic_inference
+                except ImportError:
+                    return None
+                return arctic_inference
+            def own():
+                from speckit.io import other
+                return other
+        ''',
+        "speckit/io/other.py": "X = 1\n",
+    }, "lazy-import")
+    assert sorted(int(f.split(":")[1]) for f in found) == [4, 5], found
+    assert any("shutil is not one" in f for f in found)

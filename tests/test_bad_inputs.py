@@ -17,7 +17,7 @@ import pytest
 from click.testing import CliRunner
 
 from speckit.cli import main
-from tests import factories as F
+from tests.support import factories as F
 
 
 def _config(d: Path) -> dict:

@@ -15,7 +15,7 @@ from safetensors import safe_open
 
 from speckit.core.methods.common import aux_layer_ids, check_vocab_maps
 from speckit.io.checkpoint import Checkpoint
-from tests import factories as F
+from tests.support import factories as F
 
 BROKEN = {
     "eagle3_zero_d2t": F.make_eagle3_zero_d2t,

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from speckit.errors import SpeckitError
-from tests import fuzz_strategies as S
-from tests.fuzz_targets import TARGETS, header_agrees
+from tests.support import fuzz_strategies as S
+from tests.support.fuzz_targets import TARGETS, header_agrees
 
 pytest.importorskip("safetensors")
 FAST = settings(max_examples=300, deadline=2000, derandomize=True,

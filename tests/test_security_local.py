@@ -14,7 +14,7 @@ from speckit.cli import main
 from speckit.core import PACKAGE_DIR
 from speckit.errors import FormatError, UsageError
 from speckit.push import select_upload
-from tests import factories as F
+from tests.support import factories as F
 
 BUNDLED = PACKAGE_DIR / "data" / "drafts" / "smollm2-135m-eagle3"
 

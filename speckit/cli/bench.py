@@ -21,6 +21,7 @@ from speckit.cli._options import (
 from speckit.serving import BenchOptions, bench
 from speckit.serving.options import parse_floats, parse_ints, parse_thinking
 from speckit.serving.profile import fit_bench_profile
+from speckit.serving.render import markdown
 
 
 @click.command("bench")
@@ -99,7 +100,6 @@ def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpo
     if json_mode:
         print_json(report)
     else:
-        from speckit.serving.render import markdown
 
         click.echo(markdown(report))
 

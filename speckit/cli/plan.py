@@ -11,9 +11,10 @@ import sys
 
 import click
 
+from speckit.calibrate import load_profile
 from speckit.cli._common import handle_errors, print_json
 from speckit.core.plan.weights import DRAFT_QUANTS
-from speckit.errors import UsageError
+from speckit.errors import PlanError, UsageError
 from speckit.io.datafiles import get_gpu
 from speckit.io.terminal import output_console, print_table
 from speckit.plan import check_options, plan_from_refs
@@ -101,7 +102,6 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
         enforce_eager=enforce_eager)
     speed = unpriced = None
     if acceptance is not None or al is not None:
-        from speckit.errors import PlanError
 
         try:
             speed = _speed(result, g, target=target, draft=draft, revision=revision,
@@ -143,7 +143,6 @@ def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
     ctxs = [int(c) for c in _floats(contexts, "--context")]
     constants = None
     if gpu_profile is not None:
-        from speckit.calibrate import load_profile
 
         constants = load_profile(gpu_profile)
     return project_speed_from_refs(

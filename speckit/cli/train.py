@@ -25,6 +25,7 @@ from speckit.cli._options import (
 )
 from speckit.errors import UsageError
 from speckit.train.common import check_online
+from speckit.train.launch import run_ranks
 from speckit.train.options import DflashOptions
 
 
@@ -174,7 +175,6 @@ def eagle3(aux_layers, nproc, json_mode, quiet, **same):
 
     check_online(same["online"], fsdp=same["fsdp"], nproc=nproc)
     if nproc is not None and "RANK" not in os.environ:
-        from speckit.train.launch import run_ranks
 
         run_ranks(nproc, ["train", "eagle3", *_given_args(("nproc", "device", "fsdp"))],
                   device=same["device"])

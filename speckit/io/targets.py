@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import json
 import os
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -169,7 +170,6 @@ def _sha256(path: Path) -> str:
 
 def _say(progress: bool, msg: str) -> None:
     if progress:
-        import sys
 
         print(msg, file=sys.stderr, flush=True)
 

@@ -13,6 +13,8 @@ import tempfile
 import tomllib
 from pathlib import Path
 
+from filelock import Timeout
+
 from speckit.core.registry import SCHEMA_VERSION, parse_registry_text
 from speckit.errors import FormatError, UsageError
 from speckit.io.hub.lock import LOCK_WAIT_S, file_lock
@@ -25,8 +27,6 @@ _TABLE = re.compile(r"^\[\[(entry|published)\]\]\s*$", re.MULTILINE)
 def add_entry(path: Path, entry_id: str, entry_text: str, *, force: bool = False) -> bool:
     """Add ``entry_text`` (one [[entry]] table) to ``path``; True when it replaced an entry with
     the same id (only with ``force``)."""
-    from filelock import Timeout
-
 
     try:
         with file_lock(path):

@@ -3,7 +3,7 @@
 
 The scale is computed and stored in the weight's own dtype ([out, 1]; a BF16 draft gets BF16
 scales), as compressed-tensors registers it; an all-zero row gets that dtype's eps. The op
-sequence is the reference's, so the bytes match it bit for bit (tests/test_quant_numerics.py).
+sequence is the reference's, so the bytes match it bit for bit (tests/quant/test_quant_numerics.py).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """FP8 E4M3 ("fn") weight quantization with AMD Quark 0.13's exact numerics, in torch.
 
 Per-channel (one float32 scale per output row) and per-tensor (one float32 scale); the op
-sequence is Quark's own, so the stored bytes match it bit for bit (tests/test_quant_numerics.py).
+sequence is Quark's own, so the stored bytes match it bit for bit
+(tests/quant/test_quant_numerics.py).
 """
 
 from __future__ import annotations

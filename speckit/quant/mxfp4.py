@@ -1,7 +1,8 @@
 """OCP MXFP4 weight quantization with AMD Quark 0.13's exact numerics, in vectorized torch.
 
 Output is what Quark's export writes: E2M1 codes packed two per byte (even element in the low
-nibble) and one E8M0 scale byte per 32 inputs; tests/test_quant_numerics.py proves bit identity.
+nibble) and one E8M0 scale byte per 32 inputs; tests/quant/test_quant_numerics.py proves bit
+identity.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ compressed-tensors 0.17 apply for the NVFP4A16 preset, in torch.
 global = bf16(448 * 6 / amax) as F32, amax over every shard vLLM fuses into one layer (q/k/v,
 gate/up: vLLM keeps one global scale per layer); group scale = fp8(global * bf16(amax16 / 6)),
 0 -> 0.125; codes = E2M1 round-half-even of x / (scale / global). Bit-identical to the
-reference (tests/test_quant_numerics.py).
+reference (tests/quant/test_quant_numerics.py).
 """
 
 from __future__ import annotations

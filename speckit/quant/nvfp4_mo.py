@@ -7,7 +7,7 @@ one amax); block scale = fp8(clamp(float32(amax16) / (6 * scale_2), 2^-9, 448)),
 codes = E2M1 round-half-even of x / (scale * scale_2). The codes and packing are the
 compressed-tensors NVFP4 ones (speckit.quant.nvfp4); the scales differ: a product instead of a
 quotient by a global scale, another zero rule and a floor at 2^-9. Bit-identical to ModelOpt
-(tests/test_quant_modelopt.py).
+(tests/quant/test_quant_modelopt.py).
 """
 
 from __future__ import annotations

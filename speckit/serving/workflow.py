@@ -13,6 +13,7 @@ from speckit.io.host import cpu_model
 from speckit.serving import arms as _arms
 from speckit.serving.choice import advice, method_choices
 from speckit.serving.options import BenchOptions, dataset_path
+from speckit.serving.render import write_files
 from speckit.serving.report import BenchReport, primary, summarise
 from speckit.serving.run import (
     BenchError,
@@ -41,7 +42,6 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
         stop = _run(RunContext(opts, report, messages, extra, logs, say, dep))
     else:
         from speckit.io.output import atomic_output_dir
-        from speckit.serving.render import write_files
 
         with atomic_output_dir(opts.out, force=force) as tmp:
             stop = _run(RunContext(opts, report, messages, extra, tmp / "logs", say, dep))

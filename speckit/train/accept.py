@@ -1,7 +1,7 @@
 """Acceptance of a training head, simulated offline exactly as vLLM's greedy verification runs.
 
 Used at epoch ends to pick the checkpoint (no vLLM needed, so it runs on the training GPU);
-tests/test_train_accept.py checks it against vLLM's own counters on the same prompts.
+tests/train/test_train_accept.py checks it against vLLM's own counters on the same prompts.
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def check_gates(inp: Inputs, opts: ValidateOptions, *, eargs: dict[str, Any], co
 def _check_cpu_quant(flag: str, path: Path, cfg: dict[str, Any], *, force: bool,
                      warnings: list[str]) -> None:
     """A draft quantized with a scheme vLLM's CPU backend refuses (core.quant's cpu_refusal,
-    vLLM's own words recorded by tests/test_quant_vllm.py) stops before any engine starts."""
+    vLLM's own words recorded by tests/quant/test_quant_vllm.py) stops before any engine starts."""
 
     sch = recognise(cfg.get("quantization_config"))
     if sch is None or not sch.cpu_refusal:

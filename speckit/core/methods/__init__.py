@@ -7,6 +7,7 @@ builds its one ``SPEC`` from data and small pure functions over a config dict (n
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -219,7 +220,6 @@ def get(name: str) -> MethodSpec:
                "assistant": "gemma4_assistant", "draft": "draft_model"}
     key = aliases.get(key, key)
     if key not in _MODULES:
-        import difflib
 
         close = difflib.get_close_matches(key, METHOD_NAMES, n=3)
         raise UsageError(

@@ -3,7 +3,7 @@ reads it: the `quantization_config` of the FP8_DYNAMIC and NVFP4A16 presets (tar
 speckit's exclude list as `ignore`), and how to recognise one.
 
 The field values are compressed-tensors' QuantizationConfig.model_dump() for those presets,
-checked against the package in tests/test_quant_numerics.py.
+checked against the package in tests/quant/test_quant_numerics.py.
 """
 
 from __future__ import annotations

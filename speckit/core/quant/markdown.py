@@ -1,5 +1,5 @@
 """The scheme table as markdown: docs/quantize.md's "Schemes" table is this function's output over
-the built-in GPU catalog (tests/test_quant_doc.py checks that the page and the table agree).
+the built-in GPU catalog (tests/core/test_quant_doc.py checks that the page and the table agree).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ one. vLLM's ModelOptNvFp4Config reads this compressed-tensors-style form (`quant
 as well as the older hf_quant_config.json.
 
 The field values are what ModelOpt 0.47 writes, checked against the package in
-tests/test_quant_modelopt.py.
+tests/quant/test_quant_modelopt.py.
 """
 
 from __future__ import annotations

