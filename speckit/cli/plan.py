@@ -13,6 +13,7 @@ import click
 
 from speckit.calibrate import load_profile
 from speckit.cli._common import handle_errors, print_json
+from speckit.core.plan.schedule import pays_text
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.errors import PlanError, UsageError
 from speckit.io.datafiles import get_gpu
@@ -203,6 +204,8 @@ def _pays(tb, max_batch: int) -> str:
         return f"projected break-even concurrency: {tb.break_even} (speculation off from there)"
     if not tb.max_batch:
         return "does not fit: the KV cache holds no sequence at this context"
+    if tb.schedule and tb.schedule[0][2] == 0:  # off at low concurrency, on higher up
+        return f"projected: {pays_text(tb.schedule)} ({held})"
     return f"projected: speculation pays up to {tb.max_batch} ({held})"
 
 

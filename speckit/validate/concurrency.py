@@ -254,13 +254,12 @@ def summary_lines(rep: ConcurrencyReport) -> list[str]:
     if rep.not_fitted is None:
         lines.append(f"this machine (fitted): schedule {rep.schedule}; " +
                      (f"speculation stops paying at concurrency {be}" if be else
-                      f"speculation pays up to concurrency {rep.batches[-1]}"))
+                      _sched.pays_text(rep.schedule)))
     if rep.serve is not None:
         s = rep.serve
         be2 = s["tables"][-1]["break_even"]
         lines.append(f"projected for {s['gpu']} x TP={s['tp']}: schedule {s['schedule']}; " +
-                     (f"break-even concurrency {be2}" if be2 else
-                      f"speculation pays up to {s['tables'][-1]['max_batch']}") +
+                     (f"break-even concurrency {be2}" if be2 else _sched.pays_text(s["schedule"])) +
                      " (projected from the H200-fitted step model, not measured)")
     if rep.checks:
         seen = ", ".join(f"B={c.batch}: k {c.expected_k} -> drafted "

@@ -108,3 +108,16 @@ def test_vllm_validator_agrees_with_our_check_on_bad_schedules():
             validate_and_normalize_dynamic_sd_schedule([list(b) for b in bad])
         with pytest.raises(ValueError):
             sch.check_schedule(bad)
+
+
+def test_pays_text_says_where_a_schedule_speculates():
+    from speckit.core.plan.schedule import pays_text
+
+    assert pays_text([(1, 32, 3)]) == "speculation pays up to 32"
+    assert pays_text([(1, 5, 3), (6, 10, 2), (11, 32, 0)]) == "speculation pays up to 10"
+    assert pays_text([(1, 4, 2), (5, 8, 0), (9, 16, 1)]) == \
+        "speculation pays at concurrency 1-4, 9-16"
+    # off at low concurrency, on higher up: never "pays up to"
+    assert pays_text([(1, 227, 0), (228, 256, 3)]) == \
+        "speculation pays at concurrency 228-256 (off below 228)"
+    assert pays_text([(1, 64, 0)]) == "speculation does not pay at any concurrency"

@@ -139,6 +139,25 @@ def _break_even(dense: Sequence[int]) -> int | None:
     return b
 
 
+def pays_text(schedule: Sequence[Sequence[int]]) -> str:
+    """Where a schedule speculates, in words: "speculation pays up to 32", "speculation pays at
+    concurrency 228-1024 (off below 228)", or that it pays nowhere."""
+    on: list[tuple[int, int]] = []
+    for a, b, k in schedule:
+        if int(k) > 0:
+            if on and on[-1][1] + 1 == int(a):  # adjacent ranges with different k: one span
+                on[-1] = (on[-1][0], int(b))
+            else:
+                on.append((int(a), int(b)))
+    if not on:
+        return "speculation does not pay at any concurrency"
+    if len(on) == 1 and on[0][0] == 1:
+        return f"speculation pays up to {on[0][1]}"
+    spans = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in on)
+    below = f" (off below {on[0][0]})" if on[0][0] > 1 else ""
+    return f"speculation pays at concurrency {spans}{below}"
+
+
 def ranges(best_k: Sequence[int]) -> Schedule:
     """[(lo, hi, k), ...] over batch sizes 1..len(best_k): inclusive, sorted, starting at 1, as
     vllm.v1.spec_decode.dynamic.utils.validate_and_normalize_dynamic_sd_schedule requires."""
