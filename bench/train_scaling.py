@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 from speckit.train.loop import STEP_LOG
 from tests.support.factories import make_target
 
-# target sizes: tiny is the CI one (tests/factories defaults); small gives a GPU some work
+# target sizes: tiny is the CI one (tests/support/factories defaults); small gives a GPU some work
 SIZES = {
     "tiny": {},
     "small": {"hidden": 1024, "num_layers": 8, "heads": 16, "kv_heads": 4,

@@ -24,8 +24,8 @@ def _tracked() -> list[str]:
 
 
 def _exists(p: str) -> bool:
-    """A path, a module named with dots (tests/factories.make_target), a file shipped compressed,
-    or a placeholder (speckit/data/drafts/NAME, bench/<script>.py) that names no file."""
+    """A path, a module named with dots (tests/support/factories.make_target), a file shipped
+    compressed, or a placeholder (speckit/data/drafts/NAME, bench/<script>.py) naming no file."""
     if p.split("/")[-1].isupper():
         return True
     head = p.split(".")[0]

@@ -1,4 +1,4 @@
-"""A calibrate profile reaches every consumer of the step model: plan (tests/test_plan_moe_cli),
+"""A calibrate profile reaches every consumer of the step model: plan (tests/cli/test_plan_moe_cli),
 validate --serve-gpu (--gpu-profile, or the profile calibrate wrote for that GPU) and doctor."""
 
 from __future__ import annotations

