@@ -360,8 +360,6 @@ def _source_license(root: Path, chain: list[dict[str, Any]], *, token: str | Non
 
 def _registry_license(src: dict[str, Any]) -> tuple[str, str] | None:
     try:
-        from speckit.io.datafiles import load_registry
-
         reg = load_registry()
     except SpeckitError:
         return None
