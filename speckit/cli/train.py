@@ -24,8 +24,8 @@ from speckit.cli._options import (
     target_option,
 )
 from speckit.errors import UsageError
+from speckit.train import launch
 from speckit.train.common import check_online
-from speckit.train.launch import run_ranks
 from speckit.train.options import DflashOptions
 
 
@@ -176,7 +176,7 @@ def eagle3(aux_layers, nproc, json_mode, quiet, **same):
     check_online(same["online"], fsdp=same["fsdp"], nproc=nproc)
     if nproc is not None and "RANK" not in os.environ:
 
-        run_ranks(nproc, ["train", "eagle3", *_given_args(("nproc", "device", "fsdp"))],
+        launch.run_ranks(nproc, ["train", "eagle3", *_given_args(("nproc", "device", "fsdp"))],
                   device=same["device"])
         return
     # ``same``: the options whose destination is the Eagle3Options field of that name
