@@ -34,6 +34,15 @@ def quantize_weight(w, *, stats: ErrorStats | None = None, group_amax=None,
     """[out, in] float weight (in % 16 == 0) -> (packed U8 [out, in/2], E4M3 scales
     [out, in/16], F32 global scale [1]). ``group_amax``: max |x| over the fused layer's shards
     (default: this weight's)."""
+    return quantize_blocks(w, lambda amax: global_scale(amax, w.dtype), _quantize_rows,
+                           stats=stats, group_amax=group_amax, chunk_elems=chunk_elems)
+
+
+def quantize_blocks(w, second_scale, quantize_rows, *, stats: ErrorStats | None = None,
+                    group_amax=None, chunk_elems: int | None = None):
+    """The NVFP4 frame both layouts share: check the shape and the values, compute the
+    second-level scale from amax (``second_scale(amax)``), then quantize row chunks with
+    ``quantize_rows(rows, scale, stats) -> (packed, block scales)``."""
     import torch
 
     if w.dim() != 2 or w.shape[1] % GROUP:
@@ -44,15 +53,15 @@ def quantize_weight(w, *, stats: ErrorStats | None = None, group_amax=None,
     amax = w.abs().amax() if group_amax is None else group_amax
     if not bool(torch.isfinite(amax)) or not bool(torch.isfinite(w).all()):
         raise ValueError("non-finite value (weight)")
-    gscale = global_scale(amax, w.dtype).to(w.device)
+    scale = second_scale(amax).to(w.device)
     packed = torch.empty(rows, cols // 2, dtype=torch.uint8, device=w.device)
     scales = torch.empty(rows, cols // GROUP, dtype=torch.float8_e4m3fn, device=w.device)
 
     def one(sl: slice, part: ErrorStats | None) -> None:
-        packed[sl], scales[sl] = _quantize_rows(w[sl], gscale, part)
+        packed[sl], scales[sl] = quantize_rows(w[sl], scale, part)
 
     run_chunks(w, one, stats=stats, chunk_elems=chunk_elems)
-    return packed, scales, gscale
+    return packed, scales, scale
 
 
 def _quantize_rows(x, gscale, stats: ErrorStats | None):

@@ -12,33 +12,17 @@ quotient by a global scale, another zero rule and a floor at 2^-9. Bit-identical
 
 from __future__ import annotations
 
-from speckit.quant.chunks import ErrorStats, run_chunks
-from speckit.quant.nvfp4 import FP4_MAX, FP8_MAX, GROUP, e2m1_codes, table
+from speckit.quant.chunks import ErrorStats
+from speckit.quant.nvfp4 import FP4_MAX, FP8_MAX, GROUP, e2m1_codes, quantize_blocks, table
 
 
 def quantize_weight(w, *, stats: ErrorStats | None = None, group_amax=None,
                     chunk_elems: int | None = None):
     """[out, in] float weight (in % 16 == 0) -> (packed U8 [out, in/2], E4M3 scales
     [out, in/16], F32 scale_2 []). ``group_amax``: max |x| over the fused layer's shards."""
-    import torch
-
-    if w.dim() != 2 or w.shape[1] % GROUP:
-        raise ValueError(f"NVFP4 needs a 2-D weight whose input dim is a multiple of {GROUP}, "
-                         f"got shape {list(w.shape)}")
-    w = w.contiguous()
-    rows, cols = w.shape
-    amax = w.abs().amax() if group_amax is None else group_amax
-    if not bool(torch.isfinite(amax)) or not bool(torch.isfinite(w).all()):
-        raise ValueError("non-finite value (weight)")
-    scale2 = (amax.float() / (FP4_MAX * FP8_MAX)).reshape(()).to(w.device)
-    packed = torch.empty(rows, cols // 2, dtype=torch.uint8, device=w.device)
-    scales = torch.empty(rows, cols // GROUP, dtype=torch.float8_e4m3fn, device=w.device)
-
-    def one(sl: slice, part: ErrorStats | None) -> None:
-        packed[sl], scales[sl] = _quantize_rows(w[sl], scale2, part)
-
-    run_chunks(w, one, stats=stats, chunk_elems=chunk_elems)
-    return packed, scales, scale2
+    return quantize_blocks(w, lambda amax: (amax.float() / (FP4_MAX * FP8_MAX)).reshape(()),
+                           _quantize_rows, stats=stats, group_amax=group_amax,
+                           chunk_elems=chunk_elems)
 
 
 def _quantize_rows(x, scale2, stats: ErrorStats | None):
