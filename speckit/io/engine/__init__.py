@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from speckit.errors import EngineError
+from speckit.errors import EngineError, EngineTimeout
 from speckit.io.engine.child import failure_hint, first_line, kill_group, log_tail, pump_events
 from speckit.io.engine.job import (
     DEFAULT_TIMEOUT_S,
@@ -75,7 +75,7 @@ def run_engine(job: EngineJob, *, workdir: Path, timeout_s: float = DEFAULT_TIME
                     break
                 if time.monotonic() - t0 > timeout_s:
                     kill_group(proc)
-                    raise EngineError(
+                    raise EngineTimeout(
                         f"vLLM run {job.label!r} timed out after {timeout_s:.0f} s\n"
                         + log_tail(log_path),
                         hint=f"raise --timeout, or lower --num-prompts/--max-tokens; full log: "

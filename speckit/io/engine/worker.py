@@ -310,8 +310,9 @@ def _measure(llm, job: dict[str, Any], prompt_ids: list[list[int]], events: _Eve
     sp = SamplingParams(temperature=temperature, max_tokens=max_tokens,
                         seed=int(job.get("seed", 0)) if temperature > 0 else None)
     prompts = [TokensPrompt(prompt_token_ids=ids) for ids in prompt_ids]
-    warm = SamplingParams(temperature=temperature, max_tokens=min(8, max_tokens))
-    llm.generate(prompts[:1], warm, use_tqdm=False)  # first-call kernel set-up is not timed
+    if job.get("time_budget_s") is None:  # a budgeted (acceptance-only) run times nothing
+        warm = SamplingParams(temperature=temperature, max_tokens=min(8, max_tokens))
+        llm.generate(prompts[:1], warm, use_tqdm=False)  # first-call kernel set-up is not timed
     events.emit(phase="generate", done=0, total=len(prompts))
 
     before = metric_snapshot(llm)
