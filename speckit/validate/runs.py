@@ -106,11 +106,14 @@ def run_engines(ctx: RunCtx, *, batches: list[int], warnings: list[str]) -> Runs
     final_cfg = _spec_cfg(ctx, inp.dpath, inp.dcfg, final_k)
     # the spec-config carries the serving schedule (--serve-gpu, else this machine's); the
     # confirmation engine runs this machine's, the one its counters can check
-    sched_cfg = _scheduled_cfg(conc, final_cfg, inp)
-    if sched_cfg is not None:
-        final_cfg = sched_cfg
-        if conc.serve is not None:
-            sched_cfg = _scheduled_cfg(conc, final_cfg, inp, machine=True) or sched_cfg
+    serve_cfg = _scheduled_cfg(conc, final_cfg, inp)
+    sched_cfg = serve_cfg
+    if conc is not None and conc.serve is not None:
+        sched_cfg = _scheduled_cfg(conc, final_cfg, inp, machine=True) or serve_cfg
+        if serve_cfg is None and conc.serve["schedule"]:
+            warnings.append(_never_pays(conc.serve))
+    if serve_cfg is not None:
+        final_cfg = serve_cfg
     if sched_cfg is not None:  # the k the confirmed schedule gives at this concurrency
         final_k = _k_at(sched_cfg["num_speculative_tokens_per_batch_size"],
                         opts.concurrency) or final_k
@@ -203,6 +206,14 @@ def _confirm(ctx: RunCtx, base: EngineRun, main: EngineRun, sw: SweepReport | No
         if k_conc != sw.k_measured:
             calibrate_sweep(sw, base, main, conf, k=k_conc)
     return crep
+
+
+def _never_pays(serve: dict[str, Any]) -> str:
+    top = max(int(r[1]) for r in serve["schedule"])
+    gpu = serve.get("gpu", "the serving GPU")
+    return (f"projected for {gpu}: speculation does not pay at any concurrency up to {top}: on "
+            "that GPU serve the target without --speculative-config; the spec-config and serve "
+            "line here carry the k measured on this machine")
 
 
 def _k_at(schedule: Sequence[Sequence[int]], batch: int) -> int:
