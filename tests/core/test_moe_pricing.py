@@ -226,9 +226,6 @@ def test_projection_vs_published_engine_terms_help_on_held_out_points():
         >= {"vllm", "sglang", None}
 
 
-@pytest.mark.xfail(strict=True, reason="within their physical ranges the engine terms miss the "
-                   "goal at high concurrency (docs/plan.md, 'Limits of the fit'); a model that "
-                   "meets it should drop this mark")
 def test_projection_vs_published_meets_the_goal():
     vals = list(_held_out(_pvp(), {e: load_engine_costs(engine=e)
                                    for e in engine.ENGINES}).values())
