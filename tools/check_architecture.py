@@ -499,27 +499,34 @@ def _str_const(node: ast.expr | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
+def _builds_spec(call: ast.Call) -> bool:
+    """A *Spec(...) call, or spec_from(...) (a method module's SPEC from its namespace)."""
+    func = _dotted(call.func) or ""
+    return func.endswith("Spec") or func.split(".")[-1] == "spec_from"
+
+
 def _declared_names(mod: Module) -> set[str]:
-    """NAME/VLLM_METHOD/SPECULATORS_TYPE constants, and name=... of any *Spec(...) call."""
+    """NAME/VLLM_METHOD/SPECULATORS_TYPE constants, and name=... of any *Spec(...) or
+    spec_from(...) call."""
     out: set[str] = set()
     for node in mod.tree.body:
         if isinstance(node, ast.Assign) and _str_const(node.value) is not None and any(
                 isinstance(t, ast.Name) and t.id in METHOD_ATTRS for t in node.targets):
             out.add(_norm(node.value.value))
     for node in ast.walk(mod.tree):
-        if isinstance(node, ast.Call) and (_dotted(node.func) or "").endswith("Spec"):
+        if isinstance(node, ast.Call) and _builds_spec(node):
             out.update(_norm(v) for kw in node.keywords if kw.arg in SPEC_NAME_FIELDS
                        and (v := _str_const(kw.value)) is not None)
     return out
 
 
 def _defines_method(mod: Module) -> bool:
-    """A method module: sets NAME at top level or builds a *Spec(name=...)."""
+    """A method module: sets NAME at top level or builds a *Spec(name=...) / spec_from(name=...)."""
     for node in ast.walk(mod.tree):
         if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "NAME" for t in node.targets):
             return True
-        if isinstance(node, ast.Call) and (_dotted(node.func) or "").endswith("Spec") and any(
+        if isinstance(node, ast.Call) and _builds_spec(node) and any(
                 kw.arg == "name" for kw in node.keywords):
             return True
     return False
