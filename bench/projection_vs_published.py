@@ -5,7 +5,8 @@
 Every series in bench/published_points.py is projected with speckit.speed.StepModel (the model
 `speckit plan --acceptance` prints): the ideal GPU passes (speckit/data/step_costs.json, fitted
 on an H200) plus the engine's named terms (speckit.core.plan.engine). The engine terms are
-fitted (speckit.core.plan.fit.fit_log_params) on the FIT_CONCURRENCIES points only; where a
+fitted (speckit.core.plan.fit.fit_log_params), each within its physical range
+(speckit.core.plan.engine.PHYSICAL_RANGE), on the FIT_CONCURRENCIES points only; where a
 source gives no acceptance, one AL per source is solved at its lowest concurrency (that point
 then matches by construction and is not counted). Everything else is held out. --write-engine
 stores the fitted terms in speckit/data/engine_costs.json.
@@ -34,15 +35,13 @@ from speckit.core.plan.schedule import al_from_per_position
 from speckit.io import datafiles
 from speckit.speed import StepModel, target_shape
 
-# where each term starts, and the weak prior (PRIOR_WEIGHT per e-fold) that keeps the terms the
-# ratios cannot separate near these typical magnitudes: a scheduler + sampler step of about a
-# millisecond, tens of microseconds of kernel tails per layer, a rejection sampler of about a
-# millisecond, tens of microseconds per generated token, a few hundred microseconds per draft pass
-START = {"step_s": 1e-3, "graph_layer_s": 5e-5, "token_s": 2e-5, "spec_step_s": 1e-3,
-         "draft_pass_s": 2e-4}
+# each term is fitted within its physical range (speckit.core.plan.engine.PHYSICAL_RANGE: what a
+# serving engine can plausibly spend on that work; docs/plan.md cites each), starting from the
+# middle of that range (geometric), with a weak prior (PRIOR_WEIGHT per e-fold) towards it that
+# keeps the terms the ratios cannot separate there
+BOUNDS = dict(_engine.PHYSICAL_RANGE)
+START = {n: math.sqrt(lo * hi) for n, (lo, hi) in BOUNDS.items()}
 PRIOR_WEIGHT = 0.05
-BOUNDS = {"step_s": (1e-6, 5e-2), "graph_layer_s": (1e-8, 1e-3), "spec_step_s": (1e-6, 5e-2),
-          "token_s": (1e-8, 1e-3), "draft_pass_s": (1e-7, 1e-2)}
 
 
 Engines = dict[str, _engine.EngineCosts]
@@ -132,9 +131,15 @@ def fit() -> Engines:
         return data + [PRIOR_WEIGHT * math.log(vals[n] / START[n]) for n in START]
 
     best = fit_log_params(residuals, START, BOUNDS, what="the published ratios")
-    one = _engine.EngineCosts(**best, source="fitted to published vLLM and SGLang ratios on "
-                              "MI355X, H100 and A100 by bench/projection_vs_published.py")
+    one = _engine.EngineCosts(**best, source="fitted within physical ranges to published "
+                              "vLLM and SGLang ratios on MI355X, H100 and A100 by "
+                              "bench/projection_vs_published.py")
     return dict.fromkeys(_engine.ENGINES, one)
+
+
+def _at_bound(v: float, lo: float, hi: float) -> str:
+    return " (at its upper bound)" if v >= hi * 0.999 else " (at its lower bound)" \
+        if v <= lo * 1.001 else ""
 
 
 def report(engines: Engines) -> dict[str, list[float]]:
@@ -143,6 +148,10 @@ def report(engines: Engines) -> dict[str, list[float]]:
         names = "/".join(e for e, x in engines.items() if x == eng)
         print(f"{names} engine terms: " + ", ".join(f"{f}={getattr(eng, f) * 1e6:.3g} us"
                                                    for f in _engine.ENGINE_FIELDS))
+        if eng != _engine.IDEAL:
+            print("  fitted within: " + ", ".join(
+                f"{f} {lo * 1e6:g}-{hi * 1e6:g} us" + _at_bound(getattr(eng, f), lo, hi)
+                for f, (lo, hi) in BOUNDS.items()))
     for (cls, g, tp, _, b, _ctx, sec, src), (m, _) in zip(ANCHORS, anchors(engines),
                                                          strict=True):
         print(f"anchor {cls} {g} TP={tp} B={b}: plain step published {sec * 1e3:.2f} ms, "
@@ -174,7 +183,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write-engine", action="store_true")
     ap.add_argument("--ideal", action="store_true", help="no engine terms (what plan had)")
+    ap.add_argument("--bound", action="append", default=[], metavar="TERM=LO:HI",
+                    help="fit TERM within LO..HI microseconds instead of its physical range "
+                         "(to study the trade-off; not with --write-engine)")
     a = ap.parse_args()
+    for b in a.bound:
+        term, _, rng = b.partition("=")
+        lo, _, hi = rng.partition(":")
+        if term not in BOUNDS or a.write_engine:
+            ap.error(f"--bound {b}: a term of {sorted(BOUNDS)}, and not with --write-engine")
+        BOUNDS[term] = (float(lo) * 1e-6, float(hi) * 1e-6)
+        START[term] = math.sqrt(BOUNDS[term][0] * BOUNDS[term][1])
     for s in SERIES:
         print(f"- {s.name}: {s.target} + {s.draft}, {s.gpu} TP={s.tp}, k={s.k}, ctx {s.ctx}, "
               f"{s.engine}; {s.source}" + "".join(f"; {n}" for n in s.notes))

@@ -15,8 +15,12 @@ from typing import Any
 from speckit.core import PACKAGE_DIR
 from speckit.errors import UsageError
 from speckit.inspect import inspect
+from speckit.io import targets
 from speckit.io.checkpoint import load_config
+from speckit.io.output import check_output, output_errors
 from speckit.plan import plan_from_refs
+from speckit.quant import quantize
+from speckit.validate import validate
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 DEFAULT_DRAFT = "smollm2-135m-eagle3"
@@ -80,11 +84,6 @@ def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 
     ``compare_budget_s``). ``on_start(name)`` / ``on_stage(name, result)`` are called as each
     stage starts / finishes, so a CLI can print as it goes.
     """
-    from speckit.io import targets
-    from speckit.io.output import check_output, output_errors
-    from speckit.quant import quantize
-    from speckit.validate import validate
-
     t0 = time.monotonic()
     draft_path = _draft_path(draft)
     # OUT is a directory the demo writes into (reused across runs), never one of its inputs

@@ -30,6 +30,7 @@ from speckit.io.hub import (
     sha256_file,
     verify_snapshot,
 )
+from speckit.io.output import check_output
 from speckit.io.refs import Resolved, classify, resolve
 
 
@@ -120,8 +121,6 @@ def fetch(ref: str, *, revision: str | None = None, with_target: bool = False,
 def _out_dir(local_dir: str | os.PathLike, *, verify: bool) -> Path:
     """-o: a new or empty directory, or one `speckit fetch` filled before (its .cache/speckit
     record); never the current directory or a folder of the user's own files."""
-    from speckit.io.output import check_output
-
     out = check_output(local_dir, {}, force=True, reuse=True, flag="-o")
     if verify or not out.exists():
         return out.resolve() if out.exists() else out

@@ -382,7 +382,49 @@ def test_only_heavy_or_optional_imports_are_deferred(tmp_path):
                 from speckit.io import other
                 return other
         ''',
-        "speckit/io/other.py": "X = 1\n",
+        "speckit/io/other.py": "import torch\nX = 1\n",  # heavy: own() may defer it
     }, "lazy-import")
     assert sorted(int(f.split(":")[1]) for f in found) == [4, 5], found
     assert any("shutil is not one" in f for f in found)
+
+
+def test_only_heavy_own_modules_are_deferred(tmp_path, monkeypatch):
+    found = _found(tmp_path, {
+        "speckit/io/user.py": '''
+            def light():
+                from speckit.io.light import X
+                return X
+            def heavy():
+                from speckit.io import heavy
+                import speckit.io.through
+                from . import heavy as again
+                return heavy, speckit.io.through, again
+            def optional():
+                try:
+                    from speckit.io.light import X
+                except ImportError:
+                    return None
+                return X
+            def typed_only():
+                from speckit.io.typed import Y
+                return Y
+            def allowed():
+                from speckit.io.cyclic import Z
+                return Z
+        ''',
+        "speckit/io/light.py": "import json\nX = 1\ndef f():\n    import torch\n",
+        "speckit/io/heavy.py": "from torch import nn\n",
+        # heavy through a speckit module it imports at module level
+        "speckit/io/through.py": "from speckit.io.heavy import nn\n",
+        # torch under TYPE_CHECKING is not imported at run time: a light module
+        "speckit/io/typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                               "    import torch\nY = 1\n",
+        "speckit/io/cyclic.py": "Z = 1\n",
+    }, "lazy-import")
+    lines = sorted(int(f.split(":")[1]) for f in found)
+    assert lines == [3, 17, 20], found
+    assert "speckit.io.light imports no heavy package" in found[0]
+    monkeypatch.setitem(arch.LAZY_OWN_ALLOWED, ("speckit.io.user", "speckit.io.cyclic"),
+                        "io.user <-> io.cyclic (test)")
+    found = _found(tmp_path, {}, "lazy-import")
+    assert sorted(int(f.split(":")[1]) for f in found) == [3, 17], found

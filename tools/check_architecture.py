@@ -47,7 +47,13 @@ Rules (each violation ends with its rule in brackets):
   lazy-import    a third-party or stdlib import inside a function is a heavy or optional one
                  (HEAVY_PACKAGES: torch, vllm, quark, transformers, rich, ...; one under try: is
                  an optional dependency's probe); anything else is imported at module level.
-                 Deferred imports of speckit's own modules are not judged yet.
+                 A function-local import of speckit's own module (import speckit.x, from
+                 speckit.x import y, relative ones) is deferred only when speckit.x is heavy: it
+                 imports a HEAVY_PACKAGES package at module level, itself or through the speckit
+                 modules (and their parent packages) it imports at module level, transitively; or
+                 when it sits in a try: that catches ImportError (an optional part's probe); or
+                 when LAZY_OWN_ALLOWED names it (a cycle that deferring keeps from biting at import
+                 time, each entry saying which).
 """
 
 from __future__ import annotations
@@ -499,27 +505,34 @@ def _str_const(node: ast.expr | None) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
+def _builds_spec(call: ast.Call) -> bool:
+    """A *Spec(...) call, or spec_from(...) (a method module's SPEC from its namespace)."""
+    func = _dotted(call.func) or ""
+    return func.endswith("Spec") or func.split(".")[-1] == "spec_from"
+
+
 def _declared_names(mod: Module) -> set[str]:
-    """NAME/VLLM_METHOD/SPECULATORS_TYPE constants, and name=... of any *Spec(...) call."""
+    """NAME/VLLM_METHOD/SPECULATORS_TYPE constants, and name=... of any *Spec(...) or
+    spec_from(...) call."""
     out: set[str] = set()
     for node in mod.tree.body:
         if isinstance(node, ast.Assign) and _str_const(node.value) is not None and any(
                 isinstance(t, ast.Name) and t.id in METHOD_ATTRS for t in node.targets):
             out.add(_norm(node.value.value))
     for node in ast.walk(mod.tree):
-        if isinstance(node, ast.Call) and (_dotted(node.func) or "").endswith("Spec"):
+        if isinstance(node, ast.Call) and _builds_spec(node):
             out.update(_norm(v) for kw in node.keywords if kw.arg in SPEC_NAME_FIELDS
                        and (v := _str_const(kw.value)) is not None)
     return out
 
 
 def _defines_method(mod: Module) -> bool:
-    """A method module: sets NAME at top level or builds a *Spec(name=...)."""
+    """A method module: sets NAME at top level or builds a *Spec(name=...) / spec_from(name=...)."""
     for node in ast.walk(mod.tree):
         if isinstance(node, ast.Assign) and any(
                 isinstance(t, ast.Name) and t.id == "NAME" for t in node.targets):
             return True
-        if isinstance(node, ast.Call) and (_dotted(node.func) or "").endswith("Spec") and any(
+        if isinstance(node, ast.Call) and _builds_spec(node) and any(
                 kw.arg == "name" for kw in node.keywords):
             return True
     return False
@@ -916,7 +929,7 @@ def _function_imports(tree: ast.Module) -> Iterator[ast.Import | ast.ImportFrom]
 
 def check_lazy_imports(mods: dict[str, Module]) -> Iterator[Violation]:
     """A third-party or stdlib import inside a function must be a heavy (or optional) one.
-    Deferred imports of speckit's own modules are not judged here yet."""
+    speckit's own modules are judged by check_lazy_own_imports."""
     for mod in mods.values():
         for node in _function_imports(mod.tree):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").split(
@@ -930,6 +943,105 @@ def check_lazy_imports(mods: dict[str, Module]) -> Iterator[Violation]:
                             f"{ast.unparse(node)} inside a function: only heavy or optional "
                             f"third-party imports are deferred ({', '.join(names)} is not one); "
                             "import it at module level")
+
+
+# deferred imports of speckit's own light modules that must stay in their function, each for the
+# import cycle that hoisting it would close at import time: (importer, imported module) -> why
+LAZY_OWN_ALLOWED: dict[tuple[str, str], str] = {
+}
+IMPORT_ERRORS = {"ImportError", "ModuleNotFoundError"}
+
+
+def _heavy_roots(mod: Module) -> Iterator[str]:
+    """HEAVY_PACKAGES packages a module imports at module level (itself, not through speckit)."""
+    for node, runtime in _walk_scoped(mod.tree):
+        if not runtime:
+            continue
+        if isinstance(node, ast.Import):
+            yield from (a.name.split(".")[0] for a in node.names
+                        if a.name.split(".")[0] in HEAVY_PACKAGES)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module \
+                and node.module.split(".")[0] in HEAVY_PACKAGES:
+            yield node.module.split(".")[0]
+
+
+def _with_parents(name: str) -> list[str]:
+    """speckit.a.b -> [speckit.a.b, speckit.a]: importing a module initialises its packages."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(len(parts), 1, -1)]
+
+
+def heavy_modules(mods: dict[str, Module]) -> dict[str, str]:
+    """module -> why importing it imports a heavy package ("torch", "torch via speckit.x"), for
+    every speckit module that does, directly or through its module-level speckit imports."""
+    heavy = {m: next(iter(sorted(set(_heavy_roots(mod)))), "") for m, mod in mods.items()}
+    heavy = {m: why for m, why in heavy.items() if why}
+    deps = {m: {d for imp in mod.imports if imp.runtime and imp.how == "import"
+                for d in _with_parents(imp.target) if d in mods and d != m}
+            for m, mod in mods.items()}
+    changed = True
+    while changed:  # a fixpoint: cycles among speckit modules are fine here
+        changed = False
+        for m in sorted(mods):
+            if m in heavy:
+                continue
+            via = next((d for d in sorted(deps[m]) if d in heavy), None)
+            if via is not None:
+                heavy[m] = f"{heavy[via].split(' via ')[0]} via {via}"
+                changed = True
+    return heavy
+
+
+def _catches_import_error(node: ast.Try | ast.TryStar) -> bool:
+    names = {n.id if isinstance(n, ast.Name) else getattr(n, "attr", "")
+             for h in node.handlers if h.type is not None
+             for n in ast.walk(h.type) if isinstance(n, ast.Name | ast.Attribute)}
+    return bool(names & IMPORT_ERRORS)
+
+
+def _own_function_imports(mod: Module, mods: dict[str, Module]
+                          ) -> Iterator[tuple[ast.Import | ast.ImportFrom, list[str]]]:
+    """(import, speckit modules it imports) for each own-module import in a function body,
+    except in the body of a try: that catches ImportError (an optional part's probe)."""
+    def walk(node: ast.AST, in_fn: bool) -> Iterator[ast.Import | ast.ImportFrom]:
+        guarded = isinstance(node, ast.Try | ast.TryStar) and _catches_import_error(node)
+        for child in ast.iter_child_nodes(node):
+            if guarded and child in node.body:
+                continue
+            if in_fn and isinstance(child, ast.Import | ast.ImportFrom):
+                yield child
+            yield from walk(child, in_fn or isinstance(
+                child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda))
+    api = _api_map(mods)
+    for node in walk(mod.tree, False):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names
+                       if a.name == ROOT_PKG or a.name.startswith(ROOT_PKG + ".")]
+        else:
+            src = (_resolve_relative(mod, node.level, node.module) if node.level
+                   else node.module or "")
+            if not (src == ROOT_PKG or src.startswith(ROOT_PKG + ".")):
+                continue
+            targets = sorted({f"{src}.{a.name}" if f"{src}.{a.name}" in mods
+                              else api.get(a.name, src) if src == ROOT_PKG else src
+                              for a in node.names})
+        if targets:
+            yield node, targets
+
+
+def check_lazy_own_imports(mods: dict[str, Module]) -> Iterator[Violation]:
+    """A function-local import of a speckit module is deferred only when that module is heavy."""
+    heavy = heavy_modules(mods)
+    for mod in mods.values():
+        for node, targets in _own_function_imports(mod, mods):
+            light = [t for t in targets if t in mods and t not in heavy
+                     and (mod.name, t) not in LAZY_OWN_ALLOWED]
+            if light:
+                yield Violation(mod.rel, node.lineno, "lazy-import",
+                                f"{ast.unparse(node)} inside a function: {', '.join(light)} "
+                                "imports no heavy package (torch, vllm, ...) at module level, "
+                                "even through speckit; import it at module level (or name the "
+                                "cycle that forbids it in LAZY_OWN_ALLOWED)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -949,7 +1061,7 @@ def check(root: Path | str) -> list[Violation]:
     for rule in (check_layers(mods), check_private(mods), check_cycles(mods),
                  check_method_names(mods, facts), check_method_probes(mods, facts),
                  check_core_purity(mods), check_method_pickers(mods), check_vocab_checks(mods),
-                 check_lazy_imports(mods)):
+                 check_lazy_imports(mods), check_lazy_own_imports(mods)):
         out.extend(rule)
     return sorted(set(out), key=lambda v: (v.path, v.line, v.rule, v.message))
 

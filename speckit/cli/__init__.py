@@ -12,6 +12,7 @@ import sys
 import click
 
 from speckit import __version__
+from speckit.cli._common import report_error
 
 # command name -> (module, attribute); imported only when that command runs or --help lists it
 _COMMANDS = {
@@ -39,14 +40,10 @@ class _LazyGroup(click.Group):
         try:
             rc = super().main(args=argv, prog_name=prog_name, standalone_mode=False, **extra)
         except click.ClickException as e:
-            from speckit.cli._common import report_error
-
             sub = next((a for a in argv if a in _COMMANDS), None)
             report_error(e.format_message(), exit_code=e.exit_code, json_mode="--json" in argv,
                          hint=f"see `speckit {sub + ' ' if sub else ''}--help`")
         except click.Abort:
-            from speckit.cli._common import report_error
-
             report_error("interrupted", hint="nothing half-written was left; run it again",
                          exit_code=130, json_mode="--json" in argv)
         sys.exit(rc if isinstance(rc, int) else 0)

@@ -10,6 +10,7 @@ import re
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.convert import DEFAULT_SHARD_BYTES, convert
 from speckit.core import methods
 
 _METHODS = ("auto", *methods.convertible_names())
@@ -76,8 +77,6 @@ def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, ma
     speculators checkpoints (verified and normalised). Writes safetensors + config.json +
     speckit-provenance.json into a temporary directory, checks it, then renames it to OUT.
     """
-    from speckit.convert import DEFAULT_SHARD_BYTES, convert
-
     result = convert(src, target=target, out=out, method=method,
                      num_speculative_tokens=num_speculative_tokens, aux_layers=aux_layers,
                      mask_token_id=mask_token_id, drop=tuple(drop), force=force,

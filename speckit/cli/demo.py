@@ -18,8 +18,12 @@ from speckit.cli._options import (
     out_option,
     quiet_option,
 )
+from speckit.cli.inspect import render as render_inspect
+from speckit.cli.plan import render as render_plan
+from speckit.cli.quantize import render as render_quantize
 from speckit.demo import run_demo
 from speckit.errors import UsageError
+from speckit.validate.report import print_report
 
 
 def _parse_ks(value: str) -> list[int]:
@@ -84,18 +88,10 @@ def _print_stage(name: str, res) -> None:
     if name == "fetch":
         click.echo(f"target SmolLM2-135M-Instruct (bf16 safetensors) at {res}")
     elif name == "inspect":
-        from speckit.cli.inspect import render
-
-        render(res)
+        render_inspect(res)
     elif name == "plan":
-        from speckit.cli.plan import render as render_plan
-
         render_plan(res)
     elif name == "quantize":
-        from speckit.cli.quantize import render as render_quantize
-
         render_quantize(res)
     elif name == "validate":
-        from speckit.validate.report import print_report
-
         print_report(res)

@@ -13,7 +13,7 @@ import click
 
 from speckit.cli._common import handle_errors, print_json, to_jsonable
 from speckit.cli._options import json_option, quiet_option
-from speckit.doctor import REQUIREMENTS
+from speckit.doctor import REQUIREMENTS, doctor
 from speckit.errors import SpeckitError
 
 
@@ -31,8 +31,6 @@ def doctor_cmd(for_command, no_network, no_probe, json_mode, quiet):
     vLLM serves on this device, FP8/MXFP4 kernels (native or emulated, timed), Hub settings
     (the token is never printed), cache sizes.
     """
-    from speckit.doctor import doctor
-
     report = doctor(for_command=for_command, probe_kernels=not no_probe,
                     check_network=not no_network)
     if not json_mode and not quiet:

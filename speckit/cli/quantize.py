@@ -8,6 +8,7 @@ import click
 
 from speckit.cli._common import handle_errors, print_json, progress_enabled
 from speckit.core.quant import LAYOUTS, for_flag
+from speckit.quant import quantize
 
 
 def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, nvfp4: bool, static: bool, fmt: str | None
@@ -77,8 +78,6 @@ def quantize_cmd(ckpt, mxfp4, w4a4, fp8, nvfp4, fmt, static, calib_target, out, 
     plain causal LMs (for method draft_model). lm_head, embeddings, norms, vocab maps and biases
     keep their dtype. Writes into a temporary directory, checks it, then renames it to OUT.
     """
-    from speckit.quant import quantize
-
     scheme = _scheme(mxfp4, w4a4, fp8, nvfp4, static, fmt)
     if calib_target and not static:
         raise click.UsageError("--calib-target is only used by --fp8 --per-tensor-static")

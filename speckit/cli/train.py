@@ -26,6 +26,8 @@ from speckit.cli._options import (
 from speckit.errors import UsageError
 from speckit.train import launch
 from speckit.train.common import check_online
+from speckit.train.dflash import train_dflash
+from speckit.train.eagle3 import Eagle3Options, train_eagle3
 from speckit.train.options import DflashOptions
 
 
@@ -171,8 +173,6 @@ def eagle3(aux_layers, nproc, json_mode, quiet, **same):
     The target answers every prompt with its chat template; its aux hidden states are captured
     to disk shards; the head is trained with the TTT loss; OUT is ready for speckit validate.
     """
-    from speckit.train.eagle3 import Eagle3Options, train_eagle3
-
     check_online(same["online"], fsdp=same["fsdp"], nproc=nproc)
     if nproc is not None and "RANK" not in os.environ:
 
@@ -268,8 +268,6 @@ def dflash(aux_layers, json_mode, quiet, **same):
     Trains on eagle3's hidden-state shards; each epoch ends with an offline acceptance
     simulation (vLLM's greedy rule) on held-out conversations and the best epoch is exported.
     """
-    from speckit.train.dflash import train_dflash
-
     # ``same``: the options whose destination is the DflashOptions field of that name
     options = DflashOptions(**same, aux_layers=_int_list(aux_layers),
                             progress=progress_enabled(json_mode or quiet),

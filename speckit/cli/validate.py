@@ -23,6 +23,7 @@ from speckit.cli._options import (
     tp_option,
 )
 from speckit.errors import UsageError
+from speckit.validate import ValidateOptions, print_report, validate
 
 
 def _parse_sweep(value: str | None) -> list[int] | None:
@@ -103,8 +104,6 @@ def validate_cmd(sweep, engine_arg, no_confirm, cpu_threads, timeout, batch_size
 
     Writes the --speculative-config and the `vllm serve` line for the measured (or best) k.
     """
-    from speckit.validate import ValidateOptions, print_report, validate
-
     # ``same``: the options whose destination is the ValidateOptions field of that name
     options = ValidateOptions(
         **same, sweep=_parse_sweep(sweep), engine_args=parse_engine_args(engine_arg),

@@ -16,7 +16,7 @@ from speckit.convert.checks import (
     check_coverage,
     verify_output,
 )
-from speckit.convert.common import ReadContext, Target, order_moves
+from speckit.convert.common import ReadContext, Target, order_moves, published_k
 from speckit.convert.moves import (
     SOURCE,
     TARGET,
@@ -163,8 +163,6 @@ def _registry_defaults(s: Resolved) -> tuple[str | None, tuple[int, str] | None]
     draft from a repo that a registry entry names gets that entry's k."""
     if s.registry_id is None and s.repo is None:
         return None, None
-    from speckit.convert.common import published_k
-
     entries = load_registry().entries
     entry = entries.get(s.registry_id) if s.registry_id is not None else None
     k = published_k(entries.values(), registry_id=s.registry_id, repo=s.repo, commit=s.commit)

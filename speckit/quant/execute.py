@@ -26,7 +26,9 @@ from speckit.io.output import (
     PROVENANCE,
     strip_config,
 )
-from speckit.quant import schemes
+from speckit.io.progress import byte_progress
+from speckit.quant import calibrate, fp8, schemes
+from speckit.quant.chunks import ErrorStats, single_threaded
 from speckit.quant.plan import Item, looks_linear, prior_quantization
 
 DEFAULT_SHARD_BYTES = 5 * 10**9
@@ -83,8 +85,6 @@ def calibrate_activations(ckpt: Checkpoint, mod, sch: Scheme, items: list[Item],
     static input scales; none for the others)."""
     if not sch.static_input:
         return {}, None
-    from speckit.quant import calibrate
-
     cal = calibrate.collect(ckpt, mod.name, modules=[it.module for it in items
                                                       if it.action == "quantize"],
                             names={it.module: it.info.name for it in items
@@ -166,11 +166,8 @@ def _group_amax(ckpt: Checkpoint, items: list[Item], requant: dict | None, dev: 
 
 def _threads(dev: str):
     """CPU: torch single-threaded for the whole run, parallel over row chunks instead."""
-
     if dev != "cpu":
         return contextlib.nullcontext()
-    from speckit.quant.chunks import single_threaded
-
     return single_threaded()
 
 
@@ -209,8 +206,6 @@ def _load(ckpt: Checkpoint, info: TensorInfo, it: Item, requant: dict | None, de
 
 def _quantize_one(it: Item, w, sch: Scheme, writer: CheckpointWriter, input_amax: dict[str, float],
                   group_amax=None) -> TensorReport:
-    from speckit.quant.chunks import ErrorStats
-
     name = it.info.name
     stats = ErrorStats()
     numerics = importlib.import_module(f"speckit.quant.{sch.numerics}")
@@ -228,8 +223,6 @@ def _quantize_one(it: Item, w, sch: Scheme, writer: CheckpointWriter, input_amax
         out_bytes += t.numel() * t.element_size()
     if sch.static_input:
         import torch
-
-        from speckit.quant import fp8
 
         amax = input_amax[it.module]
         scale = fp8.scale_from_amax(torch.tensor(amax, dtype=torch.float32))
@@ -313,6 +306,4 @@ def _mean(xs: list[float]) -> float:
 
 
 def _progress(enabled: bool, total: int, label: str):
-    from speckit.io.progress import byte_progress
-
     return byte_progress(enabled, total, label=label)

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from speckit.core.jsonable import to_jsonable
+from speckit.io.output import write_provenance
 from speckit.serving.report import BenchReport, SummaryRow
 from speckit.serving.stats import Spread
 
@@ -24,8 +25,6 @@ def write_files(report: BenchReport, out: Path) -> None:
         (out / "serve-line.txt").write_text(line + "\n")
         report.files["serve_line"] = "serve-line.txt"
     report.files.update(write_plots(report, out))
-    from speckit.io.output import write_provenance
-
     # the marker that lets a later `bench --force` replace this directory
     report.files["provenance"] = write_provenance(
         out, {"target": report.target, "draft": report.draft, "platform": report.platform},

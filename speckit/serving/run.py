@@ -21,6 +21,7 @@ from speckit.serving import arms as _arms
 from speckit.serving.client import CellLoad, ServerGone, run_cell, scrape_once, served_model
 from speckit.serving.options import Arm, BenchOptions, Load, parse_schedule
 from speckit.serving.report import BenchReport, CellResult, summarise
+from speckit.serving.server import healthy, log_tail, vllm_server
 from speckit.serving.stats import cell_figures, counters_disagree
 
 
@@ -84,8 +85,6 @@ def run_bench(ctx: RunContext) -> None:
 
 
 def _serve_and_measure(ctx: RunContext, arm: Arm) -> None:
-    from speckit.serving.server import vllm_server
-
     argv = _arms.arm_serve_line(ctx.dep, arm)
     ctx.report.serve_lines[arm.name] = argv
     ctx.report.spec_configs[arm.name] = arm.spec_config
@@ -180,8 +179,6 @@ def _take(ctx: RunContext, n: int) -> list[list[dict[str, str]]]:
 
 
 def _stop_if_gone(ctx: RunContext, arm: Arm, base_url: str, cell: CellResult, log: Path | None):
-    from speckit.serving.server import healthy, log_tail
-
     if healthy(base_url):
         ctx.report.warnings.append(f"{arm.name} {cell.load.label}: {cell.error}")
         return

@@ -10,6 +10,7 @@ from typing import Any
 from speckit.core.jsonable import to_jsonable
 from speckit.errors import SpeckitError, UsageError
 from speckit.io.host import cpu_model
+from speckit.io.output import atomic_output_dir
 from speckit.serving import arms as _arms
 from speckit.serving.choice import advice, method_choices
 from speckit.serving.options import BenchOptions, dataset_path
@@ -23,6 +24,7 @@ from speckit.serving.run import (
     prompts_per_arm,
     run_bench,
 )
+from speckit.validate.prompts import load_prompts
 
 
 def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = False) -> BenchReport:
@@ -41,8 +43,6 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
         logs = Path(tempfile.mkdtemp(prefix="speckit-bench-logs-"))
         stop = _run(RunContext(opts, report, messages, extra, logs, say, dep))
     else:
-        from speckit.io.output import atomic_output_dir
-
         with atomic_output_dir(opts.out, force=force) as tmp:
             stop = _run(RunContext(opts, report, messages, extra, tmp / "logs", say, dep))
             write_files(report, tmp)
@@ -101,8 +101,6 @@ def _recommended(r: BenchReport) -> str | None:
 
 def _messages(opts: BenchOptions, dep, warnings: list[str], *,
               thinking: int = 1) -> list[list[dict[str, str]]]:
-    from speckit.validate.prompts import load_prompts
-
     need = prompts_per_arm(opts, thinking)
     ps = load_prompts(dataset_path(opts.dataset), num_prompts=need)
     if ps.skipped:

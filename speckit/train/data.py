@@ -20,6 +20,7 @@ from typing import Any
 
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import Checkpoint, write_json
+from speckit.io.engine import EngineJob, run_engine
 
 DATA_FORMAT = "speckit-eagle3-data"
 DATA_VERSION = 1
@@ -268,8 +269,6 @@ def vllm_available() -> bool:
 def generate_vllm(target: Path, prompts: list[list[int]], *, max_tokens: int, seed: int,
                   workdir: Path) -> list[list[int]]:
     """Greedy answers from vLLM in a child process (validate's engine runner), all in flight."""
-    from speckit.io.engine import EngineJob, run_engine
-
     job = EngineJob(label="generate", model=str(target), tokenizer=str(target),
                     max_tokens=max_tokens, prompt_token_ids=prompts, temperature=0.0, seed=seed,
                     concurrency=min(256, len(prompts)))

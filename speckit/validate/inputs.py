@@ -19,6 +19,7 @@ from speckit.io.checkpoint import load_config, tensor_names
 from speckit.io.datafiles import load_registry
 from speckit.io.output import check_output, output_errors
 from speckit.io.refs import resolve
+from speckit.validate.concurrency import default_batches
 from speckit.validate.options import ValidateOptions
 from speckit.validate.prompts import load_prompts
 
@@ -99,8 +100,6 @@ def gather_inputs(opts: ValidateOptions, warnings: list[str]) -> Inputs:
 
 
 def pick_batch_sizes(given: Sequence[int] | None, *, cpu: bool, concurrency: int) -> list[int]:
-    from speckit.validate.concurrency import default_batches
-
     batches = default_batches(cpu=cpu) if given is None else sorted({int(b) for b in given})
     if any(b < 1 for b in batches):
         raise UsageError(f"--batch-sizes {batches}: every batch size must be >= 1")

@@ -23,6 +23,7 @@ from speckit.validate.report import (
     write_plots,
 )
 from speckit.validate.runs import Runs
+from speckit.validate.verdict import verdict
 
 
 def report_settings(opts: ValidateOptions, eargs: dict[str, Any],
@@ -35,8 +36,6 @@ def report_settings(opts: ValidateOptions, eargs: dict[str, Any],
 
 def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, keep_log: bool,
                  t_start: float) -> ValidationReport:
-    from speckit.validate.verdict import verdict
-
     base = r.base
     v = verdict(r.runs, concurrency=settings["concurrency"], conc=r.concurrency, cpu=inp.cpu,
                 emulated=emulated_quant(inp.dcfg) if inp.dcfg else None)

@@ -14,6 +14,7 @@ from typing import Any
 
 from speckit.core.metrics import KPrediction, LosslessCheck, SpecCounters, StepCosts
 from speckit.io.terminal import output_console, print_table
+from speckit.validate import concurrency as C
 
 
 @dataclass
@@ -240,9 +241,7 @@ def to_markdown(r: ValidationReport) -> str:
     if r.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
     if r.concurrency is not None:
-        from speckit.validate.concurrency import markdown
-
-        lines += ["", markdown(r.concurrency)]
+        lines += ["", C.markdown(r.concurrency)]
     lines += ["", f"{r.engine_starts} engine starts, {r.seconds:.0f} s in all.", ""]
     return "\n".join(lines)
 
@@ -403,9 +402,7 @@ def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
         plt.close(fig)
         files["k_sweep_png"] = str(p)
     if r.concurrency is not None:
-        from speckit.validate.concurrency import plot
-
-        files["ratio_by_concurrency_png"] = plot(r.concurrency, out, plt)
+        files["ratio_by_concurrency_png"] = C.plot(r.concurrency, out, plt)
     return files
 
 
@@ -458,9 +455,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
         console.print(f"compare at k={cp.k}: AL {cp.primary.acceptance_length:.3f} -> "
                       f"{cp.other.acceptance_length:.3f} (drop {cp.al_drop_pct:+.1f}%), {speed}")
     if r.concurrency is not None:
-        from speckit.validate.concurrency import summary_lines
-
-        for line in summary_lines(r.concurrency):
+        for line in C.summary_lines(r.concurrency):
             console.print(line)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")

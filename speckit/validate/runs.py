@@ -14,6 +14,7 @@ from speckit.errors import EngineTimeout, UsageError
 from speckit.io.checkpoint import Checkpoint
 from speckit.io.engine import EngineJob, EngineRun
 from speckit.io.progress import EngineProgress
+from speckit.validate import concurrency as C
 from speckit.validate.analysis import (
     calibrate_sweep,
     emulated_quant,
@@ -142,8 +143,6 @@ def _baseline(ctx: RunCtx, baseline: EngineRun | None, probe: dict[str, Any]) ->
 def _concurrency(ctx: RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRunReport, *,
                  serve_gpu: str | None, serve_tp: int, warnings: list[str],
                  serve_profile: str | None = None):
-    from speckit.validate import concurrency as C
-
     inp = ctx.inp
     tensors = draft_tensors(inp.dpath)
     rep = C.analyse(base, main, k=inp.k_max, per_position=main_rep.per_position,
@@ -175,12 +174,10 @@ def _scheduled_cfg(conc, final_cfg: dict[str, Any], inp: Inputs, *,
                    machine: bool = False) -> dict[str, Any] | None:
     if conc is None:
         return None
-    from speckit.validate.concurrency import chosen_schedule, vllm_checked, with_schedule
-
-    sched = conc.schedule if machine else chosen_schedule(conc)
-    cfg = with_schedule(final_cfg, sched, method=inp.spec.name, draft_config=inp.dcfg)
+    sched = conc.schedule if machine else C.chosen_schedule(conc)
+    cfg = C.with_schedule(final_cfg, sched, method=inp.spec.name, draft_config=inp.dcfg)
     if cfg is not None:
-        vllm_checked(cfg["num_speculative_tokens_per_batch_size"], conc)
+        C.vllm_checked(cfg["num_speculative_tokens_per_batch_size"], conc)
     return cfg
 
 
@@ -196,9 +193,7 @@ def _confirm(ctx: RunCtx, base: EngineRun, main: EngineRun, sw: SweepReport | No
                            spec_config=sched_cfg,
                            batch_probe=batches or None if sched_cfg is not None else None)
     if sched_cfg is not None and conc is not None:
-        from speckit.validate.concurrency import check_followed
-
-        check_followed(conc, conf, sched_cfg["num_speculative_tokens_per_batch_size"])
+        C.check_followed(conc, conf, sched_cfg["num_speculative_tokens_per_batch_size"])
     if sw is not None and k_conc in sw.ks:
         pred = next(p for p in sw.predictions if p.k == k_conc)
         sw.confirmation = Confirmation(k_conc, pred.acceptance_length, crep.acceptance_length,

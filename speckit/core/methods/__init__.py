@@ -2,34 +2,26 @@
 
 Generic stages (inspect, convert, quantize, plan, validate) ask `get(name)` for a frozen
 `MethodSpec` and read its fields; they never test `method == "..."` themselves. Each method module
-builds its one ``SPEC`` from data and small pure functions over a config dict (no torch).
+builds its one ``SPEC`` from data and small pure functions over a config dict (no torch), with the
+layouts it comes in (``LAYOUT_SPECS``). Every module of this package but the helpers is a method:
+adding one is adding its file.
 """
 
 from __future__ import annotations
 
 import difflib
+import functools
 import importlib
+import pkgutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from speckit.core.methods.layout import LayoutSpec
 from speckit.errors import UsageError
 
-# speckit method name -> module; engine-only methods (draft_model, ngram, suffix) have no
-# checkpoint layout
-_MODULES = {
-    "eagle3": "speckit.core.methods.eagle3",
-    "peagle": "speckit.core.methods.peagle",
-    "dflash": "speckit.core.methods.dflash",
-    "dflash2": "speckit.core.methods.dflash2",
-    "dspark": "speckit.core.methods.dspark",
-    "mtp": "speckit.core.methods.mtp",
-    "gemma4_assistant": "speckit.core.methods.gemma4_assistant",
-    "draft_model": "speckit.core.methods.draft_model",
-    "ngram": "speckit.core.methods.ngram",
-    "suffix": "speckit.core.methods.suffix",
-}
-METHOD_NAMES = tuple(_MODULES)
+# the modules of this package that are no method: shared pieces, layouts, detection
+_HELPERS = frozenset({"common", "layout", "detect"})
 
 
 @dataclass(frozen=True)
@@ -86,7 +78,10 @@ class MethodSpec:
     Functions a method does not have are None (e.g. ngram has no tensors to check).
     """
 
-    name: str  # speckit's name
+    name: str  # speckit's name (its module's name)
+    # its place in listings (METHOD_NAMES: --method choices, "known methods", doctor): lower
+    # first, ties by name
+    order: int = 1000
     vllm_method: str  # the `method` string in --speculative-config
     has_checkpoint: bool = True  # False for ngram
     parallel: bool = False  # drafts all k tokens in one forward
@@ -116,6 +111,8 @@ class MethodSpec:
     convert_layout: str | None = None
     vllm_loads_speculators: bool = False  # vLLM registers its speculators_model_type
     source_scope: tuple[tuple[str, str], ...] = ()  # (layout, what of the source is the draft)
+    # the layouts it comes in: the module's LAYOUT_SPECS (engine-only methods have none)
+    layout_specs: tuple[LayoutSpec, ...] = ()
     # k rules and the serve-time shape of a request
     # the k published drafts of this method are usually served with: convert's last resort when
     # neither the user, the source nor the registry gives k (None: default_k fixes it, or there
@@ -208,9 +205,37 @@ FUNCTION_FIELDS = ("default_k", "check_k", "lookahead_slots", "extra_query_slots
 
 def spec_from(namespace: dict[str, Any], **facts: Any) -> MethodSpec:
     """A method module's SPEC: its typed facts, plus each function field the module defines
-    under that field's name (``spec_from(globals(), name=..., ...)`` at the module's end)."""
+    under that field's name and its LAYOUT_SPECS (``spec_from(globals(), name=..., ...)`` at the
+    module's end)."""
     funcs = {f: namespace[f] for f in FUNCTION_FIELDS if callable(namespace.get(f))}
-    return MethodSpec(**facts, **funcs)
+    return MethodSpec(**facts, **funcs, layout_specs=tuple(namespace.get("LAYOUT_SPECS", ())))
+
+
+@functools.cache
+def _modules() -> dict[str, str]:
+    """Method name -> its module, in listing order: each module of this package but the
+    helpers is a method, so a new method needs no entry in a table here."""
+    found = [importlib.import_module(f"{__name__}.{info.name}")
+             for info in pkgutil.iter_modules(__path__) if info.name not in _HELPERS]
+    found.sort(key=lambda module: (module.SPEC.order, module.SPEC.name))
+    return {module.SPEC.name: module.__name__ for module in found}
+
+
+def _specs() -> dict[str, MethodSpec]:
+    # read from the modules each time (a test may replace one's SPEC)
+    return {name: importlib.import_module(module).SPEC for name, module in _modules().items()}
+
+
+def method_names() -> tuple[str, ...]:
+    """speckit's method names, in listing order (engine-only ones included)."""
+    return tuple(_modules())
+
+
+def __getattr__(name: str) -> Any:
+    # METHOD_NAMES is computed on first use: the method modules import this package
+    if name == "METHOD_NAMES":
+        return method_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def get(name: str) -> MethodSpec:
@@ -219,28 +244,27 @@ def get(name: str) -> MethodSpec:
     aliases = {"eagle": "eagle3", "p_eagle": "peagle", "gemma4_mtp": "gemma4_assistant",
                "assistant": "gemma4_assistant", "draft": "draft_model"}
     key = aliases.get(key, key)
-    if key not in _MODULES:
-
-        close = difflib.get_close_matches(key, METHOD_NAMES, n=3)
+    modules = _modules()
+    if key not in modules:
+        close = difflib.get_close_matches(key, tuple(modules), n=3)
         raise UsageError(
             f"unknown method {name!r}",
             hint=("did you mean " + ", ".join(close) + "? " if close else "")
-            + "known methods: " + ", ".join(METHOD_NAMES),
+            + "known methods: " + ", ".join(modules),
         )
-    return importlib.import_module(_MODULES[key]).SPEC
+    return importlib.import_module(modules[key]).SPEC
 
 
 def for_speculators_type(stype: str) -> MethodSpec | None:
     """The spec whose speculators layout has ``speculators_model_type == stype``."""
-    for name in _MODULES:
-        spec = get(name)
+    for spec in _specs().values():
         if spec.speculators_type == stype:
             return spec
     return None
 
 
 def all_specs() -> list[MethodSpec]:
-    return [get(name) for name in _MODULES]
+    return list(_specs().values())
 
 
 def vllm_method_names() -> tuple[str, ...]:

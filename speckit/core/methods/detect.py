@@ -1,16 +1,18 @@
 """Recognise which published layout a checkpoint is in, from its config keys and tensor names.
 
-The table below is the layout registry: one small recogniser per layout, tried in order; facts
-about each method's tensors live in the method modules beside this one.
+The layout registry is gathered here: the generic layouts below plus the LAYOUT_SPECS each method
+module declares (with their recognisers), tried in priority order; facts about each method's
+tensors live in the method modules beside this one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from speckit.core import methods
+from speckit.core.methods.layout import Found, LayoutSpec, Recogniser, architectures
 from speckit.errors import FormatError, UsageError
 
 
@@ -32,25 +34,9 @@ class Layout:
     evidence: tuple[str, ...]  # the config keys / tensor names that decided it
 
 
-_Found = tuple[str, str, list[str]]  # (layout name, method, evidence)
+# ---- the generic layouts (those of one method live in its module: LAYOUT_SPECS) ---------------
 
-
-def _archs(cfg: dict[str, Any]) -> list[str]:
-    a = cfg.get("architectures") or []
-    return [str(x) for x in a] if isinstance(a, list) else [str(a)]
-
-
-def _any_prefix(names: frozenset[str], *prefixes: str) -> str | None:
-    return next((n for n in sorted(names) if n.startswith(prefixes)), None)
-
-
-def _any_suffix(names: frozenset[str], *suffixes: str) -> str | None:
-    return next((n for n in sorted(names) if n.endswith(suffixes)), None)
-
-
-# ---- recognisers: (config, tensor names) -> (layout, method, evidence) or None -----------------
-
-def _speculators(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
+def _speculators(cfg: dict[str, Any], names: frozenset[str]) -> Found | None:
     stype = cfg.get("speculators_model_type")
     if stype is None:
         return None
@@ -69,218 +55,22 @@ def _speculators(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
     return "speculators", mod.name, ev
 
 
-def _gemma4_assistant(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
-    mt = cfg.get("model_type")
-    if mt in ("gemma4_assistant", "gemma4_unified_assistant"):
-        return "gemma4-assistant", "gemma4_assistant", [f"config.model_type = {mt!r}"]
-    if any("Gemma4Assistant" in a for a in _archs(cfg)):
-        return "gemma4-assistant", "gemma4_assistant", [f"architectures = {_archs(cfg)}"]
-    return None
+# layouts no one method owns
+_GENERIC: tuple[LayoutSpec, ...] = (
+    LayoutSpec("speculators", "", "speculators format (speculators_model_type); what vLLM "
+               "loads", _speculators, priority=100, reader="speculators_source",
+               quantizable=True, from_config=True),
+)
 
 
-def _native_mtp(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
-    mtp = [n for n in names if n.startswith("mtp.")]
-    if not mtp or not (_any_prefix(names, "model.") or "lm_head.weight" in names):
-        return None
-    ev = [f"{len(mtp)} tensors under mtp.* (e.g. {min(mtp)})",
-          "the target's own stack (model.*) in the same checkpoint"]
-    if cfg.get("num_nextn_predict_layers") is not None:
-        ev.append(f"config.num_nextn_predict_layers = {cfg['num_nextn_predict_layers']}")
-    return "native-mtp", "mtp", ev
-
-
-_MLA_TENSORS = (".self_attn.kv_a_proj_with_mqa.weight", ".self_attn.kv_b_proj.weight",
-                ".self_attn.q_a_proj.weight")
-
-
-def _k3_dspark(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
-    """vLLM's K3DSparkModel layout (vllm/models/kimi_k3/nvidia/dspark_mla.py)."""
-    archs = _archs(cfg)
-    mla = _any_suffix(names, *_MLA_TENSORS)
-    if "K3DSparkModel" not in archs and not (mla and "context_proj.weight" in names):
-        return None
-    ev = [f"architectures = {archs}"]
-    ev += [f"tensor {mla}"] if mla else []
-    ev += ["tensor context_proj.weight"] if "context_proj.weight" in names else []
-    return "k3-dspark", "dspark", ev
-
-
-def _dflash_family(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
-    k3 = _k3_dspark(cfg, names)
-    if k3 is not None:
-        return k3
-    dc = cfg.get("dflash_config")
-    archs = _archs(cfg)
-    flat_dspark = dc is None and cfg.get("target_layer_ids") is not None and (
-        "markov_rank" in cfg or _any_prefix(names, "markov_head."))
-    if not isinstance(dc, dict) and not flat_dspark and not any(
-            "DFlash" in a or "DSpark" in a for a in archs):
-        return None
-    dc = dc if isinstance(dc, dict) else {}
-    ev = [f"architectures = {archs}"] if archs else []
-    if cfg.get("dflash_config") is not None:
-        ev.append("config.dflash_config present")
-    fused = _any_suffix(names, ".self_attn.qkv_proj.weight", ".self_attn.g_proj.weight") \
-        or _any_prefix(names, "aux_hidden_norms.")
-    if fused:
-        return "laguna-dflash", "dflash", [*ev, f"tensor {fused}"]
-    if flat_dspark:
-        return "deepseek-dspark", "dspark", [
-            *ev, f"top-level target_layer_ids = {cfg['target_layer_ids']}",
-            "no dflash_config", "Markov head (markov_rank / markov_head.*)"]
-    projector = dc.get("projector_type")
-    markov = _any_prefix(names, "markov_head.", "logit_head.")
-    if projector == "dspark" or (projector is None and markov) or any("DSpark" in a for a in archs):
-        why = ("dflash_config.projector_type = 'dspark'" if projector == "dspark"
-               else f"tensor {markov}" if markov else "a DSpark architecture")
-        return "specforge-dspark", "dspark", [*ev, why]
-    if projector not in (None, "dflash"):
-        return None  # Domino and other SpecForge projectors have no vLLM-loadable counterpart
-    selector = _any_prefix(names, "candidate_selector.") or _any_suffix(names, "conv.base_kernel")
-    if selector or any("DFlash2" in a for a in archs):
-        return "zlab-dflash2", "dflash2", [*ev, f"tensor {selector}" if selector
-                                           else "a DFlash2 architecture"]
-    return _dflash_producer(cfg, dc, names, ev)
-
-
-# tensors only a SpecForge DFlash export may carry (a trained head and its vocab maps)
-_SPECFORGE_DFLASH_TENSORS = ("lm_head.weight", "d2t", "t2d")
-
-
-def _dflash_producer(cfg: dict[str, Any], dc: dict[str, Any], names: frozenset[str],
-                     ev: list[str]) -> _Found:
-    """z-lab's DFlash format, or SpecForge's variant of it where a SpecForge-only trait shows.
-
-    SpecForge writes the same config as z-lab, auto_map included (SpecForge
-    configs/qwen3-8b-dflash.json), and its export normaliser drops auto_map
-    (scripts/gates/normalize_dflash_export.py), so auto_map tells neither producer apart.
-    """
-    why = []
-    if "mask_token_id" not in dc:
-        why.append("dflash_config has no mask_token_id (SpecForge resolves it from the "
-                   "tokenizer)")
-    if "projector_type" in dc:
-        why.append(f"dflash_config.projector_type = {dc['projector_type']!r} (SpecForge)")
-    head = [n for n in _SPECFORGE_DFLASH_TENSORS if n in names]
-    if head:
-        why.append(f"a trained head: {', '.join(head)}")
-    if why:
-        return "specforge-dflash", "dflash", [*ev, *why]
-    auto_map = cfg.get("auto_map")
-    return "zlab-dflash", "dflash", [
-        *ev, f"config.auto_map = {auto_map}" if auto_map else "no auto_map",
-        "z-lab's DFlash format (SpecForge writes the same; the producer is not recorded)"]
-
-
-def _eagle3_family(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
-    archs = _archs(cfg)
-    if "fc.weight" not in names:
-        return None
-    if any("PEagle" in a for a in archs) or ("mask_hidden" in names
-                                             and _any_prefix(names, "layers.0.")):
-        return "specforge-peagle", "peagle", [f"architectures = {archs}", "tensor mask_hidden"
-                                              if "mask_hidden" in names else "no mask_hidden"]
-    mid = _any_prefix(names, "midlayer.")
-    # layer 0 of an EAGLE-3 head reads [embeds | hidden]: hidden_norm marks it when it is not
-    # named midlayer (DeepSpec, TorchSpec's vLLM export)
-    first = mid or ("layers.0.hidden_norm.weight" if "layers.0.hidden_norm.weight" in names
-                    else None)
-    if first is None:
-        return None
-    ev = [f"architectures = {archs}", f"tensor {first}"]
-    mla = _any_suffix(names, *_MLA_TENSORS)
-    if mla or any(a.startswith(("Eagle3DeepseekV2", "Eagle3DeepseekV3")) for a in archs):
-        return "eagle3-mla", "eagle3", [*ev, f"tensor {mla}" if mla else "an MLA architecture"]
-    if mid is None:
-        if "Qwen3Eagle3Model" in archs or cfg.get("target_layer_ids") is not None:
-            return "deepspec-eagle3", "eagle3", [
-                *ev, f"top-level target_layer_ids = {cfg.get('target_layer_ids')}"]
-        return "torchspec-eagle3", "eagle3", [*ev, "no midlayer.* (renamed layers.0.*)"]
-    if any("Eagle3" in a for a in archs):
-        return "specforge-eagle3", "eagle3", ev
-    if "d2t" in names:
-        ev.append("tensors d2t/t2d")
-    return "safeailab-eagle3", "eagle3", ev
-
-
-def _causal_lm(cfg: dict[str, Any], names: frozenset[str]) -> _Found | None:
-    archs = _archs(cfg)
-    layer = _any_prefix(names, "model.layers.")
-    if layer is None or not any(a.endswith("ForCausalLM") for a in archs):
-        return None
-    return "hf-causal-lm", "draft_model", [f"architectures = {archs}", f"tensor {layer}"]
-
-
-Recogniser = Callable[[dict[str, Any], frozenset[str]], _Found | None]
-
-
-@dataclass(frozen=True)
-class LayoutSpec:
-    """One published layout: what it is, the method it holds, the recogniser that reports it,
-    and the module of speckit.convert whose ``plan(ctx)`` reads it (None: nothing to convert)."""
-
-    name: str
-    method: str  # a speckit method name ("" for speculators: speculators_model_type says)
-    description: str  # `speckit inspect` and errors show it
-    recogniser: Recogniser
-    reader: str | None = None
-    # vLLM loads it as published and speckit does not rewrite it: (why, what to do)
-    as_published: tuple[str, str] | None = None
-    quantizable: bool = False  # `speckit quantize` reads it (others are converted first)
+def _layout_table() -> tuple[LayoutSpec, ...]:
+    """The generic layouts and every method module's own, in priority order."""
+    own = (layout for spec in methods.all_specs() for layout in spec.layout_specs)
+    return tuple(sorted((*_GENERIC, *own), key=lambda layout: layout.priority))
 
 
 # the layout table; recognisers are tried in the order they first appear here
-LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
-    LayoutSpec("speculators", "", "speculators format (speculators_model_type); what vLLM "
-               "loads", _speculators, "speculators_source", quantizable=True),
-    LayoutSpec("gemma4-assistant", "gemma4_assistant", "Gemma-4 assistant (gemma4_assistant; KV "
-               "shared with the target)", _gemma4_assistant, "gemma4_source", quantizable=True),
-    LayoutSpec("native-mtp", "mtp", "a target checkpoint carrying its own MTP layers (mtp.*)",
-               _native_mtp, "mtp_sources"),
-    LayoutSpec("k3-dspark", "dspark", "Kimi-K3 MLA DSpark (K3DSparkModel: context_proj, MLA "
-               "layers, no block size); vLLM loads it as published", _dflash_family, None, (
-                   "a Kimi-K3 MLA DSpark draft: vLLM 0.32 loads it as published (K3DSparkModel, "
-                   "vllm/models/kimi_k3/nvidia/dspark_mla.py) and the speculators dspark layout "
-                   "has no MLA backbone, so speckit does not rewrite it",
-                   "serve the checkpoint as it is with method 'dspark' and the k its recipe "
-                   "names")),
-    LayoutSpec("laguna-dflash", "dflash", "Laguna-style DFlash (fused qkv_proj, g_proj, "
-               "aux_hidden_norms)", _dflash_family, "dflash_sources"),
-    LayoutSpec("deepseek-dspark", "dspark", "DeepSeek dense DSpark (flat target_layer_ids, markov "
-               "head, no dflash_config)", _dflash_family, "dspark_sources"),
-    LayoutSpec("specforge-dspark", "dspark", "SpecForge DSpark (dflash_config.projector_type="
-               "dspark)", _dflash_family, "dspark_sources"),
-    LayoutSpec("zlab-dflash2", "dflash2", "z-lab DFlash2 (convolutions, bare selector codebooks)",
-               _dflash_family, "dflash_sources"),
-    LayoutSpec("specforge-dflash", "dflash", "SpecForge DFlash export (z-lab's format with a "
-               "SpecForge-only trait: no mask_token_id, projector_type, or a trained head)",
-               _dflash_family, "dflash_sources"),
-    LayoutSpec("zlab-dflash", "dflash", "z-lab DFlash format (dflash_config; SpecForge writes it "
-               "too, auto_map or not)", _dflash_family, "dflash_sources"),
-    LayoutSpec("specforge-peagle", "peagle", "SpecForge P-EAGLE (PEagleDraftModel: mask_hidden, "
-               "layers.*)", _eagle3_family, "eagle3_sources"),
-    LayoutSpec("eagle3-mla", "eagle3", "EAGLE-3 head with Multi-Latent Attention "
-               "(Eagle3DeepseekV2ForCausalLM: q_a_proj/kv_a_proj_with_mqa/kv_b_proj); vLLM loads "
-               "it as published", _eagle3_family, None, (
-                   "an EAGLE-3 head with Multi-Latent Attention: vLLM 0.32 loads it as published "
-                   "(Eagle3DeepseekV2ForCausalLM, deepseek_eagle3.py, layers.0.* names) and the "
-                   "speculators layout has no MLA head, so speckit does not rewrite it",
-                   "serve the checkpoint as it is with method 'eagle3'; a midlayer.* export "
-                   "(TorchSpec without --vllm) must be re-exported with TorchSpec's "
-                   "convert_to_hf.py --vllm")),
-    LayoutSpec("deepspec-eagle3", "eagle3", "DeepSpec EAGLE-3 (Qwen3Eagle3Model: layers.0.*, "
-               "top-level target_layer_ids, output-of-layer ids)", _eagle3_family,
-               "eagle3_sources"),
-    LayoutSpec("torchspec-eagle3", "eagle3", "TorchSpec vLLM export of an EAGLE-3 head "
-               "(convert_to_hf.py --vllm: layers.0.*, eagle_config ids)", _eagle3_family,
-               "eagle3_sources"),
-    LayoutSpec("specforge-eagle3", "eagle3", "SpecForge EAGLE-3 export (LlamaForCausalLMEagle3: "
-               "midlayer.*)", _eagle3_family, "eagle3_sources"),
-    LayoutSpec("safeailab-eagle3", "eagle3", "SafeAILab EAGLE-3 (traineagle3: midlayer.*, "
-               "d2t/t2d, usually a pickle)", _eagle3_family, "eagle3_sources"),
-    LayoutSpec("hf-causal-lm", "draft_model", "a plain Hugging Face causal LM (usable as a "
-               "draft_model)", _causal_lm, quantizable=True),
-)
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = _layout_table()
 LAYOUT_BY_NAME: dict[str, LayoutSpec] = {spec.name: spec for spec in LAYOUT_SPECS}
 RECOGNISERS: tuple[Recogniser, ...] = tuple(dict.fromkeys(s.recogniser for s in LAYOUT_SPECS))
 # name -> what it is; `speckit inspect` and errors list these
@@ -316,7 +106,7 @@ def _seen(cfg: dict[str, Any], names: frozenset[str]) -> str:
     shown = [f"{p}.* ({len(g)})" if len(g) > 1 else g[0] for p, g in sorted(groups.items())]
     top = ", ".join(shown[:10]) + (f", ... ({len(shown) - 10} more)" if len(shown) > 10 else "")
     keys = [k for k in _NOTABLE_KEYS if k in cfg]
-    return (f"architectures={_archs(cfg) or None}, model_type={cfg.get('model_type')!r}, "
+    return (f"architectures={architectures(cfg) or None}, model_type={cfg.get('model_type')!r}, "
             f"notable config keys={keys or 'none'}, {len(names)} tensors: {top or 'none'}")
 
 
@@ -347,12 +137,14 @@ def recognise(config: dict[str, Any], names: Iterable[str], *, where: Any) -> La
 
 
 def declared_method(config: dict[str, Any]) -> Any:
-    """The method a config names itself (speculators_model_type, a Gemma-4 assistant), or None."""
+    """The method a config names itself (speculators_model_type, a Gemma-4 assistant: the
+    layouts marked from_config, asked in table order), or None."""
 
-    found = _speculators(config, frozenset()) or _gemma4_assistant(config, frozenset())
-    if found is None:
-        return None
-    return methods.get(found[1])
+    for declares in dict.fromkeys(s.recogniser for s in LAYOUT_SPECS if s.from_config):
+        found = declares(config, frozenset())
+        if found is not None:
+            return methods.get(found[1])
+    return None
 
 
 def pick_method(config: dict[str, Any] | None, names: Iterable[str] | None = None, *,

@@ -27,6 +27,14 @@ from speckit.core.methods.common import (
     speculators_k,
     vocab_head_specs,
 )
+from speckit.core.methods.layout import (
+    MLA_TENSORS,
+    Found,
+    LayoutSpec,
+    any_prefix,
+    any_suffix,
+    architectures,
+)
 from speckit.errors import FormatError
 
 
@@ -218,9 +226,111 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
     return is_decoder_linear(name, extra=("fc.weight",))
 
 
+def _k3_dspark(cfg: dict[str, Any], names: frozenset[str]) -> Found | None:
+    """vLLM's K3DSparkModel layout (vllm/models/kimi_k3/nvidia/dspark_mla.py)."""
+    archs = architectures(cfg)
+    mla = any_suffix(names, *MLA_TENSORS)
+    if "K3DSparkModel" not in archs and not (mla and "context_proj.weight" in names):
+        return None
+    ev = [f"architectures = {archs}"]
+    ev += [f"tensor {mla}"] if mla else []
+    ev += ["tensor context_proj.weight"] if "context_proj.weight" in names else []
+    return "k3-dspark", "dspark", ev
+
+
+def recognise_family(cfg: dict[str, Any], names: frozenset[str]) -> Found | None:
+    """The DFlash family's layouts (dflash, dflash2 and dspark modules declare them), told
+    apart in this order: Kimi-K3 DSpark, Laguna fused DFlash, flat DeepSeek DSpark, SpecForge
+    DSpark, z-lab DFlash2, then SpecForge or z-lab DFlash."""
+    k3 = _k3_dspark(cfg, names)
+    if k3 is not None:
+        return k3
+    dc = cfg.get("dflash_config")
+    archs = architectures(cfg)
+    flat_dspark = dc is None and cfg.get("target_layer_ids") is not None and (
+        "markov_rank" in cfg or any_prefix(names, "markov_head."))
+    if not isinstance(dc, dict) and not flat_dspark and not any(
+            "DFlash" in a or "DSpark" in a for a in archs):
+        return None
+    dc = dc if isinstance(dc, dict) else {}
+    ev = [f"architectures = {archs}"] if archs else []
+    if cfg.get("dflash_config") is not None:
+        ev.append("config.dflash_config present")
+    fused = any_suffix(names, ".self_attn.qkv_proj.weight", ".self_attn.g_proj.weight") \
+        or any_prefix(names, "aux_hidden_norms.")
+    if fused:
+        return "laguna-dflash", "dflash", [*ev, f"tensor {fused}"]
+    if flat_dspark:
+        return "deepseek-dspark", "dspark", [
+            *ev, f"top-level target_layer_ids = {cfg['target_layer_ids']}",
+            "no dflash_config", "Markov head (markov_rank / markov_head.*)"]
+    projector = dc.get("projector_type")
+    markov = any_prefix(names, "markov_head.", "logit_head.")
+    if projector == "dspark" or (projector is None and markov) or any("DSpark" in a for a in archs):
+        why = ("dflash_config.projector_type = 'dspark'" if projector == "dspark"
+               else f"tensor {markov}" if markov else "a DSpark architecture")
+        return "specforge-dspark", "dspark", [*ev, why]
+    if projector not in (None, "dflash"):
+        return None  # Domino and other SpecForge projectors have no vLLM-loadable counterpart
+    selector = any_prefix(names, "candidate_selector.") or any_suffix(names, "conv.base_kernel")
+    if selector or any("DFlash2" in a for a in archs):
+        return "zlab-dflash2", "dflash2", [*ev, f"tensor {selector}" if selector
+                                           else "a DFlash2 architecture"]
+    return _dflash_producer(cfg, dc, names, ev)
+
+
+# tensors only a SpecForge DFlash export may carry (a trained head and its vocab maps)
+_SPECFORGE_DFLASH_TENSORS = ("lm_head.weight", "d2t", "t2d")
+
+
+def _dflash_producer(cfg: dict[str, Any], dc: dict[str, Any], names: frozenset[str],
+                     ev: list[str]) -> Found:
+    """z-lab's DFlash format, or SpecForge's variant of it where a SpecForge-only trait shows.
+
+    SpecForge writes the same config as z-lab, auto_map included (SpecForge
+    configs/qwen3-8b-dflash.json), and its export normaliser drops auto_map
+    (scripts/gates/normalize_dflash_export.py), so auto_map tells neither producer apart.
+    """
+    why = []
+    if "mask_token_id" not in dc:
+        why.append("dflash_config has no mask_token_id (SpecForge resolves it from the "
+                   "tokenizer)")
+    if "projector_type" in dc:
+        why.append(f"dflash_config.projector_type = {dc['projector_type']!r} (SpecForge)")
+    head = [n for n in _SPECFORGE_DFLASH_TENSORS if n in names]
+    if head:
+        why.append(f"a trained head: {', '.join(head)}")
+    if why:
+        return "specforge-dflash", "dflash", [*ev, *why]
+    auto_map = cfg.get("auto_map")
+    return "zlab-dflash", "dflash", [
+        *ev, f"config.auto_map = {auto_map}" if auto_map else "no auto_map",
+        "z-lab's DFlash format (SpecForge writes the same; the producer is not recorded)"]
+
+
+# the layouts this method comes in (detect.py tries them by priority; docs/formats.md
+# has a section on each)
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
+    LayoutSpec(
+        "laguna-dflash", "dflash",
+        "Laguna-style DFlash (fused qkv_proj, g_proj, aux_hidden_norms)",
+        recognise_family, priority=410, reader="dflash_sources"),
+    LayoutSpec(
+        "specforge-dflash", "dflash",
+        "SpecForge DFlash export (z-lab's format with a SpecForge-only trait: no mask_token_id, "
+        "projector_type, or a trained head)",
+        recognise_family, priority=450, reader="dflash_sources"),
+    LayoutSpec(
+        "zlab-dflash", "dflash",
+        "z-lab DFlash format (dflash_config; SpecForge writes it too, auto_map or not)",
+        recognise_family, priority=460, reader="dflash_sources"),
+)
+
+
 SPEC = spec_from(
     globals(),
     name="dflash",
+    order=30,
     # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
     speculators_defaults=(("sliding_window_non_causal", False), ("sample_from_anchor", False)),
     cpu_context_k_norm_of_layer0=True,

@@ -16,6 +16,7 @@ from speckit.core.methods.common import (
     layer_config,
     offset_layer_runtime_name,
 )
+from speckit.core.methods.layout import LayoutSpec
 
 block_size = _dflash.block_size
 max_k = _dflash.max_k
@@ -124,9 +125,20 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
         name, projections=r"(?:attention_conv|mlp_conv)\.kernel_projection")
 
 
+# the layouts this method comes in (detect.py tries them by priority; docs/formats.md
+# has a section on each)
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
+    LayoutSpec(
+        "zlab-dflash2", "dflash2",
+        "z-lab DFlash2 (convolutions, bare selector codebooks)",
+        _dflash.recognise_family, priority=440, reader="dflash_sources"),
+)
+
+
 SPEC = spec_from(
     globals(),
     name="dflash2",
+    order=40,
     # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
     speculators_defaults=(("sliding_window_non_causal", True), ("sample_from_anchor", False)),
     cpu_context_k_norm_of_layer0=True,

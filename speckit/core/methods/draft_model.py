@@ -19,6 +19,7 @@ from speckit.core.methods.common import (
     need,
     pairing_problems,
 )
+from speckit.core.methods.layout import Found, LayoutSpec, any_prefix, architectures
 
 
 def extra_query_slots(k: int) -> int:
@@ -99,9 +100,28 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
     return is_decoder_linear(name, prefix="model.layers")
 
 
+def _recognise(cfg: dict[str, Any], names: frozenset[str]) -> Found | None:
+    archs = architectures(cfg)
+    layer = any_prefix(names, "model.layers.")
+    if layer is None or not any(a.endswith("ForCausalLM") for a in archs):
+        return None
+    return "hf-causal-lm", "draft_model", [f"architectures = {archs}", f"tensor {layer}"]
+
+
+# the layouts this method comes in (detect.py tries them by priority; docs/formats.md
+# has a section on each)
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
+    LayoutSpec(
+        "hf-causal-lm", "draft_model",
+        "a plain Hugging Face causal LM (usable as a draft_model)",
+        _recognise, priority=900, quantizable=True),
+)
+
+
 SPEC = spec_from(
     globals(),
     name="draft_model",
+    order=80,
     vllm_method="draft_model",
     speculators_type=None,
     parallel=False,

@@ -17,6 +17,7 @@ from speckit.core.methods.common import (
     offset_layer_runtime_name,
     speculators_k,
 )
+from speckit.core.methods.layout import LayoutSpec
 
 block_size = _dflash.block_size
 
@@ -199,9 +200,33 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
     return _dflash.quantizable(name, config)
 
 
+# the layouts this method comes in (detect.py tries them by priority; docs/formats.md
+# has a section on each)
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
+    LayoutSpec(
+        "k3-dspark", "dspark",
+        "Kimi-K3 MLA DSpark (K3DSparkModel: context_proj, MLA layers, no block size); vLLM loads "
+        "it as published",
+        _dflash.recognise_family, priority=400, as_published=(
+            "a Kimi-K3 MLA DSpark draft: vLLM 0.32 loads it as published (K3DSparkModel, "
+            "vllm/models/kimi_k3/nvidia/dspark_mla.py) and the speculators dspark layout has no "
+            "MLA backbone, so speckit does not rewrite it",
+            "serve the checkpoint as it is with method 'dspark' and the k its recipe names")),
+    LayoutSpec(
+        "deepseek-dspark", "dspark",
+        "DeepSeek dense DSpark (flat target_layer_ids, markov head, no dflash_config)",
+        _dflash.recognise_family, priority=420, reader="dspark_sources"),
+    LayoutSpec(
+        "specforge-dspark", "dspark",
+        "SpecForge DSpark (dflash_config.projector_type=dspark)",
+        _dflash.recognise_family, priority=430, reader="dspark_sources"),
+)
+
+
 SPEC = spec_from(
     globals(),
     name="dspark",
+    order=50,
     # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
     speculators_defaults=(("sliding_window_non_causal", False), ("sample_from_anchor", True),
                           ("markov_head_type", "vanilla"), ("enable_confidence_head", True),

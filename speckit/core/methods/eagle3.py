@@ -26,6 +26,14 @@ from speckit.core.methods.common import (
     pairing_problems,
     vocab_head_specs,
 )
+from speckit.core.methods.layout import (
+    MLA_TENSORS,
+    Found,
+    LayoutSpec,
+    any_prefix,
+    any_suffix,
+    architectures,
+)
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
@@ -240,9 +248,77 @@ def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
     return []
 
 
+def recognise_family(cfg: dict[str, Any], names: frozenset[str]) -> Found | None:
+    """The EAGLE-3 family's layouts (eagle3 and peagle modules declare them): a P-EAGLE head
+    first, then the EAGLE-3 exports by their first layer's name and architecture."""
+    archs = architectures(cfg)
+    if "fc.weight" not in names:
+        return None
+    if any("PEagle" in a for a in archs) or ("mask_hidden" in names
+                                             and any_prefix(names, "layers.0.")):
+        return "specforge-peagle", "peagle", [f"architectures = {archs}", "tensor mask_hidden"
+                                              if "mask_hidden" in names else "no mask_hidden"]
+    mid = any_prefix(names, "midlayer.")
+    # layer 0 of an EAGLE-3 head reads [embeds | hidden]: hidden_norm marks it when it is not
+    # named midlayer (DeepSpec, TorchSpec's vLLM export)
+    first = mid or ("layers.0.hidden_norm.weight" if "layers.0.hidden_norm.weight" in names
+                    else None)
+    if first is None:
+        return None
+    ev = [f"architectures = {archs}", f"tensor {first}"]
+    mla = any_suffix(names, *MLA_TENSORS)
+    if mla or any(a.startswith(("Eagle3DeepseekV2", "Eagle3DeepseekV3")) for a in archs):
+        return "eagle3-mla", "eagle3", [*ev, f"tensor {mla}" if mla else "an MLA architecture"]
+    if mid is None:
+        if "Qwen3Eagle3Model" in archs or cfg.get("target_layer_ids") is not None:
+            return "deepspec-eagle3", "eagle3", [
+                *ev, f"top-level target_layer_ids = {cfg.get('target_layer_ids')}"]
+        return "torchspec-eagle3", "eagle3", [*ev, "no midlayer.* (renamed layers.0.*)"]
+    if any("Eagle3" in a for a in archs):
+        return "specforge-eagle3", "eagle3", ev
+    if "d2t" in names:
+        ev.append("tensors d2t/t2d")
+    return "safeailab-eagle3", "eagle3", ev
+
+
+# the layouts this method comes in (detect.py tries them by priority; docs/formats.md
+# has a section on each)
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
+    LayoutSpec(
+        "eagle3-mla", "eagle3",
+        "EAGLE-3 head with Multi-Latent Attention (Eagle3DeepseekV2ForCausalLM: "
+        "q_a_proj/kv_a_proj_with_mqa/kv_b_proj); vLLM loads it as published",
+        recognise_family, priority=510, as_published=(
+            "an EAGLE-3 head with Multi-Latent Attention: vLLM 0.32 loads it as published "
+            "(Eagle3DeepseekV2ForCausalLM, deepseek_eagle3.py, layers.0.* names) and the "
+            "speculators layout has no MLA head, so speckit does not rewrite it",
+            "serve the checkpoint as it is with method 'eagle3'; a midlayer.* export (TorchSpec "
+            "without --vllm) must be re-exported with TorchSpec's convert_to_hf.py --vllm")),
+    LayoutSpec(
+        "deepspec-eagle3", "eagle3",
+        "DeepSpec EAGLE-3 (Qwen3Eagle3Model: layers.0.*, top-level target_layer_ids, "
+        "output-of-layer ids)",
+        recognise_family, priority=520, reader="eagle3_sources"),
+    LayoutSpec(
+        "torchspec-eagle3", "eagle3",
+        "TorchSpec vLLM export of an EAGLE-3 head (convert_to_hf.py --vllm: layers.0.*, "
+        "eagle_config ids)",
+        recognise_family, priority=530, reader="eagle3_sources"),
+    LayoutSpec(
+        "specforge-eagle3", "eagle3",
+        "SpecForge EAGLE-3 export (LlamaForCausalLMEagle3: midlayer.*)",
+        recognise_family, priority=540, reader="eagle3_sources"),
+    LayoutSpec(
+        "safeailab-eagle3", "eagle3",
+        "SafeAILab EAGLE-3 (traineagle3: midlayer.*, d2t/t2d, usually a pickle)",
+        recognise_family, priority=550, reader="eagle3_sources"),
+)
+
+
 SPEC = spec_from(
     globals(),
     name="eagle3",
+    order=10,
     # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
     speculators_defaults=(("norm_before_residual", False), ("norm_before_fc", False),
                           ("fc_norm", False), ("norm_output", False)),

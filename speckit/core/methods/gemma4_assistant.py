@@ -20,6 +20,7 @@ from speckit.core.methods.common import (
     need,
     pairing_problems,
 )
+from speckit.core.methods.layout import Found, LayoutSpec, architectures
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
@@ -148,9 +149,29 @@ def quantizable(name: str, config: dict[str, Any]) -> bool:
                              extra=("pre_projection.weight", "post_projection.weight"))
 
 
+def _recognise(cfg: dict[str, Any], names: frozenset[str]) -> Found | None:
+    mt = cfg.get("model_type")
+    if mt in ("gemma4_assistant", "gemma4_unified_assistant"):
+        return "gemma4-assistant", "gemma4_assistant", [f"config.model_type = {mt!r}"]
+    if any("Gemma4Assistant" in a for a in architectures(cfg)):
+        return "gemma4-assistant", "gemma4_assistant", [f"architectures = {architectures(cfg)}"]
+    return None
+
+
+# the layouts this method comes in (detect.py tries them by priority; docs/formats.md
+# has a section on each)
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
+    LayoutSpec(
+        "gemma4-assistant", "gemma4_assistant",
+        "Gemma-4 assistant (gemma4_assistant; KV shared with the target)",
+        _recognise, priority=200, reader="gemma4_source", quantizable=True, from_config=True),
+)
+
+
 SPEC = spec_from(
     globals(),
     name="gemma4_assistant",
+    order=70,
     vllm_method="mtp",
     speculators_type=None,
     parallel=False,

@@ -20,6 +20,7 @@ from speckit.core.methods.common import (
     need,
     pairing_problems,
 )
+from speckit.core.methods.layout import Found, LayoutSpec, any_prefix
 
 
 def n_predict(config: dict[str, Any]) -> int:
@@ -199,9 +200,31 @@ def target_tensor_names(target_config: dict[str, Any], names: list[str]) -> list
     return out
 
 
+def _recognise(cfg: dict[str, Any], names: frozenset[str]) -> Found | None:
+    mtp = [n for n in names if n.startswith("mtp.")]
+    if not mtp or not (any_prefix(names, "model.") or "lm_head.weight" in names):
+        return None
+    ev = [f"{len(mtp)} tensors under mtp.* (e.g. {min(mtp)})",
+          "the target's own stack (model.*) in the same checkpoint"]
+    if cfg.get("num_nextn_predict_layers") is not None:
+        ev.append(f"config.num_nextn_predict_layers = {cfg['num_nextn_predict_layers']}")
+    return "native-mtp", "mtp", ev
+
+
+# the layouts this method comes in (detect.py tries them by priority; docs/formats.md
+# has a section on each)
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
+    LayoutSpec(
+        "native-mtp", "mtp",
+        "a target checkpoint carrying its own MTP layers (mtp.*)",
+        _recognise, priority=300, reader="mtp_sources"),
+)
+
+
 SPEC = spec_from(
     globals(),
     name="mtp",
+    order=60,
     vllm_method="mtp",
     speculators_type="mtp",
     speculators_architecture="MTPDraftModel",

@@ -42,6 +42,7 @@ def check_config(config: dict[str, Any], *,
 SPEC = spec_from(
     globals(),
     name="ngram",
+    order=90,
     vllm_method="ngram",
     speculators_type=None,
     parallel=False,

@@ -17,6 +17,7 @@ from speckit.core.methods.common import (
     offset_layer_runtime_name,
     pairing_problems,
 )
+from speckit.core.methods.layout import LayoutSpec
 
 
 def extra_query_slots(k: int) -> int:
@@ -87,9 +88,20 @@ def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
                                           config=config)
 
 
+# the layouts this method comes in (detect.py tries them by priority; docs/formats.md
+# has a section on each)
+LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
+    LayoutSpec(
+        "specforge-peagle", "peagle",
+        "SpecForge P-EAGLE (PEagleDraftModel: mask_hidden, layers.*)",
+        _eagle3.recognise_family, priority=500, reader="eagle3_sources"),
+)
+
+
 SPEC = spec_from(
     globals(),
     name="peagle",
+    order=20,
     # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
     speculators_defaults=(("norm_before_residual", False), ("norm_before_fc", False),
                           ("fc_norm", False), ("norm_output", False)),

@@ -42,6 +42,7 @@ def check_config(config: dict[str, Any], *,
 SPEC = spec_from(
     globals(),
     name="suffix",
+    order=100,
     vllm_method="suffix",
     speculators_type=None,
     parallel=False,

@@ -14,7 +14,9 @@ token_s: per generated token (output processing, detokenizing, stop checks, per-
   at high concurrency and pulls the ratio towards 1.
 spec_step_s: rejection sampler and proposer bookkeeping once per speculative step.
 draft_pass_s: per drafter forward pass (the proposer launches each pass on its own).
-The values are fitted to published throughput ratios by bench/projection_vs_published.py
+The values are fitted to published throughput ratios by bench/projection_vs_published.py, each
+within its PHYSICAL_RANGE (what an engine can plausibly spend on that work, see there), so a
+term cannot stand in for costs of another kind
 (speckit/data/engine_costs.json): one set, fitted on vLLM and SGLang sources on AMD and NVIDIA
 GPUs together and applied to every engine and GPU -- they are host-side and launch costs
 (scheduler, sampler, bookkeeping, kernel tails), which a GPU's rates do not scale. A file may
@@ -55,6 +57,30 @@ class EngineCosts:
 
 IDEAL = EngineCosts()
 
+_US = 1e-6
+# (low, high) seconds each term may take in the fit, from what vLLM / SGLang are reported to spend
+# on that work (docs/plan.md, "The engine's own cost", cites each); the fit may not go outside.
+PHYSICAL_RANGE: dict[str, tuple[float, float]] = {
+    # V1 step loop on a GPU host: schedule + prepare inputs + graph replay + sampler + sync. The
+    # V0 loop left 4-13 ms GPU bubbles (vllm#6854), which V1 and async scheduling removed; a whole
+    # 1B-model TPOT is 2.4-2.7 ms (vllm#17866), so the fixed host part is under about 2 ms
+    "step_s": (50 * _US, 2000 * _US),
+    # kernel launches / graph-piece breaks per layer: a few microseconds each, a handful a layer
+    "graph_layer_s": (0.5 * _US, 30 * _US),
+    # per generated token: the engine's own share is scheduler update ~1 us a request
+    # (vllm#46112: 0.14 ms at batch 128), incremental detokenization ~20 us a token (vllm#5206),
+    # stop checks: under ~30 us. The range is wider on purpose: this term is the RESIDUAL per-token
+    # cost, which also carries whatever per-token GPU cost the kernel model misses at high
+    # concurrency (bounded at 30 us the held-out error misses the goal: 0.104 / 0.321, with the
+    # points at concurrency 24-64 of four sources; docs/plan.md, 'Limits of the fit')
+    "token_s": (1 * _US, 300 * _US),
+    # rejection sampler + proposer bookkeeping: V0's sampler averaged 1.5-1.8 ms at batch 64, k=5
+    # (vllm#5131), the slow end; V1's Triton kernels are tens of microseconds
+    "spec_step_s": (50 * _US, 1500 * _US),
+    # per drafter pass: one graph replay plus attention-metadata and position updates on the host
+    "draft_pass_s": (10 * _US, 500 * _US),
+}
+
 
 def engine_from(raw: Mapping[str, Any], *, where: str, engine: str = "vllm") -> EngineCosts:
     """One serving engine's terms from an engine_costs.json document (one set for every engine,
@@ -79,4 +105,5 @@ def engine_document(e: EngineCosts, *, extra: Mapping[str, Any] | None = None) -
     return {"engine": asdict(e), **(extra or {})}
 
 
-__all__ = ["ENGINES", "ENGINE_FIELDS", "IDEAL", "EngineCosts", "engine_document", "engine_from"]
+__all__ = ["ENGINES", "ENGINE_FIELDS", "IDEAL", "PHYSICAL_RANGE", "EngineCosts", "engine_document",
+           "engine_from"]

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.io.engine.metrics import metric_snapshot
+from speckit.io.host import cpu_model
 
 PROBE_REPEATS = 7
 
@@ -69,8 +70,6 @@ class _Bar:
 def _device_name(current_platform) -> str:
     try:
         if current_platform.is_cpu():
-            from speckit.io.host import cpu_model
-
             return f"CPU: {cpu_model()} ({os.cpu_count()} cores)"
         return str(current_platform.get_device_name(0))
     except Exception:  # noqa: BLE001 - a description only; never fail a run for it

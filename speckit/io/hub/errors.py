@@ -11,6 +11,7 @@ from pathlib import Path
 
 from speckit.core.refs import printable, redact_url
 from speckit.errors import HubError, SpeckitError
+from speckit.io.datafiles import load_registry
 from speckit.io.hub.cache import cached_commits, cached_repos
 from speckit.io.hub.settings import HubSettings
 
@@ -124,8 +125,6 @@ def close_repos(repo: str, s: HubSettings) -> list[str]:
     """Known repo ids near a mistyped one: registry repos and repos already in the cache."""
     known: set[str] = set(cached_repos(s.cache_dir))
     try:
-        from speckit.io.datafiles import load_registry
-
         known.update(e.repo for e in load_registry().entries.values() if e.repo)
     except (SpeckitError, LookupError, AttributeError, TypeError):
         pass  # the registry is a nicety here; a broken one must not mask the Hub error

@@ -18,6 +18,7 @@ from speckit.io.checkpoint import load_config
 from speckit.io.output import check_output
 from speckit.train.common import default_aux_layers, resolve_target
 from speckit.train.data import MANIFEST, DataManifest, load_tokenizer, target_tensors
+from speckit.train.eagle3 import train_eagle3
 
 EAGLE3_HOLDOUT = 16  # train eagle3's default --holdout: part of the data recipe it hashes
 
@@ -84,8 +85,6 @@ def captured_data(target: str, tdir: Path, tcfg: dict, out: Path, work: Path, *,
                   seed: int, device: str, engine: str, progress: bool,
                   say) -> tuple[Any, bool]:
     """(manifest, reused): --data-dir's shards, else train eagle3's data stage in ``work``."""
-    from speckit.train.eagle3 import train_eagle3
-
     text = tcfg.get("text_config") or tcfg
     if data_dir is not None:
         manifest = DataManifest.load(Path(data_dir))

@@ -15,6 +15,7 @@ from typing import Any
 from speckit.core import specconfig
 from speckit.errors import EngineError, UsageError
 from speckit.io.checkpoint import load_config
+from speckit.io.engine import EngineJob, run_engine
 from speckit.io.output import check_output
 from speckit.train import data as D
 from speckit.train.answers import (
@@ -435,7 +436,6 @@ def vllm_acceptance(weights, hcfg, dvocab, *, aux, target_dir, target_cfg, verif
                 prompt_ids, k, max_tokens, seed) -> dict[str, Any]:
     """Export the current head to a temp dir and measure AL with vLLM on held-out prompts."""
 
-    from speckit.io.engine import EngineJob, run_engine
     from speckit.train.export import export_draft
 
     tmp = work / f"eval-epoch-{epoch}"
