@@ -72,18 +72,23 @@ def export_draft(weights: dict[str, Any], cfg: HeadConfig, vocab: DraftVocab, *,
         state["d2t"] = vocab.d2t.to(torch.int64).contiguous()
         state["t2d"] = vocab.t2d.to(torch.bool).contiguous()
 
-    specs = [(n, torch_to_code(t.dtype), tuple(t.shape)) for n, t in sorted(state.items())]
     with atomic_output_dir(out, force=force) as tmp:
-        writer = CheckpointWriter(tmp, specs)
-        for name, t in sorted(state.items()):
-            writer.write(name, t)
-        writer.close()
+        write_tensors(tmp, state)
         write_json(tmp / "config.json", draft_config(cfg, aux_layers=aux_layers,
                                                      ttt_steps=ttt_steps, target_cfg=target_cfg,
                                                      verifier=verifier))
         if provenance is not None:
             write_provenance(tmp, provenance, command="train eagle3", name=PROVENANCE)
     return Path(out)
+
+
+def write_tensors(directory: Path, state: dict[str, Any]) -> None:
+    """A trained draft's tensors, sorted by name, written as safetensors into ``directory``."""
+    specs = [(n, torch_to_code(t.dtype), tuple(t.shape)) for n, t in sorted(state.items())]
+    writer = CheckpointWriter(directory, specs)
+    for name, t in sorted(state.items()):
+        writer.write(name, t)
+    writer.close()
 
 
 def verifier_name(target: str, target_cfg: dict[str, Any]) -> str:

@@ -208,7 +208,19 @@ def spec_from(namespace: dict[str, Any], **facts: Any) -> MethodSpec:
     under that field's name and its LAYOUT_SPECS (``spec_from(globals(), name=..., ...)`` at the
     module's end)."""
     funcs = {f: namespace[f] for f in FUNCTION_FIELDS if callable(namespace.get(f))}
+    if not facts.get("has_checkpoint", True):  # no weights: no structure, KV or problems
+        funcs = {**_NO_CHECKPOINT, **funcs}
     return MethodSpec(**facts, **funcs, layout_specs=tuple(namespace.get("LAYOUT_SPECS", ())))
+
+
+def _nothing(*args: Any, **kwargs: Any) -> list[Any]:
+    return []
+
+
+# what a method without a checkpoint (ngram, suffix) answers about one
+_NO_CHECKPOINT: dict[str, Callable[..., Any]] = {
+    "draft_kv_layers": _nothing, "expected_tensors": _nothing, "check_config": _nothing,
+    "describe": lambda config: {}}
 
 
 @functools.cache

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
+from speckit.core.methods import spec_from
 
 
 def default_k(config: dict[str, Any]) -> int | None:
@@ -18,25 +18,6 @@ def lookahead_slots(k: int) -> int:
 
 def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> dict[str, Any]:
     return {"method": SPEC.vllm_method, "num_speculative_tokens": k}
-
-
-def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
-    return []
-
-
-# ---- structure, description and pairing checks: suffix has no checkpoint ------------------------
-
-def describe(config: dict[str, Any]) -> dict[str, Any]:
-    return {}
-
-
-def expected_tensors(config: dict[str, Any]) -> list[TensorSpec]:
-    return []
-
-
-def check_config(config: dict[str, Any], *,
-                 target_config: dict[str, Any] | None = None) -> list[Problem]:
-    return []
 
 
 SPEC = spec_from(

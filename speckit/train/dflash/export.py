@@ -10,12 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import speculators
-from speckit.core.dtypes import torch_to_code
 from speckit.core.methods import dflash
-from speckit.io.checkpoint import CheckpointWriter, write_json
+from speckit.io.checkpoint import write_json
 from speckit.io.output import atomic_output_dir, write_provenance
 from speckit.train.dflash.model import DFlashConfig
-from speckit.train.export import speculators_header
+from speckit.train.export import speculators_header, write_tensors
 
 PROVENANCE = "speckit-train.json"
 
@@ -51,12 +50,8 @@ def export_draft(weights: dict[str, Any], cfg: DFlashConfig, *, out: Path,
 
     state = {k: v.detach().to("cpu", torch.bfloat16).contiguous() for k, v in weights.items()
              if not k.startswith(("embed_tokens.", "lm_head."))}
-    specs = [(n, torch_to_code(t.dtype), tuple(t.shape)) for n, t in sorted(state.items())]
     with atomic_output_dir(out, force=force) as tmp:
-        writer = CheckpointWriter(tmp, specs)
-        for name, t in sorted(state.items()):
-            writer.write(name, t)
-        writer.close()
+        write_tensors(tmp, state)
         write_json(tmp / "config.json", draft_config(cfg, aux_layers=aux_layers,
                                                      target_cfg=target_cfg, verifier=verifier))
         if provenance is not None:
