@@ -70,9 +70,13 @@ def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, qu
 
     click.echo("--speculative-config '" + json.dumps(res.spec_config) + "'")
     click.echo(res.serve_command)
-    click.echo("acceptance above is measured on this machine's vLLM; the schedule is projected "
-               f"for {gpu.upper()} from the step-cost model: throughput on this CPU is not "
-               "throughput on a GPU")
+    if "num_speculative_tokens_per_batch_size" in res.spec_config:
+        served = (f"the schedule is projected for {gpu.upper()} from the step-cost model")
+    else:  # the projection never speculates there (validate warned): k is this machine's
+        served = (f"k is this machine's: the step-cost model projects that speculation does not "
+                  f"pay on {gpu.upper()} (warning above)")
+    click.echo(f"acceptance above is measured on this machine's vLLM; {served}: throughput on "
+               "this CPU is not throughput on a GPU")
     click.echo(f"\nreports: {res.out}/validate (report.md, report.json, plots); "
                f"total {res.seconds:.0f} s")
 
