@@ -75,7 +75,7 @@ def open_target(s: Resolved, src_ckpt: Checkpoint, layout, target: str | os.Path
     download = None
     if target is not None:
         t_res, download = _resolve_target(str(target))
-    elif layout.name == "native-mtp":
+    elif LAYOUT_BY_NAME[layout.name].source_is_target:
         t_res = s  # the MTP head is extracted from the target itself
     tgt = None
     if t_res is not None:

@@ -36,6 +36,9 @@ class LayoutSpec:
     quantizable: bool = False  # `speckit quantize` reads it (others are converted first)
     # the config alone declares it (no tensor names needed): detect.declared_method asks it
     from_config: bool = False
+    # the source is a whole target carrying the draft's layers (native MTP): with no TARGET
+    # given, convert reads the target's config from the source itself
+    source_is_target: bool = False
 
 
 MLA_TENSORS = (".self_attn.kv_a_proj_with_mqa.weight", ".self_attn.kv_b_proj.weight",

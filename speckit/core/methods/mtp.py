@@ -217,7 +217,7 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
     LayoutSpec(
         "native-mtp", "mtp",
         "a target checkpoint carrying its own MTP layers (mtp.*)",
-        _recognise, priority=300, reader="mtp_sources"),
+        _recognise, priority=300, reader="mtp_sources", source_is_target=True),
 )
 
 
