@@ -1,5 +1,5 @@
-"""Readers for DFlash-family drafts: z-lab DFlash (old and new configs), SpecForge DFlash,
-Laguna-style fused-qkv DFlash and z-lab DFlash2; the backbone is shared with the DSpark reader.
+"""Readers for DFlash drafts: z-lab DFlash (old and new configs), SpecForge DFlash and
+Laguna-style fused-qkv DFlash; the backbone is shared with the DFlash2 and DSpark readers.
 """
 
 from __future__ import annotations
@@ -321,9 +321,7 @@ def finish(ctx: ReadContext, bb: Backbone, *, architecture: str,
 
 
 def plan(ctx: ReadContext) -> ConversionPlan:
-    """z-lab / SpecForge / Laguna DFlash -> speculators dflash; z-lab DFlash2 -> dflash2."""
-    if ctx.layout.name == "zlab-dflash2":
-        return _plan_dflash2(ctx)
+    """z-lab / SpecForge / Laguna DFlash -> speculators dflash."""
     bb = backbone(ctx, method="dflash")
     proj = bb.dflash_config.get("projector_type")
     consumed = {}
@@ -335,74 +333,6 @@ def plan(ctx: ReadContext) -> ConversionPlan:
         consumed["projector_type"] = f"{proj!r}: plain DFlash"
     return finish(ctx, bb, architecture=methods.get("dflash").speculators_architecture,
                   consumed_dc=consumed)
-
-
-# ---- DFlash2 -------------------------------------------------------------------------------------
-
-_DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "selector_top_k")
-_CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
-
-
-def _plan_dflash2(ctx: ReadContext) -> ConversionPlan:
-    bb = backbone(ctx, method="dflash2", layer_extras=("attention_conv.", "mlp_conv."),
-                  consumed={k: f"top-level {k}" for k in _DFLASH2_KEYS})
-    if bb.vocab.selected is not None:
-        raise FormatError(f"{ctx.src.path}: DFlash2 needs the full target vocabulary, but the "
-                          f"draft head has {bb.vocab.draft} rows", hint="vLLM's DFlash2 candidate "
-                          "selector scores target ids directly")
-    bb.config.update(_dflash2_settings(ctx, bb))
-    _move_selector(ctx, bb)
-    return finish(ctx, bb, architecture=methods.get("dflash2").speculators_architecture,
-                  consumed_dc={k: f"top-level {k}" for k in _DFLASH2_KEYS
-                               if k in bb.dflash_config})
-
-
-def _dflash2_settings(ctx: ReadContext, bb: Backbone) -> dict[str, int]:
-    """The four DFlash2 settings: the tensors fix rank and taps, the config must agree with them
-    and give the other two."""
-    src = ctx.src
-    values = {key: agreed_setting(ctx, bb.dflash_config, key) for key in _DFLASH2_KEYS}
-    rank = None
-    for base in _CODEBOOKS:
-        name = base if base in src.tensors else f"{base}.weight"
-        if name not in src.tensors:
-            raise FormatError(f"{src.path}: DFlash2 draft has no {base}")
-        rank = src.tensors[name].shape[1]
-    values["selector_rank"] = _agree(ctx, "selector_rank", values["selector_rank"], rank,
-                                     f"the codebooks have rank {rank}")
-    conv = src.tensors.get("layers.0.attention_conv.base_kernel")
-    if conv is None:
-        raise FormatError(f"{src.path}: DFlash2 draft has no layers.0.attention_conv.base_kernel")
-    taps = conv.shape[1]
-    values["conv_kernel_size"] = _agree(ctx, "conv_kernel_size", values["conv_kernel_size"],
-                                        taps, f"base_kernel has {taps} taps")
-    for key in ("conv_group_size", "selector_top_k"):
-        if values[key] is None:
-            raise FormatError(f"{ctx.where()}: DFlash2 draft has no {key}",
-                              hint="add the value the draft was trained with")
-    if bb.hidden % int(values["conv_group_size"]):
-        raise FormatError(f"conv_group_size {values['conv_group_size']} does not divide "
-                          f"hidden_size {bb.hidden}")
-    return {k: int(v) for k, v in values.items()}
-
-
-def _agree(ctx: ReadContext, key: str, said: Any, found: int, why: str) -> int:
-    """A config value the tensors also fix: taken from them when absent, else it must match."""
-    if said is not None and int(said) != found:
-        raise FormatError(f"{ctx.where(key)} is {said} but {why}")
-    return found
-
-
-def _move_selector(ctx: ReadContext, bb: Backbone) -> None:
-    """candidate_selector.* kept; the codebooks lose their `.weight` (vLLM's bare parameters)."""
-    for name in list(bb.unmapped):
-        if not name.startswith("candidate_selector."):
-            continue
-        new = name.removesuffix(".weight") if name.removesuffix(".weight") in _CODEBOOKS else name
-        bb.plan.moves.append(rename(ctx.src, name, new))
-        if new != name:
-            bb.plan.notes.append(f"{name} renamed to {new} (vLLM's bare codebook parameter)")
-        bb.unmapped.remove(name)
 
 
 # ---- helpers -------------------------------------------------------------------------------------

@@ -52,10 +52,9 @@ def open_source(ref: str, *, method: str, allow_pickle: bool, allow_external_lin
     layout = pick_method(src_ckpt.config, src_ckpt.tensors,
                          asked=None if method == "auto" else method, where=str(s.path),
                          require_layout=True).layout
-    if layout.name == "hf-causal-lm":
-        raise UsageError(f"{s.path} is a plain causal LM, not a draft layout",
-                         hint="serve it as is with --speculative-config "
-                         "'{\"method\": \"draft_model\", \"model\": ..., ...}'")
+    whole = LAYOUT_BY_NAME[layout.name].whole_model
+    if whole is not None:
+        raise UsageError(f"{s.path} is {whole[0]}", hint=whole[1])
     if layout.name in SERVED_AS_PUBLISHED:
         why, hint = SERVED_AS_PUBLISHED[layout.name]
         raise FormatError(f"{s.path}: {layout.name} is {why}", hint=hint)

@@ -131,7 +131,7 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
     LayoutSpec(
         "zlab-dflash2", "dflash2",
         "z-lab DFlash2 (convolutions, bare selector codebooks)",
-        _dflash.recognise_family, priority=440, reader="dflash_sources"),
+        _dflash.recognise_family, priority=440, reader="dflash2_sources"),
 )
 
 

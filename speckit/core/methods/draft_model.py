@@ -114,7 +114,10 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
     LayoutSpec(
         "hf-causal-lm", "draft_model",
         "a plain Hugging Face causal LM (usable as a draft_model)",
-        _recognise, priority=900, quantizable=True),
+        _recognise, priority=900, quantizable=True,
+        whole_model=("a plain causal LM, not a draft layout",
+                     "serve it as is with --speculative-config "
+                     "'{\"method\": \"draft_model\", \"model\": ..., ...}'")),
 )
 
 

@@ -39,6 +39,9 @@ class LayoutSpec:
     # the source is a whole target carrying the draft's layers (native MTP): with no TARGET
     # given, convert reads the target's config from the source itself
     source_is_target: bool = False
+    # a whole model another method serves as is, not a draft layout: convert refuses it as a
+    # usage error with (what it is, hint)
+    whole_model: tuple[str, str] | None = None
 
 
 MLA_TENSORS = (".self_attn.kv_a_proj_with_mqa.weight", ".self_attn.kv_b_proj.weight",
