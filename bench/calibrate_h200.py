@@ -29,7 +29,7 @@ def measure(out: Path) -> None:
           f"{res.worst_error:.1%}, {res.seconds:.0f} s")
 
 
-def check(profile: Path) -> None:
+def check(profile: Path, steps: Path) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     import step_costs as sc
 
@@ -47,8 +47,11 @@ def check(profile: Path) -> None:
         print(f"{p['kind']:6s} {p['shape']:16s} {p['batch']:4d} {p['q']:2d} {p['ctx']:5d} "
               f"{p['seconds'] * 1e3:8.3f}ms {p['model_s'] * 1e3:8.3f}ms "
               f"{p['model_s'] / p['seconds'] - 1:+7.1%}")
-    gpu = get_gpu("H200")
-    data = json.loads((ROOT / "bench/results/step_costs_h200.json").read_text())
+    gpu = get_gpu(prof["gpu"])  # the catalog GPU the profile was measured on
+    data = json.loads(steps.read_text())
+    if data["meta"]["device"] != prof["device"]:
+        sys.exit(f"error: {steps} was measured on {data['meta']['device']!r}, the profile on "
+                 f"{prof['device']!r}\nhint: compare a profile with step costs of the same card")
     pts = [p for p in data["points"] if p["shape"] in targets or p["shape"] in drafts]
     # step_costs_h200 ran PyTorch SDPA unpacked for q > 1 (gqa_pack "decode"); the probe packs
     for label, c in (("shipped step_costs.json", datafiles.load_step_constants()),
@@ -58,7 +61,7 @@ def check(profile: Path) -> None:
         for p in pts:
             e = sc._predict(steps_, targets, drafts, gpu, c, p) / p["median_s"] - 1
             errs.setdefault(p["kind"], []).append(abs(e))
-        print(f"step_costs_h200 with the {label}: " + "; ".join(
+        print(f"{steps.stem} with the {label}: " + "; ".join(
             f"{k} {len(v)} points median |error| {statistics.median(v):.1%} worst "
             f"{max(v):.1%}" for k, v in errs.items()))
 
@@ -67,12 +70,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--measure", action="store_true")
     ap.add_argument("--out", type=Path, default=Path("."))
-    ap.add_argument("--check", type=Path)
+    ap.add_argument("--check", type=Path, help="a profile to compare with --steps")
+    ap.add_argument("--steps", type=Path, default=ROOT / "bench/results/step_costs_h200.json",
+                    help="whole-step costs measured on the profile's card (bench/step_costs.py)")
     a = ap.parse_args()
     if a.measure:
         measure(a.out)
     if a.check:
-        check(a.check)
+        check(a.check, a.steps)
 
 
 if __name__ == "__main__":
