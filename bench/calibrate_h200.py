@@ -1,11 +1,13 @@
-"""`speckit calibrate` on the H200, and how its profile reproduces the committed step costs.
+"""`speckit calibrate` on a device-machine GPU, and how its profile reproduces whole step costs.
 
-Device machine (plain torch, no vLLM): time the probe (dense layers, MoE layers as grouped GEMMs
-with on-GPU routing offsets, MLA latent attention, GQA attention) and write the profile:
+Device machine (plain torch, no vLLM; an H200 or whichever card comes, named in the file it
+writes): time the probe (dense layers, MoE layers as grouped GEMMs with on-GPU routing offsets,
+MLA latent attention, GQA attention) and write DIR/gpu_profile_<gpu>.json:
     PYTHONPATH=. python3 bench/calibrate_h200.py --measure --out DIR
-Here (no GPU): compare plan's model with that profile against the 300 step costs measured
-before (bench/results/step_costs_h200.json, whole Llama-3.1-8B / 70B-TP4 steps and drafts):
-    PYTHONPATH=$PWD python bench/calibrate_h200.py --check bench/results/gpu_profile_h200.json
+Here (no GPU): compare plan's model with that profile against whole-step costs bench/step_costs.py
+timed on the same card (default bench/results/step_costs_h200.json: Llama-3.1-8B / 70B-TP4
+steps and drafts):
+    PYTHONPATH=$PWD python bench/calibrate_h200.py --check PROFILE [--steps STEP_COSTS.json]
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ sys.path.insert(0, str(ROOT))
 def measure(out: Path) -> None:
     from speckit.calibrate import calibrate
 
-    res = calibrate(out=out / "gpu_profile_h200.json", log=print)
+    res = calibrate(out=out / "gpu_profile.json", log=print)
+    named = out / f"gpu_profile_{res.gpu.lower()}.json"  # the card it ran on, whichever came
+    (out / "gpu_profile.json").replace(named)
+    print(f"wrote {named}")
     print(f"profile fit: {len(res.points)} points, median {res.median_error:.1%}, worst "
           f"{res.worst_error:.1%}, {res.seconds:.0f} s")
 

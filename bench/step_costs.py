@@ -267,12 +267,27 @@ class Recorder:
         os.replace(tmp, self.path)
 
 
+def _fitting_target(torch, cfg, *, batches, max_len, dev, dtype):
+    """The target with KV room for the largest batch that fits this GPU's memory (all of them on
+    an H200; an 80 GB card drops the largest batches at long context)."""
+    for top in sorted(batches, reverse=True):
+        try:
+            return Target(torch, cfg, max_batch=top, max_len=max_len, dev=dev, dtype=dtype), top
+        except torch.OutOfMemoryError:
+            torch.cuda.empty_cache()
+    return None, 0
+
+
 def measure_target(torch, rec, name, cfg, *, dev, dtype, batches, qs, ctxs, cuda, reserve_s):
     max_len = max(ctxs) + max(qs) + 8
-    model = Target(torch, cfg, max_batch=max(batches), max_len=max_len, dev=dev, dtype=dtype)
+    model, top = _fitting_target(torch, cfg, batches=batches, max_len=max_len, dev=dev,
+                                 dtype=dtype)
     with torch.no_grad():
         for ctx in ctxs:
             for b in batches:
+                if b > top:
+                    rec.data["meta"].setdefault("does_not_fit", []).append([name, b, ctx])
+                    continue
                 for q in qs:
                     if rec.left() < reserve_s:
                         rec.data["meta"].setdefault("skipped", []).append([name, b, q, ctx])

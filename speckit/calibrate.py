@@ -249,6 +249,25 @@ def _runners(torch: Any, pts: list[_calib.ProbePoint]) -> dict[int, Any]:
     return out
 
 
+def _time_flash_first(torch: Any, fn: Any, p: _calib.ProbePoint, log: Any) -> float:
+    """Seconds of one point, its attention on the FlashAttention SDPA kernel (what vLLM runs, and
+    what bench/step_costs.py measured whole steps with) where it takes the inputs, else on
+    SDPA's own choice; NaN when neither runs (skipped, said)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    for flash in (True, False):
+        try:
+            if flash:
+                with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                    return time_graph(torch, fn)
+            return time_graph(torch, fn)
+        except Exception as e:  # noqa: BLE001 (a piece this build cannot run: skipped, said)
+            log(f"  {p.kind} {p.shape} B={p.batch} q={p.q} ctx={p.ctx}: "
+                f"{'flash SDPA' if flash else 'failed'} ({str(e)[:120]})")
+            torch.cuda.synchronize()
+    return float("nan")
+
+
 def _time_points(torch: Any, pts: list[_calib.ProbePoint], budget_s: float,
                  log: Any) -> list[_calib.ProbePoint]:
     run = _runners(torch, pts)
@@ -256,10 +275,7 @@ def _time_points(torch: Any, pts: list[_calib.ProbePoint], budget_s: float,
     for i, p in enumerate(pts):
         sec = float("nan")
         if time.monotonic() - t0 < budget_s:
-            try:
-                sec = time_graph(torch, run[i])
-            except Exception as e:  # noqa: BLE001 (a piece this build cannot run: skipped, said)
-                log(f"  {p.kind} {p.shape} B={p.batch} q={p.q} ctx={p.ctx}: failed ({e})")
+            sec = _time_flash_first(torch, run[i], p, log)
         timed.append(replace(p, seconds=sec))
         log(f"  {p.kind:6s} {p.shape:16s} B={p.batch:<4d} q={p.q} ctx={p.ctx:<5d} "
             f"{sec * 1e3:9.3f} ms")
