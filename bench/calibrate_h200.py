@@ -41,7 +41,6 @@ def check(profile: Path, steps: Path) -> None:
     from speckit.core.gpus import get_gpu
     from speckit.io import datafiles
 
-    steps_, targets, drafts = sc._shapes()
     prof = json.loads(profile.read_text())
     print(f"profile {profile.name}: {prof['device']}, torch {prof['torch']}, "
           f"{len(prof['points'])} probe points, probe fit median {prof['median_error']:.1%}, "
@@ -57,15 +56,11 @@ def check(profile: Path, steps: Path) -> None:
     if data["meta"]["device"] != prof["device"]:
         sys.exit(f"error: {steps} was measured on {data['meta']['device']!r}, the profile on "
                  f"{prof['device']!r}\nhint: compare a profile with step costs of the same card")
-    pts = [p for p in data["points"] if p["shape"] in targets or p["shape"] in drafts]
-    # step_costs_h200 ran PyTorch SDPA unpacked for q > 1 (gqa_pack "decode"); the probe packs
+    # step_costs ran PyTorch SDPA unpacked for q > 1 (gqa_pack "decode"); the probe packs
     for label, c in (("shipped step_costs.json", datafiles.load_step_constants()),
                      ("calibrate profile", replace(datafiles.load_step_constants(profile),
                                                    gqa_pack="decode"))):
-        errs: dict[str, list[float]] = {}
-        for p in pts:
-            e = sc._predict(steps_, targets, drafts, gpu, c, p) / p["median_s"] - 1
-            errs.setdefault(p["kind"], []).append(abs(e))
+        errs = sc.whole_step_errors(data, gpu, c)
         print(f"{steps.stem} with the {label}: " + "; ".join(
             f"{k} {len(v)} points median |error| {statistics.median(v):.1%} worst "
             f"{max(v):.1%}" for k, v in errs.items()))

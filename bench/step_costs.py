@@ -389,6 +389,17 @@ def _predict(steps, targets, drafts, gpu, const, p: dict) -> float:
                                  gpu=gpu, constants=const)
 
 
+def whole_step_errors(data: dict, gpu, const) -> dict[str, list[float]]:
+    """|model / measured - 1| of every target and draft point of a step-costs file, by kind."""
+    steps, targets, drafts = _shapes()
+    errs: dict[str, list[float]] = {}
+    for p in data["points"]:
+        if p["shape"] in targets or p["shape"] in drafts:
+            pred = _predict(steps, targets, drafts, gpu, const, p)
+            errs.setdefault(p["kind"], []).append(abs(pred / p["median_s"] - 1))
+    return errs
+
+
 def run_fit(args) -> None:
     from dataclasses import replace
 

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from speckit.cli import main
 from speckit.core import PACKAGE_DIR
 from speckit.validate import concurrency as C
+from tests.support.scripts import load_script
 
 PROFILE = PACKAGE_DIR.parent / "bench" / "results" / "gpu_profile_h200.json"
 LLAMA8B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
@@ -80,24 +81,18 @@ def test_h100_profile_prices_that_cards_whole_steps_within_the_fit_error():
 
     from speckit.core.gpus import get_gpu
     from speckit.io.datafiles import load_step_constants
-    from tests.core.test_moe_pricing import _bench
 
-    sc = _bench("step_costs")
+    sc = load_script("bench", "step_costs")
     results = PACKAGE_DIR.parent / "bench" / "results"
     prof_path = results / "gpu_profile_h100.json"
     prof = json.loads(prof_path.read_text())
     data = json.loads((results / "step_costs_h100.json").read_text())
     assert prof["device"] == data["meta"]["device"] == "NVIDIA H100 80GB HBM3"
-    shapes, targets, drafts = sc._shapes()
     gpu = get_gpu(prof["gpu"])
-    pts = [p for p in data["points"] if p["shape"] in targets or p["shape"] in drafts]
-
-    def median_error(c, kind):
-        return statistics.median(
-            abs(sc._predict(shapes, targets, drafts, gpu, c, p) / p["median_s"] - 1)
-            for p in pts if p["kind"] == kind)
-
-    calibrated = replace(load_step_constants(prof_path), gqa_pack="decode")
+    calibrated = sc.whole_step_errors(
+        data, gpu, replace(load_step_constants(prof_path), gqa_pack="decode"))
+    shipped = sc.whole_step_errors(data, gpu, load_step_constants())
+    assert sorted(len(v) for v in calibrated.values()) == [140, 144]
     for kind in ("target", "draft"):
-        assert median_error(calibrated, kind) < 0.04, kind
-        assert median_error(load_step_constants(), kind) > 2 * median_error(calibrated, kind)
+        assert statistics.median(calibrated[kind]) < 0.04, kind
+        assert statistics.median(shipped[kind]) > 2 * statistics.median(calibrated[kind])

@@ -22,6 +22,7 @@ from tests.support.moe_shapes import (
     MINIMAX_M25,
     kimi_eagle3_tensors,
 )
+from tests.support.scripts import load_script
 
 MI355X = get_gpu("MI355X")
 RESULTS = PACKAGE_DIR.parent / "bench" / "results"
@@ -186,7 +187,7 @@ def test_probe_plan_pins_what_whole_steps_depend_on():
     import random
     import statistics
 
-    sc = _bench("step_costs")
+    sc = load_script("bench", "step_costs")
     gpu, ship = get_gpu("H200"), load_step_constants()
     rng = random.Random(0)
     pts = [replace(p, seconds=calib.model_seconds(p, gpu, ship) * (1 + rng.gauss(0, 0.03)))
@@ -195,34 +196,19 @@ def test_probe_plan_pins_what_whole_steps_depend_on():
                     attn_flop_frac=ship.attn_flop_frac * 3,
                     attn_unit_bytes_per_s=ship.attn_unit_bytes_per_s * 0.5, layer_overhead_s=5e-6)
     prof = calib.fit_profile(pts, gpu, start=start, source="test")
-    shapes, targets, drafts = sc._shapes()
     data = json.loads((RESULTS / "step_costs_h200.json").read_text())
-    whole = [p for p in data["points"] if p["shape"] in targets or p["shape"] in drafts]
 
     def errors(c):
-        return [abs(sc._predict(shapes, targets, drafts, gpu, c, p) / p["median_s"] - 1)
-                for p in whole]
+        return [e for errs in sc.whole_step_errors(data, gpu, c).values() for e in errs]
 
     shipped, fitted = errors(ship), errors(replace(prof.constants, gqa_pack="decode"))
-    assert len(whole) == 300
+    assert len(fitted) == 300
     assert statistics.median(fitted) < statistics.median(shipped) + 0.01
     assert max(fitted) < 0.2
 
 
-def _bench(name: str):
-    import importlib.util
-    import sys
-
-    bench = PACKAGE_DIR.parent / "bench"
-    sys.path.insert(0, str(bench))
-    spec = importlib.util.spec_from_file_location(name, bench / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _pvp():
-    return _bench("projection_vs_published")
+    return load_script("bench", "projection_vs_published")
 
 
 def _held_out(pvp, engines):

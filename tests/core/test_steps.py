@@ -130,18 +130,10 @@ def test_constants_roundtrip_and_unknown_keys(tmp_path):
 def test_shipped_constants_reproduce_h200_measurements():
     """The committed fit (bench/results/step_costs_h200.txt): target median 3.2%, worst 9.9%,
     160/160 within 10%; draft median 2.1%, worst 9.4%."""
-    import importlib.util
+    from tests.support.scripts import load_script
 
-    spec = importlib.util.spec_from_file_location("step_costs", RESULTS.parents[1] /
-                                                  "step_costs.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    _, targets, drafts = bench._shapes()
-    c = load_step_constants()
-    errs: dict[str, list[float]] = {"target": [], "draft": []}
-    for p in json.loads(RESULTS.read_text())["points"]:
-        pred = bench._predict(steps, targets, drafts, H200, c, p)
-        errs[p["kind"]].append(abs(pred / p["median_s"] - 1))
+    bench = load_script("bench", "step_costs")
+    errs = bench.whole_step_errors(json.loads(RESULTS.read_text()), H200, load_step_constants())
     assert len(errs["target"]) == 160 and len(errs["draft"]) == 140
     assert statistics.median(errs["target"]) < 0.035 and max(errs["target"]) <= 0.10
     assert sum(e <= 0.10 for e in errs["target"]) == 160
