@@ -2,14 +2,14 @@
 
     PYTHONPATH=$PWD python bench/projection_vs_published.py [--write-engine]
 
-Every series in bench/published_points.py is projected with speckit.speed.StepModel (the model
-`speckit plan --acceptance` prints): the ideal GPU passes (speckit/data/step_costs.json, fitted
-on an H200) plus the engine's named terms (speckit.core.plan.engine). The engine terms are
+Every series in bench/published_points.py is projected with speckit.core.plan.projection.StepModel
+(the model `speckit plan --acceptance` prints): the ideal GPU passes (speckit/data/step_costs.json,
+fitted on an H200) plus the engine's named terms (speckit.core.plan.engine). The engine terms are
 fitted (speckit.core.plan.fit.fit_log_params), each within its physical range
-(speckit.core.plan.engine.PHYSICAL_RANGE), on the FIT_CONCURRENCIES points only; where a
-source gives no acceptance, one AL per source is solved at its lowest concurrency (that point
-then matches by construction and is not counted). Everything else is held out. --write-engine
-stores the fitted terms in speckit/data/engine_costs.json.
+(speckit.core.plan.engine.PHYSICAL_RANGE), on the FIT_CONCURRENCIES points only; where a source
+gives no acceptance, one AL per source is solved at its lowest concurrency (that point then matches
+by construction and is not counted). Everything else is held out. --write-engine stores the fitted
+terms in speckit/data/engine_costs.json.
 """
 
 from __future__ import annotations
@@ -31,9 +31,9 @@ from speckit.core.gpus import get_gpu
 from speckit.core.plan import engine as _engine
 from speckit.core.plan import formats, steps
 from speckit.core.plan.fit import fit_log_params
+from speckit.core.plan.projection import StepModel, target_shape
 from speckit.core.plan.schedule import al_from_per_position
 from speckit.io import datafiles
-from speckit.speed import StepModel, target_shape
 
 # each term is fitted within its physical range (speckit.core.plan.engine.PHYSICAL_RANGE: what a
 # serving engine can plausibly spend on that work; docs/plan.md cites each), starting from the

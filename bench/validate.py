@@ -59,9 +59,9 @@ def main() -> int:
     ks = [int(x) for x in args.ks.split(",")]
 
     from speckit.io.engine import EngineJob, run_engine
+    from speckit.io.prompts import load_prompts
     from speckit.io.targets import materialize_smollm2
     from speckit.validate import validate
-    from speckit.validate.prompts import load_prompts
 
     work = Path(tempfile.mkdtemp(prefix="speckit-bench-validate-"))
     target = materialize_smollm2(progress=True)

@@ -1,7 +1,7 @@
 """`speckit calibrate`: time a short plain-torch probe on this machine's GPU and fit the step
 model to it, writing a GPU profile that `speckit plan --gpu-profile` and validate take.
 
-The probe (speckit.core.plan.calib.probe_plan) builds random bf16 weights -- dense decoder layers,
+The probe (speckit.core.plan.probe.probe_plan) builds random bf16 weights -- dense decoder layers,
 one MoE layer run as grouped GEMMs with the routing offsets computed on the GPU, an MLA latent
 attention and a GQA attention (query heads of a KV head packed by hand for q > 1) -- and times
 each point as CUDA-graph replays (median). It needs a GPU: without one it says so and fails.
@@ -10,8 +10,6 @@ each point as CUDA-graph replays (median). It needs a GPU: without one it says s
 from __future__ import annotations
 
 import json
-import math
-import re
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
@@ -19,12 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core.gpus import GPU
-from speckit.core.plan import calib as _calib
+from speckit.core.plan import probe as _probe
 from speckit.core.plan import steps as _steps
 from speckit.errors import EngineError, OutputError
-from speckit.io.datafiles import catalog, config_dir, load_step_constants
-
-PROFILE_VERSION = 1
+from speckit.io.datafiles import catalog, load_step_constants
+from speckit.io.profiles import PROFILE_VERSION, default_profile_path
 
 
 @dataclass
@@ -213,16 +210,16 @@ def _mla_fn(torch: Any, s: _steps.ModelShape, cache: Any, b: int, nq: int, ctx: 
     return run
 
 
-def _attn_fn(torch: Any, s: _steps.ModelShape, kc: Any, vc: Any, p: _calib.ProbePoint) -> Any:
+def _attn_fn(torch: Any, s: _steps.ModelShape, kc: Any, vc: Any, p: _probe.ProbePoint) -> Any:
     q = _rand(torch, p.batch, s.heads, p.q, s.head_dim)
     k, v = kc[:p.batch, :, :p.ctx + p.q], vc[:p.batch, :, :p.ctx + p.q]
     return lambda: _attend(torch, q, k, v, nq=p.q, group=s.heads // s.kv_heads,
                            packed=p.packed)
 
 
-def _runners(torch: Any, pts: list[_calib.ProbePoint]) -> dict[int, Any]:
+def _runners(torch: Any, pts: list[_probe.ProbePoint]) -> dict[int, Any]:
     """One zero-argument callable per probe point (weights shared between points)."""
-    S = _calib.PROBE_SHAPES
+    S = _probe.PROBE_SHAPES
     span = max(p.ctx + p.q for p in pts)
     out: dict[int, Any] = {}
     dense = _Dense(torch, S["dense4"], max_b=max(p.batch for p in pts if p.kind == "layers"),
@@ -249,7 +246,7 @@ def _runners(torch: Any, pts: list[_calib.ProbePoint]) -> dict[int, Any]:
     return out
 
 
-def _time_flash_first(torch: Any, fn: Any, p: _calib.ProbePoint, log: Any) -> float:
+def _time_flash_first(torch: Any, fn: Any, p: _probe.ProbePoint, log: Any) -> float:
     """Seconds of one point, its attention on the FlashAttention SDPA kernel (what vLLM runs, and
     what bench/step_costs.py measured whole steps with) where it takes the inputs, else on
     SDPA's own choice; NaN when neither runs (skipped, said)."""
@@ -268,8 +265,8 @@ def _time_flash_first(torch: Any, fn: Any, p: _calib.ProbePoint, log: Any) -> fl
     return float("nan")
 
 
-def _time_points(torch: Any, pts: list[_calib.ProbePoint], budget_s: float,
-                 log: Any) -> list[_calib.ProbePoint]:
+def _time_points(torch: Any, pts: list[_probe.ProbePoint], budget_s: float,
+                 log: Any) -> list[_probe.ProbePoint]:
     run = _runners(torch, pts)
     t0, timed = time.monotonic(), []
     for i, p in enumerate(pts):
@@ -306,8 +303,8 @@ def calibrate(*, out: str | Path | None = None, budget_s: float = 100.0,
                   perf_source="measured by speckit calibrate")
     log(f"{name}: copy {copy / 1e12:.2f} TB/s, bf16 matmul {mm / 1e12:.0f} TFLOP/s; "
         f"fractions scale {gpu.name}'s rates")
-    timed = _time_points(torch, _calib.probe_plan(), budget_s, log)
-    prof = _calib.fit_profile(timed, gpu, start=load_step_constants(),
+    timed = _time_points(torch, _probe.probe_plan(), budget_s, log)
+    prof = _probe.fit_profile(timed, gpu, start=load_step_constants(),
                               source=f"speckit calibrate on {name}")
     rows = [{**asdict(p), "model_s": p.seconds * (1 + e)} for p, e in
             zip(prof.points, prof.error, strict=True)]
@@ -323,46 +320,4 @@ def calibrate(*, out: str | Path | None = None, budget_s: float = 100.0,
     return res
 
 
-def profile_dir() -> Path:
-    """Where calibrate keeps profiles by default: $XDG_CONFIG_HOME/speckit/gpu_profiles."""
-    return config_dir() / "gpu_profiles"
-
-
-def default_profile_path(gpu_name: str) -> Path:
-    """The default profile file of a catalog GPU (the name made file-safe)."""
-    return profile_dir() / (re.sub(r"[^A-Za-z0-9_.-]+", "_", gpu_name).strip("._") + ".json")
-
-
-def find_profile(gpu_name: str) -> Path | None:
-    """The default-location profile calibrate wrote for this GPU, if any: plan and validate
-    --serve-gpu use it for that GPU (and only for it) when no --gpu-profile is given."""
-    p = default_profile_path(gpu_name)
-    return p if p.is_file() else None
-
-
-def list_profiles() -> list[str]:
-    """One line per profile in the default location (for doctor)."""
-    d = profile_dir()
-    files = sorted(d.glob("*.json")) if d.is_dir() else []
-    return [line for line in (describe_profile(f) for f in files) if line]
-
-
-def load_profile(path: str | Path) -> _steps.StepConstants:
-    """The step constants of a profile written by calibrate (or a step_costs.json)."""
-    return load_step_constants(path)
-
-
-def describe_profile(path: str | Path) -> str | None:
-    """One line about a profile file for doctor, or None when there is none."""
-    p = Path(path)
-    try:
-        raw = json.loads(p.read_text())
-    except (OSError, ValueError):
-        return None
-    err = raw.get("median_error")
-    return (f"{p}: {raw.get('device', '?')} (fit median error "
-            f"{err:.1%})" if isinstance(err, float) and math.isfinite(err) else f"{p}")
-
-
-__all__ = ["CalibrateResult", "calibrate", "default_profile_path", "describe_profile",
-           "find_profile", "list_profiles", "load_profile", "match_gpu", "profile_dir"]
+__all__ = ["CalibrateResult", "calibrate", "match_gpu"]

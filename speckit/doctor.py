@@ -27,6 +27,7 @@ from speckit.errors import UsageError
 from speckit.io import host
 from speckit.io.host import Device, Host, KernelProbe
 from speckit.io.hub import hub_settings
+from speckit.io.profiles import list_profiles
 from speckit.io.targets import cache_root
 
 HUB_TIMEOUT_S = 2.0
@@ -202,7 +203,7 @@ def doctor(*, for_command: str | None = None, probe_kernels: bool = True,
         methods=_methods(pk["vllm"], vplat, v1_only, refusals, warnings),
         kernels=host.kernels(torch, devices, warnings) if probe_kernels else [],
         hub=_hub(hub_settings, reach), caches=_caches(hub_settings[2]), warnings=warnings,
-        gpu_profiles=importlib.import_module("speckit.calibrate").list_profiles())
+        gpu_profiles=list_profiles())
     report.schemes = scheme_support(report.kernels, vplat)
     if for_command is not None:
         report.command = for_command

@@ -6,7 +6,6 @@ headers; `plan_from_refs()` reads those (local dir, registry id or Hub repo, hea
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +41,10 @@ from speckit.core.plan.suggestions import is_tight
 from speckit.core.plan.suggestions import suggest as suggest_tries
 from speckit.core.plan.weights import DRAFT_QUANTS, HeaderTensor, model_dtype
 from speckit.core.plan.weights import is_top_level as _is_top_level
-from speckit.errors import FormatError, HubError, PlanError, UsageError
-from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, Checkpoint, TensorInfo
-from speckit.io.datafiles import get_gpu, load_registry
-from speckit.io.hub import safetensors_headers
-from speckit.io.refs import Resolved, resolve
+from speckit.errors import FormatError, PlanError, UsageError
+from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, TensorInfo
+from speckit.io.datafiles import get_gpu
+from speckit.io.headers import LoadedRef, load_headers, registry_entry
 
 TensorLike = TensorInfo | tuple[str, str, Sequence[int]]
 
@@ -181,88 +179,6 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
     return res
 
 
-# ---- fetching configs and headers ----------------------------------------------------------------
-@dataclass
-class _Loaded:
-    name: str
-    config: dict[str, Any]
-    tensors: list[TensorInfo]
-    local: Path | None = None
-    method: str | None = None  # from a registry entry
-    k: int | None = None  # the registry entry's starting k
-
-
-def _load_local(path: Path) -> _Loaded:
-
-    ck = Checkpoint.open(path)
-    return _Loaded(str(path), ck.config, list(ck.tensors.values()), local=path)
-
-
-def _load_hub(r: Resolved) -> _Loaded:
-    """A Hub repo: its cached snapshot when the weights are there (exact, and works offline),
-    else config.json plus safetensors headers through HTTP range requests (no weights)."""
-    where = f"{r.repo}@{(r.commit or '')[:12] or r.revision or 'main'}"
-    if _has_local_weights(r.path):
-        return _Loaded(r.repo or str(r.path), r.config, _load_local(r.path).tensors, local=r.path)
-    if r.settings.offline:
-        raise HubError(f"offline mode is on (HF_HUB_OFFLINE) and the weights of {where} are not "
-                       f"in the cache at {r.settings.cache_dir} (plan reads their safetensors "
-                       "headers)", hint="fetch the repo first (speckit fetch), unset "
-                       "HF_HUB_OFFLINE, or pass a local directory")
-
-    meta = safetensors_headers(r.repo, r.commit, r.settings)
-    tensors = []
-    for fname, fm in meta.files_metadata.items():
-        for name, ti in fm.tensors.items():
-            if ti.dtype not in DTYPE_BITS:
-                raise FormatError(f"{where}/{fname}: tensor {name!r} has unknown dtype "
-                                  f"{ti.dtype!r}")
-            tensors.append(TensorInfo(name, ti.dtype, tuple(ti.shape), fname,
-                                      tuple(ti.data_offsets)))
-    return _Loaded(r.repo, r.config, tensors)
-
-
-def _has_local_weights(path: Path) -> bool:
-    """Every safetensors file of a (cache) snapshot is on disk."""
-
-    if (path / "model.safetensors").is_file():
-        return True
-    try:
-        shards = set(json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
-                     .values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
-    return bool(shards) and all((path / str(f)).is_file() for f in shards)
-
-
-def _registry_entry(ref: str) -> Any | None:
-    """The registry entry for ``ref`` if it is a registry id."""
-
-    reg = load_registry()
-    key = ref.strip()
-    return reg.entries.get(key) or reg.entries.get(key.lower())
-
-
-def load_ref(ref: str, *, revision: str | None = None) -> tuple[dict[str, Any],
-                                                                 list[tuple[str, tuple[int, ...]]]]:
-    """(config, [(tensor name, shape)]) of a directory, registry id or Hub repo, header-only."""
-    got = _load(ref, revision=revision)
-    return got.config, [(t.name, tuple(t.shape)) for t in got.tensors]
-
-
-def _load(ref: str, *, revision: str | None = None) -> _Loaded:
-    """A local path, a registry id or a Hub repo, through speckit.io.refs.resolve (which honours
-    HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN); of a Hub repo only config.json is downloaded."""
-    r = resolve(ref, role=None, revision=revision, need="config")
-    remote = r.kind == "hub" or (r.kind == "registry" and r.repo is not None)
-    got = _load_hub(r) if remote else _load_local(r.path)
-    if r.entry is not None:
-        got.name = r.entry.id
-        got.method = r.entry.method
-        got.k = r.entry.num_speculative_tokens
-    return got
-
-
 def _same_bytes(a: Path, ta: TensorInfo, b: Path, tb: TensorInfo) -> bool:
     """Are two local tensors bit-identical? Streams both; stops at the first difference."""
     if ta.dtype != tb.dtype or ta.shape != tb.shape:
@@ -280,7 +196,7 @@ def _same_bytes(a: Path, ta: TensorInfo, b: Path, tb: TensorInfo) -> bool:
     return True
 
 
-def _shared_tensors(target: _Loaded, draft: _Loaded) -> dict[str, bool]:
+def _shared_tensors(target: LoadedRef, draft: LoadedRef) -> dict[str, bool]:
     """For local pairs: which of the draft's embed_tokens / lm_head equal the target's."""
     out: dict[str, bool] = {}
     if target.local is None or draft.local is None:
@@ -302,14 +218,14 @@ def plan_from_refs(*, target: str | None, draft: str | None = None, method: str 
                    **kwargs: Any) -> PlanResult:
     """Resolve ``target``/``draft`` (directory, registry id, Hub repo) to configs + headers, then
     plan. Hub repos are read header-only (config.json and safetensors headers, no weights)."""
-    d = _load(draft, revision=draft_revision) if draft else None
+    d = load_headers(draft, revision=draft_revision) if draft else None
     if target is None:
-        entry = _registry_entry(draft) if draft else None
+        entry = registry_entry(draft) if draft else None
         target = getattr(entry, "target", None)
         if not target:
             raise UsageError("no --target given", hint="pass --target (a directory, registry id "
                              "or Hub repo)")
-    t = _load(target, revision=revision)
+    t = load_headers(target, revision=revision)
     if d is not None and method is None:
         method = d.method
     shares = _shared_tensors(t, d) if d is not None else {}

@@ -2,13 +2,13 @@
 
 Inspect and the file rules refuse what must not be published; the card comes from the checkpoint,
 its provenance chain and its latest validate report; huggingface_hub uploads (create_repo +
-create_commit, large files through LFS or Xet). `registry_add` turns such a card into an entry.
+create_commit, large files through LFS or Xet; speckit.io.hub.upload). `speckit registry add`
+(speckit.registry) turns such a card into an entry.
 """
 
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import os
 import re
@@ -28,15 +28,15 @@ from speckit.core.modelcard import (
     split_card,
     training_figures,
 )
-from speckit.core.refs import check_revision, printable, redact_url
-from speckit.core.registry import draft_entry_from_card, entry_toml
+from speckit.core.refs import REPO_ID, check_repo_id, check_revision, redact_url
 from speckit.core.specconfig import serve_line, speculative_config
-from speckit.errors import FormatError, HubError, SpeckitError, UsageError
+from speckit.errors import FormatError, SpeckitError, UsageError
 from speckit.inspect import inspect
-from speckit.io.checkpoint import INDEX_NAME, Checkpoint, in_hf_blob_store, load_config, read_small
-from speckit.io.datafiles import load_registry, user_config_registry
-from speckit.io.hub import TOKENIZER_FILES, download_file, git_blob_sha1, hub_settings, sha256_file
-from speckit.io.user_registry import add_entry
+from speckit.io.checkpoint import INDEX_NAME, Checkpoint, in_hf_blob_store, load_config
+from speckit.io.datafiles import load_registry
+from speckit.io.hub import TOKENIZER_FILES, download_file, hub_settings, sha256_file
+from speckit.io.hub.download import read_card
+from speckit.io.hub.upload import UploadRequest, hub_token, upload
 from speckit.plan import plan_from_refs
 
 REPORT_NAME = "report.json"
@@ -46,7 +46,6 @@ CODE_SUFFIXES = (".py", ".pyc", ".pyo", ".pyx", ".so", ".dll", ".dylib", ".sh", 
                  ".js", ".ipynb", ".exe")
 # text that documents a checkpoint is allowed beside it (never code, never weights)
 DOC_NAMES = re.compile(r"^(LICEN[CS]E|NOTICE|COPYING)(\.(md|txt))?$|\.md$", re.IGNORECASE)
-_REPO_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,95}/[A-Za-z0-9][A-Za-z0-9_.-]{0,95}$")
 
 
 @dataclass
@@ -108,7 +107,7 @@ def push(path: str | os.PathLike, repo_id: str, *, private: bool = False,
     down). target: the target repo id for ``base_model`` when the checkpoint does not name it.
     gpu: also put `speckit plan`'s verdict for this GPU on the card.
     """
-    _check_repo_id(repo_id)
+    check_repo_id(repo_id)
     if revision is not None:
         check_revision(revision, what="--revision")
     if license is not None and hub_license(license) is None:
@@ -151,12 +150,6 @@ def push(path: str | os.PathLike, repo_id: str, *, private: bool = False,
 
 
 # ---- what may be published ---------------------------------------------------------------------
-
-def _check_repo_id(repo_id: str) -> None:
-    if not _REPO_RE.match(repo_id) or ".." in repo_id or "--" in repo_id:
-        raise UsageError(f"{repo_id!r} is not a Hub repo id",
-                         hint="write it as owner/name (your user name or an organization)")
-
 
 def select_upload(root: Path, *, token: str | None = None) -> tuple[list[str], dict[str, str]]:
     """The files to upload and the ones left out (with why); FormatError for what is refused:
@@ -252,9 +245,7 @@ def _check_link_stays(root: Path, p: Path, rel: str) -> None:
 def _check_secrets(root: Path, names: list[str], token: str | None) -> None:
     """Refuse a file that holds a credential (a private key, an API token, the push token
     itself), whatever its name."""
-    from huggingface_hub import get_token
-
-    token = token or get_token()
+    token = hub_token(token)
     needle = token.encode() if token and len(token) >= 8 else None
     for n in names:
         why = None
@@ -377,7 +368,7 @@ def _hub_card_license(repo: str, commit: str | None, token: str | None,
     try:  # a card is a nicety here: no network, no card, or no license all mean "not found"
         # through speckit's validated download (#34): no server header picks where it is written
         p = download_file(repo, "README.md", commit, hub_settings(endpoint, token=token))
-        return hub_license(split_card(_read_card(p))[0].get("license"))
+        return hub_license(split_card(read_card(p))[0].get("license"))
     except Exception:  # noqa: BLE001 (huggingface_hub raises many types; absence is the answer)
         return None
 
@@ -390,7 +381,7 @@ def _base_model(target: str | None, config: dict[str, Any], chain: list[dict[str
     cands += [(p.get("target") or {}).get("repo") for p in reversed(chain)]
     cands += [rep.get("target") if rep else None]
     for c in cands:
-        if isinstance(c, str) and _REPO_RE.match(c) and not Path(c).expanduser().exists():
+        if isinstance(c, str) and REPO_ID.match(c) and not Path(c).expanduser().exists():
             return c
     if target:
         raise UsageError(f"--target {target!r} is not a Hub repo id",
@@ -524,171 +515,13 @@ def _endpoint(endpoint: str | None) -> str:
 
 
 def _upload(r: PushResult, *, token: str | None, message: str | None) -> None:
-    from huggingface_hub import CommitOperationAdd, HfApi
-
-    api = HfApi(endpoint=r._api_endpoint, token=token)
-    try:
-        if r.create_pr:
-            api.repo_info(r.repo_id)  # a pull request needs the repo; never create one for it
-        else:
-            # create only what is missing: create_repo(exist_ok) answers a 403 on an existing
-            # repo with a RepoUrl built for huggingface.co, which fails under HF_ENDPOINT
-            r.created_repo = not api.repo_exists(r.repo_id)
-            if r.created_repo:
-                api.create_repo(r.repo_id, private=r.private, exist_ok=True)
-            if r.revision != "main":
-                api.create_branch(r.repo_id, branch=r.revision, exist_ok=True)
-        _mark_unchanged(api, r)
-        ops = [CommitOperationAdd(f.name, str(r.path / f.name)) for f in r.files
-               if f.status != "unchanged"]
-        if r.card_sent:
-            ops.append(CommitOperationAdd("README.md", r.card.encode()))
-        if not ops:  # the Hub has every byte already: no empty commit
-            r.commit = api.repo_info(r.repo_id, revision=r.revision).sha
-            r.commit_url = f"{r.endpoint}/{r.repo_id}/commit/{r.commit}"
-            return
-        info = api.create_commit(
-            r.repo_id, ops, revision=r.revision, create_pr=r.create_pr,
-            commit_message=message or f"speckit push: {r.metadata['speckit']['method']} draft "
-            f"for {r.metadata['base_model']}")
-    except Exception as e:
-        raise _upload_error(e, r, token) from e
-    # server strings, printed: escaped, and no user:password of HF_ENDPOINT in them
-    r.commit = info.oid
-    r.commit_url, r.pr_url = (printable(redact_url(u)) if u else u
-                              for u in (info.commit_url, info.pr_url))
-
-
-def _mark_unchanged(api, r: PushResult) -> None:
-    """Files the Hub already holds with the same bytes are not sent again (a re-run after an
-    interrupted push sends only what is missing)."""
-
-    from huggingface_hub.hf_api import RepoFile
-
-    remote = {e.path: e for e in api.list_repo_tree(r.repo_id, revision=r.revision,
-                                                    recursive=True) if isinstance(e, RepoFile)}
-    card = r.card.encode()
-    readme = remote.get("README.md")
-    r.card_sent = readme is None or readme.blob_id != hashlib.sha1(
-        b"blob %d\0" % len(card) + card).hexdigest()
+    req = UploadRequest(
+        r.path, r.repo_id, r.revision, r._api_endpoint,
+        tuple((f.name, f.sha256) for f in r.files), r.card,
+        message or f"speckit push: {r.metadata['speckit']['method']} draft for "
+        f"{r.metadata['base_model']}", private=r.private, create_pr=r.create_pr)
+    out = upload(req, token=token)
+    r.created_repo, r.card_sent = out.created_repo, out.card_sent
     for f in r.files:
-        e = remote.get(f.name)
-        if e is None:
-            continue
-        same = (e.lfs.sha256 == f.sha256) if e.lfs else (e.blob_id == _git_oid(r.path / f.name))
-        f.status = "unchanged" if same else "changed"
-
-
-def _git_oid(p: Path) -> str:
-
-    return git_blob_sha1(p)
-
-
-def _upload_error(e: BaseException, r: PushResult, token: str | None) -> SpeckitError:
-    from huggingface_hub import get_token
-    from huggingface_hub.errors import (
-        HfHubHTTPError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
-
-    if isinstance(e, SpeckitError):
-        return e
-    endpoint = r.endpoint  # redacted: HF_ENDPOINT may carry user:password
-    where = f"{r.repo_id} on {endpoint}"
-    if isinstance(e, RevisionNotFoundError):
-        return HubError(f"branch {r.revision!r} not found in {where}",
-                        hint="a pull request targets an existing branch; drop --revision or "
-                        "push the branch first without --create-pr")
-    if isinstance(e, RepositoryNotFoundError):
-        return HubError(f"repo {where} not found", hint=(
-            "a pull request needs an existing repo: drop --create-pr to create it"
-            if r.create_pr else "check the id; a private repo you cannot see also answers 404"))
-    status = e.response.status_code if isinstance(e, HfHubHTTPError) and e.response is not None \
-        else None
-    if status == 401:
-        has = token or get_token()
-        return HubError(f"{endpoint} rejected the {'token' if has else 'request'} (HTTP 401)",
-                        hint=("the token is invalid or expired: create a write token and pass "
-                              "--token or set HF_TOKEN" if has else "no token found: pass "
-                              "--token, set HF_TOKEN or run `hf auth login` with a write token"))
-    if status == 403 and r.created_repo:  # it did not exist, and this token may not create it
-        ns = r.repo_id.split("/", 1)[0]
-        return HubError(f"repo {where} does not exist and this token may not create it in "
-                        f"namespace {ns!r} (HTTP 403)",
-                        hint="push to your own user name or an organization where your token "
-                        "has write access, or ask an owner of the namespace to create the repo")
-    if status == 403:
-        return HubError(f"this token may not write to {where} (HTTP 403)",
-                        hint=f"push to a namespace you own or can write to, or open a pull "
-                        f"request: speckit push {r.path} {r.repo_id} --create-pr")
-    if isinstance(e, ValueError) and "metadata" in str(e):
-        return FormatError(f"the Hub refused the model card's metadata: {e}",
-                           hint="this is a bug in speckit's card; --dry-run prints the card")
-    first = str(e).splitlines()[0] if str(e) else type(e).__name__
-    cause = e.__cause__ or e.__context__
-    if cause is not None and str(cause):
-        first += f" ({str(cause).splitlines()[0]})"
-    first = printable(redact_url(first))  # it quotes the server and the URL
-    return HubError(f"upload to {where} failed: {first}",
-                    hint="run the same command again: files already on the Hub are not sent "
-                    "again, and the commit is made only when every file is up")
-
-
-# ---- registry add ------------------------------------------------------------------------------
-
-@dataclass
-class RegistryAddResult:
-    entry_id: str
-    repo_id: str
-    commit: str
-    file: Path
-    replaced: bool
-    toml: str
-    warnings: list[str] = field(default_factory=list)
-
-
-def registry_add(repo_id: str, *, revision: str | None = None, entry_id: str | None = None,
-                 provider: str | None = None, token: str | None = None, force: bool = False,
-                 registry_file: str | os.PathLike | None = None,
-                 endpoint: str | None = None,
-                 shadows_builtin: bool = False) -> RegistryAddResult:
-    """Add a draft pushed by `speckit push` to the user's registry, pinned to its commit, with
-    the figures its card records. An id of a curated entry is refused unless
-    ``shadows_builtin`` (then the entry says so, and every use of it warns)."""
-
-    _check_repo_id(repo_id)
-    check_revision(revision or "main", what="--revision")
-    s = hub_settings(endpoint, token=token)
-    try:
-        card_path = download_file(repo_id, "README.md", revision, s)
-    except FileNotFoundError:
-        raise UsageError(f"{repo_id} has no README.md model card",
-                         hint="registry add reads the card `speckit push` writes") from None
-    commit = card_path.parent.name
-    meta, _ = split_card(_read_card(card_path))
-    raw = draft_entry_from_card(meta, repo_id=repo_id, commit=commit, entry_id=entry_id,
-                                provider=provider)
-    builtin = load_registry(env={}).entries
-    warnings = []
-    if raw["id"] in builtin:
-        if not shadows_builtin:
-            raise UsageError(f"{raw['id']!r} is the id of a curated registry entry",
-                             hint="pick another with --id NEW_ID, or pass --shadows-builtin to "
-                             "replace the curated entry on purpose")
-        raw["shadows_builtin"] = True
-        warnings.append(f"{raw['id']} now replaces the curated entry of that id "
-                        f"({builtin[raw['id']].location}) wherever your registry is loaded")
-    text = entry_toml(raw)
-    path = Path(registry_file).expanduser() if registry_file else user_config_registry()
-    replaced = add_entry(path, raw["id"], text, force=force)
-    return RegistryAddResult(raw["id"], repo_id, commit, path, replaced, text, warnings)
-
-
-def _read_card(path: Path) -> str:
-
-    try:
-        return read_small(path, what="model card", limit=4 * 1024 * 1024).decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise FormatError(f"{path}: the model card is not UTF-8 text",
-                          hint="registry add reads cards written by `speckit push`") from e
+        f.status = out.status.get(f.name, f.status)
+    r.commit, r.commit_url, r.pr_url = out.commit, out.commit_url, out.pr_url

@@ -44,6 +44,10 @@ Rules (each violation ends with its rule in brackets):
                  outside speckit/core/tensors.py, a function that raises or reports a problem
                  naming d2t or t2d calls one of them (its own tests of the maps would be a second
                  copy of the docs/formats.md#vocab-maps invariants).
+  sibling        operations are siblings: one operation (a top-level package or module) imports
+                 another only through an edge DECLARED_EDGES names with its reason (at most
+                 MAX_DECLARED_EDGES); demo, which runs the whole pipeline, sits above them.
+  hub-client     huggingface_hub is imported only under speckit/io/hub (the Hub has one door).
   lazy-import    a third-party or stdlib import inside a function is a heavy or optional one
                  (HEAVY_PACKAGES: torch, vllm, quark, transformers, rich, ...; one under try: is
                  an optional dependency's probe); anything else is imported at module level.
@@ -69,8 +73,22 @@ from pathlib import Path
 
 # an operation is any top-level package or module of speckit other than these (convert, quant,
 # validate, plan, ...): a new operation needs no edit here
-LAYERS = {"core": 0, "io": 1, "cli": 3}
+# demo runs the whole pipeline: it sits above the operations, below the CLI
+LAYERS = {"core": 0, "io": 1, "demo": 3, "cli": 4}
 OPERATIONS = 2
+# Operations are siblings. One imports another only through an edge declared here, with its
+# reason; any other import between two operations (static, function-level, TYPE_CHECKING or by
+# a module-name string) is a violation [sibling]. Keep this to four edges at most.
+DECLARED_EDGES = {
+    ("validate", "plan"): "validate sizes target + draft with plan before it starts vLLM, and "
+                          "refuses a configuration plan says will not start",
+    ("push", "plan"): "the model card carries plan's memory verdict for --gpu",
+    ("push", "inspect"): "push publishes only what inspect reports no error for, and the card "
+                         "states inspect's facts (layout, method, dims)",
+}
+MAX_DECLARED_EDGES = 4
+# the one home of huggingface_hub calls [hub-client]
+HUB_CLIENT_PKG = "speckit.io.hub"
 LAYER_NAMES = {**{v: k for k, v in LAYERS.items()}, OPERATIONS: "operations"}
 # top-level modules that are no operation: errors (below every layer), the API map, `python -m`
 NOT_OPERATIONS = {"errors", "__init__", "__main__"}
@@ -266,6 +284,44 @@ def check_layers(mods: dict[str, Module]) -> Iterator[Violation]:
                 yield Violation(mod.rel, imp.line, "layer",
                                 f"{_layer_label(mine)} module {mod.name} {how} {imp.target} "
                                 f"({_layer_label(theirs)}: {_rule_text(mine)})")
+
+
+def _operation(name: str) -> str | None:
+    """The operation a module belongs to (its top-level package or module), or None."""
+    parts = name.split(".")
+    return parts[1] if layer_of(name) == OPERATIONS else None
+
+
+def check_siblings(mods: dict[str, Module]) -> Iterator[Violation]:
+    if len(DECLARED_EDGES) > MAX_DECLARED_EDGES:
+        yield Violation("tools/check_architecture.py", 1, "sibling",
+                        f"{len(DECLARED_EDGES)} declared operation edges; at most "
+                        f"{MAX_DECLARED_EDGES}: move what operations share into io or core")
+    for mod in mods.values():
+        mine = _operation(mod.name)
+        if mine is None:
+            continue
+        for imp in mod.imports:
+            theirs = _operation(imp.target)
+            if theirs is None or theirs == mine or (mine, theirs) in DECLARED_EDGES:
+                continue
+            how = "names by string" if imp.how == "lazy" else "imports"
+            yield Violation(mod.rel, imp.line, "sibling",
+                            f"operation {mine} {how} {imp.target} (operation {theirs}): "
+                            "operations are siblings; move what both need into speckit/io or "
+                            "speckit/core, or declare the edge with its reason in "
+                            "DECLARED_EDGES")
+
+
+def check_hub_client(mods: dict[str, Module]) -> Iterator[Violation]:
+    for mod in mods.values():
+        if mod.name == HUB_CLIENT_PKG or mod.name.startswith(HUB_CLIENT_PKG + "."):
+            continue
+        for line, name in _third_party_imports(mod.tree):
+            if name.split(".")[0] == "huggingface_hub":
+                yield Violation(mod.rel, line, "hub-client",
+                                f"{mod.name} imports {name}: huggingface_hub is called only "
+                                "from speckit/io/hub (add the call there and import that)")
 
 
 def _layer_label(layer: int) -> str:
@@ -1058,7 +1114,8 @@ def check(root: Path | str) -> list[Violation]:
                              "found no method names (NAME/VLLM_METHOD constants or "
                              "*Spec(name=...) calls) in speckit/core/methods; the method rules "
                              "would check nothing"))
-    for rule in (check_layers(mods), check_private(mods), check_cycles(mods),
+    for rule in (check_layers(mods), check_siblings(mods), check_hub_client(mods),
+                 check_private(mods), check_cycles(mods),
                  check_method_names(mods, facts), check_method_probes(mods, facts),
                  check_core_purity(mods), check_method_pickers(mods), check_vocab_checks(mods),
                  check_lazy_imports(mods), check_lazy_own_imports(mods)):

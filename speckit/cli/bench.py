@@ -1,9 +1,13 @@
-"""`speckit bench`: a thin click shell over speckit.serving.bench; --json prints the BenchReport."""
+"""`speckit bench`: a thin click shell over speckit.bench.bench; --json prints the BenchReport."""
 
 from __future__ import annotations
 
 import click
 
+from speckit.bench import BenchOptions, bench
+from speckit.bench.options import parse_floats, parse_ints, parse_thinking
+from speckit.bench.profile import fit_bench_profile
+from speckit.bench.render import markdown
 from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
 from speckit.cli._options import (
     draft_option,
@@ -18,10 +22,6 @@ from speckit.cli._options import (
     target_option,
     tp_option,
 )
-from speckit.serving import BenchOptions, bench
-from speckit.serving.options import parse_floats, parse_ints, parse_thinking
-from speckit.serving.profile import fit_bench_profile
-from speckit.serving.render import markdown
 
 
 @click.command("bench")

@@ -11,15 +11,15 @@ import sys
 
 import click
 
-from speckit.calibrate import load_profile
 from speckit.cli._common import handle_errors, print_json
 from speckit.core.plan.schedule import pays_text
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.errors import PlanError, UsageError
 from speckit.io.datafiles import get_gpu
+from speckit.io.profiles import load_profile
+from speckit.io.projection import project_speed_from_refs
 from speckit.io.terminal import output_console, print_table
 from speckit.plan import check_options, plan_from_refs
-from speckit.speed import project_speed_from_refs
 
 GiB = 1024**3
 

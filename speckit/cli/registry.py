@@ -18,7 +18,7 @@ from speckit.core.registry import list_entries, resolve
 from speckit.errors import UsageError
 from speckit.io.datafiles import load_registry
 from speckit.io.terminal import output_console, print_table
-from speckit.push import registry_add
+from speckit.registry import registry_add
 
 # Importable by other commands (fetch, convert, ...) that take registry ids.
 registry_option = click.option(

@@ -12,8 +12,8 @@ from speckit.core import methods
 from speckit.core.methods.detect import detect
 from speckit.core.tensors import selected_ids
 from speckit.errors import FormatError, UsageError
-from speckit.inspect import check_structure
 from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint, read_ints, safe_relpath
+from speckit.io.structure import check_structure
 
 
 def apply_drops(plan: ConversionPlan, src: Checkpoint, patterns) -> dict[str, str]:

@@ -32,6 +32,14 @@ def is_repo_id(value: str) -> bool:
     return bool(REPO_ID.match(value)) and ".." not in value and "--" not in value
 
 
+def check_repo_id(value: str) -> str:
+    """``value`` if it is a Hub model repo id, else a UsageError saying how to write one."""
+    if not is_repo_id(value):
+        raise UsageError(f"{value!r} is not a Hub repo id",
+                         hint="write it as owner/name (your user name or an organization)")
+    return value
+
+
 def is_commit_sha(value: str) -> bool:
     """True for a full 40-hex git commit sha (what a pinned revision must be)."""
     return bool(COMMIT_SHA.match(value))

@@ -24,6 +24,14 @@ from speckit.io.output import (
     write_provenance,
 )
 from speckit.quant import schemes
+from speckit.quant.decisions import (
+    check_device,
+    count_quantized,
+    open_source,
+    plan_tensors,
+    prior_and_requant,
+    target_layers_from,
+)
 from speckit.quant.execute import (
     DEFAULT_SHARD_BYTES,
     SKIP_EXTRA,
@@ -35,14 +43,6 @@ from speckit.quant.execute import (
     tensor_summary,
     verify_output,
     write_tensors,
-)
-from speckit.quant.plan import (
-    check_device,
-    count_quantized,
-    open_source,
-    plan_tensors,
-    prior_and_requant,
-    target_layers_from,
 )
 
 SCHEMES = core_quant.SCHEMES

@@ -27,9 +27,9 @@ from speckit.io.output import (
     strip_config,
 )
 from speckit.io.progress import byte_progress
-from speckit.quant import calibrate, fp8, schemes
+from speckit.quant import activation_scales, fp8, schemes
 from speckit.quant.chunks import ErrorStats, single_threaded
-from speckit.quant.plan import Item, looks_linear, prior_quantization
+from speckit.quant.decisions import Item, looks_linear, prior_quantization
 
 DEFAULT_SHARD_BYTES = 5 * 10**9
 
@@ -85,7 +85,7 @@ def calibrate_activations(ckpt: Checkpoint, mod, sch: Scheme, items: list[Item],
     static input scales; none for the others)."""
     if not sch.static_input:
         return {}, None
-    cal = calibrate.collect(ckpt, mod.name, modules=[it.module for it in items
+    cal = activation_scales.collect(ckpt, mod.name, modules=[it.module for it in items
                                                       if it.action == "quantize"],
                             names={it.module: it.info.name for it in items
                                    if it.action == "quantize"},

@@ -11,16 +11,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from speckit.calibrate import load_profile
 from speckit.core import methods
 from speckit.core.gpus import get_gpu
 from speckit.core.jsonable import to_jsonable
 from speckit.core.plan import fit as _fit
 from speckit.core.plan import schedule as _sched
 from speckit.core.plan import steps as _steps
+from speckit.core.plan.projection import draft_shape, project_speed
 from speckit.errors import PlanError, UsageError
+from speckit.io.datafiles import load_engine_costs
 from speckit.io.engine import EngineRun
-from speckit.speed import draft_shape, project_speed
+from speckit.io.projection import step_constants
 
 CPU_BATCHES = (1, 2, 4, 8, 16)
 GPU_BATCHES = (1, 4, 16, 64, 128)
@@ -148,7 +149,7 @@ def project_serve(rep: ConcurrencyReport, *, gpu: str, tp: int, method: str,
     sp = project_speed(target_config=target_config, method=method, draft_config=draft_config,
                        draft_tensors=draft_tensors, acceptance=list(per_position),
                        gpu=get_gpu(gpu), tp=tp, max_batch=max_batch,
-                       constants=load_profile(profile) if profile else None)
+                       constants=step_constants(get_gpu(gpu), profile), engine=load_engine_costs())
     rep.serve = to_jsonable(sp)
     rep.schedule_source = f"{sp.gpu} x TP={tp} (projected)"
 

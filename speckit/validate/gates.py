@@ -5,16 +5,17 @@ refuses.
 
 from __future__ import annotations
 
-import importlib
 import json
 from pathlib import Path
 from typing import Any
 
 from speckit.core.gpus import catalog
 from speckit.core.methods import MethodSpec
+from speckit.core.plan.pairing import check_pairing
 from speckit.core.quant import SCHEMES, gpu_support, recognise
 from speckit.errors import PlanError, SpeckitError
 from speckit.io import host
+from speckit.plan import plan_from_refs
 from speckit.validate.inputs import Inputs
 from speckit.validate.options import ValidateOptions
 
@@ -63,14 +64,8 @@ def _plan_gate(tpath: Path, dpath: Path | None, spec: MethodSpec, k: int, *, tcf
                eargs: dict[str, Any], concurrency: int, cpu: bool, cpu_kv_bytes: int,
                force: bool, warnings: list[str], name: str | None) -> dict[str, Any] | None:
     """Pairing errors always stop here; a plan that says 'will not start' stops unless force."""
-    try:
-        planmod = importlib.import_module("speckit.plan")
-    except ImportError:
-        warnings.append("speckit plan is not available in this build: the memory check before "
-                        "starting vLLM was skipped")
-        return None
     if dpath is not None and spec.has_checkpoint:
-        planmod.check_pairing(tcfg, dcfg, spec, draft=name or str(dpath))
+        check_pairing(tcfg, dcfg, spec, draft=name or str(dpath))
         _check_tokenizers(tpath, dpath, name=name)
     gpu, plat = host.local_gpu(cpu)
     if gpu is None:
@@ -91,7 +86,7 @@ def _plan_gate(tpath: Path, dpath: Path | None, spec: MethodSpec, k: int, *, tcf
     kwargs.setdefault("max_model_len", min(4096, limit) if isinstance(limit, int) and limit > 0
                       else 4096)
     try:
-        res = planmod.plan_from_refs(target=str(tpath), draft=str(dpath) if dpath else None,
+        res = plan_from_refs(target=str(tpath), draft=str(dpath) if dpath else None,
                                      method=spec.name, k=k, **kwargs)
     except PlanError:
         raise

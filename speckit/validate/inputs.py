@@ -18,10 +18,10 @@ from speckit.io import host
 from speckit.io.checkpoint import load_config, tensor_names
 from speckit.io.datafiles import load_registry
 from speckit.io.output import check_output, output_errors
+from speckit.io.prompts import load_prompts
 from speckit.io.refs import resolve
 from speckit.validate.concurrency import default_batches
 from speckit.validate.options import ValidateOptions
-from speckit.validate.prompts import load_prompts
 
 
 @dataclass

@@ -60,7 +60,7 @@ def test_validate_serve_projection_is_plans_model(tmp_path, monkeypatch):
     # one model everywhere: validate --serve-gpu's table is project_speed's (what plan prints)
     from speckit.core.gpus import get_gpu
     from speckit.core.jsonable import to_jsonable
-    from speckit.speed import project_speed
+    from tests.support.projection import project_speed
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     plan = to_jsonable(project_speed(target_config=LLAMA8B, method="draft_model",

@@ -17,8 +17,8 @@ from click.testing import CliRunner
 from speckit.convert import PROVENANCE, convert
 from speckit.core.methods.detect import detect
 from speckit.errors import FormatError, UsageError
-from speckit.inspect import check_structure
 from speckit.io.checkpoint import Checkpoint
+from speckit.io.structure import check_structure
 from tests.support import factories as F
 from tests.support import factories_convert as FC
 from tests.support import hubserver

@@ -12,16 +12,17 @@ import pytest
 
 from speckit.core import PACKAGE_DIR
 from speckit.core.gpus import get_gpu
-from speckit.core.plan import calib, engine, formats, steps
+from speckit.core.plan import engine, formats, probe, steps
+from speckit.core.plan.projection import StepModel, target_shape
 from speckit.errors import FormatError, PlanError
 from speckit.io.datafiles import load_engine_costs, load_step_constants
-from speckit.speed import StepModel, project_speed, target_shape
 from tests.support.moe_shapes import (
     KIMI_EAGLE3,
     KIMI_K25_MXFP4,
     MINIMAX_M25,
     kimi_eagle3_tensors,
 )
+from tests.support.projection import project_speed
 from tests.support.scripts import load_script
 
 MI355X = get_gpu("MI355X")
@@ -147,7 +148,7 @@ LLAMA1B = {**LLAMA8B, "hidden_size": 2048, "num_hidden_layers": 16, "intermediat
 def test_engine_terms_apply_on_nvidia_too():
     # the shipped vLLM terms were fitted on MI355X and H100 sources and apply on every GPU:
     # the same deployment projects a lower ratio with them than with ideal steps, on both
-    from speckit.speed import project_speed
+    from tests.support.projection import project_speed
 
     kw = {"target_config": LLAMA8B, "method": "draft_model", "draft_config": LLAMA1B,
           "acceptance": [0.7, 0.5, 0.35], "contexts": [1024], "max_batch": 64}
@@ -170,9 +171,9 @@ def test_engine_file_names_unknown_engine(tmp_path):
 
 def test_calibrate_fit_on_recorded_h200_timings():
     raw = json.loads((RESULTS / "calibrate_h200_raw.json").read_text())
-    pts = [calib.ProbePoint(p["kind"], p["shape"], p["batch"], p["q"], p["ctx"], p["seconds"],
+    pts = [probe.ProbePoint(p["kind"], p["shape"], p["batch"], p["q"], p["ctx"], p["seconds"],
                             p.get("packed", True)) for p in raw["points"]]
-    prof = calib.fit_profile(pts, get_gpu("H200"), start=load_step_constants(), source="test")
+    prof = probe.fit_profile(pts, get_gpu("H200"), start=load_step_constants(), source="test")
     assert prof.median_error < 0.06
     moe = [abs(e) for p, e in zip(prof.points, prof.error, strict=True) if p.kind == "moe"]
     assert max(moe) < 0.15  # the touched-expert model holds from 1 to 1024 tokens
@@ -190,12 +191,12 @@ def test_probe_plan_pins_what_whole_steps_depend_on():
     sc = load_script("bench", "step_costs")
     gpu, ship = get_gpu("H200"), load_step_constants()
     rng = random.Random(0)
-    pts = [replace(p, seconds=calib.model_seconds(p, gpu, ship) * (1 + rng.gauss(0, 0.03)))
-           for p in calib.probe_plan()]
+    pts = [replace(p, seconds=probe.model_seconds(p, gpu, ship) * (1 + rng.gauss(0, 0.03)))
+           for p in probe.probe_plan()]
     start = replace(ship, flop_frac=ship.flop_frac * 1.4, attn_bw_frac=ship.attn_bw_frac * 0.6,
                     attn_flop_frac=ship.attn_flop_frac * 3,
                     attn_unit_bytes_per_s=ship.attn_unit_bytes_per_s * 0.5, layer_overhead_s=5e-6)
-    prof = calib.fit_profile(pts, gpu, start=start, source="test")
+    prof = probe.fit_profile(pts, gpu, start=start, source="test")
     data = json.loads((RESULTS / "step_costs_h200.json").read_text())
 
     def errors(c):

@@ -16,8 +16,9 @@ from speckit.cli import main
 from speckit.core.methods.common import check_vocab_maps
 from speckit.core.methods.detect import detect
 from speckit.errors import FormatError
-from speckit.inspect import InspectReport, check_structure, inspect
+from speckit.inspect import InspectReport, inspect
 from speckit.io.checkpoint import Checkpoint
+from speckit.io.structure import check_structure
 from tests.support import factories as F
 from tests.support import hubserver
 

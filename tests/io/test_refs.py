@@ -16,6 +16,7 @@ from speckit.convert import PROVENANCE, convert
 from speckit.core.refs import is_commit_sha, is_repo_id, split_revision
 from speckit.errors import HubError, UsageError
 from speckit.fetch import fetch
+from speckit.io.headers import load_headers
 from speckit.io.refs import classify, resolve
 from speckit.train.common import resolve_target
 from tests.support import factories as F
@@ -112,7 +113,7 @@ def test_every_command_resolves_a_draft_reference_identically(world, kind, tmp_p
     assert Path(fetch(ref).path).resolve() == want
     assert inspect_op.inspect(ref).path.resolve() == want
     assert validate_inputs.resolve_input(ref, role="draft")[0] == want
-    loaded = plan_op._load(ref)
+    loaded = load_headers(ref)
     assert loaded.config == config and Path(loaded.local).resolve() == want
     convert(ref, target=str(world.target), out=tmp_path / "out", num_speculative_tokens=3)
     prov = json.loads((tmp_path / "out" / PROVENANCE).read_text())["source"]
@@ -135,7 +136,7 @@ def test_every_command_resolves_a_target_reference_identically(world, kind, tmp_
     assert resolve_target(ref).resolve() == want
     assert validate_inputs.resolve_input(ref, role="target")[0] == want
     assert inspect_op._target_config(ref) == config
-    assert plan_op._load(ref).config == config
+    assert load_headers(ref).config == config
     convert(world.drafts["path"], target=ref, out=tmp_path / "out", num_speculative_tokens=3)
     prov = json.loads((tmp_path / "out" / PROVENANCE).read_text())["target"]
     assert Path(prov["path"]).resolve() == want

@@ -302,7 +302,7 @@ def test_a_curated_id_needs_the_flag_and_warns(hub, user_registry):
 
 def test_concurrent_registry_adds_all_land(hub, user_registry):
     from speckit.io.datafiles import load_registry
-    from speckit.push import registry_add
+    from speckit.registry import registry_add
 
     for i in range(6):
         hub.server.add_commit(f"alice/d{i}", {"README.md": _card({})})

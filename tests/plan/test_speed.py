@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from speckit.cli import main
 from speckit.core.gpus import get_gpu
 from speckit.errors import UsageError
-from speckit.speed import project_speed
 from tests.support.factories import Dims, make_spec_dflash, make_spec_eagle3, make_target
 from tests.support.plan_shapes import LLAMA31_8B, dflash_qwen3_8b, eagle3_llama8b
+from tests.support.projection import project_speed
 
 SMALL = {"hidden": 256, "heads": 4, "kv_heads": 2, "head_dim": 64, "intermediate": 512,
          "vocab": 1000}

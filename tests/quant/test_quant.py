@@ -297,7 +297,7 @@ def test_help_does_not_import_torch():
 def test_static_fp8_calibrates_eagle3_on_target_hidden_states(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from speckit.quant.calibrate import PROMPTS
+    from speckit.quant.activation_scales import PROMPTS
 
     target = F.make_target(tmp_path / "target", with_tokenizer=True)
     src = F.make_spec_eagle3(tmp_path / "src")
@@ -334,7 +334,7 @@ def test_static_fp8_calibrates_eagle3_on_target_hidden_states(tmp_path):
 def test_static_fp8_calibrates_a_causal_lm_on_its_own_inputs(tmp_path):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from speckit.quant.calibrate import PROMPTS
+    from speckit.quant.activation_scales import PROMPTS
 
     src = F.make_target(tmp_path / "lm", num_layers=2, with_tokenizer=True)
     quantize(src, scheme="fp8-static", out=tmp_path / "out")

@@ -15,8 +15,8 @@ from click.testing import CliRunner
 from speckit.cli import main
 from speckit.core.specconfig import serve_line, speculative_config, token_budget
 from speckit.errors import FormatError, PlanError, UsageError
+from speckit.io.prompts import BUILTIN, load_prompts, parse_row
 from speckit.validate import validate
-from speckit.validate.prompts import BUILTIN, load_prompts, parse_row
 from tests.support import factories
 
 # ---- prompt sets -------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ def test_hub_dataset_offline_is_a_hub_error():
         return
     # datasets reads HF_HUB_OFFLINE at import time: check in a fresh interpreter
     code = ("from speckit.errors import HubError\n"
-            "from speckit.validate.prompts import load_prompts\n"
+            "from speckit.io.prompts import load_prompts\n"
             "try:\n    load_prompts('gsm8k', num_prompts=2)\n"
             "except HubError as e:\n    print('HUBERROR', e.hint)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -12,8 +12,8 @@ from urllib.parse import quote
 
 from speckit.core.refs import check_revision, is_commit_sha, printable
 from speckit.core.tensors import check_header, header_length
-from speckit.errors import HubError, SpeckitError
-from speckit.io.checkpoint import INDEX_NAME
+from speckit.errors import FormatError, HubError, SpeckitError
+from speckit.io.checkpoint import INDEX_NAME, read_small
 from speckit.io.hub import transfer
 from speckit.io.hub.cache import read_ref, write_ref
 from speckit.io.hub.errors import describe_unreachable, hub_error, is_unreachable, not_cached
@@ -124,6 +124,15 @@ def download_file(repo: str, name: str, revision: str | None, s: HubSettings) ->
     if transfer.present(t, listing[name]):
         return t.final
     return transfer.fetch_file(repo, commit, name, listing[name], s, local_dir=None)
+
+
+def read_card(path: Path) -> str:
+    """A downloaded model card (README.md) as text: at most 4 MiB, UTF-8."""
+    try:
+        return read_small(path, what="model card", limit=4 * 1024 * 1024).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FormatError(f"{path}: the model card is not UTF-8 text",
+                          hint="registry add reads cards written by `speckit push`") from e
 
 
 def _cached_file(repo: str, name: str, rev: str, s: HubSettings, why: str) -> Path:

@@ -1,6 +1,7 @@
-"""quantize's plan: the source checkpoint opened and checked, its method and any earlier
-quantization found, and what happens to each tensor (quantized, kept and why, dropped), with the
-`exclude` list in vLLM run-time names. Pure decisions over headers and configs; no tensor is read.
+"""quantize's decisions per tensor: the source checkpoint opened and checked, its method and any
+earlier quantization found, and what happens to each tensor (quantized, kept and why, dropped),
+with the `exclude` list in vLLM run-time names. Pure decisions over headers and configs; no tensor
+is read.
 """
 
 from __future__ import annotations

@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from speckit.core.metrics import ACCEPTED, DRAFT_TOKENS, DRAFTS, PER_POS, counters_from_metrics
-from speckit.errors import FormatError, UsageError
-from speckit.serving import BenchError, BenchOptions, bench
-from speckit.serving.options import Load, parse_ints, parse_schedule
-from speckit.serving.promtext import parse_metrics
-from speckit.serving.report import BenchReport, CellResult, summarise
-from speckit.serving.stats import (
+from speckit.bench import BenchError, BenchOptions, bench
+from speckit.bench.options import Load, parse_ints, parse_schedule
+from speckit.bench.promtext import parse_metrics
+from speckit.bench.report import BenchReport, CellResult, summarise
+from speckit.bench.stats import (
     RequestRecord,
     Spread,
     cell_figures,
@@ -29,6 +27,8 @@ from speckit.serving.stats import (
     recommend_k,
     schedule_from_best,
 )
+from speckit.core.metrics import ACCEPTED, DRAFT_TOKENS, DRAFTS, PER_POS, counters_from_metrics
+from speckit.errors import FormatError, UsageError
 from tests.support.bench_stub import DATA, SUMMARY, Stub
 
 METRICS = (DATA / "metrics_eagle3_k3.txt").read_text()
@@ -246,7 +246,7 @@ def test_cli_usage_errors():
 
 
 def test_stop_group_kills_the_whole_process_group():
-    from speckit.serving.server import stop_group
+    from speckit.bench.server import stop_group
 
     proc = subprocess.Popen(["sh", "-c", "sleep 300 & echo $!; wait"], stdout=subprocess.PIPE,
                             text=True, start_new_session=True)

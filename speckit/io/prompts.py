@@ -1,4 +1,5 @@
-"""Prompt sets for `speckit validate`: built-in, shipped in PyPI wheels, from the Hub, JSONL files.
+"""Prompt sets for validate, bench, train and the demo: built-in, shipped in PyPI wheels, from the
+Hub, JSONL files.
 
 Every set becomes a list of chat conversations (role/content messages) plus a hash of exactly what
 was asked, so two reports can be compared only when they measured the same prompts.

@@ -7,10 +7,10 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
+from speckit.bench.report import BenchReport, SummaryRow
+from speckit.bench.stats import Spread
 from speckit.core.jsonable import to_jsonable
 from speckit.io.output import write_provenance
-from speckit.serving.report import BenchReport, SummaryRow
-from speckit.serving.stats import Spread
 
 
 def write_files(report: BenchReport, out: Path) -> None:

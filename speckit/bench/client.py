@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from speckit.serving.promtext import MetricsText, parse_metrics
-from speckit.serving.stats import RequestRecord
+from speckit.bench.promtext import MetricsText, parse_metrics
+from speckit.bench.stats import RequestRecord
 
 MAX_METRICS_BYTES = 16 << 20
 MAX_ERROR_CHARS = 300

@@ -7,16 +7,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from speckit.core.jsonable import to_jsonable
-from speckit.errors import SpeckitError, UsageError
-from speckit.io.host import cpu_model
-from speckit.io.output import atomic_output_dir
-from speckit.serving import arms as _arms
-from speckit.serving.choice import advice, method_choices
-from speckit.serving.options import BenchOptions, dataset_path
-from speckit.serving.render import write_files
-from speckit.serving.report import BenchReport, primary, summarise
-from speckit.serving.run import (
+from speckit.bench import arms as _arms
+from speckit.bench.choice import advice, method_choices
+from speckit.bench.options import BenchOptions, dataset_path
+from speckit.bench.render import write_files
+from speckit.bench.report import BenchReport, primary, summarise
+from speckit.bench.run import (
     BenchError,
     RunContext,
     check_options,
@@ -24,7 +20,11 @@ from speckit.serving.run import (
     prompts_per_arm,
     run_bench,
 )
-from speckit.validate.prompts import load_prompts
+from speckit.core.jsonable import to_jsonable
+from speckit.errors import SpeckitError, UsageError
+from speckit.io.host import cpu_model
+from speckit.io.output import atomic_output_dir
+from speckit.io.prompts import load_prompts
 
 
 def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = False) -> BenchReport:

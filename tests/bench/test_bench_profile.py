@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from speckit.bench.choice import advice, method_choices
+from speckit.bench.options import BenchOptions
+from speckit.bench.report import BenchReport, SummaryRow
+from speckit.bench.stats import Spread
 from speckit.core import PACKAGE_DIR
 from speckit.errors import FormatError, UsageError
-from speckit.serving.choice import advice, method_choices
-from speckit.serving.options import BenchOptions
-from speckit.serving.report import BenchReport, SummaryRow
-from speckit.serving.stats import Spread
 from tests.support.bench_stub import DATA
 
 REPORT = DATA / "report_cpu_smollm2.json"  # a real run of 2026-12-04, cells cut
@@ -26,7 +26,7 @@ DRAFT = PACKAGE_DIR / "data" / "drafts" / "smollm2-135m-eagle3"
 
 
 def _fit(tmp_path, report=REPORT, **kw):
-    from speckit.serving.profile import fit_bench_profile
+    from speckit.bench.profile import fit_bench_profile
 
     return fit_bench_profile(report, out=tmp_path / "p.json", target=str(TARGET),
                              draft=str(DRAFT), **kw)
@@ -35,8 +35,8 @@ def _fit(tmp_path, report=REPORT, **kw):
 # ---- the profile ------------------------------------------------------------------------------
 
 def test_recorded_report_becomes_a_profile_plan_loads(tmp_path):
-    from speckit.calibrate import describe_profile, load_profile
     from speckit.io.datafiles import load_step_constants as load_constants
+    from speckit.io.profiles import describe_profile, load_profile
 
     res = _fit(tmp_path)
     # baseline, eagle3 k=1 and k=3 at c=1,2,4,8; the schedule, ngram and suffix rows are not fitted
@@ -57,7 +57,7 @@ def test_recorded_report_becomes_a_profile_plan_loads(tmp_path):
 
 
 def test_the_fit_reproduces_the_measured_steps_better_than_the_shipped_constants(tmp_path):
-    from speckit.serving import profile as prof
+    from speckit.bench import profile as prof
 
     res = _fit(tmp_path)
     _, rep = prof.read_report(REPORT)
@@ -73,8 +73,8 @@ def test_the_fit_reproduces_the_measured_steps_better_than_the_shipped_constants
 
 def test_fit_recovers_step_times_it_was_given(tmp_path):
     """Synthetic step times from known constants: the fit must reproduce them closely."""
+    from speckit.bench import profile as prof
     from speckit.core.gpus import get_gpu
-    from speckit.serving import profile as prof
 
     _, rep = prof.read_report(REPORT)
     model = prof._step_model(rep, get_gpu("H200"), target=str(TARGET), draft=str(DRAFT),
@@ -134,9 +134,9 @@ def test_cli_fit_profile(tmp_path):
 # ---- suffix without arctic-inference ----------------------------------------------------------
 
 def test_suffix_is_skipped_with_its_reason_when_arctic_inference_is_missing(monkeypatch):
+    from speckit.bench.arms import Deployment, build_arms, untrained_missing
+    from speckit.bench.render import markdown
     from speckit.doctor import requirements
-    from speckit.serving.arms import Deployment, build_arms, untrained_missing
-    from speckit.serving.render import markdown
 
     monkeypatch.setitem(sys.modules, "arctic_inference", None)  # import fails, as when absent
     why = untrained_missing("suffix")

@@ -3,9 +3,9 @@ model that plan and validate project with (the file `speckit calibrate` writes, 
 
 Each closed-loop cell at concurrency c gives one step time: the baseline's TPOT p50 (one token per
 sequence per step) and a static-k arm's TPOT p50 x its acceptance length (AL tokens per sequence
-per step). The step model of the projection (speed.StepModel: the target's verify pass, the
-draft's passes and the shipped engine terms) is fitted to them with the one bounded robust fitter
-(core.plan.fit.fit_log_params) over SERVE_FIELDS; one inner concurrency is first held
+per step). The step model of the projection (core.plan.projection.StepModel: the target's verify
+pass, the draft's passes and the shipped engine terms) is fitted to them with the one bounded
+robust fitter (core.plan.fit.fit_log_params) over SERVE_FIELDS; one inner concurrency is first held
 out to report how well the fit predicts a batch size it did not see.
 """
 
@@ -18,14 +18,14 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from speckit import speed
 from speckit.core import methods as _methods
 from speckit.core.gpus import get_gpu
 from speckit.core.plan import fit as _fit
+from speckit.core.plan import projection as _projection
 from speckit.core.plan import steps as _steps
 from speckit.errors import FormatError, OutputError, UsageError
 from speckit.io.datafiles import load_engine_costs, load_step_constants
-from speckit.plan import load_ref
+from speckit.io.headers import load_ref
 
 PROFILE_VERSION = 1  # speckit.calibrate's profile format
 DEFAULT_CONTEXT = 128  # KV context assumed when a report does not carry prompt lengths
@@ -176,7 +176,7 @@ def _holdout(batches: list[int]) -> int | None:
 
 
 def _step_model(rep: dict[str, Any], g, *, target: str | None, draft: str | None, where: str):
-    """speed.StepModel of the benched deployment (the shipped engine terms for g's vendor)."""
+    """projection.StepModel of the benched deployment (the shipped engine terms for g's vendor)."""
 
     tref, dref = _refs(rep, target, draft, where=where)
     method = rep.get("method")
@@ -186,10 +186,10 @@ def _step_model(rep: dict[str, Any], g, *, target: str | None, draft: str | None
     tcfg = _config(tref) or load_ref(tref)[0]  # the step model reads only its config
     dcfg, dtens = load_ref(dref) if dref else (None, [])
     tp = int((rep.get("options") or {}).get("tp") or 1)
-    tshape = speed.target_shape(tcfg, g, where=f"{tref}/config.json", tp=tp)
-    dshape = speed.draft_shape(_methods.get(method), tcfg, dcfg, dtens, tshape, None, g,
+    tshape = _projection.target_shape(tcfg, g, where=f"{tref}/config.json", tp=tp)
+    dshape = _projection.draft_shape(_methods.get(method), tcfg, dcfg, dtens, tshape, None, g,
                                where=dref or "draft")
-    return speed.StepModel(tshape, dshape, g, tp, tp, load_step_constants().for_vllm(),
+    return _projection.StepModel(tshape, dshape, g, tp, tp, load_step_constants().for_vllm(),
                            load_engine_costs())
 
 

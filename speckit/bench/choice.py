@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from speckit.bench.report import SummaryRow
+from speckit.bench.stats import Spread
 from speckit.core.metrics import BEST_K_TOLERANCE
-from speckit.serving.report import SummaryRow
-from speckit.serving.stats import Spread
 
 
 @dataclass

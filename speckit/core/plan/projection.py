@@ -1,8 +1,9 @@
 """Projected speed of a target + draft on a catalog GPU: throughput ratio by k x concurrency, the
 best k per batch-size range, the break-even concurrency and vLLM's per-batch-size k schedule.
 
-`project_speed()` is pure (configs, tensor shapes, acceptance); `project_speed_from_refs()` reads
-config.json and safetensors headers of a local directory, registry id or Hub repo first.
+Pure: configs, tensor shapes, acceptance and the step constants and engine terms in, a SpeedResult
+out. speckit.io.projection picks the constants (a calibrate profile or the shipped fit) and reads
+the configs of a directory, registry id or Hub repo.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from speckit.calibrate import find_profile
 from speckit.core import methods as _methods
 from speckit.core.gpus import GPU
 from speckit.core.plan import engine as _engine
@@ -19,8 +19,6 @@ from speckit.core.plan import formats as _formats
 from speckit.core.plan import schedule as _sched
 from speckit.core.plan import steps as _steps
 from speckit.errors import UsageError
-from speckit.io.datafiles import load_engine_costs, load_step_constants
-from speckit.plan import load_ref
 
 PROJECTED = "projected"  # every figure of a SpeedResult is a model projection, not a measurement
 KV_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -56,8 +54,8 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
                   gpu: GPU, tp: int = 1, draft_tp: int | None = None,
                   contexts: Sequence[int] = DEFAULT_CONTEXTS, max_batch: int = 256,
                   kv_cache_dtype: str = "auto", draft_quant: str | None = None,
-                  constants: _steps.StepConstants | None = None, gqa_pack: str = "always",
-                  engine: _engine.EngineCosts | None = None, expert_parallel: bool = False,
+                  constants: _steps.StepConstants, gqa_pack: str = "always",
+                  engine: _engine.EngineCosts, expert_parallel: bool = False,
                   schedule_context: int | None = None, kv_tokens: int | None = None,
                   lookahead: int = 0, data_parallel: int = 1, target_name: str = "target",
                   draft_name: str | None = None) -> SpeedResult:
@@ -77,16 +75,12 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
         raise UsageError(f"--kv-cache-dtype {kv_cache_dtype!r}: use one of {', '.join(KV_BYTES)}")
     if gqa_pack not in ("always", "decode"):
         raise UsageError(f"gqa_pack {gqa_pack!r}: use always or decode")
-    if constants is None:  # a calibrate profile of this very GPU, where one was written
-
-        found = find_profile(gpu.name)
-        constants = load_step_constants(found) if found else load_step_constants()
     const = replace(constants, gqa_pack=gqa_pack)
     tshape = target_shape(target_config, gpu, where=f"{target_name}/config.json",
                           expert_parallel=expert_parallel, tp=tp)
     dshape = draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant,
                           gpu, where=draft_name or "draft")
-    eng = engine if engine is not None else load_engine_costs()
+    eng = engine
     model = StepModel(tshape, dshape, gpu, tp, draft_tp or tp, const, eng,
                       float(KV_BYTES[kv_cache_dtype] or 2))  # auto: the model dtype
     al = {kk: _sched.al_from_per_position(rates, kk) for kk in range(1, len(rates) + 1)}
@@ -258,16 +252,5 @@ def _assumptions(gpu: GPU, c: _steps.StepConstants, source: str, ctx: int,
     return out
 
 
-def project_speed_from_refs(*, target: str, draft: str | None = None,
-                            revision: str | None = None, draft_revision: str | None = None,
-                            **kwargs: Any) -> SpeedResult:
-    """Read target (+ draft) configs and headers (plan's header-only loader over
-    speckit.io.refs.resolve), then project_speed(**kwargs)."""
-
-    tcfg, _ = load_ref(target, revision=revision)
-    dcfg, dtensors = load_ref(draft, revision=draft_revision) if draft else (None, [])
-    return project_speed(target_config=tcfg, draft_config=dcfg, draft_tensors=dtensors,
-                         target_name=target, draft_name=draft, **kwargs)
-
-
-__all__ = ["PROJECTED", "SpeedResult", "draft_shape", "project_speed", "project_speed_from_refs"]
+__all__ = ["DEFAULT_CONTEXTS", "KV_BYTES", "PROJECTED", "SpeedResult", "StepModel", "draft_shape",
+           "project_speed", "target_shape"]

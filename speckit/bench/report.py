@@ -9,10 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from speckit.core.metrics import SpecCounters
-from speckit.io.datafiles import get_gpu
-from speckit.serving.options import BenchOptions, Load
-from speckit.serving.stats import (
+from speckit.bench.options import BenchOptions, Load
+from speckit.bench.stats import (
     CellFigures,
     Spread,
     ratio_spread,
@@ -20,7 +18,9 @@ from speckit.serving.stats import (
     schedule_from_best,
     spread,
 )
-from speckit.speed import project_speed_from_refs
+from speckit.core.metrics import SpecCounters
+from speckit.io.datafiles import get_gpu
+from speckit.io.projection import project_speed_from_refs
 
 
 @dataclass

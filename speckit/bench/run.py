@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.bench import arms as _arms
+from speckit.bench.client import CellLoad, ServerGone, run_cell, scrape_once, served_model
+from speckit.bench.options import Arm, BenchOptions, Load, parse_schedule
+from speckit.bench.report import BenchReport, CellResult, summarise
+from speckit.bench.server import healthy, log_tail, vllm_server
+from speckit.bench.stats import cell_figures, counters_disagree
 from speckit.core.metrics import counters_from_metrics
 from speckit.errors import EngineError, UsageError
-from speckit.serving import arms as _arms
-from speckit.serving.client import CellLoad, ServerGone, run_cell, scrape_once, served_model
-from speckit.serving.options import Arm, BenchOptions, Load, parse_schedule
-from speckit.serving.report import BenchReport, CellResult, summarise
-from speckit.serving.server import healthy, log_tail, vllm_server
-from speckit.serving.stats import cell_figures, counters_disagree
 
 
 class BenchError(EngineError):

@@ -11,8 +11,8 @@ import os
 
 import pytest
 
+from speckit.bench import BenchOptions, bench
 from speckit.core import PACKAGE_DIR
-from speckit.serving import BenchOptions, bench
 
 pytestmark = pytest.mark.vllm
 
@@ -20,9 +20,9 @@ DRAFT = PACKAGE_DIR / "data" / "drafts" / "smollm2-135m-eagle3"
 
 
 def test_bench_on_a_real_vllm_serve(tmp_path):
+    from speckit.bench.arms import arm_serve_line, build_arms, resolve_deployment
+    from speckit.bench.server import vllm_server
     from speckit.io.targets import materialize_smollm2
-    from speckit.serving.arms import arm_serve_line, build_arms, resolve_deployment
-    from speckit.serving.server import vllm_server
 
     target = materialize_smollm2()
     started = BenchOptions(target=str(target), draft=str(DRAFT), ks=[3], concurrencies=[1, 2],

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speckit.bench.options import UNTRAINED, UNTRAINED_NEEDS, Arm, BenchOptions
 from speckit.core import methods as _methods
 from speckit.core.methods.detect import pick_method
 from speckit.core.specconfig import serve_line, speculative_config
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import tensor_names
 from speckit.io.refs import resolve
-from speckit.serving.options import UNTRAINED, UNTRAINED_NEEDS, Arm, BenchOptions
 
 
 @dataclass
