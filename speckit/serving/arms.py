@@ -17,6 +17,7 @@ from speckit.core.specconfig import serve_line, speculative_config
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import tensor_names
 from speckit.io.refs import resolve
+from speckit.serving.endpoint import Endpoint
 from speckit.serving.options import UNTRAINED, UNTRAINED_NEEDS, Arm, BenchOptions
 
 
@@ -115,10 +116,12 @@ def schedule_arm(dep: Deployment, schedule: Sequence[Sequence[int]], *, source: 
 
 
 def endpoint_arms(opts: BenchOptions) -> list[Arm]:
+    """The user's servers: the baseline (if given), then the speculating endpoint."""
     arms = []
     if opts.baseline_endpoint:
-        arms.append(Arm("baseline", "baseline", endpoint=opts.baseline_endpoint.rstrip("/")))
-    arms.append(Arm("endpoint", "static", endpoint=str(opts.endpoint).rstrip("/")))
+        arms.append(Arm("baseline", "baseline", endpoint=Endpoint.parse(
+            opts.baseline_endpoint, flag="--baseline-endpoint")))
+    arms.append(Arm("endpoint", "static", endpoint=Endpoint.parse(str(opts.endpoint))))
     return arms
 
 

@@ -12,6 +12,7 @@ from typing import Any
 from speckit.core import PACKAGE_DIR
 from speckit.core.plan.schedule import check_schedule
 from speckit.errors import UsageError
+from speckit.serving.endpoint import Endpoint
 
 CODE_EDIT = PACKAGE_DIR / "data" / "prompts" / "code_edit.jsonl"
 DATASET_ALIASES = {"code-edit": CODE_EDIT}  # the repetitive workload untrained methods suit
@@ -31,7 +32,7 @@ class Arm:
     k: int = 0  # the static k (the schedule's largest k); 0 for the baseline
     method: str | None = None
     spec_config: dict[str, Any] | None = None
-    endpoint: str | None = None  # mode (b): the server the user runs
+    endpoint: Endpoint | None = None  # mode (b): the server the user runs
 
 
 @dataclass(frozen=True)
