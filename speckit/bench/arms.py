@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from speckit.bench.endpoint import Endpoint
 from speckit.bench.options import UNTRAINED, UNTRAINED_NEEDS, Arm, BenchOptions
 from speckit.core import methods as _methods
 from speckit.core.methods.detect import pick_method
@@ -115,10 +116,12 @@ def schedule_arm(dep: Deployment, schedule: Sequence[Sequence[int]], *, source: 
 
 
 def endpoint_arms(opts: BenchOptions) -> list[Arm]:
+    """The user's servers: the baseline (if given), then the speculating endpoint."""
     arms = []
     if opts.baseline_endpoint:
-        arms.append(Arm("baseline", "baseline", endpoint=opts.baseline_endpoint.rstrip("/")))
-    arms.append(Arm("endpoint", "static", endpoint=str(opts.endpoint).rstrip("/")))
+        arms.append(Arm("baseline", "baseline", endpoint=Endpoint.parse(
+            opts.baseline_endpoint, flag="--baseline-endpoint")))
+    arms.append(Arm("endpoint", "static", endpoint=Endpoint.parse(str(opts.endpoint))))
     return arms
 
 

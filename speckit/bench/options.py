@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.bench.endpoint import Endpoint
 from speckit.core import PACKAGE_DIR
 from speckit.core.plan.schedule import check_schedule
 from speckit.errors import UsageError
@@ -31,7 +32,7 @@ class Arm:
     k: int = 0  # the static k (the schedule's largest k); 0 for the baseline
     method: str | None = None
     spec_config: dict[str, Any] | None = None
-    endpoint: str | None = None  # mode (b): the server the user runs
+    endpoint: Endpoint | None = None  # mode (b): the server the user runs
 
 
 @dataclass(frozen=True)

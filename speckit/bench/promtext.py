@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speckit.core.metrics import ACCEPTED, DRAFT_TOKENS, DRAFTS, PER_POS
+from speckit.core.refs import printable
 from speckit.errors import FormatError
 
 SPEC_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED)
@@ -41,7 +42,7 @@ def parse_labels(text: str | None) -> dict[str, str]:
     while pos < len(text):
         m = _LABEL.match(text, pos)
         if not m:
-            raise ValueError(f"malformed labels {{{text[:80]}}}")
+            raise ValueError(f"malformed labels {{{printable(text[:80])}}}")
         out[m.group(1)] = m.group(2)
         pos = m.end()
     return out

@@ -1,8 +1,9 @@
 """The bench workflow, top to bottom: prompts, arms, one server per arm (or the user's endpoints),
 every cell measured against /metrics, then the summary, the schedule arm and the report.
 
-A failure mid-run (the server dies, stops answering, does not speculate) ends the run with a
-BenchError that carries the report of the cells already measured; nothing measured is dropped.
+A failure mid-run (the server dies, stops answering, does not speculate, or an arm measures
+nothing because every cell of it failed) ends the run with a BenchError that carries the report of
+the cells already measured; nothing measured is dropped.
 """
 
 from __future__ import annotations
@@ -16,10 +17,18 @@ from pathlib import Path
 from typing import Any
 
 from speckit.bench import arms as _arms
-from speckit.bench.client import CellLoad, ServerGone, run_cell, scrape_once, served_model
+from speckit.bench.client import (
+    CellLoad,
+    ServerGone,
+    answers,
+    run_cell,
+    scrape_once,
+    served_model,
+)
+from speckit.bench.endpoint import Endpoint, StreamLimits
 from speckit.bench.options import Arm, BenchOptions, Load, parse_schedule
 from speckit.bench.report import BenchReport, CellResult, summarise
-from speckit.bench.server import healthy, log_tail, vllm_server
+from speckit.bench.server import log_tail, vllm_server
 from speckit.bench.stats import cell_figures, counters_disagree
 from speckit.core.metrics import counters_from_metrics
 from speckit.errors import EngineError, UsageError
@@ -47,6 +56,7 @@ class RunContext:
     # so a server never sees a prompt twice (suffix decoding learns from earlier outputs, and
     # prefix caching favours repeats); every arm restarts at 0, so arms get the same prompts
     cursor: int = 0
+    limits: StreamLimits = field(default_factory=StreamLimits)  # caps on what a server sends
 
 
 def loads(opts: BenchOptions) -> list[Load]:
@@ -72,7 +82,7 @@ def run_bench(ctx: RunContext) -> None:
     """Every arm in turn; a BenchError stops the run with what was measured."""
     if ctx.opts.endpoint:
         for arm in _arms.endpoint_arms(ctx.opts):
-            _measure_arm(ctx, arm, arm.endpoint or "")
+            _measure_arm(ctx, arm, arm.endpoint or Endpoint.local(""))
         return
     arms = _arms.build_arms(ctx.dep, ctx.opts, skipped=ctx.report.skipped)
     for name, why in ctx.report.skipped.items():
@@ -97,53 +107,72 @@ def _serve_and_measure(ctx: RunContext, arm: Arm) -> None:
     try:
         with vllm_server(argv, log=log, startup_timeout_s=ctx.opts.startup_timeout_s,
                          env=env) as served:
-            _measure_arm(ctx, arm, served.base_url, log=log)
+            _measure_arm(ctx, arm, Endpoint.local(served.base_url), log=log)
     except EngineError as e:
         if isinstance(e, BenchError):
             raise
         raise BenchError(f"{arm.name}: {e.message}", e.hint, report=ctx.report) from None
 
 
-def _measure_arm(ctx: RunContext, arm: Arm, base_url: str, *, log: Path | None = None) -> None:
-    model = _check_server(ctx, arm, base_url)
+def _measure_arm(ctx: RunContext, arm: Arm, ep: Endpoint, *, log: Path | None = None) -> None:
+    """Every cell of one arm; a BenchError when the server went away, or when the arm measured
+    nothing (every cell failed: no figure to report or compare)."""
+    model = _check_server(ctx, arm, ep)
     ctx.cursor = 0
     for load in loads(ctx.opts):
         for temp in ctx.opts.temperatures:
             for thinking in sorted(ctx.extra):
                 for seed in ctx.opts.seeds:
-                    cell = _measure_cell(ctx, arm, base_url, model, load, temp, thinking, seed)
+                    cell = _measure_cell(ctx, arm, ep, model, load, temp, thinking, seed)
                     ctx.report.cells.append(cell)
                     if cell.error:
-                        _stop_if_gone(ctx, arm, base_url, cell, log)
+                        _stop_if_gone(ctx, arm, ep, cell, log)
+    _require_measured(ctx, arm)
 
 
-def _check_server(ctx: RunContext, arm: Arm, base_url: str) -> str:
+def _require_measured(ctx: RunContext, arm: Arm) -> None:
+    """A BenchError (EngineError's exit code) when no cell of ``arm`` ran without failures: a
+    run that measured nothing, or a baseline that did, must not end as a success."""
+    cells = [c for c in ctx.report.cells if c.arm == arm.name]
+    if any(c.ok for c in cells):
+        return
+    first = next((c.error for c in cells if c.error), "no cell ran")
+    against = (" (the baseline: no ratio can be computed against it)"
+               if arm.kind == "baseline" else "")
+    raise BenchError(f"{arm.name} measured nothing{against}: none of its {len(cells)} cells ran "
+                     f"without failed requests; first: {first}",
+                     hint="the report keeps every cell and its errors; check the server's log, "
+                     "--request-timeout, and the SPECKIT_BENCH_* caps (docs/security.md)",
+                     report=ctx.report)
+
+
+def _check_server(ctx: RunContext, arm: Arm, ep: Endpoint) -> str:
     """The served model, and whether the server speculates as the arm says it should."""
     try:
-        model = asyncio.run(served_model(base_url))
-        metrics = asyncio.run(scrape_once(base_url))
+        model = asyncio.run(served_model(ep, ctx.limits))
+        metrics = asyncio.run(scrape_once(ep, ctx.limits))
     except ServerGone as e:
-        raise BenchError(f"{arm.name}: no vLLM OpenAI server answers at {base_url} ({e})",
+        raise BenchError(f"{arm.name}: no vLLM OpenAI server answers at {ep.shown} ({e})",
                          hint="check the URL (scheme, host, port) and that `vllm serve` is up; "
                          "speckit bench never starts a server given with --endpoint",
                          report=ctx.report) from None
     if not metrics.is_vllm:
-        raise BenchError(f"{arm.name}: {base_url}/metrics has no vllm: metrics",
+        raise BenchError(f"{arm.name}: {ep.shown}/metrics has no vllm: metrics",
                          hint="point --endpoint at a vLLM server (its /metrics must be on)",
                          report=ctx.report)
     if arm.kind != "baseline" and not metrics.has_spec_decode:
-        raise BenchError(f"{arm.name}: the server at {base_url} does not speculate (no "
+        raise BenchError(f"{arm.name}: the server at {ep.shown} does not speculate (no "
                          "vllm:spec_decode counters on /metrics)",
                          hint="start it with --speculative-config, or pass it as "
                          "--baseline-endpoint", report=ctx.report)
     if arm.kind == "baseline" and metrics.has_spec_decode:
-        ctx.report.warnings.append(f"{arm.name}: {base_url} speculates; its ratios are not "
+        ctx.report.warnings.append(f"{arm.name}: {ep.shown} speculates; its ratios are not "
                                    "against a plain baseline")
     ctx.served[arm.name] = model
     return model
 
 
-def _measure_cell(ctx: RunContext, arm: Arm, base_url: str, model: str, load: Load, temp: float,
+def _measure_cell(ctx: RunContext, arm: Arm, ep: Endpoint, model: str, load: Load, temp: float,
                   thinking: bool, seed: int) -> CellResult:
     o = ctx.opts
     n, w = prompts_for(o, load), warmups_for(o, load)
@@ -151,12 +180,13 @@ def _measure_cell(ctx: RunContext, arm: Arm, base_url: str, model: str, load: Lo
     cl = CellLoad(msgs, max_tokens=o.output_len or o.max_tokens, temperature=temp, seed=seed,
                   concurrency=load.concurrency, request_rate=load.rate, warmups=w,
                   warmup_messages=warm or None, ignore_eos=o.output_len is not None,
-                  extra_body=ctx.extra[thinking], timeout_s=o.request_timeout_s)
+                  extra_body=ctx.extra[thinking], timeout_s=o.request_timeout_s,
+                  limits=ctx.limits)
     cell = CellResult(arm.name, arm.kind, arm.k, load, temp, thinking, seed)
     ctx.say(f"{arm.name} {load.label} T={temp:g} thinking={'on' if thinking else 'off'} "
             f"seed={seed}: {n} requests")
     try:
-        run = asyncio.run(run_cell(base_url, model, cl))
+        run = asyncio.run(run_cell(ep, model, cl))
     except ServerGone as e:
         cell.error = str(e)
         return cell
@@ -178,13 +208,13 @@ def _take(ctx: RunContext, n: int) -> list[list[dict[str, str]]]:
     return out
 
 
-def _stop_if_gone(ctx: RunContext, arm: Arm, base_url: str, cell: CellResult, log: Path | None):
-    if healthy(base_url):
+def _stop_if_gone(ctx: RunContext, arm: Arm, ep: Endpoint, cell: CellResult, log: Path | None):
+    if asyncio.run(answers(ep, ctx.limits)):
         ctx.report.warnings.append(f"{arm.name} {cell.load.label}: {cell.error}")
         return
     kept = sum(1 for c in ctx.report.cells if c.figures is not None and not c.error)
     where = f" (log: {log})\n{log_tail(log)}" if log else ""
-    raise BenchError(f"{arm.name}: the server at {base_url} stopped answering during "
+    raise BenchError(f"{arm.name}: the server at {ep.shown} stopped answering during "
                      f"{cell.load.label}: {cell.error}{where}",
                      hint=f"the {kept} cells measured before are kept in the report; read the "
                      "server's log, then run again", report=ctx.report)
@@ -239,6 +269,10 @@ def check_options(opts: BenchOptions) -> None:
                          hint="--endpoint measures a server you run; speckit never stops it")
     if opts.baseline_endpoint and not opts.endpoint:
         raise UsageError("--baseline-endpoint goes with --endpoint")
+    for flag, url in (("--endpoint", opts.endpoint), ("--baseline-endpoint",
+                                                       opts.baseline_endpoint)):
+        if url:
+            Endpoint.parse(url, flag=flag)  # a UsageError before anything runs
     if opts.endpoint and (opts.ks or opts.schedule or opts.untrained or opts.draft):
         raise UsageError("-k/--schedule/--untrained/--draft configure servers speckit starts; "
                          "with --endpoint the server's own configuration is measured")
@@ -253,3 +287,5 @@ def check_options(opts: BenchOptions) -> None:
                                                        opts.prompts_per_concurrency)):
         if v is not None and v < 1:
             raise UsageError(f"{name} must be >= 1 (got {v})")
+    if not opts.request_timeout_s > 0:
+        raise UsageError(f"--request-timeout must be > 0 seconds (got {opts.request_timeout_s:g})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import tempfile
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 from speckit.bench import arms as _arms
 from speckit.bench.choice import advice, method_choices
+from speckit.bench.endpoint import Endpoint, StreamLimits
 from speckit.bench.options import BenchOptions, dataset_path
 from speckit.bench.render import write_files
 from speckit.bench.report import BenchReport, primary, summarise
@@ -31,20 +33,22 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
     """Measure every arm x cell; raises BenchError (with ``.report``) when the run stops early,
     after writing what it measured to ``opts.out``."""
     check_options(opts)
+    limits = StreamLimits.from_env()
     cpu = _vllm_cpu()
     dep = _arms.resolve_deployment(opts, cpu=cpu) if opts.target else None
     report = BenchReport("endpoint" if opts.endpoint else "started", opts.target, opts.draft,
-                         dep.method if dep else None, to_jsonable(opts),
+                         dep.method if dep else None, to_jsonable(_as_shown(opts)),
                          platform=_platform(opts, cpu))
     extra = _thinking(opts, dep, report.warnings)
     messages = _messages(opts, dep, report.warnings, thinking=len(extra))
     say = progress_printer(progress)
     if opts.out is None:
         logs = Path(tempfile.mkdtemp(prefix="speckit-bench-logs-"))
-        stop = _run(RunContext(opts, report, messages, extra, logs, say, dep))
+        stop = _run(RunContext(opts, report, messages, extra, logs, say, dep, limits=limits))
     else:
         with atomic_output_dir(opts.out, force=force) as tmp:
-            stop = _run(RunContext(opts, report, messages, extra, tmp / "logs", say, dep))
+            stop = _run(RunContext(opts, report, messages, extra, tmp / "logs", say, dep,
+                                   limits=limits))
             write_files(report, tmp)
         report.files = {k: str(Path(opts.out) / v) for k, v in report.files.items()}
     if isinstance(stop, KeyboardInterrupt):
@@ -167,9 +171,17 @@ def _vllm_cpu() -> bool:
         return False
 
 
+def _as_shown(opts: BenchOptions) -> BenchOptions:
+    """The options as the report records them: endpoint credentials redacted."""
+    return dataclasses.replace(
+        opts, endpoint=opts.endpoint and Endpoint.parse(opts.endpoint).shown,
+        baseline_endpoint=opts.baseline_endpoint and Endpoint.parse(
+            opts.baseline_endpoint, flag="--baseline-endpoint").shown)
+
+
 def _platform(opts: BenchOptions, cpu: bool) -> str:
     if opts.endpoint:
-        return f"endpoint {opts.endpoint} ({opts.gpus or '?'} GPUs, given)"
+        return f"endpoint {Endpoint.parse(opts.endpoint).shown} ({opts.gpus or '?'} GPUs, given)"
 
     if cpu:
         return f"vllm-cpu {importlib.metadata.version('vllm-cpu')} on {cpu_model()}"

@@ -33,7 +33,8 @@ from speckit.cli._options import (
               "k per concurrency), 'projected' (speckit plan for --gpu) or LO-HI:K,... ranges.")
 @click.option("--untrained", metavar="ngram,suffix", help="Untrained methods on the same prompts.")
 @click.option("--untrained-k", type=int, default=3, show_default=True)
-@click.option("--endpoint", help="Measure this running vLLM server (never started or stopped).")
+@click.option("--endpoint", help="Measure this running vLLM server (never started or stopped); "
+              "http://user:pass@host:port sends HTTP Basic auth.")
 @click.option("--baseline-endpoint", help="A running server without speculation to compare to.")
 @click.option("--concurrency", default="1,2,4,8", show_default=True,
               help="Closed-loop concurrencies (comma-separated; '' for none).")
@@ -56,7 +57,8 @@ from speckit.cli._options import (
 @click.option("--tokenizer", help="Local tokenizer dir (for --input-len with --endpoint).")
 @engine_arg_option("Passed to vllm serve as --KEY VALUE (repeatable).")
 @click.option("--startup-timeout", type=float, default=900, show_default=True)
-@click.option("--request-timeout", type=float, default=600, show_default=True)
+@click.option("--request-timeout", type=float, default=600, show_default=True,
+              help="Seconds one request may take, its whole streamed answer included.")
 @click.option("--cpu-threads", type=int, default=1, show_default=True,
               help="OMP_NUM_THREADS of a CPU server (0: leave it to vLLM).")
 @out_option("Write report.json, report.md, plots, spec-config.json, serve-line.txt, logs.")

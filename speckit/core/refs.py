@@ -8,6 +8,7 @@ Pure string checks (no filesystem, no network); every module that asks "is this 
 from __future__ import annotations
 
 import re
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from speckit.errors import UsageError
 
@@ -24,7 +25,9 @@ REVISION_MAX = 255
 # C0 and C1 control characters, DEL, and the Unicode format characters that reorder or hide text
 _UNPRINTABLE = re.compile("[\x00-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069"
                           "\ufeff]")
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s@]+@")
+# the user:password of a URL: everything up to the authority's last '@' (a password may hold an
+# unescaped '@' of its own, and none of it may stay)
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/\s]+@")
 
 
 def is_repo_id(value: str) -> bool:
@@ -84,6 +87,17 @@ def printable(value: object) -> str:
 def redact_url(text: str) -> str:
     """``text`` with the user:password part of every URL in it replaced by ``***``."""
     return _USERINFO.sub(r"\1***@", text)
+
+
+def split_userinfo(url: str) -> tuple[str, str | None, str | None]:
+    """``scheme://user:password@host/path`` -> (the URL without ``user:password@``, user,
+    password), both percent-decoded; a URL without them comes back whole with (None, None)."""
+    parts = urlsplit(url)
+    userinfo, at, hostport = parts.netloc.rpartition("@")
+    if not at:
+        return url, None, None
+    user, _, password = userinfo.partition(":")
+    return urlunsplit(parts._replace(netloc=hostport)), unquote(user), unquote(password)
 
 
 def split_revision(ref: str) -> tuple[str, str | None]:

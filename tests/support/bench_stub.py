@@ -6,8 +6,10 @@ request, so a healthy stub's /metrics deltas equal the sum of its per-request re
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -20,11 +22,21 @@ SUMMARY = json.loads([ln for ln in STREAM.splitlines() if '"usage"' in ln][0][6:
 
 class Stub:
     """``speculates``: export the spec-decode counters; ``die_after``: after that many completed
-    requests the server stops (refuses connections), like a crashed vllm serve."""
+    requests the server stops (refuses connections), like a crashed vllm serve; ``auth``
+    ("user:password"): every request without that HTTP Basic header is answered 401 (and
+    counted in ``unauthorized``). The server stops itself ``deadline_s`` after it starts.
+    Subclasses change what a chat request gets by overriding ``chat``."""
 
-    def __init__(self, *, speculates: bool = True, die_after: int | None = None):
+    def __init__(self, *, speculates: bool = True, die_after: int | None = None,
+                 auth: str | None = None, deadline_s: float = 120.0):
         self.speculates = speculates
         self.die_after = die_after
+        self.auth = auth
+        self.unauthorized: list[str] = []  # paths asked without the credentials
+        self.authorized: set[str] = set()  # paths asked with them
+        self.deadline = time.monotonic() + deadline_s
+        self.timer = threading.Timer(deadline_s, self.stop)
+        self.timer.daemon = True
         self.completed = 0
         self.prompts: list[str] = []  # the last user message of every request, in arrival order
         self.lock = threading.Lock()
@@ -35,12 +47,15 @@ class Stub:
 
     def __enter__(self) -> Stub:
         self.thread.start()
+        self.timer.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stop()
 
     def stop(self) -> None:
+        self.timer.cancel()
+        self.deadline = 0.0  # ends every answer still being sent
         if self.thread.is_alive():
             self.httpd.shutdown()
         self.httpd.server_close()
@@ -74,6 +89,34 @@ class Stub:
                 threading.Thread(target=self.stop, daemon=True).start()
             return True
 
+    def allowed(self, h: BaseHTTPRequestHandler) -> bool:
+        """Whether the request carries the credentials (always, without ``auth``)."""
+        if self.auth is None:
+            return True
+        want = "Basic " + base64.b64encode(self.auth.encode()).decode()
+        with self.lock:
+            if h.headers.get("Authorization") == want:
+                self.authorized.add(h.path)
+                return True
+            self.unauthorized.append(h.path)
+        return False
+
+    def models(self) -> str:
+        return json.dumps({"object": "list", "data": [{"id": MODEL}]})
+
+    def version(self) -> str:
+        return json.dumps({"version": "0.32.0"})
+
+    def chat(self, h, body: dict) -> None:
+        """Answer one chat request: the recorded stream."""
+        if not self.count_request():
+            h.close_connection = True
+            return
+        stream = STREAM if self.speculates else STREAM.replace(
+            ',"metrics":' + json.dumps({"speculative_decoding": SUMMARY},
+                                       separators=(",", ":")), "")
+        h.send(200, stream, "text/event-stream")
+
 
 def _handler(stub: Stub):
     class H(BaseHTTPRequestHandler):
@@ -82,7 +125,7 @@ def _handler(stub: Stub):
         def log_message(self, *args):
             pass
 
-        def _send(self, code: int, body: str, ctype: str = "application/json"):
+        def send(self, code: int, body: str, ctype: str = "application/json"):
             data = body.encode()
             self.send_response(code)
             self.send_header("Content-Type", ctype)
@@ -91,26 +134,27 @@ def _handler(stub: Stub):
             self.wfile.write(data)
 
         def do_GET(self):
-            if self.path == "/health":
-                self._send(200, "")
+            if not stub.allowed(self):
+                self.send(401, '{"error": "unauthorized"}')
+            elif self.path == "/health":
+                self.send(200, "")
             elif self.path == "/v1/models":
-                self._send(200, json.dumps({"object": "list", "data": [{"id": MODEL}]}))
+                self.send(200, stub.models())
             elif self.path == "/metrics":
-                self._send(200, stub.metrics_text(), "text/plain")
+                self.send(200, stub.metrics_text(), "text/plain")
+            elif self.path == "/version":
+                self.send(200, stub.version())
             else:
-                self._send(404, "{}")
+                self.send(404, "{}")
 
         def do_POST(self):
             n = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(n))
+            if not stub.allowed(self):
+                self.send(401, '{"error": "unauthorized"}')
+                return
             with stub.lock:
                 stub.prompts.append(body["messages"][-1]["content"])
-            if not stub.count_request():
-                self.close_connection = True
-                return
-            stream = STREAM if stub.speculates else STREAM.replace(
-                ',"metrics":' + json.dumps({"speculative_decoding": SUMMARY},
-                                           separators=(",", ":")), "")
-            self._send(200, stream, "text/event-stream")
+            stub.chat(self, body)
 
     return H

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from speckit.core.refs import redact_url
-from speckit.errors import UsageError
+from speckit.io.envlimits import limits_from_env
 
 
 @dataclass(frozen=True)
@@ -29,21 +29,7 @@ class Limits:
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Limits:
-        env = dict(os.environ) if env is None else env
-        values = {}
-        for name, f in cls.__dataclass_fields__.items():
-            raw = env.get(f"SPECKIT_HUB_{name.upper()}")
-            if raw is None:
-                continue
-            kind = int if isinstance(f.default, int) else float
-            try:
-                values[name] = kind(raw)
-                if values[name] < 0:
-                    raise ValueError
-            except ValueError:
-                raise UsageError(f"SPECKIT_HUB_{name.upper()}={raw!r} is not a number >= 0",
-                                 hint="unset it to use the default") from None
-        return cls(**values)
+        return limits_from_env(cls, "SPECKIT_HUB_", env)
 
 
 @dataclass(frozen=True)
