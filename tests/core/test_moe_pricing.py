@@ -212,13 +212,6 @@ def _pvp():
     return load_script("bench", "projection_vs_published")
 
 
-def _held_out(pvp, engines):
-    """(series, point) -> |log(projected / published)| of every held-out point."""
-    proj = pvp.project(engines)
-    return {(s.name, i): abs(math.log(proj[s.name][1][i] / s.points[i][1])) for s in pvp.SERIES
-            for i in range(len(s.points)) if pvp.role(s, i) == "held-out"}
-
-
 def test_shipped_engine_terms_lie_in_their_physical_range():
     # the fit may not move a term outside what an engine can spend on that work (a 268 us per
     # generated token once stood in for costs of another kind)
@@ -229,30 +222,53 @@ def test_shipped_engine_terms_lie_in_their_physical_range():
         for f in engine.ENGINE_FIELDS:
             lo, hi = engine.PHYSICAL_RANGE[f]
             assert lo * 0.999 <= getattr(shipped, f) <= hi * 1.001, (e, f, getattr(shipped, f))
+        lo, hi = engine.ROUTE_REUSE_RANGE
+        assert lo <= shipped.route_reuse <= hi
 
 
-def test_projection_vs_published_engine_terms_help_on_held_out_points():
+def test_precomputed_ideal_steps_give_the_step_models_ratio():
+    # the bench prices each point's ideal steps once and adds the engine terms by arithmetic:
+    # that must be exactly what StepModel (the model plan prints) gives with the terms in it
     pvp = _pvp()
-    # from the recorded published points and the shipped terms: no network, no refit
-    held = _held_out(pvp, {e: load_engine_costs(engine=e) for e in engine.ENGINES})
-    ideal = _held_out(pvp, dict.fromkeys(engine.ENGINES, engine.IDEAL))
-    vals, ivals = list(held.values()), list(ideal.values())
-    assert len(vals) >= 20
-    # the terms, bounded as they are, still bring the held-out points closer than none do
-    assert sum(vals) < sum(ivals) and max(vals) < max(ivals)
-    # the held-out set mixes sources, GPU vendors and engines, and holds every Kimi FP8-draft
-    # and MiniMax point that is not a fit or AL point
-    srcs = {s.source for s in pvp.SERIES if any(n == s.name for n, _ in held)}
-    assert len(srcs) >= 4
-    assert sum(1 for n, _ in held if n == "kimi-fp8-draft") == 5
-    assert {pvp.engine_class(s.engine) for s in pvp.SERIES if any(n == s.name for n, _ in held)} \
-        >= {"vllm", "sglang", None}
+    shipped = load_engine_costs()
+    by_name = {s.name: s for s in pvp.SERIES}
+    points = pvp.prepare([by_name[n] for n in ("minimax-m2.5", "llama8b-eagle1-h100-k")])
+    for p in points:
+        s = by_name[p.series]
+        m = pvp.model_of(s, shipped)
+        assert pvp.ratio(p, shipped, 2.3) == pytest.approx(m.ratio(p.batch, p.k, 2.3, s.ctx),
+                                                            rel=1e-9)
+        # the AL solved at a point gives back its published ratio
+        al = pvp.solve_al(p, shipped)
+        if 1.0 < al < p.k + 1:
+            assert m.ratio(p.batch, p.k, al, s.ctx) == pytest.approx(p.published, rel=1e-9)
 
 
-def test_projection_vs_published_meets_the_goal():
-    vals = list(_held_out(_pvp(), {e: load_engine_costs(engine=e)
-                                   for e in engine.ENGINES}).values())
-    assert sum(vals) / len(vals) <= 0.10 and max(vals) <= 0.25
+def test_every_series_cites_an_included_source_and_exclusions_say_why():
+    pvp = _pvp()
+    assert len(pvp.SOURCES) >= 10
+    for s in pvp.SERIES:
+        assert s.source in pvp.SOURCES or s.engine == "torch", s.name
+    used = {s.source for s in pvp.SERIES}
+    assert set(pvp.SOURCES) <= used
+    assert all(why.startswith("R") for _, why in pvp.EXCLUDED)
+
+
+def test_leave_one_source_out_never_fits_on_the_left_out_source(monkeypatch):
+    pvp = _pvp()
+    seen = []
+    real = pvp.fit
+
+    def spy(points, **kw):
+        seen.append({p.source for p in points})
+        return real(points, **kw)
+
+    monkeypatch.setattr(pvp, "fit", spy)
+    points = pvp.prepare()
+    pvp.leave_one_source_out(points)
+    assert len(seen) == len(pvp.SOURCES)
+    for src, trained in zip(pvp.SOURCES, seen, strict=True):
+        assert src not in trained and "" not in trained and len(trained) == len(pvp.SOURCES) - 1
 
 
 def test_step_model_is_one_object():

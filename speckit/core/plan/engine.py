@@ -27,9 +27,10 @@ what plain torch + CUDA graphs measure.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
+from speckit.core.plan import band as _band
 from speckit.errors import FormatError
 
 ENGINE_FIELDS = ("step_s", "graph_layer_s", "token_s", "spec_step_s", "draft_pass_s")
@@ -43,7 +44,15 @@ class EngineCosts:
     token_s: float = 0.0
     spec_step_s: float = 0.0
     draft_pass_s: float = 0.0
+    # not seconds: routing locality (speckit.core.plan.steps.StepConstants.route_reuse), the
+    # share of a token's routed experts its sequence's previous token already picked, fitted
+    # with the terms to the same published ratios within ROUTE_REUSE_RANGE; the step model
+    # prices MoE verify passes with it (StepModel)
+    route_reuse: float = 0.0
     source: str = "ideal (no engine overhead)"
+    # the interval every ratio projected with these terms carries (speckit.core.plan.band):
+    # quantiles of the leave-one-source-out residuals of the fit that produced them
+    band: _band.ResidualBand = field(default=_band.NO_BAND)
 
     def plain(self, *, layers: int, batch: int) -> float:
         """Seconds an engine adds to one plain decoding step (one token per sequence)."""
@@ -82,6 +91,14 @@ PHYSICAL_RANGE: dict[str, tuple[float, float]] = {
 }
 
 
+# 0: independent routing. 2/3: a 4-token verify window of one sequence reads the experts of 2
+# independent tokens, the most locality measured: Liang et al., 'Not All Models Suit Expert
+# Offloading: On Local Routing Consistency of Mixture-of-Expert Models' (arXiv 2505.16056): over
+# 20 MoE LLMs, consecutive tokens activate similar experts and a segment's routing is served by
+# a cache of about twice the active experts (less in models with shared experts)
+ROUTE_REUSE_RANGE = (0.0, 2 / 3)
+
+
 def engine_from(raw: Mapping[str, Any], *, where: str, engine: str = "vllm") -> EngineCosts:
     """One serving engine's terms from an engine_costs.json document (one set for every engine,
     or an "engines" mapping); FormatError naming ``where`` for an engine it lacks or an unknown
@@ -91,19 +108,23 @@ def engine_from(raw: Mapping[str, Any], *, where: str, engine: str = "vllm") -> 
         raise FormatError(f"{where}: no engine terms for {engine!r}",
                           hint="fitted engines: " + ", ".join(sorted(sets)))
     vals = sets[engine]
-    known = {f.name for f in fields(EngineCosts)}
+    known = {f.name for f in fields(EngineCosts)} - {"band"}
     unknown = sorted(set(vals) - known)
     if unknown:
         raise FormatError(f"{where}: unknown engine-cost terms {unknown}",
                           hint="known: " + ", ".join(sorted(known)))
-    return EngineCosts(**vals)
+    return EngineCosts(**vals, band=_band.band_from(raw.get("band"), where=where))
 
 
 def engine_document(e: EngineCosts, *, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The engine_costs.json document of ``e``, one set for every engine (what engine_from reads
-    back)."""
-    return {"engine": asdict(e), **(extra or {})}
+    """The engine_costs.json document of ``e``, one set for every engine, its band beside it
+    (what engine_from reads back)."""
+    terms = {k: v for k, v in asdict(replace(e, band=_band.NO_BAND)).items() if k != "band"}
+    doc: dict[str, Any] = {"engine": terms}
+    if e.band.level:
+        doc["band"] = _band.band_document(e.band)
+    return {**doc, **(extra or {})}
 
 
-__all__ = ["ENGINES", "ENGINE_FIELDS", "IDEAL", "PHYSICAL_RANGE", "EngineCosts", "engine_document",
-           "engine_from"]
+__all__ = ["ENGINES", "ENGINE_FIELDS", "IDEAL", "PHYSICAL_RANGE", "ROUTE_REUSE_RANGE",
+           "EngineCosts", "engine_document", "engine_from"]
