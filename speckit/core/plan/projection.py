@@ -232,6 +232,16 @@ def draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_q
     return replace(d, head_weight_bytes=2.0) if quantized else d
 
 
+def _routing_text(eng: _engine.EngineCosts) -> str:
+    if not eng.route_reuse:
+        return ("MoE: distinct experts read per step from uniform top-k routing (real routing "
+                "clusters, so fewer experts are read; fitted, that locality did not lower the "
+                "error on published sources left out of the fit)")
+    return (f"MoE: distinct experts read per step from top-k routing, a verified token reusing "
+            f"{eng.route_reuse:.0%} of the experts its sequence's previous token picked "
+            "(routing locality, fitted with the engine terms)")
+
+
 def _band_text(eng: _engine.EngineCosts) -> str:
     b = eng.band
     if not b.level:
@@ -261,9 +271,7 @@ def _assumptions(gpu: GPU, c: _steps.StepConstants, source: str, ctx: int,
             f"{eng.token_s * 1e6:.1f} us, per speculative step {eng.spec_step_s * 1e6:.0f} us, "
             f"per draft pass {eng.draft_pass_s * 1e6:.0f} us; TP all-reduces from link "
             "bandwidth (not measured)"),
-           (f"MoE: distinct experts read per step from top-k routing, a verified token reusing "
-            f"{eng.route_reuse:.0%} of the experts its sequence's previous token picked "
-            "(routing locality, fitted with the engine terms)"),
+           _routing_text(eng),
            _band_text(eng)]
     if kv_tokens is not None:
         out.append(f"columns stop at the concurrency the plan's {kv_tokens:,} KV tokens hold "

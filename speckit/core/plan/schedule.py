@@ -198,6 +198,13 @@ def pays_text(schedule: Sequence[Sequence[int]]) -> str:
     return f"speculation pays at concurrency {spans}{below}"
 
 
+def uncertain_batches(table: SpeedTable) -> list[int]:
+    """The table's columns whose chosen k (the schedule's) has a band straddling 1.0: the
+    projection cannot say there whether speculating wins."""
+    return [b for i, (b, k) in enumerate(zip(table.batches, table.best_k, strict=True))
+            if k and table.uncertain.get(k, [False] * len(table.batches))[i]]
+
+
 def ranges(best_k: Sequence[int]) -> Schedule:
     """[(lo, hi, k), ...] over batch sizes 1..len(best_k): inclusive, sorted, starting at 1, as
     vllm.v1.spec_decode.dynamic.utils.validate_and_normalize_dynamic_sd_schedule requires."""
