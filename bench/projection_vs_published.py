@@ -53,13 +53,12 @@ BOUNDS = dict(_engine.PHYSICAL_RANGE)
 START = {n: math.sqrt(lo * hi) for n, (lo, hi) in BOUNDS.items()}
 PRIOR_WEIGHT = 0.05
 LEVEL = _band.LEVEL
-# routing locality (engine.ROUTE_REUSE_RANGE) can be fitted too (--fit-route-reuse) or fixed
-# (--route-reuse X); the ideal speculative steps are priced at these values of it and
-# interpolated in between. The shipped fit leaves it at 0: fitted, it did not lower the
-# leave-one-source-out error (docs/plan.md, "Physics tried")
+# routing locality (engine.ROUTE_REUSE_RANGE) is fitted with the terms, as route_keep =
+# 1 - route_reuse (the log-space fit needs a positive value), unless --route-reuse fixes it; the
+# ideal speculative steps are priced at these values of it and interpolated in between
 REUSE_LO, REUSE_HI = _engine.ROUTE_REUSE_RANGE
 REUSE_GRID = tuple(REUSE_LO + (REUSE_HI - REUSE_LO) * i / 6 for i in range(7))
-REUSE_KEEP = (1 - REUSE_HI, 1 - REUSE_LO)  # fitted as route_keep = 1 - route_reuse (positive)
+BOUNDS["route_keep"] = (1 - REUSE_HI, 1 - REUSE_LO)
 
 
 @dataclass(frozen=True)
@@ -345,8 +344,8 @@ def _bounds(args: list[str], ap: argparse.ArgumentParser) -> dict:
     for b in args:
         term, _, rng = b.partition("=")
         lo, _, hi = rng.partition(":")
-        if term not in bnd:
-            ap.error(f"--bound {b}: a term of {sorted(bnd)}")
+        if term not in _engine.PHYSICAL_RANGE:
+            ap.error(f"--bound {b}: a term of {sorted(_engine.PHYSICAL_RANGE)}")
         bnd[term] = (float(lo) * 1e-6, float(hi) * 1e-6)
     return bnd
 
@@ -359,21 +358,18 @@ def main() -> None:
                     help="fit TERM within LO..HI microseconds instead of its physical range "
                          "(to study the trade-off; not with --write-engine)")
     ap.add_argument("--route-reuse", type=float, metavar="X",
-                    help="price MoE verify passes with routing locality X (default 0; to "
-                         "study it, not with --write-engine)")
-    ap.add_argument("--fit-route-reuse", action="store_true",
-                    help="fit the routing locality with the engine terms (to study it)")
+                    help="fix the routing locality at X instead of fitting it (0: independent "
+                         "routing; to study it, not with --write-engine)")
     a = ap.parse_args()
-    if a.write_engine and (a.ideal or a.bound or a.route_reuse is not None
-                           or a.fit_route_reuse):
+    if a.write_engine and (a.ideal or a.bound or a.route_reuse is not None):
         ap.error("--write-engine writes the shipped fit: not with --ideal, --bound or "
-                 "--route-reuse / --fit-route-reuse")
+                 "--route-reuse")
     report_sources()
     points = prepare()
     bnd = _bounds(a.bound, ap)
-    FIXED_REUSE[0] = a.route_reuse or 0.0
-    if a.fit_route_reuse:
-        bnd["route_keep"] = REUSE_KEEP
+    if a.route_reuse is not None:
+        FIXED_REUSE[0] = a.route_reuse
+        bnd.pop("route_keep")
     r = run(points, ideal=a.ideal, bounds=bnd)
     report(points, r)
     if a.write_engine:

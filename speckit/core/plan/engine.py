@@ -86,8 +86,12 @@ PHYSICAL_RANGE: dict[str, tuple[float, float]] = {
     # rejection sampler + proposer bookkeeping: V0's sampler averaged 1.5-1.8 ms at batch 64, k=5
     # (vllm#5131), the slow end; V1's Triton kernels are tens of microseconds
     "spec_step_s": (50 * _US, 1500 * _US),
-    # per drafter pass: one graph replay plus attention-metadata and position updates on the host
-    "draft_pass_s": (10 * _US, 500 * _US),
+    # per drafter pass: a graph replay (or an eager layer) plus attention-metadata, position and
+    # slot updates and the draft's own sampling on the host. vLLM #20780's TPOTs at batch 1 put
+    # about 1.0 ms on each extra EAGLE-3 pass (4.29 ms x AL 3.54 at K=7 against 4.32 ms x 2.36
+    # at K=2, over 5 passes), of which the drafter's own GPU pass is about 0.4 ms on an H100:
+    # up to about 0.6 ms of engine work a pass, so the range ends at 1 ms
+    "draft_pass_s": (10 * _US, 1000 * _US),
 }
 
 
