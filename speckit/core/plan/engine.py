@@ -16,12 +16,13 @@ spec_step_s: rejection sampler and proposer bookkeeping once per speculative ste
 draft_pass_s: per drafter forward pass (the proposer launches each pass on its own).
 The values are fitted to published throughput ratios by bench/projection_vs_published.py, each
 within its PHYSICAL_RANGE (what an engine can plausibly spend on that work, see there), so a
-term cannot stand in for costs of another kind
-(speckit/data/engine_costs.json): one set, fitted on vLLM and SGLang sources on AMD and NVIDIA
-GPUs together and applied to every engine and GPU -- they are host-side and launch costs
-(scheduler, sampler, bookkeeping, kernel tails), which a GPU's rates do not scale. A file may
-instead hold one set per engine ("engines": {"vllm": ..., "sglang": ...}). "ideal" (all zero) is
-what plain torch + CUDA graphs measure.
+term cannot stand in for costs of another kind (speckit/data/engine_costs.json): one set,
+fitted on vLLM, SGLang and ATOM sources on AMD and NVIDIA GPUs together and applied to every
+engine and GPU -- they are host-side and launch costs (scheduler, sampler, bookkeeping, kernel
+tails), which a GPU's rates do not scale. The same file carries the routing locality fitted with
+them and the band of the fit's leave-one-source-out residuals (speckit.core.plan.band). A file
+may instead hold one set per engine ("engines": {"vllm": ..., "sglang": ...}). "ideal" (all
+zero) is what plain torch + CUDA graphs measure.
 """
 
 from __future__ import annotations
@@ -79,9 +80,9 @@ PHYSICAL_RANGE: dict[str, tuple[float, float]] = {
     # per generated token: the engine's own share is scheduler update ~1 us a request
     # (vllm#46112: 0.14 ms at batch 128), incremental detokenization ~20 us a token (vllm#5206),
     # stop checks: under ~30 us. The range is wider on purpose: this term is the RESIDUAL per-token
-    # cost, which also carries whatever per-token GPU cost the kernel model misses at high
-    # concurrency (bounded at 30 us the held-out error misses the goal: 0.104 / 0.321, with the
-    # points at concurrency 24-64 of four sources; docs/plan.md, 'Limits of the fit')
+    # cost, which also carries a speculative-step cost growing with concurrency that the passes
+    # miss (bounded at 30 us the leave-one-source-out error goes from 0.085 to 0.157, with the
+    # high-concurrency MoE points; docs/plan.md, 'The residual that remains')
     "token_s": (1 * _US, 300 * _US),
     # rejection sampler + proposer bookkeeping: V0's sampler averaged 1.5-1.8 ms at batch 64, k=5
     # (vllm#5131), the slow end; V1's Triton kernels are tens of microseconds
