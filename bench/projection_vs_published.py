@@ -50,7 +50,6 @@ from speckit.io import datafiles
 # middle of that range (geometric), with a weak prior (PRIOR_WEIGHT per e-fold) towards it that
 # keeps the terms the ratios cannot separate there
 BOUNDS = dict(_engine.PHYSICAL_RANGE)
-START = {n: math.sqrt(lo * hi) for n, (lo, hi) in BOUNDS.items()}
 PRIOR_WEIGHT = 0.05
 LEVEL = _band.LEVEL
 # routing locality (engine.ROUTE_REUSE_RANGE) is fitted with the terms, as route_keep =
@@ -219,8 +218,7 @@ def residuals_of(points: list[Point], proj: dict) -> list[_band.Residual]:
             for p in points if p.source and proj[p.key][2] == "scored"]
 
 
-def summary(res: list[_band.Residual], band: _band.ResidualBand,
-            cov: _band.Coverage) -> tuple[float, float, float]:
+def summary(res: list[_band.Residual], band: _band.ResidualBand) -> tuple[float, float, float]:
     """(M, W, median band width in % of the ratio over the scored points)."""
     errs = [abs(r.value) for r in res]
     widths = [math.exp(hi) - math.exp(lo) for lo, hi in (band.offsets(r.batch, r.moe)
@@ -230,7 +228,7 @@ def summary(res: list[_band.Residual], band: _band.ResidualBand,
 
 def summary_line(res: list[_band.Residual], band: _band.ResidualBand,
                  cov: _band.Coverage) -> str:
-    m, w, width = summary(res, band, cov)
+    m, w, width = summary(res, band)
     n = len({r.source for r in res})
     return (f"leave-one-source-out: {n} sources, {len(res)} points, mean |log ratio| {m:.3f}, "
             f"worst {w:.3f}, {band.level:.0%} band covers {100 * cov.share:.0f}%, median width "

@@ -303,11 +303,11 @@ def test_leave_one_source_out_meets_its_goals():
     pvp = _pvp()
     pts = pvp.prepare()
     r, ideal = pvp.run(pts), pvp.run(pts, ideal=True)
-    m, w, _ = pvp.summary(r["residuals"], r["band"], r["coverage"])
+    m, w, _ = pvp.summary(r["residuals"], r["band"])
     assert len({x.source for x in r["residuals"]}) >= 10
     assert 0.75 <= r["coverage"].share <= 0.90
     assert m <= 0.105 and w < 0.5
-    assert m < pvp.summary(ideal["residuals"], ideal["band"], ideal["coverage"])[0]
+    assert m < pvp.summary(ideal["residuals"], ideal["band"])[0]
 
 
 def test_step_model_is_one_object():
