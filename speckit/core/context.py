@@ -82,6 +82,17 @@ def acceptance_by_context(records: Sequence[RequestAcceptance], *, k: int | None
     return ContextAcceptance(buckets, min_requests=min_requests, warnings=warnings)
 
 
+def context_table(ctx: ContextAcceptance) -> list[list[str]]:
+    """The AL-by-context table as text cells, a header row first (report.md, the terminal)."""
+    out = [["context (tokens)", "requests", "AL", "95% interval", "note"]]
+    for b in ctx.buckets:
+        al = f"{b.acceptance_length:.2f}" if b.acceptance_length is not None else "-"
+        iv = f"{b.interval[0]:.2f} - {b.interval[1]:.2f}" if b.interval else "-"
+        note = b.note or ("" if b.requests else "not measured")
+        out.append([b.bucket, str(b.requests), al, iv, note])
+    return out
+
+
 def _bucket(b, rows: Sequence[RequestAcceptance], *, k: int | None,
             min_requests: int) -> BucketAcceptance:
     drafted = [r for r in rows if r.drafts > 0]
@@ -191,5 +202,5 @@ def past_training(trained: TrainedLength, prompt_tokens: Sequence[int]) -> str |
 
 
 __all__ = ["INTERVAL_METHOD", "MIN_REQUESTS", "BucketAcceptance", "ContextAcceptance",
-           "RequestAcceptance", "TrainedLength", "acceptance_by_context", "past_training",
-           "trained_length"]
+           "RequestAcceptance", "TrainedLength", "acceptance_by_context", "context_table",
+           "past_training", "trained_length"]

@@ -18,6 +18,7 @@ from speckit.core.context import (
     INTERVAL_METHOD,
     RequestAcceptance,
     acceptance_by_context,
+    context_table,
     past_training,
     trained_length,
 )
@@ -58,6 +59,22 @@ def test_al_per_bucket_with_a_t_interval_over_requests():
     assert b["[1k, 2k)"].requests == 0 and b["[1k, 2k)"].acceptance_length is None
     assert b["[1k, 2k)"].interval is None and got.interval_method == INTERVAL_METHOD
     assert [x.bucket for x in got.measured()] == ["[0, 1k)", "[4k, 8k)"]
+    table = context_table(got)
+    assert table[0] == ["context (tokens)", "requests", "AL", "95% interval", "note"]
+    assert table[1][:3] == ["[0, 1k)", "4", "2.60"] and table[2][-1] == "not measured"
+    assert table[4][2] == "1.70" and table[4][-1].startswith("only 2 requests")
+
+
+def test_the_curve_is_plotted_with_the_trained_length(tmp_path):
+    pytest.importorskip("matplotlib")
+    from speckit.io.context_plot import write_context_plot
+
+    reqs = [_req(n, 10, a) for n, a in ((500, 20), (600, 16), (1500, 10), (1600, 9),
+                                        (5000, 6), (6000, 8))]
+    t = trained_length({}, {"result": {"trained_context": {"max_tokens": 294}}})
+    out = write_context_plot(acceptance_by_context(reqs, k=3), tmp_path / "c.png", trained=t)
+    assert out is not None and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert write_context_plot(acceptance_by_context([]), tmp_path / "none.png") is None
 
 
 def test_interval_stays_within_one_and_k_plus_one():
