@@ -150,13 +150,13 @@ def trained_length(config: Mapping[str, Any],
     ctx = ((train_record or {}).get("result") or {}).get("trained_context") or {}
     n = ctx.get("max_tokens") if isinstance(ctx, Mapping) else None
     if isinstance(n, int) and not isinstance(n, bool) and n > 0:
-        details = [f"median {ctx['p50_tokens']} and 99th percentile {ctx['p99_tokens']} tokens "
-                   f"over {ctx.get('sequences', '?')} training sequences"] \
+        details = [f"median {ctx['p50_tokens']}, 99th percentile {ctx['p99_tokens']} over "
+                   f"{ctx.get('sequences', '?')} training sequences"] \
             if "p50_tokens" in ctx and "p99_tokens" in ctx else []
         if declared.tokens:
-            details.append(f"declared: {declared.tokens} ({declared.source})")
-        return TrainedLength(n, "trained", "speckit-train.json result.trained_context.max_tokens "
-                             "(prompt + answer tokens of the longest training sequence)", details)
+            details.append(f"declared {declared.tokens} ({declared.source})")
+        return TrainedLength(n, "trained", "the longest training sequence, prompt + answer "
+                             "(speckit-train.json result.trained_context)", details)
     return declared
 
 
@@ -182,8 +182,8 @@ def _declared(config: Mapping[str, Any]) -> TrainedLength:
     if isinstance(window, int) and window > 0 and cfg.get("use_sliding_window", True):
         details.append(f"sliding window {window}: attention sees the last {window} tokens")
     if isinstance(mpe, int) and not isinstance(mpe, bool) and mpe > 0:
-        return TrainedLength(mpe, "declared", f"config.json {where}max_position_embeddings "
-                             "(what the config declares, not what training covered)", details)
+        return TrainedLength(mpe, "declared", f"config.json {where}max_position_embeddings",
+                             details)
     return TrainedLength(None, "unknown", "no training record and no max_position_embeddings",
                          details)
 
@@ -195,7 +195,8 @@ def past_training(trained: TrainedLength, prompt_tokens: Sequence[int]) -> str |
     over = sum(1 for n in prompt_tokens if n > trained.tokens)
     if not over:
         return None
-    what = "was trained on" if trained.kind == "trained" else "declares"
+    what = "was trained on" if trained.kind == "trained" else \
+        "declares (its config's figure, not what its training covered)"
     return (f"{over} of {len(prompt_tokens)} prompts ({100 * over / len(prompt_tokens):.0f}%) are "
             f"longer than the {trained.tokens} tokens the draft {what} ({trained.source}); "
             "its acceptance there is extrapolated, see the AL by context")

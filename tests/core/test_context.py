@@ -91,7 +91,7 @@ def test_trained_length_from_the_record_else_declared():
     rec = {"result": {"trained_context": {"max_tokens": 294, "p50_tokens": 204,
                                           "p99_tokens": 277, "sequences": 68638}}}
     t = trained_length(cfg, rec)
-    assert (t.tokens, t.kind) == (294, "trained") and "declared: 8192" in t.details[-1]
+    assert (t.tokens, t.kind) == (294, "trained") and "declared 8192" in t.details[-1]
     d = trained_length(cfg, {"result": {}})
     assert (d.tokens, d.kind) == (8192, "declared")
     assert "transformer_layer_config.max_position_embeddings" in d.source
