@@ -16,6 +16,7 @@ from safetensors import safe_open
 
 from speckit.cli import main
 from speckit.core import PACKAGE_DIR
+from speckit.errors import FormatError, UsageError
 from speckit.inspect import inspect_traffic
 
 DRAFT = PACKAGE_DIR / "data" / "drafts" / "smollm2-135m-eagle3"
@@ -126,3 +127,24 @@ def test_cli_text_and_json_never_copy_a_prompt(target, tmp_path):
     assert data["traffic"]["coverage"]["side"] == "responses"
     assert data["traffic"]["skipped"] == ["line 6: not a JSON object (a string)"]
     assert data["layout"] == "speculators"
+
+
+def test_a_full_vocabulary_draft_covers_everything(target, tmp_path):
+    got = inspect_traffic(PACKAGE_DIR / "data" / "drafts" / "smollm2-135m-dflash",
+                          _write(tmp_path, ROWS, "t.jsonl"), target=str(target))
+    c = got.coverage
+    assert not c.reduced and c.share == 1.0 and c.covered == c.tokens > 0
+    assert c.draft_vocab is None and c.distinct_uncovered == 0
+
+
+def test_no_usable_target_is_a_clear_error(tmp_path, target):
+    from tests.support import factories as F
+
+    draft = F.make_spec_eagle3(tmp_path / "tiny", verifier="./no-such-target-dir")
+    p = _write(tmp_path, ROWS, "t.jsonl")
+    with pytest.raises(UsageError, match="none of the targets it records could be read") as e:
+        inspect_traffic(draft, p)
+    assert "./no-such-target-dir" in e.value.message and "--target" in e.value.hint
+    # SmolLM2's tokenizer against a draft of a 256-token target: not this target's tokenizer
+    with pytest.raises(FormatError, match="past the target's vocab_size 256"):
+        inspect_traffic(draft, p, target=str(target))
