@@ -19,6 +19,7 @@ from typing import IO, Literal
 from speckit.core.traffic import TrafficRequest, TrafficSummary, parse_request, summarize
 from speckit.errors import FormatError, UsageError
 from speckit.io.envlimits import limits_from_env
+from speckit.io.prompts import Prompt, PromptSet
 
 FORMAT_HINT = ("each line must be a JSON object {\"messages\": [{\"role\": ..., \"content\": ...}, "
                "...]}, optionally ending with the assistant's reply, with optional \"category\", "
@@ -198,5 +199,14 @@ def summarize_traffic(traffic: Traffic, tokenizer=None, *,
                      unit=ln.unit, length_note=ln.note, skipped=traffic.skipped_count)
 
 
+def traffic_prompt_set(traffic: Traffic) -> PromptSet:
+    """The traffic's prompts (every message before the reply) as the prompt set validate and
+    bench run: ids ``line-N``, the row's category, hashed like every set. The engine's job and
+    result files then hold the users' prompts and the target's text: keep them out of reports."""
+    prompts = [Prompt(f"line-{r.line}", r.messages, r.category or "") for r in traffic.requests]
+    return PromptSet(f"traffic {traffic.path.name}", f"{traffic.path} (--traffic)", prompts,
+                     list(traffic.skipped))
+
+
 __all__ = ["FORMAT_HINT", "Lengths", "Traffic", "TrafficLimits", "measure_lengths", "read_traffic",
-           "summarize_traffic"]
+           "summarize_traffic", "traffic_prompt_set"]

@@ -13,7 +13,13 @@ from click.testing import CliRunner
 from speckit.cli import main
 from speckit.core import PACKAGE_DIR
 from speckit.errors import FormatError, UsageError
-from speckit.io.traffic import TrafficLimits, measure_lengths, read_traffic, summarize_traffic
+from speckit.io.traffic import (
+    TrafficLimits,
+    measure_lengths,
+    read_traffic,
+    summarize_traffic,
+    traffic_prompt_set,
+)
 
 SECRET = "zq-private-prompt-7731"
 GOOD = {"messages": [{"role": "user", "content": f"hello {SECRET}"},
@@ -132,6 +138,16 @@ def test_lengths_in_characters_or_in_tokens(tmp_path):
     assert words.unit == "tokens" and words.prompts == [2, 5] and words.replies == [2, None]
     s = summarize_traffic(t, _Chars())
     assert s.prompt_length.max == 5 and s.context_mix[0].requests == 2
+
+
+def test_the_traffic_becomes_the_prompt_set_validate_runs(tmp_path):
+    p = _write(tmp_path, [GOOD, "bad", {"messages": [{"role": "user", "content": "q"}]}])
+    ps = traffic_prompt_set(read_traffic(p))
+    assert [x.id for x in ps.prompts] == ["line-1", "line-3"]
+    assert ps.prompts[0].messages == (("user", f"hello {SECRET}"),)  # the reply is not sent
+    assert ps.prompts[0].category == "chat" and ps.prompts[1].category == ""
+    assert ps.skipped == ["line 2: invalid JSON (Expecting value at column 1)"]
+    assert len(ps.sha256) == 64
 
 
 @pytest.mark.parametrize(("content", "expect"), [
