@@ -53,14 +53,17 @@ def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: boo
 
     report = inspect(ref, target=target, allow_pickle=allow_pickle,
                      allow_external_links=allow_external_links)
+    # a checkpoint with errors (a broken d2t among them) is reported as is, its traffic not read
     tr = inspect_traffic(ref, traffic, target=target, allow_pickle=allow_pickle) \
-        if traffic is not None else None
+        if traffic is not None and report.ok else None
     if json_mode:
-        print_json(report if tr is None else {**to_jsonable(report), "traffic": tr})
+        print_json(report if traffic is None else {**to_jsonable(report), "traffic": tr})
     else:
         render(report)
         if tr is not None:
             render_traffic(tr)
+        elif traffic is not None:
+            output_console().print("\n--traffic not measured: fix the errors above first")
     if not report.ok:
         sys.exit(FormatError.exit_code)
 

@@ -148,3 +148,16 @@ def test_no_usable_target_is_a_clear_error(tmp_path, target):
     # SmolLM2's tokenizer against a draft of a 256-token target: not this target's tokenizer
     with pytest.raises(FormatError, match="past the target's vocab_size 256"):
         inspect_traffic(draft, p, target=str(target))
+
+
+def test_a_broken_checkpoint_is_reported_before_any_traffic(tmp_path):
+    from tests.support import factories as F
+
+    draft = F.make_spec_eagle3(tmp_path / "tiny")
+    (draft / "config.json").write_text(json.dumps({**json.loads(
+        (draft / "config.json").read_text()), "draft_vocab_size": 7}))
+    p = _write(tmp_path, ROWS, "t.jsonl")
+    r = CliRunner().invoke(main, ["inspect", str(draft), "--traffic", str(p)])
+    assert r.exit_code == FormatError.exit_code and "--traffic not measured" in r.output
+    r = CliRunner().invoke(main, ["inspect", str(draft), "--traffic", str(p), "--json"])
+    assert r.exit_code == FormatError.exit_code and json.loads(r.output)["traffic"] is None
