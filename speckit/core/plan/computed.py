@@ -19,6 +19,7 @@ from typing import Any
 
 from speckit.core import hfconfig
 from speckit.core import quant as core_quant
+from speckit.core.methods import MethodSpec
 from speckit.core.methods.common import layer_config
 from speckit.errors import FormatError, PlanError
 
@@ -89,6 +90,36 @@ def computed_tensors(config: Mapping[str, Any], *, where: str = "config.json") -
     raw = builder(cfg, where=where, mxfp4=_is_gpt_oss_mxfp4(qcfg, family, where))
     rows, quant = _apply_quantization(raw, qcfg, dtype, where)
     return Computed(rows, family, model_type, dtype, quant, notes)
+
+
+def computed_draft_tensors(spec: MethodSpec, layout: str | None, config: Mapping[str, Any], *,
+                           where: str = "draft config") -> Computed:
+    """A draft's tensors from its config: the required ones its method's tensor schema lists for
+    ``layout`` (the speculators layout when None), at the config's dtype. Optional and borrowed
+    tensors are named in the notes, not counted: a config does not say whether they ship."""
+    specs = None
+    if layout is not None and spec.source_tensors is not None:
+        specs = spec.source_tensors(layout, dict(config))
+    if specs is None and spec.expected_tensors is not None:
+        specs = spec.expected_tensors(dict(config))
+    if not specs:
+        raise PlanError(f"{where}: method {spec.name} has no tensor schema for layout "
+                        f"{layout or 'speculators'}, so its weights cannot be computed",
+                        hint="pass the draft's directory (headers are enough)")
+    dtype, notes = _float_dtype(config, layer_config(dict(config)), where)
+    counted = [t for t in specs if t.required and not t.borrowed]
+    for t in counted:
+        if any(d < 0 for d in t.shape):
+            raise PlanError(f"{where}: {t.name} has a width the config does not give",
+                            hint="pass the draft's directory (headers are enough)")
+    left = [t.name for t in specs if not (t.required and not t.borrowed)]
+    if left:
+        notes.append(f"not counted: {', '.join(left)} (optional in the {layout or 'speculators'} "
+                     "layout; a config does not say whether the checkpoint ships them, and vLLM "
+                     "takes a missing embedding or head from the target)")
+    rows = [(t.name, dtype if t.dtype == "float" else t.dtype, tuple(t.shape)) for t in counted]
+    return Computed(rows, spec.name, str(layer_config(dict(config)).get("model_type") or spec.name),
+                    dtype, "none", notes)
 
 
 # ---- fields ------------------------------------------------------------------------------------
@@ -278,7 +309,8 @@ def _mla_mlp(p: str, i: int, cfg: Mapping[str, Any], where: str) -> list[_T]:
     experts, width = _int(cfg, "n_routed_experts", where), _int(cfg, "moe_intermediate_size",
                                                                   where)
     out = [_T(f"{p}.mlp.gate.weight", (experts, h))]
-    if cfg.get("topk_method", "noaux_tc") == "noaux_tc":  # DeepSeek-V3's bias-corrected routing
+    # DeepSeek-V3 / Kimi-K2 route with a score-correction bias; DeepSeek-V2 only with noaux_tc
+    if cfg.get("model_type") != "deepseek_v2" or cfg.get("topk_method") == "noaux_tc":
         out.append(_T(f"{p}.mlp.gate.e_score_correction_bias", (experts,), "F32"))
     shared = _opt(cfg, "n_shared_experts", where, 0)
     if shared:
@@ -388,4 +420,4 @@ def _row(t: _T, dtype: str) -> Row:
     return (t.name, dtype if t.role in ("float", "linear") else t.role, t.shape)
 
 
-__all__ = ["Computed", "Row", "computed_tensors"]
+__all__ = ["Computed", "Row", "computed_draft_tensors", "computed_tensors"]
