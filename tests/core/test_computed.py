@@ -79,3 +79,43 @@ def test_missing_dtype_and_tie_are_said():
     assert any("tie_word_embeddings" in n for n in got.notes)
     assert "lm_head.weight" in {n for n, _, _ in got.tensors}
     assert "computed from config.json" in got.label
+
+
+# ---- the registry's recorded shapes --------------------------------------------------------------
+
+def _registry():
+    from speckit.io.datafiles import load_registry
+
+    return load_registry(env={"XDG_CONFIG_HOME": "/nonexistent-speckit-test"})
+
+
+def test_every_recorded_target_shape_computes_and_matches_its_published_total():
+    shaped = [e for e in _registry().entries.values() if e.kind == "target" and e.config]
+    assert {e.repo or e.local_copy_of for e in shaped} >= {
+        "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B", "openai/gpt-oss-20b",
+        "openai/gpt-oss-120b", "deepseek-ai/DeepSeek-V3"}
+    totals = {}
+    for e in shaped:
+        got = computed_tensors(e.config, where=e.id)
+        if e.checkpoint_bytes is not None:  # the published index / header totals, cited
+            assert got.nbytes == e.checkpoint_bytes, e.id
+            totals[e.id] = got
+    assert set(totals) == {"gpt-oss-20b", "gpt-oss-120b", "deepseek-v3"}
+    # simpx/model-inspect's listing of deepseek-ai/DeepSeek-V3: "Total Layers: 91991"
+    assert len(totals["deepseek-v3"].tensors) == 91991
+    assert "FP8 E4M3" in totals["deepseek-v3"].quantization
+    # the gpt-oss-20b index lists 459 tensors
+    assert len(totals["gpt-oss-20b"].tensors) == 459
+
+
+def test_recorded_draft_shape_computes_from_its_method_schema():
+    from speckit.core.methods.detect import pick_method
+    from speckit.core.plan.computed import computed_draft_tensors
+
+    e = _registry().get("qwen3-8b-dflash-block7")
+    picked = pick_method(dict(e.config), None, registry=e.method, where=e.id)
+    got = computed_draft_tensors(picked.spec, e.source_layout, e.config, where=e.id)
+    names = {n for n, _, _ in got.tensors}
+    assert "fc.weight" in names and "layers.4.mlp.down_proj.weight" in names
+    assert not any(n.startswith("layers.5.") for n in names)  # five draft layers
+    assert any("not counted: embed_tokens.weight, lm_head.weight" in n for n in got.notes)

@@ -694,3 +694,22 @@ def test_registry_list_does_not_import_torch():
                          text=True, timeout=120, cwd=REPO_ROOT, env=env)
     assert out.returncode == 0, out.stderr
     assert "HEAVY=\n" in out.stdout
+
+
+@pytest.mark.parametrize(("fields", "where", "words"), [
+    ({"config": {"hidden_size": 8}}, "config_sources", "required with config"),
+    ({"config": {"hidden_size": 8, "vocab_size": 9},
+      "config_sources": [{"url": "https://x.org/c", "quote": "q", "fields": ["hidden_size"],
+                          "grade": "copy"}]}, "config.vocab_size", "no config_sources entry"),
+    ({"config": {"hidden_size": 8},
+      "config_sources": [{"url": "https://x.org/c", "quote": "q", "fields": ["*"],
+                          "grade": "guess"}]}, "grade", "is not one of"),
+    ({"citations": [{"url": "http://x.org", "quote": "q"}]}, "url", "not an https://"),
+    ({"citations": [{"url": "https://x.org"}]}, "quote", "required field is missing"),
+    ({"checkpoint_bytes": 10}, "checkpoint_bytes_source", "go together"),
+])
+def test_cited_fields_are_checked(tmp_path, fields, where, words):
+    path = _write(tmp_path / "cite.toml", _entry(**fields))
+    with pytest.raises(FormatError) as info:
+        parse_registry_file(path)
+    assert f"field '{where}'" in info.value.message and words in info.value.message
