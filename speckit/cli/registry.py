@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from speckit.cli._common import handle_errors, print_json
-from speckit.core.plan.options import check_options
+from speckit.core.plan.options import check_options, optional_positive_int
 from speckit.core.refs import printable
 from speckit.core.registry import Deployment, list_entries, resolve
 from speckit.errors import UsageError
@@ -119,7 +119,8 @@ def resolve_cmd(ctx, target, method, gpu, concurrency, tp, registry_files, as_js
     """Drafts for a target: what starts on the GPU first (at the largest k that starts), then
     comparable published figures. Exit status 2 when no draft is registered."""
 
-    check_options(tp=tp, max_num_seqs=concurrency)
+    optional_positive_int(concurrency, "--concurrency")
+    check_options(tp=tp)
     reg = load_from_cli(*_files(ctx, registry_files))
     dep = Deployment(get_gpu(gpu), tp=tp, concurrency=concurrency)
     result = resolve(reg, target=target, method=method, deployment=dep)
