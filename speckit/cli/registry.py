@@ -273,7 +273,9 @@ def _render_entry(e) -> None:
             con.print(f"  - {n}")
     _render_citations(con, "sources", e.citations)
     if e.config:
-        con.print("shape (config.json fields): " + json.dumps(e.config))
+        con.print("shape (config.json fields):")
+        for key, value in e.config.items():
+            con.print(f"  {key} = {json.dumps(value)}")
         _render_citations(con, "shape sources", e.config_sources)
     if e.checkpoint_bytes_source:
         _render_citations(con, "checkpoint total source", (e.checkpoint_bytes_source,))
