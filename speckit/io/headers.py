@@ -209,7 +209,8 @@ def _recorded(ref: str, entry: Any, why: HubError, role: str,
         known = f"registry entry {e.id} records no shape" if e is not None else \
             "no registry entry records its shape"
         raise HubError(f"{why.message}; {known}", hint=why.hint) from None
-    got = _computed(e.id, dict(e.config), f"the registry's cited config of {e.repo or e.id}",
+    got = _computed(repo or e.id, dict(e.config),
+                    f"the registry's cited config of {e.repo or e.id}",
                     draft=e.kind == "draft", entry=e, method=method)
     grades = ", ".join(sorted({c.grade or "?" for c in e.config_sources}))
     got.notes.insert(0, f"{why.message}: weights computed from the registry's recorded shape "
