@@ -128,7 +128,7 @@ def _entry_for_repo(repo: str, *, kind: str | None = None) -> Any | None:
     for e in load_registry().entries.values():
         if kind is not None and e.kind != kind:
             continue
-        if (e.repo or "").lower() == want:
+        if want in ((e.repo or "").lower(), (e.local_copy_of or "").lower()):
             return e
     return None
 
@@ -212,6 +212,9 @@ def _recorded(ref: str, entry: Any, why: HubError, role: str,
     got = _computed(repo or e.id, dict(e.config),
                     f"the registry's cited config of {e.repo or e.id}",
                     draft=e.kind == "draft", entry=e, method=method)
+    if e.repo is None and e.local_copy_of:
+        got.notes.insert(0, f"the shape is that of {e.id}, a local copy of {e.local_copy_of} "
+                         f"({e.copy_differs})")
     grades = ", ".join(sorted({c.grade or "?" for c in e.config_sources}))
     got.notes.insert(0, f"{why.message}: weights computed from the registry's recorded shape "
                      f"of {e.repo or e.id} ({grades} sources; `speckit registry show {e.id}` "

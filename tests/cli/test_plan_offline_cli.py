@@ -110,3 +110,12 @@ def test_an_unbuilt_packaged_target_is_planned_from_its_shape(offline):
     res = plan_from_refs(target="smollm2-135m-instruct", gpu="H100")
     assert "not built on this machine yet" in " ".join(res.weights.notes)
     assert not (Path(offline) / "cache" / "speckit" / "targets").exists()  # nothing converted
+
+
+def test_nothing_built_and_nothing_cached_uses_the_copy_s_recorded_shape(offline):
+    res = plan_from_refs(target=None, draft="smollm2-135m-eagle3", gpu="H100")
+    said = " ".join(res.weights.notes)
+    assert "registry's recorded shape of smollm2-135m-instruct" in said
+    assert "a local copy of HuggingFaceTB/SmolLM2-135M-Instruct" in said
+    assert res.weights.target_bytes == computed_tensors(
+        load_registry().get("smollm2-135m-instruct").config).nbytes
