@@ -6,7 +6,6 @@ headers; `plan_from_refs()` reads those (local dir, registry id or Hub repo, hea
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,6 @@ from speckit.errors import UsageError
 from speckit.io.checkpoint import TensorInfo
 from speckit.io.datafiles import get_gpu
 from speckit.io.headers import LoadedRef, load_headers, registry_entry
-
-TensorLike = TensorInfo | tuple[str, str, Sequence[int]]
 
 
 def plan(*, gpu: GPU | str | None = "H200", gpu_mem_gib: float | None = None,

@@ -43,7 +43,8 @@ def header_tensors(tensors: Iterable[TensorLike] | None) -> list[HeaderTensor]:
 
 
 def pick_draft_method(method: str | None, draft_config: dict[str, Any] | None,
-                 draft_tensors: list[HeaderTensor], draft_name: str | None) -> MethodSpec | None:
+                      draft_tensors: list[HeaderTensor],
+                      draft_name: str | None) -> MethodSpec | None:
     """--method, else what the draft says (speckit.core.methods.detect.pick_method decides)."""
     names = [t.name for t in draft_tensors] if draft_tensors else None
     picked = pick_method(draft_config, names, asked=method, where=draft_name or "the draft")
@@ -162,4 +163,4 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
     return res
 
 
-__all__ = ["header_tensors", "pick_draft_method", "plan"]
+__all__ = ["TensorLike", "header_tensors", "pick_draft_method", "plan"]
