@@ -4,7 +4,6 @@ calibration, and the warnings that say why a number looks wrong (no engine start
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -119,24 +118,20 @@ def calibrate_sweep(sw: SweepReport, base: EngineRun, main: EngineRun, conf: Eng
                         f"at {better.throughput_ratio:.2f}x; check it with -k {better.k}")
 
 
-@functools.cache
-def _probe_kernel(fmt: str):
-    """One timed probe per format and process, so every decision in a run agrees."""
-    return probe_kernel(fmt)
-
-
 def emulated_quant(cfg: Mapping[str, Any]) -> str | None:
     """Why a quantized draft cannot be timed here: its low-precision matmul is emulated on this
-    machine (a timed probe, speckit.io.host.probe_kernel), else None."""
+    machine (speckit.io.host.probe_kernel: the answer doctor gives, one per process), else
+    None."""
 
     sch = recognise(cfg.get("quantization_config"))  # None: not a scheme speckit knows
     if sch is None:
         return None
     fmt = sch.capability
-    probe = _probe_kernel(fmt)
+    probe = probe_kernel(fmt)
     if probe.status == "native":
         return None
-    return f"{fmt.upper()} matmuls are {probe.status} on this {probe.device} ({probe.detail})"
+    return (f"{fmt.upper()} matmuls are {probe.status} on this {probe.device} ({probe.basis}: "
+            f"{probe.detail})")
 
 
 def subset_report(rep: SpecRunReport, run: EngineRun, n: int) -> SpecRunReport:
