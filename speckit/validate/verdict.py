@@ -4,8 +4,9 @@ kinds of evidence:
 - the end-to-end runs at the run's concurrency (prefill and scheduling included, as a server sees
   them), each with a 95% interval over its paired prompts: they decide;
 - the step model fitted to the batch probes over all measured concurrencies, with a band of its
-  fit error: it decides at the concurrencies it was measured at, when it agrees with the
-  end-to-end runs at the run's concurrency (decode steps alone can misjudge a machine);
+  fit error: it decides at the concurrencies it was measured at, when it agrees with an
+  end-to-end run at the run's concurrency (each ratio inside the other's interval: decode steps
+  alone can misjudge a machine);
 - each batch probe point (decode steps only, a few rounds): shown with its interval, never
   counted. One noisy probe must not flip the verdict.
 
@@ -73,8 +74,8 @@ def fitted_points(conc: Any) -> list[MeasuredRatio]:
 
 def _disagreement(e2e: list[MeasuredRatio], fitted: list[MeasuredRatio], concurrency: int,
                   k: int) -> str | None:
-    """Why the fit is not counted: at the run's concurrency it does not overlap the end-to-end
-    runs (or it cannot be compared there); None when it agrees."""
+    """Why the fit is not counted: at the run's concurrency it agrees with no end-to-end run (or
+    it cannot be compared there); None when it agrees with one."""
     if not fitted:
         return None
     at = next((m for m in fitted if m.concurrency == concurrency), None)
@@ -82,8 +83,7 @@ def _disagreement(e2e: list[MeasuredRatio], fitted: list[MeasuredRatio], concurr
     if at is None or not runs:
         return (f"the step model fitted to the batch probes is not counted: it was not measured "
                 f"at concurrency {concurrency}, where the end-to-end runs could check it")
-    lo, hi = at.interval.lo, at.interval.hi  # type: ignore[union-attr]
-    if any(_overlap(lo, hi, m) for m in runs):
+    if any(_agree(at, m) for m in runs):
         return None
     return (f"the step model fitted to the batch probes (decode steps only) is not counted: at "
             f"concurrency {concurrency} it gives {shown(at.ratio, at.interval)} at k={at.k} where "
@@ -92,10 +92,13 @@ def _disagreement(e2e: list[MeasuredRatio], fitted: list[MeasuredRatio], concurr
             + "; decode steps alone misjudge this machine")
 
 
-def _overlap(lo: float, hi: float, m: MeasuredRatio) -> bool:
-    if m.interval is None:
-        return lo <= m.ratio <= hi
-    return m.interval.lo <= hi and lo <= m.interval.hi
+def _agree(fit: MeasuredRatio, run: MeasuredRatio) -> bool:
+    """Each inside the other's interval: the fit's ratio within the run's 95% interval, and the
+    run's ratio within the fit's band. Merely overlapping ranges are not enough: a decode-only
+    fit that sits above the whole end-to-end interval is contradicted by the direct measure."""
+    band = fit.interval
+    in_band = band is None or band.contains(run.ratio)
+    return in_band and (run.interval is None or run.interval.contains(fit.ratio))
 
 
 def verdict(runs: Sequence[Any], *, concurrency: int, conc: Any = None, cpu: bool = False,
