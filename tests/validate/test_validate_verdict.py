@@ -142,6 +142,25 @@ def test_a_fit_the_runs_contradict_is_not_counted():
     assert "not measured at concurrency 3" in left_out
 
 
+def test_a_fit_that_only_overlaps_the_runs_is_not_agreement():
+    """A demo run (8 prompts, eagle3 k=3): 1.31x (0.98-1.75) end to end, the decode-only fit
+    2.02x (1.69-2.34) at the same concurrency. The ranges overlap, but the fit sits above the
+    whole end-to-end interval: it is not counted, and the runs alone cannot tell."""
+    run = SimpleNamespace(run=SimpleNamespace(label="eagle3-k3", role="speculative", k=3),
+                          throughput_ratio=1.31, acceptance_length=2.481, acceptance_only=False,
+                          ratio_interval=Interval(0.98, 1.75, 8, "prompts", "recorded"))
+    conc = _conc(EAGLE3)
+    conc.ratio = {3: [2.02, 1.98, 1.92, 1.85]}
+    conc.worst_fit_error, conc.holdout_error = 0.081, {"base": 0.02, "spec": -0.012}
+    v = verdict([run], concurrency=1, conc=conc)
+    assert v.status == "cannot tell" and not v.recommended
+    fit1 = next(m for m in v.measured if m.source == "fitted step model" and m.concurrency == 1)
+    assert fit1.interval.lo < run.ratio_interval.hi and not fit1.decides
+    # the same fit where the run measured 1.9x: each inside the other's interval, so it counts
+    run.throughput_ratio, run.ratio_interval = 1.9, Interval(1.5, 2.4, 8, "prompts", "recorded")
+    assert verdict([run], concurrency=1, conc=conc).status == "pays"
+
+
 def test_the_rule_alone():
     def m(r, lo, hi, **kw):
         return MeasuredRatio(r, 1, 1, "run x-k1", 1.9, Interval(lo, hi, 32, "prompts", "t"), **kw)
