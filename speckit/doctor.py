@@ -1,6 +1,7 @@
 """`speckit doctor`: what this machine can do for speckit, measured or read from the installed code.
 
-Versions, devices, which methods the installed vLLM serves here, FP8/MXFP4 kernels (timed), the Hub
+Versions, devices, which methods the installed vLLM serves here, FP8/MXFP4 kernels (vLLM's CPU
+backend decided from its code, a GPU timed; io.host.kernel_probes, validate's answer too), the Hub
 settings and caches; `for_command` lists what one command needs and the pip line that adds it.
 """
 
@@ -201,7 +202,7 @@ def doctor(*, for_command: str | None = None, probe_kernels: bool = True,
         platform=f"{platform.system()} {platform.machine()}", packages=packages,
         vllm_platform=vplat, vllm_runner=runner, devices=devices, host=host.host_facts(),
         methods=_methods(pk["vllm"], vplat, v1_only, refusals, warnings),
-        kernels=host.kernels(torch, devices, warnings) if probe_kernels else [],
+        kernels=list(host.kernel_probes()) if probe_kernels else [],
         hub=_hub(hub_settings, reach), caches=_caches(hub_settings[2]), warnings=warnings,
         gpu_profiles=list_profiles())
     report.schemes = scheme_support(report.kernels, vplat)

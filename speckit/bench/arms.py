@@ -15,7 +15,7 @@ from speckit.bench.endpoint import Endpoint
 from speckit.bench.options import UNTRAINED, UNTRAINED_NEEDS, Arm, BenchOptions
 from speckit.core import methods as _methods
 from speckit.core.methods.detect import pick_method
-from speckit.core.specconfig import serve_line, speculative_config
+from speckit.core.specconfig import serve_line, speculative_config, synthetic_acceptance
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import tensor_names
 from speckit.io.refs import resolve
@@ -68,15 +68,18 @@ def serve_engine_args(opts: BenchOptions, *, cpu: bool) -> dict[str, Any]:
 
 def build_arms(dep: Deployment, opts: BenchOptions,
                skipped: dict[str, str] | None = None) -> list[Arm]:
-    """baseline, each static k, the untrained methods; a schedule arm is added after the
-    static arms are measured (or projected). An untrained method whose package is missing is
-    left out, with the reason in ``skipped`` (arm name -> why)."""
+    """baseline, each static k, the synthetic-acceptance arms, the untrained methods; a schedule
+    arm is added after the static arms are measured (or projected). An untrained method whose
+    package is missing is left out, with the reason in ``skipped`` (arm name -> why)."""
     arms = [Arm("baseline", "baseline")]
     if dep.method is not None:
         for k in sorted(set(opts.ks)) or [_default_k(dep)]:
             cfg = speculative_config(method=dep.method, k=k, draft=_s(dep.draft_path),
                                      draft_config=dep.draft_config, tp=dep.tp)
             arms.append(Arm(f"{dep.method} k={k}", "static", k, dep.method, cfg))
+        arms += synthetic_arms(dep, opts)
+    elif opts.synthetic_al:
+        raise UsageError("--synthetic-al times a draft's serving with a forced AL: pass --draft")
     for name in opts.untrained:
         if name not in UNTRAINED:
             raise UsageError(f"--untrained {name!r}: use {' or '.join(UNTRAINED)}")
@@ -89,6 +92,24 @@ def build_arms(dep: Deployment, opts: BenchOptions,
         cfg = speculative_config(method=name, k=k, draft=None)
         arms.append(Arm(f"{name} k={k}", "untrained", k, name, cfg))
     return arms
+
+
+def synthetic_arms(dep: Deployment, opts: BenchOptions) -> list[Arm]:
+    """One arm per forced AL and static k (an AL above k + 1 skips that k; one no k can force is
+    an error): the draft's passes run as usual, vLLM's synthetic sampler accepts AL tokens."""
+    out = []
+    ks = sorted(set(opts.ks)) or [_default_k(dep)]
+    for al in opts.synthetic_al:
+        fit = [k for k in ks if al <= k + 1]
+        if not fit:
+            raise UsageError(f"--synthetic-al {al:g}: above k + 1 for every -k ({ks})",
+                             hint="vLLM forces an AL in [1, k + 1]; raise -k")
+        for k in fit:
+            cfg = speculative_config(method=str(dep.method), k=k, draft=_s(dep.draft_path),
+                                     draft_config=dep.draft_config, tp=dep.tp)
+            out.append(Arm(f"{dep.method} k={k} synthetic AL={al:g}", "synthetic", k,
+                           dep.method, synthetic_acceptance(cfg, al), synthetic_al=float(al)))
+    return out
 
 
 def untrained_missing(name: str) -> str | None:

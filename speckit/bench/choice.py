@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from speckit.bench.report import SummaryRow
 from speckit.bench.stats import Spread
+from speckit.core.evidence import PAYS, Interval, classify
 from speckit.core.metrics import BEST_K_TOLERANCE
 
 
@@ -22,6 +23,7 @@ class MethodAtLoad:
     tok_s: Spread
     ratio: Spread | None
     acceptance_length: float | None
+    ratio_interval: Interval | None = None  # 95%, over seeds (SummaryRow.ratio_interval)
 
 
 @dataclass
@@ -51,7 +53,8 @@ def method_choices(rows: Sequence[SummaryRow], *, trained: str | None,
                    tolerance: float = BEST_K_TOLERANCE) -> list[MethodChoice]:
     """Per load (of the rows given: one temperature and thinking setting), each method's best
     arm by mean tok/s, and the method to use; a method within ``tolerance`` of the best is
-    listed as close, and so is one whose mean +- sd over seeds overlaps the best's."""
+    listed as close, and so is one whose mean +- sd over seeds overlaps the best's, and no
+    speculation unless the best's ratio interval lies above 1."""
     by_load: dict[tuple, list[SummaryRow]] = {}
     for r in rows:
         by_load.setdefault((r.concurrency is None, r.concurrency or 0, r.rate or 0.0), []).append(r)
@@ -66,11 +69,12 @@ def method_choices(rows: Sequence[SummaryRow], *, trained: str | None,
         ranked = sorted(best.items(), key=lambda kv: -kv[1].output_tok_s.mean)
         (use, top), rest = ranked[0], ranked[1:]
         close = [m for m, r in rest if _not_separated(r.output_tok_s, top.output_tok_s,
-                                                      tolerance)]
+                                                      tolerance)
+                 or (m == "none" and classify(top.ratio_interval) != PAYS)]
         out.append(MethodChoice(
             at[0].load, at[0].concurrency, at[0].rate, use, top.arm, close,
-            [MethodAtLoad(m, r.arm, r.output_tok_s, r.ratio, r.acceptance_length)
-             for m, r in ranked]))
+            [MethodAtLoad(m, r.arm, r.output_tok_s, r.ratio, r.acceptance_length,
+                          r.ratio_interval) for m, r in ranked]))
     return out
 
 

@@ -28,11 +28,12 @@ class Arm:
     """One server configuration; spec_config None is the no-speculation baseline."""
 
     name: str
-    kind: str  # baseline | static | schedule | untrained
+    kind: str  # baseline | static | schedule | untrained | synthetic
     k: int = 0  # the static k (the schedule's largest k); 0 for the baseline
     method: str | None = None
     spec_config: dict[str, Any] | None = None
     endpoint: Endpoint | None = None  # mode (b): the server the user runs
+    synthetic_al: float | None = None  # the AL vLLM's synthetic sampler forces (kind synthetic)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class BenchOptions:
     schedule: str | None = None  # measured | projected | "1-2:3,3-8:1"
     untrained: list[str] = field(default_factory=list)
     untrained_k: int = 3
+    # forced acceptance lengths (vLLM's synthetic rejection sampler): one arm per AL and k, the
+    # serving system timed apart from the draft's quality (for --fit-profile)
+    synthetic_al: list[float] = field(default_factory=list)
     tp: int = 1
     engine_args: dict[str, Any] = field(default_factory=dict)
     startup_timeout_s: float = 900.0
@@ -80,7 +84,9 @@ class BenchOptions:
     output_len: int | None = None  # and exactly this many generated (ignore_eos)
     temperatures: list[float] = field(default_factory=lambda: [0.0])
     thinking: list[bool] = field(default_factory=lambda: [False])
-    seeds: list[int] = field(default_factory=lambda: [0])
+    # two seeds per cell: the fewest that give each ratio an interval (the seed-to-seed noise is
+    # pooled over every cell of the run), so a default bench can say "pays" (issue 43)
+    seeds: list[int] = field(default_factory=lambda: [0, 1])
     gpus: int | None = None  # for per-GPU tok/s; default the TP of a server speckit starts
     gpu: str | None = None  # catalog GPU for the projected column
     tokenizer: str | None = None

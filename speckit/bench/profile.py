@@ -3,10 +3,12 @@ model that plan and validate project with (the file `speckit calibrate` writes, 
 
 Each closed-loop cell at concurrency c gives one step time: the baseline's TPOT p50 (one token per
 sequence per step) and a static-k arm's TPOT p50 x its acceptance length (AL tokens per sequence
-per step). The step model of the projection (core.plan.projection.StepModel: the target's verify
-pass, the draft's passes and the shipped engine terms) is fitted to them with the one bounded
-robust fitter (core.plan.fit.fit_log_params) over SERVE_FIELDS; one inner concurrency is first held
-out to report how well the fit predicts a batch size it did not see.
+per step); a --synthetic-al arm's uses the AL vLLM's synthetic sampler forced, so the fit times
+the serving system apart from the draft's quality. The step model of the projection
+(core.plan.projection.StepModel: the target's verify pass, the draft's passes and the shipped
+engine terms) is fitted to them with the one bounded robust fitter (core.plan.fit.fit_log_params)
+over SERVE_FIELDS; one inner concurrency is first held out to report how well the fit predicts a
+batch size it did not see.
 """
 
 from __future__ import annotations
@@ -82,8 +84,9 @@ def read_report(path: str | Path) -> tuple[Path, dict[str, Any]]:
 
 
 def measured_steps(report: dict[str, Any], *, where: str = "report.json") -> list[MeasuredStep]:
-    """The step times of the baseline and static-k rows at the first temperature (thinking off
-    where both ran), closed loop only: Poisson cells have no fixed batch."""
+    """The step times of the baseline, static-k and synthetic-acceptance rows at the first
+    temperature (thinking off where both ran), closed loop only: Poisson cells have no fixed
+    batch."""
     opts = report.get("options") or {}
     t0 = (opts.get("temperatures") or [0.0])[0]
     ctx = contexts(report)
@@ -101,6 +104,11 @@ def measured_steps(report: dict[str, Any], *, where: str = "report.json") -> lis
         if kind == "baseline":
             out.append(MeasuredStep(row["arm"], int(c), 0, ctx.get(row["load"], DEFAULT_CONTEXT),
                                     tpot / 1e3))
+        elif kind == "synthetic" and k >= 1 and row.get("synthetic_al"):
+            # the AL vLLM's synthetic sampler forced: the step's tokens do not depend on a draft
+            al = float(row["synthetic_al"])
+            out.append(MeasuredStep(row["arm"], int(c), k, ctx.get(row["load"], DEFAULT_CONTEXT),
+                                    tpot / 1e3 * al, al))
         elif kind == "static" and k >= 1 and al:
             out.append(MeasuredStep(row["arm"], int(c), k, ctx.get(row["load"], DEFAULT_CONTEXT),
                                     tpot / 1e3 * float(al), float(al)))
@@ -136,9 +144,9 @@ def fit_bench_profile(report: str | Path, *, out: str | Path | None = None,
     path, rep = read_report(report)
     steps = measured_steps(rep, where=str(path))
     if not any(s.k == 0 for s in steps) or not any(s.k for s in steps) or len(steps) < 4:
-        raise UsageError(f"{path}: {len(steps)} step times (baseline and static-k rows with a "
-                         "TPOT at the first temperature); the fit needs a baseline and a static "
-                         "k at two or more concurrencies",
+        raise UsageError(f"{path}: {len(steps)} step times (baseline, static-k and synthetic "
+                         "rows with a TPOT at the first temperature); the fit needs a baseline "
+                         "and a static k (or --synthetic-al) at two or more concurrencies",
                          hint="bench with --concurrency 1,2,4,8 and -k (not only --untrained, "
                          "--schedule or --request-rate)")
     name = gpu or (rep.get("options") or {}).get("gpu")

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from speckit.bench.report import BenchReport, SummaryRow
 from speckit.bench.stats import Spread
+from speckit.core.evidence import CANNOT_TELL, DOES_NOT_PAY, Interval
 from speckit.core.jsonable import to_jsonable
 from speckit.io.output import write_provenance
 
@@ -20,8 +21,9 @@ def write_files(report: BenchReport, out: Path) -> None:
         (out / "spec-config.json").write_text(json.dumps(report.spec_configs[rec], indent=2)
                                               + "\n")
         report.files["spec_config"] = "spec-config.json"
-    if rec and rec in report.serve_lines:  # a text file: speckit writes no scripts
-        line = " ".join(shlex.quote(a) for a in report.serve_lines[rec])
+    line_arm = _serve_arm(report)
+    if line_arm is not None:  # a text file: speckit writes no scripts
+        line = " ".join(shlex.quote(a) for a in report.serve_lines[line_arm])
         (out / "serve-line.txt").write_text(line + "\n")
         report.files["serve_line"] = "serve-line.txt"
     report.files.update(write_plots(report, out))
@@ -33,6 +35,26 @@ def write_files(report: BenchReport, out: Path) -> None:
     report.files["report_json"] = "report.json"
     (out / "report.md").write_text(markdown(report))
     (out / "report.json").write_text(json.dumps(to_jsonable(report), indent=2) + "\n")
+
+
+def _serve_arm(r: BenchReport) -> str | None:
+    """The arm whose serve line is written: the recommended one; the baseline (the target
+    alone) when speculation was measured and did not pay, or could not be told to."""
+    if r.recommended and r.recommended in r.serve_lines:
+        return r.recommended
+    v = r.verdict
+    if v is not None and v.status in (DOES_NOT_PAY, CANNOT_TELL) and "baseline" in r.serve_lines:
+        return "baseline"
+    return None
+
+
+def _ri(s: Spread | None, iv: Interval | None) -> str:
+    """A ratio with its 95% interval over seeds, "1.49 (1.40-1.58)"; "1.49 (1 seed)"."""
+    if s is None:
+        return "-"
+    if iv is None:
+        return f"{s.mean:.2f} ({s.n} seed{'s' if s.n != 1 else ''}, no interval)"
+    return f"{s.mean:.2f} ({iv.lo:.2f}-{iv.hi:.2f})"
 
 
 def _sp(s: Spread | None, fmt: str = "{:.1f}") -> str:
@@ -51,7 +73,7 @@ def _f(v, fmt: str = "{:.2f}") -> str:
 
 
 def summary_table(rows: Sequence[SummaryRow]) -> list[str]:
-    out = ["| load | T | thinking | arm | tok/s | per GPU | ratio | TTFT p50/p99 ms | "
+    out = ["| load | T | thinking | arm | tok/s | per GPU | ratio (95%) | TTFT p50/p99 ms | "
            "TPOT p50/p90/p99 ms | ITL p50/p99 ms | AL | k drafted | per position |",
            "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in sorted(rows, key=lambda r: (r.temperature, r.thinking, r.concurrency or 0,
@@ -59,7 +81,8 @@ def summary_table(rows: Sequence[SummaryRow]) -> list[str]:
         pos = ", ".join(f"{p:.2f}" for p in r.per_position) or "-"
         out.append(
             f"| {r.load} | {r.temperature:g} | {'on' if r.thinking else 'off'} | {r.arm} | "
-            f"{_sp(r.output_tok_s)} | {r.per_gpu_tok_s:.1f} | {_sp(r.ratio, '{:.2f}')} | "
+            f"{_sp(r.output_tok_s)} | {r.per_gpu_tok_s:.1f} | "
+            f"{'1.00' if r.kind == 'baseline' else _ri(r.ratio, r.ratio_interval)} | "
             f"{_ms(r.ttft_ms, 'p50')} / {_ms(r.ttft_ms, 'p99')} | {_ms(r.tpot_ms, 'p50')} / "
             f"{_ms(r.tpot_ms, 'p90')} / {_ms(r.tpot_ms, 'p99')} | {_ms(r.itl_ms, 'p50')} / "
             f"{_ms(r.itl_ms, 'p99')} | {_f(r.acceptance_length)} | {_f(r.k_drafted)} | {pos} |")
@@ -74,14 +97,18 @@ def markdown(r: BenchReport) -> str:
              f"- prompts: {o.get('dataset')}, {o.get('prompts_per_concurrency')} x concurrency "
              f"per cell, {o.get('warmups_per_concurrency')} x concurrency warm-ups, max tokens "
              f"{o.get('output_len') or o.get('max_tokens')}, seeds {o.get('seeds')}", "",
-             "## Measured cells (mean ± sd over seeds)", "", *summary_table(r.summary), ""]
+             *_verdict_lines(r),
+             "## Measured cells (tok/s: mean ± sd over seeds; ratio: mean with its 95% "
+             "interval)", "", *summary_table(r.summary), ""]
     lines += _k_lines(r)
     lines += _choice_lines(r)
     if r.measured_schedule:
         lines += ["", f"Measured schedule (batch lo, hi, k): `{r.measured_schedule}`"]
-    if r.recommended:
-        lines += ["", f"## Serve ({r.recommended})", "", "```sh",
-                  " ".join(shlex.quote(a) for a in r.serve_lines.get(r.recommended, [])), "```"]
+    arm = _serve_arm(r)
+    if arm is not None:
+        what = arm if arm == r.recommended else "the target alone, no --speculative-config"
+        lines += ["", f"## Serve ({what})", "", "```sh",
+                  " ".join(shlex.quote(a) for a in r.serve_lines.get(arm, [])), "```"]
     bad = [c for c in r.cells if c.error or c.problems]
     if bad:
         lines += ["", "## Cells with errors or counter problems", ""]
@@ -95,18 +122,35 @@ def markdown(r: BenchReport) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _verdict_lines(r: BenchReport) -> list[str]:
+    v = r.verdict
+    if v is None:
+        return []
+    out = ["## Verdict", "", f"**{v.summary[:1].upper() + v.summary[1:]}.**", ""]
+    out += [f"- {x}" for x in v.reasons]
+    iv = next((m.interval for m in v.measured if m.interval is not None), None)
+    out += ["", f"Intervals: {iv.method}." if iv else "Intervals: none (one seed per cell).",
+            "Speculation is recommended only when a ratio's interval lies above 1.", ""]
+    return out
+
+
 def _k_lines(r: BenchReport) -> list[str]:
     if not r.k_choices:
         return []
     p = r.projection
     head = f"projected ({p['gpu']} x TP={p['tp']})" if p else "projected (pass --gpu)"
     out = ["## k per concurrency: measured vs projected", "",
-           f"| concurrency | measured best k | measured ratio | {head} k | projected ratio | "
-           "schedule ratio |", "|---|---|---|---|---|---|"]
+           f"| concurrency | k to use (measured) | its ratio (95%) | verdict | {head} k | "
+           "projected ratio | schedule ratio |", "|---|---|---|---|---|---|---|"]
     for ch in r.k_choices:
-        out.append(f"| {ch.concurrency} | {_f(ch.measured_k, '{}')} | "
-                   f"{_sp(ch.measured_ratio, '{:.2f}')} | {_f(ch.projected_k, '{}')} | "
-                   f"{_f(ch.projected_ratio)} | {_sp(ch.schedule_ratio, '{:.2f}')} |")
+        k = _f(ch.measured_k, '{}')
+        if ch.measured_k == 0 and ch.best_k:
+            k += f" (fastest: k={ch.best_k})"
+        out.append(f"| {ch.concurrency} | {k} | {_ri(ch.measured_ratio, ch.interval)} | "
+                   f"{ch.status or '-'} | {_f(ch.projected_k, '{}')} | "
+                   f"{_f(ch.projected_ratio)} | "
+                   f"{_ri(ch.schedule_ratio, ch.schedule_interval) if ch.schedule_ratio else '-'}"
+                   " |")
     return out
 
 
@@ -116,7 +160,8 @@ def _choice_lines(r: BenchReport) -> list[str]:
     out = ["", "## Which method for this workload", "", f"**{r.advice}**", "",
            "| load | use | best arm of each method: tok/s (ratio, AL) |", "|---|---|---|"]
     for ch in r.method_choice:
-        each = "; ".join(f"{m.arm}: {_sp(m.tok_s)} ({_sp(m.ratio, '{:.2f}')}, "
+        each = "; ".join(f"{m.arm}: {_sp(m.tok_s)} ("
+                         f"{'1.00' if m.method == 'none' else _ri(m.ratio, m.ratio_interval)}, "
                          f"AL {_f(m.acceptance_length)})" for m in ch.methods)
         out.append(f"| {ch.load} | {ch.use_arm if ch.use != 'none' else 'no speculation'} | "
                    f"{each} |")

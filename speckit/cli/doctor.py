@@ -22,14 +22,14 @@ from speckit.errors import SpeckitError
               help="Also check what this command needs; exit 1 when something is missing "
               f"({', '.join(REQUIREMENTS)}).")
 @click.option("--no-network", is_flag=True, help="Do not send the HEAD request to the Hub.")
-@click.option("--no-probe", is_flag=True, help="Skip the timed FP8/MXFP4 matmul probe.")
+@click.option("--no-probe", is_flag=True, help="Skip the FP8/MXFP4 kernel probe.")
 @json_option("the report")
 @quiet_option("Print only what is missing for --for (and the exit status says the rest).")
 @handle_errors
 def doctor_cmd(for_command, no_network, no_probe, json_mode, quiet):
     """Report what speckit can do here: versions, GPUs and memory, which methods the installed
-    vLLM serves on this device, FP8/MXFP4 kernels (native or emulated, timed), Hub settings
-    (the token is never printed), cache sizes.
+    vLLM serves on this device, FP8/MXFP4 kernels (native or emulated: vLLM's CPU backend by
+    its code, a GPU timed), Hub settings (the token is never printed), cache sizes.
     """
     report = doctor(for_command=for_command, probe_kernels=not no_probe,
                     check_network=not no_network)
@@ -79,7 +79,7 @@ def render(r) -> None:
     if r.kernels:
         click.echo("low-precision matmul:")
         for k in r.kernels:
-            click.echo(f"  {k.format:<6} {k.status:<12} {k.device}: {k.detail}")
+            click.echo(f"  {k.format:<6} {k.status:<9} {k.device}, by {k.basis}: {k.detail}")
     if r.schemes:
         click.echo("quantization schemes (speckit quantize):")
         for s in r.schemes:

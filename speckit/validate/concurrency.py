@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from speckit.core import methods
+from speckit.core.evidence import Interval, welch_ratio_interval
 from speckit.core.gpus import get_gpu
 from speckit.core.jsonable import to_jsonable
 from speckit.core.plan import fit as _fit
@@ -35,6 +36,7 @@ class BatchMeasure:
     measured_ratio: float | None  # AL(k) x base / spec
     model_base_s: float | None = None
     model_spec_s: float | None = None
+    ratio_interval: Interval | None = None  # over the probe's rounds on both engines
 
 
 @dataclass
@@ -101,6 +103,10 @@ def analyse(base: EngineRun, main: EngineRun, *, k: int, per_position: Sequence[
     al = {kk: _sched.al_from_per_position(per_position, kk)
           for kk in range(1, len(per_position) + 1)}
     measured = [BatchMeasure(b, tb, ts, al[k] * tb / ts if ts else None) for b, tb, ts in pairs]
+    rounds = _rounds(base, main)
+    for m in measured:
+        if m.measured_ratio is not None and m.batch in rounds:
+            m.ratio_interval = welch_ratio_interval(m.measured_ratio, *rounds[m.batch])
     held = holdout_of([b for b, _, _ in pairs])
     rep = ConcurrencyReport(k=k, ctx=_context(base, main), measured=measured, holdout=held)
     try:
@@ -213,6 +219,13 @@ def _paired(base: EngineRun, main: EngineRun) -> list[tuple[int, float, float]]:
             if p.step_s and spec.get(p.batch)]
 
 
+def _rounds(base: EngineRun, main: EngineRun) -> dict[int, tuple[list[float], list[float]]]:
+    """batch -> (the baseline's round step times, the speculative engine's)."""
+    spec = {p.batch: p.round_step_s for p in main.batch_probe}
+    return {p.batch: (p.round_step_s, spec[p.batch]) for p in base.batch_probe
+            if p.round_step_s and spec.get(p.batch)}
+
+
 def _context(base: EngineRun, main: EngineRun) -> int:
     ids = base.prompt_token_ids or [[0]]
     tokens = main.job.batch_probe_tokens if main.job is not None else 16
@@ -274,10 +287,10 @@ def summary_lines(rep: ConcurrencyReport) -> list[str]:
 
 def markdown(rep: ConcurrencyReport) -> str:
     head = (f"| concurrency | base step ms | spec step ms (k={rep.k}) | measured ratio "
-            "| model base ms | model spec ms |\n|---|---|---|---|---|---|\n")
+            "(95%, rounds) | model base ms | model spec ms |\n|---|---|---|---|---|---|\n")
     rows = "".join(f"| {m.batch} | {_ms(m.base_step_s)} | {_ms(m.spec_step_s)} | "
-                   f"{_x(m.measured_ratio)} | {_ms(m.model_base_s)} | {_ms(m.model_spec_s)} |\n"
-                   for m in rep.measured)
+                   f"{_xi(m.measured_ratio, m.ratio_interval)} | {_ms(m.model_base_s)} | "
+                   f"{_ms(m.model_spec_s)} |\n" for m in rep.measured)
     fitted = ""
     if rep.not_fitted is None:
         fitted = ("\nFitted throughput ratio on this machine:\n\n| k | "
@@ -325,6 +338,11 @@ def plot(rep: ConcurrencyReport, out, plt) -> str:
 
 def _ms(x: float | None) -> str:
     return "-" if x is None else f"{1e3 * x:.1f}"
+
+
+def _xi(x: float | None, iv: Interval | None) -> str:
+    """A probe's ratio with its interval over the rounds (probes are shown, never decide)."""
+    return _x(x) + ("" if x is None or iv is None else f" ({iv.lo:.2f}-{iv.hi:.2f})")
 
 
 def _x(x: float | None) -> str:

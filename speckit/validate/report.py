@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.evidence import Interval, shown
 from speckit.core.metrics import KPrediction, LosslessCheck, SpecCounters, StepCosts
 from speckit.io.terminal import output_console, print_table
 from speckit.validate import concurrency as C
@@ -51,6 +52,8 @@ class SpecRunReport:
     problems: list[str]  # counter inconsistencies; empty when sane
     # timed on a machine where its kernels are emulated: acceptance counts, throughput does not
     acceptance_only: bool = False
+    # 95% interval of throughput_ratio over the paired prompts (None: under 2 timed prompts)
+    ratio_interval: Interval | None = None
 
 
 @dataclass
@@ -172,6 +175,8 @@ class ValidationReport:
             "token_match_rate": self.final.lossless.token_match_rate,
             "k": self.k,
             "speculation_pays": None if self.verdict is None else self.verdict.pays,
+            "verdict_status": None if self.verdict is None else self.verdict.status,
+            "throughput_ratio_interval": _jsonable(self.final.ratio_interval),
             "recommended": self.recommended,
             "verdict": None if self.verdict is None else self.verdict.summary,
         }
@@ -220,7 +225,11 @@ def _speed(s: SpecRunReport) -> str:
 
 
 def _ratio(s: SpecRunReport) -> str:
-    return "-" if s.acceptance_only else f"{s.throughput_ratio:.3f}"
+    """The ratio with its 95% interval over the paired prompts: "0.851 (0.80-0.90)"."""
+    if s.acceptance_only:
+        return "-"
+    iv = s.ratio_interval
+    return f"{s.throughput_ratio:.3f}" + ("" if iv is None else f" ({iv.lo:.2f}-{iv.hi:.2f})")
 
 
 def _pos(xs: list[float]) -> str:
@@ -266,9 +275,25 @@ def _md_verdict(r: ValidationReport) -> list[str]:
     v = r.verdict
     if v is None:
         return []
-    head = "**Speculation does not pay here.**" if v.pays is False else "**Verdict:**"
+    head = {"does not pay": "**Speculation does not pay here.**",
+            "cannot tell": "**Cannot tell whether speculation pays here.**",
+            "pays": "**Speculation pays here.**"}.get(v.status, "**Verdict:**")
     return ["", "## Verdict", "", f"{head} {_sentence(v.summary)}", ""] + [
-        f"- {x}" for x in v.reasons]
+        f"- {x}" for x in v.reasons] + _md_evidence(v)
+
+
+def _md_evidence(v) -> list[str]:
+    """Every ratio the verdict saw, with its 95% interval and how that was made."""
+    if not v.measured:
+        return []
+    out = ["", "| evidence | k | concurrency | ratio (95% interval) | counts | interval |",
+           "|---|---|---|---|---|---|"]
+    for m in v.measured:
+        iv = m.interval
+        out.append(f"| {m.source} | {m.k} | {m.concurrency} | {shown(m.ratio, iv)} | "
+                   f"{'decides' if m.decides else 'shown only'} | "
+                   f"{iv.method if iv else '-'} |")
+    return out
 
 
 def _sentence(text: str) -> str:
@@ -473,10 +498,16 @@ def _print_verdict(r: ValidationReport, console) -> None:
     v = r.verdict
     if v is None:
         return
-    style = "bold red" if v.pays is False else "bold"
+    style = {"does not pay": "bold red", "cannot tell": "bold yellow"}.get(v.status, "bold")
     console.print(f"[{style}]verdict:[/] {escape(v.summary)}")
     for x in v.reasons:
         console.print(f"  - {escape(x)}")
+    for m in v.measured:
+        console.print(f"  {'*' if m.decides else ' '} {escape(m.source)} k={m.k} concurrency "
+                      f"{m.concurrency}: {shown(m.ratio, m.interval)}")
+    if v.measured:
+        console.print("  (* decides; 95% intervals: end-to-end runs over their paired prompts, "
+                      "the fit by its error, probes over their rounds)")
     if not r.recommended:
         console.print("spec-config: not recommended (written as "
                       "spec-config.not-recommended.json with --out)")

@@ -163,7 +163,8 @@ def test_summary_ratios_and_k_per_concurrency():
 # ---- error paths against the stand-in server -------------------------------------------------
 
 def _opts(**kw):
-    base = {"concurrencies": [1, 2], "prompts_per_concurrency": 2, "warmups_per_concurrency": 1,
+    base = {"concurrencies": [1, 2], "seeds": [0], "prompts_per_concurrency": 2,
+            "warmups_per_concurrency": 1,
             "max_tokens": 30, "cpu_threads": None}
     base.update(kw)
     return BenchOptions(**base)

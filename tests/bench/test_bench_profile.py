@@ -17,6 +17,7 @@ from speckit.bench.options import BenchOptions
 from speckit.bench.report import BenchReport, SummaryRow
 from speckit.bench.stats import Spread
 from speckit.core import PACKAGE_DIR
+from speckit.core.evidence import Interval
 from speckit.errors import FormatError, UsageError
 from tests.support.bench_stub import DATA
 
@@ -156,18 +157,24 @@ def test_suffix_is_skipped_with_its_reason_when_arctic_inference_is_missing(monk
 
 # ---- which method for the workload ------------------------------------------------------------
 
-def _row(arm, kind, c, tok_s, sd=0.0, n=1, k=3):
+def _row(arm, kind, c, tok_s, sd=0.0, n=1, k=3, iv=None):
     return SummaryRow(arm, kind, 0 if kind == "baseline" else k, f"c={c}", c, None, 0.0, False,
                       n, Spread(tok_s, sd, n), tok_s, Spread(1.0, 0, n), {}, {}, {}, None, [],
-                      None)
+                      None, ratio_interval=iv)
+
+
+_PAYS = Interval(1.2, 1.6, 2, "seeds", "recorded")
 
 
 def test_method_choice_follows_the_measurements():
     rows = [_row("baseline", "baseline", 1, 10), _row("eagle3 k=1", "static", 1, 20, k=1),
             _row("eagle3 k=3", "static", 1, 24), _row("ngram k=3", "untrained", 1, 15),
-            _row("suffix k=3", "untrained", 1, 30),
-            _row("baseline", "baseline", 8, 80), _row("eagle3 k=3", "static", 8, 120),
+            _row("suffix k=3", "untrained", 1, 30, iv=_PAYS),
+            _row("baseline", "baseline", 8, 80), _row("eagle3 k=3", "static", 8, 120, iv=_PAYS),
             _row("ngram k=3", "untrained", 8, 70), _row("suffix k=3", "untrained", 8, 90)]
+    # one seed: no interval, so no speculation is never ruled out (issue 43)
+    bare = [replace(r, ratio_interval=None) for r in rows]
+    assert all(c.close == ["none"] for c in method_choices(bare, trained="eagle3"))
     ch = method_choices(rows, trained="eagle3")
     assert [(c.load, c.use, c.use_arm) for c in ch] == [("c=1", "suffix", "suffix k=3"),
                                                        ("c=8", "eagle3", "eagle3 k=3")]

@@ -34,7 +34,7 @@ def test_bench_on_a_real_vllm_serve(tmp_path):
     log = tmp_path / "serve.log"
     with vllm_server(argv, log=log, startup_timeout_s=900,
                      env={"OMP_NUM_THREADS": "1"}) as served:
-        rep = bench(BenchOptions(endpoint=served.base_url, concurrencies=[1, 2],
+        rep = bench(BenchOptions(endpoint=served.base_url, concurrencies=[1, 2], seeds=[0],
                                  prompts_per_concurrency=2, warmups_per_concurrency=1,
                                  max_tokens=24, dataset="code-edit", gpus=1,
                                  out=tmp_path / "out"))

@@ -94,3 +94,39 @@ def test_validate_memory_gate_runs_on_rocm(on_mi300x, tmp_path):
         _gate(target, eargs={"kv_cache_memory_bytes": 400 * GiB})
     info, warnings = _gate(target, eargs={"kv_cache_memory_bytes": 400 * GiB}, force=True)
     assert any("--force: started anyway" in w for w in warnings)
+
+
+# ---- the kernel verdict: vLLM's CPU backend by its code, a GPU timed with a margin ------------
+
+def test_cpu_backend_is_decided_by_its_code_not_timed():
+    plain = {k.format: k for k in host.cpu_kernels({"avx512f", "amx_bf16", "amx_tile"})}
+    assert {f: k.status for f, k in plain.items()} == {"mxfp4": "emulated", "fp8": "emulated",
+                                                       "nvfp4": "emulated"}
+    assert all(k.seconds is None and k.basis == "vLLM's CPU backend" for k in plain.values())
+    assert "ChannelWiseTorchFP8ScaledMMLinearKernel" in plain["fp8"].detail
+    # AMX-FP8 (vLLM's CPUFP8W8A8ScaledMMLinearKernel) is the one native CPU path
+    amx = {k.format: k.status for k in host.cpu_kernels({"amx_tile", "amx_fp8"})}
+    assert amx == {"mxfp4": "emulated", "fp8": "native", "nvfp4": "emulated"}
+
+
+@pytest.mark.parametrize(("ratio", "cap", "want"), [
+    (0.55, "9.0", ("native", "timed")),  # H100 FP8: well under the bf16 time
+    (7.5, "9.0", ("emulated", "timed")),  # an upcast: far over it, whatever the device says
+    (1.8, "9.0", ("native", "timed, inside the margin: compute capability")),
+    (1.8, "8.0", ("emulated", "timed, inside the margin: compute capability")),  # A100: no FP8
+])
+def test_timed_probe_has_a_margin_decided_by_capability(ratio, cap, want):
+    dev = host.Device("cuda", "gpu", 80 * GiB, capability=cap)
+    assert host.timed_status(ratio, "fp8", dev) == want
+
+
+def test_capability_rule_is_vllms():
+    cuda = lambda cap: host.Device("cuda", "g", GiB, capability=cap)  # noqa: E731
+    rocm = lambda arch: host.Device("rocm", "g", GiB, capability=arch)  # noqa: E731
+    assert host.capability_native("fp8", cuda("8.9")) and not host.capability_native("fp8",
+                                                                                     cuda("8.6"))
+    assert host.capability_native("mxfp4", cuda("10.0"))
+    assert not host.capability_native("mxfp4", cuda("9.0"))
+    assert host.capability_native("fp8", rocm("gfx942:sramecc+:xnack-"))
+    assert host.capability_native("mxfp4", rocm("gfx950"))
+    assert not host.capability_native("mxfp4", rocm("gfx942"))

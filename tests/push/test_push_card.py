@@ -133,5 +133,11 @@ def test_a_report_whose_verdict_is_no_gain_says_so_on_the_card():
                    serve_command="vllm serve o/t")
     card = render_card(c)
     assert f"**Speculation did not pay in that run:** {verdict}." in card
+    # issue 43: "cannot tell" is not "did not pay"; the ratio carries its interval
+    rep["summary"].update(verdict_status="cannot tell", verdict="cannot tell whether ...",
+                          throughput_ratio_interval={"lo": 0.48, "hi": 1.19})
+    card = render_card(c)
+    assert "**Whether speculation pays could not be told from that run:**" in card
+    assert "did not pay" not in card and "0.610x (95%: 0.480-1.190)" in card
     rep["summary"]["recommended"] = True
     assert "did not pay" not in render_card(c)

@@ -13,7 +13,8 @@ from tests.core.test_fit import QUIET, SMOLLM2
 
 
 def _run(col: int):
-    probes = [SimpleNamespace(batch=b, step_s=ms[col] / 1e3) for b, ms in QUIET.items()]
+    probes = [SimpleNamespace(batch=b, step_s=ms[col] / 1e3, round_step_s=[])
+              for b, ms in QUIET.items()]
     return SimpleNamespace(batch_probe=probes, prompt_token_ids=[[0] * 80],
                            job=SimpleNamespace(batch_probe_tokens=32))
 

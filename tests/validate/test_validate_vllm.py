@@ -142,10 +142,19 @@ def test_sweep_derives_recommends_and_confirms(session):
 def test_outputs_written(session):
     dm = session["dm"]
     out = session["out"] / "dm"
-    # whether speculation pays here is this machine's timing; the outputs must follow the verdict
+    # whether speculation pays here is this machine's timing; the outputs must follow the verdict,
+    # and the verdict the intervals (issue 43): "pays" only when a deciding one lies above 1
     v = dm.verdict
-    assert v is not None and v.measured and v.pays == any(m.ratio >= 1 for m in v.measured)
-    assert dm.recommended == v.pays  # no --serve-gpu: nothing but this machine decides
+    assert v is not None and v.measured
+    runs = [m for m in v.measured if m.source.startswith("run")]
+    assert runs and all(m.interval is not None and m.interval.n == N_PROMPTS for m in runs)
+    assert all(m.interval.lo <= m.ratio <= m.interval.hi for m in runs)
+    deciding = [m for m in v.measured if m.decides]
+    assert (v.status == "pays") == any(m.interval.lo > 1 for m in deciding if m.interval)
+    assert (v.status == "does not pay") == all(m.interval and m.interval.hi < 1
+                                               for m in deciding)
+    assert not any(m.decides for m in v.measured if m.source == "batch probe")
+    assert dm.recommended == (v.status == "pays")  # no --serve-gpu: this machine decides
     name, other = (("spec-config.json", "spec-config.not-recommended.json") if dm.recommended
                    else ("spec-config.not-recommended.json", "spec-config.json"))
     assert not (out / other).exists()

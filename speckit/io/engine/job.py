@@ -63,6 +63,7 @@ class BatchPoint:
     tokens: int
     wall_s: float
     counters: SpecCounters | None = None
+    round_step_s: list[float] = field(default_factory=list)  # each round's step_s (step_s: min)
 
 
 @dataclass
@@ -130,4 +131,5 @@ def _batch_point(job: EngineJob, p: dict[str, Any]) -> BatchPoint:
     if job.speculative_config:
         counters = counters_from_metrics(p["metrics_before"], p["metrics_after"])
     return BatchPoint(int(p["batch"]), p.get("step_s"), p.get("steps"), int(p["tokens"]),
-                      float(p["wall_s"]), counters)
+                      float(p["wall_s"]), counters,
+                      [float(x) for x in p.get("round_step_s") or [] if x])

@@ -149,7 +149,8 @@ def _batch_probe(llm, prompt_ids: list[list[int]], sizes: list[int],
     """Decode step cost at several batch sizes B on the same engine: B requests (the real prompts,
     cycled) run together for ``max_tokens`` tokens; each request's decode time over its engine
     steps is the step cost at B (the fastest of ``repeats`` rounds: a shared machine only ever
-    makes a step slower). The counter deltas show the k vLLM used at that B."""
+    makes a step slower; every round's is kept for the interval). The counter deltas show the k
+    vLLM used at that B."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
@@ -163,7 +164,8 @@ def _batch_probe(llm, prompt_ids: list[list[int]], sizes: list[int],
         after = metric_snapshot(llm)
         timed = [r for r in rounds if r["step_s"] is not None]
         best = min(timed, key=lambda r: r["step_s"]) if timed else rounds[0]
-        out.append({"batch": b, **best, "metrics_before": before, "metrics_after": after})
+        out.append({"batch": b, **best, "round_step_s": [r["step_s"] for r in timed],
+                    "metrics_before": before, "metrics_after": after})
     return out
 
 
