@@ -126,9 +126,9 @@ def _al_at(runs: Sequence[Any], k: int) -> float | None:
 def _projected_for(conc: Any) -> str | None:
     """The serving GPU whose projected schedule speculates somewhere, else None.
 
-    Hook for the projection's error band (issue 43): a projected gain inside the band is no
-    reason to speculate. Until core.plan's projected tables carry their band, this gates on the
-    projected schedule alone (any k > 0), as before."""
+    The projected schedule (core.plan.schedule) leaves k = 0 only where a k's error band lies
+    wholly above 1.0, so a projected gain inside the band never reaches here as a reason to
+    speculate."""
     serve = getattr(conc, "serve", None) if conc is not None else None
     if not serve:
         return None
