@@ -68,3 +68,14 @@ def seed_option() -> Decorator:
 def device_option() -> Decorator:
     return click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
                         help="Default: cuda when available.")
+
+
+TRAFFIC_HELP = ("Your traffic: a JSONL of OpenAI-style chat requests, one per line "
+                "({\"messages\": [...]}, optionally ending with the assistant's reply; optional "
+                "category, temperature, enable_thinking, language). Bad lines are skipped and "
+                "counted. See docs/traffic.md.")
+
+
+def traffic_option(help: str = TRAFFIC_HELP) -> Decorator:
+    return click.option("--traffic", "traffic", metavar="FILE", type=click.Path(dir_okay=False),
+                        help=help)

@@ -21,6 +21,7 @@ from speckit.cli._options import (
     quiet_option,
     target_option,
     tp_option,
+    traffic_option,
 )
 
 
@@ -45,6 +46,9 @@ from speckit.cli._options import (
 @click.option("--request-rate", default="", help="Poisson request rates in requests/s.")
 @click.option("--dataset", default="mixed", show_default=True,
               help="validate's prompt sets (mixed, math, code, chat, ...), code-edit, or a .jsonl.")
+@traffic_option("Your traffic (a JSONL of chat requests, docs/traffic.md) instead of --dataset: "
+                "its requests, taken in turn from each context bucket; the report adds its "
+                "summary and each arm's AL by context (from vLLM's per-request summaries).")
 @click.option("--prompts-per-concurrency", type=int, default=10, show_default=True)
 @click.option("--warmups-per-concurrency", type=int, default=2, show_default=True)
 @max_tokens_option(128)
@@ -78,7 +82,7 @@ from speckit.cli._options import (
 @quiet_option("No progress output.")
 @handle_errors
 def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, synthetic_al,
-              endpoint, baseline_endpoint, concurrency, request_rate, dataset,
+              endpoint, baseline_endpoint, concurrency, request_rate, dataset, traffic,
               prompts_per_concurrency, warmups_per_concurrency, max_tokens, input_len, output_len,
               temperature, thinking, seeds, tp, gpus, gpu, tokenizer, engine_arg, startup_timeout,
               request_timeout, cpu_threads, out, force, fit_profile, profile_out, json_mode, quiet):
@@ -97,7 +101,7 @@ def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, synth
         startup_timeout_s=startup_timeout, cpu_threads=cpu_threads or None, endpoint=endpoint,
         baseline_endpoint=baseline_endpoint,
         concurrencies=parse_ints(concurrency, "--concurrency", lo=1),
-        rates=parse_floats(request_rate, "--request-rate"), dataset=dataset,
+        rates=parse_floats(request_rate, "--request-rate"), dataset=dataset, traffic=traffic,
         prompts_per_concurrency=prompts_per_concurrency,
         warmups_per_concurrency=warmups_per_concurrency, max_tokens=max_tokens,
         input_len=input_len, output_len=output_len,

@@ -21,6 +21,7 @@ from speckit.cli._options import (
     seed_option,
     target_option,
     tp_option,
+    traffic_option,
 )
 from speckit.errors import UsageError
 from speckit.validate import ValidateOptions, print_report, validate
@@ -59,6 +60,11 @@ def _parse_batches(value: str | None) -> list[int] | None:
 @click.option("--dataset", default="mixed", show_default=True,
               help="mixed, math, code, chat, humaneval, mtbench, gsm8k, math500, mbpp, or a "
               ".jsonl file with a prompt or messages field.")
+@traffic_option("Your traffic (a JSONL of chat requests, docs/traffic.md) instead of --dataset: "
+                "up to --num-prompts of its requests, taken in turn from each context bucket; "
+                "the report adds its summary, the draft's vocabulary coverage and the AL by "
+                "context, and --serve-gpu schedules for its context mix. No prompt text is "
+                "written to --out.")
 @click.option("--num-prompts", type=int, default=32, show_default=True)
 @max_tokens_option(128)
 @click.option("--temperature", type=float, default=0.0, show_default=True)
