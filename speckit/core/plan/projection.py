@@ -151,15 +151,16 @@ def project_mix_speed(model: StepModel, *, weights: Mapping[str, float],
                         hint="lower --max-model-len or free memory (see the plan above)")
     moe, band = bool(model.target.experts), model.engine.band
     proj = _mix.project_mix(model, buckets, max_batch=fit,
-                            batches=[b for b in _sched.default_batches(max_batch) if b <= fit],
+                            batches=[*(b for b in _sched.default_batches(max_batch) if b < fit),
+                                     fit],
                             band=(lambda b: band.offsets(b, moe)) if band.level else None)
     proj.notes.append(f"KV context per bucket: the mean of prompt + half the output over its "
                       f"requests; the mix's mean is {mean_ctx:,} tokens")
     if model.engine.band.level:
         proj.notes.append(_mix.BAND_NOTE)
     if fit < max_batch:
-        last = proj.schedule[-1][2]
-        proj.schedule = [*proj.schedule, (fit + 1, max_batch, last)]
+        lo, _, last = proj.schedule[-1]
+        proj.schedule = [*proj.schedule[:-1], (lo, max_batch, last)]
         proj.notes.append(f"the KV cache holds {fit} sequences at the mix's mean context: "
                           f"concurrency {fit + 1}-{max_batch} keeps k={last} (never reached)")
     return proj
