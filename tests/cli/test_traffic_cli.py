@@ -171,6 +171,15 @@ def test_acceptance_from_needs_traffic_and_a_report_validate_writes(pair, tmp_pa
         assert "Traceback" not in out
 
 
+def test_validate_traffic_replaces_the_dataset(tiny_target, tmp_path):
+    t = tmp_path / "t.jsonl"
+    t.write_text(json.dumps({"messages": [{"role": "user", "content": SECRET}]}) + "\n")
+    r = CliRunner().invoke(main, ["validate", "--target", str(tiny_target), "--method", "ngram",
+                                  "-k", "2", "--traffic", str(t), "--dataset", "math"])
+    assert r.exit_code == UsageError.exit_code and "do not combine" in r.output
+    assert "Traceback" not in r.output and SECRET not in r.output
+
+
 @pytest.fixture(scope="module")
 def tiny_target(tmp_path_factory) -> Path:
     return factories.make_target(tmp_path_factory.mktemp("tiny") / "t", with_tokenizer=True)
