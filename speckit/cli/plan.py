@@ -191,7 +191,7 @@ def render_traffic_speed(ts: TrafficSpeed) -> None:
     con.print(f"\n[bold]projected speed for the traffic's context mix[/] on {escape(ts.gpu)} x "
               f"TP={ts.tp} (acceptance {escape(ts.acceptance_source)})")
     print_rows(con, traffic_rows(ts.traffic))
-    t = Table(title="the context mix (weight: share of output tokens)",
+    t = Table(title="the context mix (weight: see the note above)",
               box=None, pad_edge=False, header_style="bold", title_justify="left")
     for col in ("context", "weight", "KV context", *(f"AL k={k}" for k in m.ks)):
         t.add_column(col, justify="left" if col == "context" else "right")

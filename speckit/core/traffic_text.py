@@ -84,8 +84,7 @@ def traffic_rows(t: Any) -> Rows:
     if t.coverage is not None:
         rows += coverage_rows(t.coverage)
     if t.weights:
-        rows.append(("speed mix", " · ".join(f"{b} {_pct(w)} of output tokens at KV "
-                                            f"~{t.contexts.get(b, 0):,}"
+        rows.append(("speed mix", " · ".join(f"{b} {_pct(w)} at KV ~{t.contexts.get(b, 0):,}"
                                             for b, w in t.weights.items())))
     rows += [("skipped", why) for why in t.skipped[:5]]
     rows += [("note", n) for n in t.notes]

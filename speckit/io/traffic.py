@@ -233,6 +233,7 @@ class TrafficRun:
     prompts: PromptSet
     weights: dict[str, float]  # context bucket -> share of the generated tokens (all requests)
     contexts: dict[str, int]  # context bucket -> mean KV context while decoding
+    weighed_by: str = ""  # what the weights count
 
     def report(self, coverage=None) -> TrafficReport:
         n, used = len(self.traffic.requests), len(self.picked)
@@ -240,10 +241,9 @@ class TrafficRun:
         if used < n:
             notes.append(f"{used} of the {n} requests were sent, taken in turn from each context "
                          "bucket the traffic fills (--num-prompts)")
-        if self.lengths.unit == "tokens":
-            notes.append("the context mix weighs each bucket by its share of the output tokens "
-                         "(replies, else the rows' max_tokens) of all requests; "
-                         + self.lengths.note)
+        if self.weights:
+            notes.append(f"the speed mix weighs each context bucket by {self.weighed_by} over "
+                         f"all {n} requests; {self.lengths.note}")
         return TrafficReport(str(self.traffic.path), self.traffic.sha256, self.summary, used,
                              self.weights, self.contexts, list(self.traffic.skipped), notes,
                              coverage)
@@ -265,8 +265,11 @@ def traffic_for_run(path: str | Path, tokenizer, *, num_prompts: int | None = No
     picked = spread_over_buckets(lengths.prompts, num_prompts)
     outs = output_lengths(lengths.replies, [r.max_tokens for r in tr.requests])
     weights, contexts = mix_from_traffic(lengths.prompts, outs)
+    by = ("its share of the output tokens (each reply's, else the row's max_tokens, else the "
+          "median reply)" if outs is not None else
+          "its share of the requests (no row has a reply or a max_tokens to count output by)")
     return TrafficRun(tr, lengths, summarize_traffic(tr, lengths=lengths), picked,
-                      traffic_prompt_set(tr, picked), weights, contexts)
+                      traffic_prompt_set(tr, picked), weights, contexts, by)
 
 
 __all__ = ["FORMAT_HINT", "Lengths", "Traffic", "TrafficLimits", "TrafficRun", "measure_lengths",
