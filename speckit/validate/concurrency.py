@@ -291,7 +291,7 @@ def summary_lines(rep: ConcurrencyReport) -> list[str]:
                       _sched.pays_text(rep.schedule)))
     if rep.serve is not None:
         s = rep.serve
-        be2 = s["tables"][-1]["break_even"]
+        be2 = (s.get("mix") or s["tables"][-1])["break_even"]
         lines.append(f"projected for {s['gpu']} x TP={s['tp']}: schedule {s['schedule']}; " +
                      (f"break-even concurrency {be2}" if be2 else _sched.pays_text(s["schedule"])) +
                      " (projected from the H200-fitted step model, not measured)")
