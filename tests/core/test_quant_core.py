@@ -15,6 +15,7 @@ from speckit.core.plan.weights import DRAFT_QUANTS, HeaderTensor, rank_bytes
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, Checkpoint
 from speckit.io.datafiles import load_user_gpus
+from speckit.io.host import probe_kernel
 
 SHIPPED_DRAFT = Path(__file__).parents[2] / "speckit/data/drafts/smollm2-135m-eagle3"
 TARGET_LAYERS = 30  # SmolLM2-135M, the shipped draft's target
@@ -124,7 +125,7 @@ def test_validate_reads_the_scheme_table():
     val = importlib.import_module("speckit.validate.analysis")
     for s in core_quant.SCHEMES.values():
         why = val.emulated_quant({"quantization_config": s.quantization_config(["lm_head"])})
-        native = val._probe_kernel(s.capability).status == "native"  # the same cached probe
+        native = probe_kernel(s.capability).status == "native"  # the same cached probe
         assert (why is None) == native, (s.name, why)
         if why:
             assert why.startswith(s.capability.upper())
