@@ -31,10 +31,6 @@ from speckit.quant import schemes
 _QUANT_DTYPES = {"U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0", "F4", "F6_E2M3", "F6_E3M2"}
 
 
-_QUANT_SUFFIXES = (".weight_scale", ".input_scale", ".weight_packed", ".qweight", ".scales",
-                   ".weight_scale_inv", ".weight_zero_point")
-
-
 @dataclass
 class Item:
     info: TensorInfo
@@ -152,7 +148,7 @@ def prior_quantization(ckpt: Checkpoint) -> str | None:
         if isinstance(q, dict):
             return f"config.json {key}: quant_method {q.get('quant_method', '?')!r}"
     for name, info in ckpt.tensors.items():
-        if name.endswith(_QUANT_SUFFIXES):
+        if name.endswith(core_quant.QUANT_SUFFIXES):
             return f"tensor {name} ({info.dtype})"
         if info.dtype in _QUANT_DTYPES and name.endswith(".weight"):
             return f"tensor {name} is {info.dtype}"

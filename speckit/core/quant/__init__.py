@@ -3,14 +3,19 @@
 
 from speckit.core.quant.scheme import QuantScheme, TensorOut
 from speckit.core.quant.table import (
+    COMPANION_SUFFIXES,
     LAYOUTS,
+    QUANT_SUFFIXES,
     SCHEMES,
+    WEIGHT_SUFFIXES,
     draft_quant_suggestions,
     for_flag,
     get,
     gpu_support,
+    quantized_weight_of,
     recognise,
 )
 
-__all__ = ["LAYOUTS", "SCHEMES", "QuantScheme", "TensorOut", "draft_quant_suggestions", "for_flag",
-           "get", "gpu_support", "recognise"]
+__all__ = ["COMPANION_SUFFIXES", "LAYOUTS", "QUANT_SUFFIXES", "SCHEMES", "WEIGHT_SUFFIXES",
+           "QuantScheme", "TensorOut", "draft_quant_suggestions", "for_flag", "get", "gpu_support",
+           "quantized_weight_of", "recognise"]

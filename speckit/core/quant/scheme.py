@@ -86,7 +86,3 @@ class QuantScheme:
         """Stored bits per weight element, scales included, for a row of ``in_f`` inputs."""
         rows = 256
         return 8 * self.weight_bytes((rows, in_f), model_dtype) / (rows * in_f)
-
-    @property
-    def scale_tensors(self) -> tuple[TensorOut, ...]:
-        return self.tensors[1:]

@@ -104,6 +104,38 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
 # the quantization_config dialects (QuantScheme.layout): `speckit quantize --format` choices
 LAYOUTS = ("quark", "compressed-tensors", "modelopt")
 
+# what other producers store for a quantized Linear `<module>.weight`, which speckit recognises
+# but no scheme above writes: GPTQ / AWQ (`qweight` in place of the weight, `scales`), DeepSeek's
+# block FP8 (`weight_scale_inv`), zero points, output and KV-cache scales
+_OTHER_WEIGHTS = (".qweight",)
+_OTHER_COMPANIONS = (".weight_scale_inv", ".scales", ".output_scale", ".weight_zero_point",
+                     ".input_zero_point", ".input_global_scale", ".k_scale", ".v_scale",
+                     ".q_scale", ".prob_scale")
+
+
+def _suffixes(first: bool) -> tuple[str, ...]:
+    """The suffixes the schemes write for a Linear `m.weight`: its stored weight when ``first``
+    (when not `.weight` itself), else the tensors beside it (scales, the static input scale)."""
+    out = [name.removeprefix("m") for s in SCHEMES.values()
+           for name, _, _ in (s.outputs("m.weight", (32, 32))[:1] if first
+                              else s.outputs("m.weight", (32, 32))[1:])]
+    return tuple(x for x in dict.fromkeys(out) if x != ".weight")
+
+
+# the one list of quantized-tensor suffixes (inspect, quantize and convert read it): the stored
+# forms of a quantized weight that replace `.weight` (`.weight_packed`), and its companions
+WEIGHT_SUFFIXES: tuple[str, ...] = (*_suffixes(True), *_OTHER_WEIGHTS)
+COMPANION_SUFFIXES: tuple[str, ...] = tuple(dict.fromkeys((*_suffixes(False),
+                                                            *_OTHER_COMPANIONS)))
+QUANT_SUFFIXES: tuple[str, ...] = WEIGHT_SUFFIXES + COMPANION_SUFFIXES
+
+
+def quantized_weight_of(name: str) -> str | None:
+    """The Linear `.weight` a quantized tensor stores or accompanies (`x.weight_packed`,
+    `x.weight_scale` -> `x.weight`), or None when ``name`` is neither."""
+    suffix = next((s for s in QUANT_SUFFIXES if name.endswith(s)), None)
+    return None if suffix is None else name[: -len(suffix)] + ".weight"
+
 
 def get(name: str) -> QuantScheme:
     """A scheme by name (case and _/- insensitive); unknown names list the table."""
