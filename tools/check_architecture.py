@@ -98,6 +98,7 @@ METHODS_PKG = "speckit.core.methods"
 # module-level constants of a method module that hold its name(s), and the same as spec fields
 METHOD_ATTRS = {"NAME", "VLLM_METHOD", "SPECULATORS_TYPE"}
 SPEC_NAME_FIELDS = {"name", "vllm_method", "speculators_type"}
+SPEC_ALIASES_FIELD = "aliases"  # the other spellings of a method's name that methods.get() takes
 PROBE_FUNCS = {"getattr", "hasattr"}
 
 
@@ -568,8 +569,8 @@ def _builds_spec(call: ast.Call) -> bool:
 
 
 def _declared_names(mod: Module) -> set[str]:
-    """NAME/VLLM_METHOD/SPECULATORS_TYPE constants, and name=... of any *Spec(...) or
-    spec_from(...) call."""
+    """NAME/VLLM_METHOD/SPECULATORS_TYPE constants, and name=... (vllm_method=, aliases=, ...)
+    of any *Spec(...) or spec_from(...) call."""
     out: set[str] = set()
     for node in mod.tree.body:
         if isinstance(node, ast.Assign) and _str_const(node.value) is not None and any(
@@ -579,6 +580,8 @@ def _declared_names(mod: Module) -> set[str]:
         if isinstance(node, ast.Call) and _builds_spec(node):
             out.update(_norm(v) for kw in node.keywords if kw.arg in SPEC_NAME_FIELDS
                        and (v := _str_const(kw.value)) is not None)
+            out.update(_norm(v) for kw in node.keywords if kw.arg == SPEC_ALIASES_FIELD
+                       for v in _strings(kw.value, {}))
     return out
 
 
@@ -622,20 +625,6 @@ def _class_attrs(tree: ast.AST, only: str = "") -> set[str]:
     return out
 
 
-def _aliases(pkg: Module | None, names: set[str]) -> set[str]:
-    """Keys of dict literals in methods/__init__ that map to method names or method modules."""
-    out: set[str] = set()
-    for node in ast.walk(pkg.tree) if pkg else ():
-        if not isinstance(node, ast.Dict) or not node.keys:
-            continue
-        pairs = [(_str_const(k), _str_const(v)) for k, v in zip(node.keys, node.values,
-                                                                  strict=True)]
-        if all(k and v and (_norm(v) in names or v.startswith(METHODS_PKG + "."))
-               for k, v in pairs):
-            out.update(_norm(k) for k, _ in pairs)
-    return out
-
-
 def _lookups(pkg: Module | None) -> set[str]:
     """Functions of methods/__init__ that return a module or a method spec (by annotation)."""
     out = {f"{METHODS_PKG}.get", f"{METHODS_PKG}.for_speculators_type"}
@@ -662,7 +651,6 @@ def method_facts(mods: dict[str, Module]) -> MethodFacts:
             modules.add(mod.name)
             attrs |= _public_toplevel(mod.tree)
     pkg = mods.get(METHODS_PKG)
-    names |= _aliases(pkg, names)
     return MethodFacts(frozenset(names), frozenset(attrs - elsewhere), frozenset(modules),
                        frozenset(_lookups(pkg)))
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.cli._options import with_method_lists
 from speckit.core.quant import LAYOUTS, for_flag
 from speckit.quant import quantize
 
@@ -26,6 +27,7 @@ def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, nvfp4: bool, static: bool, fmt: 
     return for_flag(chosen[0][1], fmt, static=static, w4a4=w4a4).name
 
 
+@with_method_lists
 @click.command("quantize")
 @click.argument("ckpt", metavar="CKPT", type=click.Path(file_okay=False))
 @click.option("--mxfp4", is_flag=True,
@@ -74,9 +76,9 @@ def quantize_cmd(ckpt, mxfp4, w4a4, fp8, nvfp4, fmt, static, calib_target, out, 
                  target_layers, device, strict, force, allow_external_links, json_mode, quiet):
     """Quantize the Linear weights of draft CKPT for vLLM (Quark or compressed-tensors layout).
 
-    Reads speculators drafts (eagle3, peagle, dflash, dflash2, dspark), Gemma-4 assistants and
-    plain causal LMs (for method draft_model). lm_head, embeddings, norms, vocab maps and biases
-    keep their dtype. Writes into a temporary directory, checks it, then renames it to OUT.
+    Reads drafts of {quantizable} in the layouts {quantize_layouts} (a plain causal LM is a
+    draft_model). lm_head, embeddings, norms, vocab maps and biases keep their dtype. Writes into
+    a temporary directory, checks it, then renames it to OUT.
     """
     scheme = _scheme(mxfp4, w4a4, fp8, nvfp4, static, fmt)
     if calib_target and not static:

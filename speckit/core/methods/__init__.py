@@ -79,6 +79,7 @@ class MethodSpec:
     """
 
     name: str  # speckit's name (its module's name)
+    aliases: tuple[str, ...] = ()  # other spellings get() accepts ("eagle" for eagle3)
     # its place in listings (METHOD_NAMES: --method choices, "known methods", doctor): lower
     # first, ties by name
     order: int = 1000
@@ -253,10 +254,9 @@ def __getattr__(name: str) -> Any:
 def get(name: str) -> MethodSpec:
     """The spec of a speckit or vLLM method name (peagle, dflash2 ... included)."""
     key = name.strip().lower().replace("-", "_")
-    aliases = {"eagle": "eagle3", "p_eagle": "peagle", "gemma4_mtp": "gemma4_assistant",
-               "assistant": "gemma4_assistant", "draft": "draft_model"}
-    key = aliases.get(key, key)
     modules = _modules()
+    if key not in modules:  # another spelling a method module declares
+        key = next((s.name for s in _specs().values() if key in s.aliases), key)
     if key not in modules:
         close = difflib.get_close_matches(key, tuple(modules), n=3)
         raise UsageError(

@@ -318,6 +318,7 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
 SPEC = spec_from(
     globals(),
     name="eagle3",
+    aliases=("eagle",),  # other spellings methods.get() accepts
     order=10,
     # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
     speculators_defaults=(("norm_before_residual", False), ("norm_before_fc", False),
