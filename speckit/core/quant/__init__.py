@@ -1,12 +1,13 @@
 """Quantization schemes as core knowledge: one QuantScheme per scheme (speckit.core.quant.table).
 """
 
-from speckit.core.quant.scheme import QuantScheme, Switch, TensorOut
+from speckit.core.quant.scheme import QuantScheme, Spelling, Switch, TensorOut
 from speckit.core.quant.table import (
     COMPANION_SUFFIXES,
     LAYOUTS,
     QUANT_SUFFIXES,
     SCHEMES,
+    SPELLINGS,
     SWITCHES,
     WEIGHT_SUFFIXES,
     draft_quant_suggestions,
@@ -18,6 +19,7 @@ from speckit.core.quant.table import (
     recognise,
 )
 
-__all__ = ["COMPANION_SUFFIXES", "LAYOUTS", "QUANT_SUFFIXES", "SCHEMES", "SWITCHES",
-           "WEIGHT_SUFFIXES", "QuantScheme", "Switch", "TensorOut", "draft_quant_suggestions",
-           "for_switches", "format_help", "get", "gpu_support", "quantized_weight_of", "recognise"]
+__all__ = ["COMPANION_SUFFIXES", "LAYOUTS", "QUANT_SUFFIXES", "SCHEMES", "SPELLINGS", "SWITCHES",
+           "WEIGHT_SUFFIXES", "QuantScheme", "Spelling", "Switch", "TensorOut",
+           "draft_quant_suggestions", "for_switches", "format_help", "get", "gpu_support",
+           "quantized_weight_of", "recognise"]

@@ -36,6 +36,21 @@ class TensorOut:
 
 
 @dataclass(frozen=True)
+class Spelling:
+    """One way other producers' `quantization_config` names a format family (a target speckit
+    prices but did not write): its quant_method is one of ``methods`` (any, when empty) and its
+    text holds one of ``words`` (any, when empty)."""
+
+    family: str  # a scheme capability ("mxfp4", "fp8", "nvfp4") or another priced format
+    methods: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()
+
+    def matches(self, method: str, text: str) -> bool:
+        return (not self.methods or method in self.methods) and \
+            (not self.words or any(w in text for w in self.words))
+
+
+@dataclass(frozen=True)
 class Switch:
     """One `speckit quantize` flag that selects schemes: a family switch (exactly one is given;
     ``layout`` is its default --format) or a modifier of one family (``goes_with``). The CLI

@@ -10,7 +10,7 @@ from typing import Any
 from speckit.core.quant import compressed_tensors as ct
 from speckit.core.quant import modelopt as mo
 from speckit.core.quant import quark
-from speckit.core.quant.scheme import QuantScheme, Switch, TensorOut
+from speckit.core.quant.scheme import QuantScheme, Spelling, Switch, TensorOut
 from speckit.errors import UsageError
 
 _W = ".weight"
@@ -121,6 +121,15 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
 # whose tools write each
 LAYOUTS: dict[str, str] = {"quark": "AMD Quark's", "compressed-tensors": "llm-compressor's",
                            "modelopt": "NVIDIA ModelOpt's"}
+
+# how other producers' configs name each family the schemes above belong to (their capability),
+# tried in this order: gpt-oss / Quark MXFP4, ModelOpt / compressed-tensors NVFP4, FP8 of any kind
+SPELLINGS: tuple[Spelling, ...] = (
+    Spelling("mxfp4", words=("mxfp4",)), Spelling("mxfp4", methods=("mxfp4",)),
+    Spelling("mxfp4", methods=("quark",), words=("fp4",)),
+    Spelling("nvfp4", words=("nvfp4",)), Spelling("nvfp4", methods=("modelopt_fp4",)),
+    Spelling("fp8", methods=("fp8", "fbgemm_fp8")), Spelling("fp8", words=("fp8",)),
+)
 
 # what other producers store for a quantized Linear `<module>.weight`, which speckit recognises
 # but no scheme above writes: GPTQ / AWQ (`qweight` in place of the weight, `scales`), DeepSeek's
