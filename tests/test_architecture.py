@@ -311,6 +311,60 @@ def test_huggingface_hub_is_imported_only_under_io_hub(tmp_path):
                                                       "speckit/push.py:2"]
 
 
+LINKS = '''
+class Link: ...
+READER = Link("LayoutSpec", "reader", "conv", ("plan",))
+NUMERICS = Link(owner="QuantScheme", field="numerics", operation="quant",
+                functions=("quantize_weight", "dequantize"))
+'''
+SPECS = '''
+from dataclasses import KW_ONLY
+class LayoutSpec:
+    name: str
+    _: KW_ONLY
+    reader: str | None = None
+class QuantScheme:
+    name: str
+    numerics: str
+'''
+
+
+def test_core_links_to_operation_modules_are_checked(tmp_path):
+    files = {
+        "speckit/core/links.py": LINKS, "speckit/core/specs.py": SPECS,
+        "speckit/conv/__init__.py": "", "speckit/conv/good.py": "def plan(ctx): ...\n",
+        "speckit/conv/noplan.py": "def other(): ...\n",
+        "speckit/quant/__init__.py": "",
+        "speckit/quant/fp8.py": "def quantize_weight(w): ...\ndef dequantize(q, s): ...\n",
+        "speckit/core/table.py": "from speckit.core.specs import LayoutSpec, QuantScheme\n"
+                                 "R = 'good'\n"
+                                 "A = LayoutSpec('a', reader='good')\n"
+                                 "B = LayoutSpec('b')\n"
+                                 "C = LayoutSpec('c', reader=None)\n"
+                                 "D = LayoutSpec('d', reader='missing')\n"
+                                 "E = LayoutSpec('e', reader='noplan')\n"
+                                 "F = LayoutSpec('f', reader=R)\n"
+                                 "G = QuantScheme('fp8', 'fp8')\n"
+                                 "H = QuantScheme('x', numerics='good')\n",
+    }
+    found = _found(tmp_path, files, "op-link")
+    assert [f.split(": ", 1)[0].rsplit(":", 1)[1] for f in found] == ["6", "7", "8", "10"]
+    assert "'missing' names no module of speckit.conv" in found[0]
+    assert "speckit.conv.noplan does not define plan" in found[1]
+    assert "not a string literal" in found[2]
+    assert "'good' names no module of speckit.quant" in found[3]
+
+
+def test_only_the_declared_places_import_by_a_computed_name(tmp_path):
+    files = {"speckit/run.py": "import importlib\n"
+                               "def f(n):\n    return importlib.import_module('speckit.' + n)\n"
+                               "def g():\n    return importlib.import_module('speckit.io')\n",
+             "speckit/core/links.py": "import importlib\n"
+                                      "def load(n):\n    return importlib.import_module(n)\n"}
+    found = _found(tmp_path, files, "dynamic-import")
+    assert [f.split(": ")[0] for f in found] == ["speckit/run.py:3"]
+
+
 def test_the_real_tree_declares_at_most_four_operation_edges():
     assert len(arch.DECLARED_EDGES) <= 4
     assert all(len(why) > 20 for why in arch.DECLARED_EDGES.values())

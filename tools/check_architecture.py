@@ -48,6 +48,14 @@ Rules (each violation ends with its rule in brackets):
                  another only through an edge DECLARED_EDGES names with its reason (at most
                  MAX_DECLARED_EDGES); demo, which runs the whole pipeline, sits above them.
   hub-client     huggingface_hub is imported only under speckit/io/hub (the Hub has one door).
+  op-link        core names operation modules it cannot import only through the links
+                 speckit/core/links.py declares (Link(owner, field, operation, functions): a
+                 LayoutSpec's reader, a QuantScheme's numerics). Every value core passes for such
+                 a field is a string literal (or None) naming a module of that operation that
+                 defines those functions at top level.
+  dynamic-import importlib.import_module / __import__ of a name that is not a literal happens only
+                 in DYNAMIC_IMPORTERS, each with its reason (the literal names of the others are
+                 read as imports by the rules above).
   lazy-import    a third-party or stdlib import inside a function is a heavy or optional one
                  (HEAVY_PACKAGES: torch, vllm, quark, transformers, rich, ...; one under try: is
                  an optional dependency's probe); anything else is imported at module level.
@@ -87,6 +95,17 @@ DECLARED_EDGES = {
                          "states inspect's facts (layout, method, dims)",
 }
 MAX_DECLARED_EDGES = 4
+# modules that import a module named by a computed string [dynamic-import], and why the contract
+# still sees every target
+DYNAMIC_IMPORTERS = {
+    "speckit": "the lazy API: its (module, attribute) literals are read as imports",
+    "speckit.cli": "the lazy command map: its (module, attribute) literals are read as imports",
+    "speckit.core.methods": "method discovery: the modules of its own package (pkgutil)",
+    "speckit.core.links": "the one resolver of core's links to operation modules [op-link]",
+    "speckit.io.hub.errors": "third-party HTTP clients' error types (requests, httpx), never "
+                             "speckit's",
+}
+LINKS_MODULE = "speckit.core.links"
 # the one home of huggingface_hub calls [hub-client]
 HUB_CLIENT_PKG = "speckit.io.hub"
 LAYER_NAMES = {**{v: k for k, v in LAYERS.items()}, OPERATIONS: "operations"}
@@ -323,6 +342,113 @@ def check_hub_client(mods: dict[str, Module]) -> Iterator[Violation]:
                 yield Violation(mod.rel, line, "hub-client",
                                 f"{mod.name} imports {name}: huggingface_hub is called only "
                                 "from speckit/io/hub (add the call there and import that)")
+
+
+# ---------------------------------------------------------------------------------------------
+# rule: links from core to operation modules, and imports by computed name
+
+
+@dataclass(frozen=True)
+class Link:
+    owner: str
+    field: str
+    operation: str
+    functions: tuple[str, ...]
+
+
+def _links(mods: dict[str, Module]) -> list[Link]:
+    """The Link(...) declarations of speckit/core/links.py (positional or keyword)."""
+    mod = mods.get(LINKS_MODULE)
+    out: list[Link] = []
+    for node in ast.walk(mod.tree) if mod else ():
+        if isinstance(node, ast.Call) and (_dotted(node.func) or "").split(".")[-1] == "Link":
+            args = dict(zip(("owner", "field", "operation", "functions"), node.args,
+                            strict=False))
+            args.update({kw.arg: kw.value for kw in node.keywords if kw.arg})
+            owner, fld, op = (_str_const(args.get(k)) for k in ("owner", "field", "operation"))
+            funcs = sorted(_strings(args["functions"], {})) if "functions" in args else []
+            if owner and fld and op:
+                out.append(Link(owner, fld, op, tuple(funcs)))
+    return out
+
+
+def _fields(mods: dict[str, Module], owner: str) -> list[str]:
+    """The init fields of core dataclass ``owner`` in order (positional ones first)."""
+    for mod in mods.values():
+        if not _in_core(mod.name):
+            continue
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.ClassDef) and node.name == owner:
+                return [st.target.id for st in node.body if isinstance(st, ast.AnnAssign)
+                        and isinstance(st.target, ast.Name)]
+    return []
+
+
+def _defines(mod: Module) -> set[str]:
+    out = {n.name for n in mod.tree.body
+           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return out | _public_toplevel(mod.tree)
+
+
+def _link_values(mods: dict[str, Module], link: Link) -> Iterator[tuple[Module, int, ast.expr]]:
+    """Every value core passes for ``link``'s field in a call building its owner."""
+    fields = [f for f in _fields(mods, link.owner) if f != "_"]
+    index = fields.index(link.field) if link.field in fields else None
+    for mod in mods.values():
+        if not _in_core(mod.name):
+            continue
+        for node in ast.walk(mod.tree):
+            if not (isinstance(node, ast.Call)
+                    and (_dotted(node.func) or "").split(".")[-1] == link.owner):
+                continue
+            value = next((kw.value for kw in node.keywords if kw.arg == link.field), None)
+            if value is None and index is not None and index < len(node.args):
+                value = node.args[index]
+            if value is not None:
+                yield mod, node.lineno, value
+
+
+def check_links(mods: dict[str, Module]) -> Iterator[Violation]:
+    for link in _links(mods):
+        package = f"{ROOT_PKG}.{link.operation}"
+        for mod, line, value in _link_values(mods, link):
+            if isinstance(value, ast.Constant) and value.value is None:
+                continue
+            name = _str_const(value)
+            where = f"{link.owner}.{link.field}"
+            if name is None:
+                yield Violation(mod.rel, line, "op-link", f"{where} is not a string literal: "
+                                "the contract cannot check the module it names")
+                continue
+            target = mods.get(f"{package}.{name}")
+            if target is None or layer_of(target.name) != OPERATIONS:
+                yield Violation(mod.rel, line, "op-link", f"{where} {name!r} names no module "
+                                f"of {package}")
+                continue
+            missing = [f for f in link.functions if f not in _defines(target)]
+            if missing:
+                yield Violation(mod.rel, line, "op-link", f"{where} {name!r}: {target.name} "
+                                f"does not define {', '.join(missing)}")
+
+
+def _computed_import(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    func = _dotted(node.func) or ""
+    return func.split(".")[-1] in ("import_module", "__import__") and \
+        _str_const(node.args[0]) is None
+
+
+def check_dynamic_imports(mods: dict[str, Module]) -> Iterator[Violation]:
+    for mod in mods.values():
+        if mod.name in DYNAMIC_IMPORTERS:
+            continue
+        for node in ast.walk(mod.tree):
+            if _computed_import(node):
+                yield Violation(mod.rel, node.lineno, "dynamic-import",
+                                f"{mod.name} imports a module by a computed name the contract "
+                                "cannot see: import it by name, or load an operation module "
+                                "through speckit.core.links")
 
 
 def _layer_label(layer: int) -> str:
@@ -1103,6 +1229,7 @@ def check(root: Path | str) -> list[Violation]:
                              "*Spec(name=...) calls) in speckit/core/methods; the method rules "
                              "would check nothing"))
     for rule in (check_layers(mods), check_siblings(mods), check_hub_client(mods),
+                 check_links(mods), check_dynamic_imports(mods),
                  check_private(mods), check_cycles(mods),
                  check_method_names(mods, facts), check_method_probes(mods, facts),
                  check_core_purity(mods), check_method_pickers(mods), check_vocab_checks(mods),

@@ -5,7 +5,6 @@ TARGET, plan the moves through the layout's reader, write and re-inspect the out
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from speckit.convert.moves import (
     copied_from,
     execute,
 )
-from speckit.core import methods, specconfig
+from speckit.core import links, methods, specconfig
 from speckit.core.methods.detect import LAYOUT_BY_NAME, SERVED_AS_PUBLISHED, pick_method
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import Checkpoint, CheckpointWriter, load_config, write_json
@@ -89,8 +88,8 @@ def open_target(s: Resolved, src_ckpt: Checkpoint, layout, target: str | os.Path
 def plan_moves(ctx: ReadContext, drop) -> tuple[ConversionPlan, dict[str, str], dict, list]:
     """The reader's plan, less --drop, checked strictly; and its moves in copy order."""
     src_ckpt, tgt = ctx.src, ctx.target
-    plan: ConversionPlan = importlib.import_module(
-        "speckit.convert." + str(LAYOUT_BY_NAME[ctx.layout.name].reader)).plan(ctx)
+    reader = links.load(links.READER, str(LAYOUT_BY_NAME[ctx.layout.name].reader))
+    plan: ConversionPlan = reader.plan(ctx)
     dropped = apply_drops(plan, src_ckpt, drop)
     check_coverage(plan, src_ckpt, dropped)
     inputs = {SOURCE: src_ckpt}

@@ -15,7 +15,6 @@ from speckit.core import quant as core_quant
 from speckit.core.methods.common import layer_config
 from speckit.core.methods.detect import LAYOUT_BY_NAME, pick_method
 from speckit.core.quant import QuantScheme as Scheme
-from speckit.core.quant.quark import weight_numerics
 from speckit.core.tensors import selected_ids
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
@@ -158,10 +157,7 @@ def prior_quantization(ckpt: Checkpoint) -> str | None:
 def _requant_source(ckpt: Checkpoint, prior: str) -> dict[str, Any]:
     """What --force needs to dequantize: the numerics of a table scheme whose Linear is `.weight`
     plus one `.weight_scale` (MXFP4, FP8 in either layout), or of a Quark global weight spec."""
-    q = ckpt.config.get("quantization_config")
-    sch = core_quant.recognise(q)
-    found = (sch.numerics, sch.tensors[0].shape == "packed4") if sch is not None and \
-        [t.suffix for t in sch.tensors] == [".weight", ".weight_scale"] else weight_numerics(q)
+    found = core_quant.dequantizing_scheme(ckpt.config.get("quantization_config"))
     if found is None:
         raise FormatError(f"{ckpt.path} is already quantized ({prior}), and not in a layout "
                           "speckit can dequantize",
@@ -171,7 +167,8 @@ def _requant_source(ckpt: Checkpoint, prior: str) -> dict[str, Any]:
     floats = [i.dtype for i in ckpt.tensors.values() if i.dtype in FLOAT_DTYPES]
     dtype = _config_dtype(ckpt.config) or (max(set(floats), key=floats.count) if floats
                                            else "BF16")
-    return {"numerics": found[0], "packed": found[1], "dtype": dtype}
+    return {"numerics": found.numerics, "packed": found.tensors[0].shape == "packed4",
+            "dtype": dtype}
 
 
 def _config_dtype(config: dict[str, Any]) -> str | None:

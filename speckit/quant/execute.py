@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core import links
 from speckit.core import quant as core_quant
 from speckit.core.quant import QuantScheme as Scheme
 from speckit.errors import FormatError
@@ -200,7 +200,7 @@ def _load(ckpt: Checkpoint, info: TensorInfo, it: Item, requant: dict | None, de
 
     scale = _read(ckpt, ckpt.tensors[it.companions[0]]).to(t.device)
     dtype = code_to_torch(requant["dtype"])
-    numerics = importlib.import_module(f"speckit.quant.{requant['numerics']}")
+    numerics = links.load(links.NUMERICS, requant["numerics"])
     return numerics.dequantize(t, scale, dtype=dtype)
 
 
@@ -208,7 +208,7 @@ def _quantize_one(it: Item, w, sch: Scheme, writer: CheckpointWriter, input_amax
                   group_amax=None) -> TensorReport:
     name = it.info.name
     stats = ErrorStats()
-    numerics = importlib.import_module(f"speckit.quant.{sch.numerics}")
+    numerics = links.load(links.NUMERICS, sch.numerics)
     try:
         tensors = numerics.quantize_weight(w, stats=stats, group_amax=group_amax)
     except ValueError as e:

@@ -10,6 +10,7 @@ from speckit.core.quant.table import (
     SPELLINGS,
     SWITCHES,
     WEIGHT_SUFFIXES,
+    dequantizing_scheme,
     draft_quant_suggestions,
     for_switches,
     format_help,
@@ -21,5 +22,5 @@ from speckit.core.quant.table import (
 
 __all__ = ["COMPANION_SUFFIXES", "LAYOUTS", "QUANT_SUFFIXES", "SCHEMES", "SPELLINGS", "SWITCHES",
            "WEIGHT_SUFFIXES", "QuantScheme", "Spelling", "Switch", "TensorOut",
-           "draft_quant_suggestions", "for_switches", "format_help", "get", "gpu_support",
-           "quantized_weight_of", "recognise"]
+           "dequantizing_scheme", "draft_quant_suggestions", "for_switches", "format_help", "get",
+           "gpu_support", "quantized_weight_of", "recognise"]

@@ -74,7 +74,9 @@ class QuantScheme:
 
     name: str  # the scheme's spelling: mxfp4, fp8, fp8-ct, nvfp4 ...
     layout: str  # "quark" | "compressed-tensors": the quantization_config dialect
-    numerics: str  # the module of speckit/quant that computes it (fp8, mxfp4, ct_fp8, nvfp4)
+    # the module of speckit/quant that computes it (fp8, mxfp4, ct_fp8, nvfp4): a link the
+    # import contract checks (speckit.core.links.NUMERICS)
+    numerics: str
     capability: str  # GPU format key whose "native" status runs it natively (GPU.formats)
     description: str
     weight_bits: int  # bits of one stored weight code

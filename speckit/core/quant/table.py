@@ -185,6 +185,21 @@ def recognise(qcfg: Any) -> QuantScheme | None:
     return next((s for s in SCHEMES.values() if s.recognise(qcfg)), None)
 
 
+def dequantizing_scheme(qcfg: Any) -> QuantScheme | None:
+    """The scheme whose numerics dequantize a checkpoint written with ``qcfg``: its own, when
+    its Linear is `.weight` plus one `.weight_scale` (MXFP4, FP8 in either layout); else, for a
+    Quark config whose one global weight spec is MXFP4 or FP8 (whatever its input spec), the
+    Quark scheme of that weight; None when speckit cannot dequantize it."""
+    sch = recognise(qcfg)
+    if sch is not None and [t.suffix for t in sch.tensors] == [".weight", ".weight_scale"]:
+        return sch
+    if not isinstance(qcfg, dict) or qcfg.get("quant_method") != "quark" or \
+            qcfg.get("layer_quant_config"):
+        return None
+    kind = quark.weight_kind((qcfg.get("global_quant_config") or {}).get("weight"))
+    return None if kind is None else SCHEMES["mxfp4" if kind == "mxfp4" else "fp8"]
+
+
 def draft_quant_suggestions(gpu) -> list[QuantScheme]:
     """One scheme per low-precision format the GPU runs (natively or emulated), in the layout of
     its vendor's tools (compressed-tensors on NVIDIA, Quark elsewhere) when both exist."""
