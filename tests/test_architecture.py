@@ -45,7 +45,8 @@ def by_type(stype: str) -> "ModuleType | None": ...
 
 def _pkg(tmp_path: Path, files: dict[str, str]) -> Path:
     base = {
-        "speckit/__init__.py": 'import importlib\n_API = {"convert": ("speckit.conv", "c")}\n',
+        "speckit/__init__.py": '__version__ = "0"\n',
+        "speckit/api.py": 'import importlib\n_API = {"convert": ("speckit.conv", "c")}\n',
         "speckit/errors.py": "class SpeckitError(Exception): ...\n",
         "speckit/core/__init__.py": "",
         "speckit/core/methods/__init__.py": METHODS_INIT,
@@ -96,12 +97,13 @@ def test_a_lower_layer_importing_an_upper_one_is_a_violation(tmp_path, where):
     assert "speckit.cli.app" in found[0] and "[layer]" in found[0]
 
 
-def test_from_speckit_import_api_name_counts_as_importing_its_module(tmp_path):
+def test_from_speckit_api_import_name_counts_as_importing_its_module(tmp_path):
     found = _found(tmp_path, {
         "speckit/conv.py": "c = 1\n",
-        "speckit/core/plan.py": "def f():\n    from speckit import convert\n",
+        "speckit/core/plan.py": "def f():\n    from speckit.api import convert\n",
+        "speckit/run.py": "import speckit.api\n",
     }, "layer")
-    assert len(found) == 1 and "speckit.conv" in found[0]
+    assert len(found) == 2 and "speckit.conv" in found[0] and "the users' API" in found[1]
 
 
 def test_errors_and_the_package_root_stay_below_everything(tmp_path):
@@ -313,7 +315,7 @@ def test_huggingface_hub_is_imported_only_under_io_hub(tmp_path):
 
 LINKS = '''
 class Link: ...
-READER = Link("LayoutSpec", "reader", "conv", ("plan",))
+READER = Link("LayoutSpec", "reader", "conv", ("read",))
 NUMERICS = Link(owner="QuantScheme", field="numerics", operation="quant",
                 functions=("quantize_weight", "dequantize"))
 '''
@@ -332,8 +334,8 @@ class QuantScheme:
 def test_core_links_to_operation_modules_are_checked(tmp_path):
     files = {
         "speckit/core/links.py": LINKS, "speckit/core/specs.py": SPECS,
-        "speckit/conv/__init__.py": "", "speckit/conv/good.py": "def plan(ctx): ...\n",
-        "speckit/conv/noplan.py": "def other(): ...\n",
+        "speckit/conv/__init__.py": "", "speckit/conv/good.py": "def read(ctx): ...\n",
+        "speckit/conv/noread.py": "def other(): ...\n",
         "speckit/quant/__init__.py": "",
         "speckit/quant/fp8.py": "def quantize_weight(w): ...\ndef dequantize(q, s): ...\n",
         "speckit/core/table.py": "from speckit.core.specs import LayoutSpec, QuantScheme\n"
@@ -342,7 +344,7 @@ def test_core_links_to_operation_modules_are_checked(tmp_path):
                                  "B = LayoutSpec('b')\n"
                                  "C = LayoutSpec('c', reader=None)\n"
                                  "D = LayoutSpec('d', reader='missing')\n"
-                                 "E = LayoutSpec('e', reader='noplan')\n"
+                                 "E = LayoutSpec('e', reader='noread')\n"
                                  "F = LayoutSpec('f', reader=R)\n"
                                  "G = QuantScheme('fp8', 'fp8')\n"
                                  "H = QuantScheme('x', numerics='good')\n",
@@ -350,7 +352,7 @@ def test_core_links_to_operation_modules_are_checked(tmp_path):
     found = _found(tmp_path, files, "op-link")
     assert [f.split(": ", 1)[0].rsplit(":", 1)[1] for f in found] == ["6", "7", "8", "10"]
     assert "'missing' names no module of speckit.conv" in found[0]
-    assert "speckit.conv.noplan does not define plan" in found[1]
+    assert "speckit.conv.noread does not define read" in found[1]
     assert "not a string literal" in found[2]
     assert "'good' names no module of speckit.quant" in found[3]
 

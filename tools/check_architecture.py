@@ -7,10 +7,11 @@ Rules (each violation ends with its rule in brackets):
   layer          core -> io -> operations -> cli: a module imports only its layer or lower ones, at
                  any depth: function-level and TYPE_CHECKING imports, import_module("speckit.x")
                  and lazy maps naming a speckit module count too. speckit/errors.py is below every
-                 layer and imports nothing from speckit; speckit/__init__.py only maps API names
-                 lazily (no static speckit import); speckit/__main__.py (`python -m speckit`) is
-                 the CLI's entry, in the cli layer; any other top-level package or module is an
-                 operation (speckit/convert/, quant/, validate/, plan.py, ...).
+                 layer and imports nothing from speckit; speckit/__init__.py imports nothing and
+                 speckit/api.py (the library API) only maps API names lazily (no static speckit
+                 import), and no speckit module imports the API; speckit/__main__.py (`python -m
+                 speckit`) is the CLI's entry, in the cli layer; any other top-level package or
+                 module is an operation (speckit/convert/, quant/, validate/, plan.py, ...).
   private-name   a leading-underscore name (dunders excepted) stays home: a private module
                  (cli/_common.py) and the private names of a package __init__ or of such a helper
                  module belong to their directory; a private name of a public module (cli/plan.py's
@@ -98,7 +99,7 @@ MAX_DECLARED_EDGES = 4
 # modules that import a module named by a computed string [dynamic-import], and why the contract
 # still sees every target
 DYNAMIC_IMPORTERS = {
-    "speckit": "the lazy API: its (module, attribute) literals are read as imports",
+    "speckit.api": "the lazy API: its (module, attribute) literals are read as imports",
     "speckit.cli": "the lazy command map: its (module, attribute) literals are read as imports",
     "speckit.core.methods": "method discovery: the modules of its own package (pkgutil)",
     "speckit.core.links": "the one resolver of core's links to operation modules [op-link]",
@@ -110,9 +111,10 @@ LINKS_MODULE = "speckit.core.links"
 HUB_CLIENT_PKG = "speckit.io.hub"
 LAYER_NAMES = {**{v: k for k, v in LAYERS.items()}, OPERATIONS: "operations"}
 # top-level modules that are no operation: errors (below every layer), the API map, `python -m`
-NOT_OPERATIONS = {"errors", "__init__", "__main__"}
+NOT_OPERATIONS = {"errors", "__init__", "__main__", "api"}
 BASE = -1  # speckit.errors: importable by every layer
 ROOT_PKG = "speckit"
+API_MODULE = "speckit.api"  # the library API: lazy names for users, imported by no speckit module
 METHODS_PKG = "speckit.core.methods"
 # module-level constants of a method module that hold its name(s), and the same as spec fields
 METHOD_ATTRS = {"NAME", "VLLM_METHOD", "SPECULATORS_TYPE"}
@@ -217,8 +219,8 @@ def _resolve_relative(mod: Module, level: int, target: str | None) -> str:
 
 
 def _api_map(mods: dict[str, Module]) -> dict[str, str]:
-    """speckit/__init__'s lazy API: public name -> the module that provides it."""
-    root = mods.get(ROOT_PKG)
+    """speckit/api's lazy API: public name -> the module that provides it."""
+    root = mods.get(API_MODULE)
     out: dict[str, str] = {}
     if root is None:
         return out
@@ -249,8 +251,8 @@ def _imports(mod: Module, mods: dict[str, Module], api: dict[str, str]) -> Itera
                 sub = f"{src}.{alias.name}"
                 if sub in mods:
                     yield Import(sub, node.lineno, runtime)
-                elif src == ROOT_PKG and alias.name in api:
-                    # `from speckit import convert` runs speckit.__getattr__ -> that module
+                elif src == API_MODULE and alias.name in api:
+                    # `from speckit.api import convert` runs its __getattr__ -> that module
                     yield Import(api[alias.name], node.lineno, runtime, (alias.name,))
                 else:
                     plain.append(alias.name)
@@ -281,11 +283,11 @@ def layer_of(name: str) -> int | None:
 
 def check_layers(mods: dict[str, Module]) -> Iterator[Violation]:
     for mod in mods.values():
-        if mod.name == ROOT_PKG:
+        if mod.name in (ROOT_PKG, API_MODULE):
             for imp in mod.imports:
                 if imp.how == "import" and imp.target != ROOT_PKG:
                     yield Violation(mod.rel, imp.line, "layer",
-                                    f"speckit/__init__ imports {imp.target}; it only maps API "
+                                    f"{mod.name} imports {imp.target}; the API only maps "
                                     "names lazily (through importlib)")
             continue
         mine = layer_of(mod.name)
@@ -294,6 +296,10 @@ def check_layers(mods: dict[str, Module]) -> Iterator[Violation]:
                             "speckit/core, io, cli or an operation package)")
             continue
         for imp in mod.imports:
+            if imp.target == API_MODULE:
+                yield Violation(mod.rel, imp.line, "layer", f"{mod.name} imports {API_MODULE}, "
+                                "the users' API: import the module that defines the name")
+                continue
             theirs = layer_of(imp.target)
             # speckit/__init__ (__version__, the lazy API) is around every layer; an unlayered
             # target gets its own violation above
@@ -1193,7 +1199,7 @@ def _own_function_imports(mod: Module, mods: dict[str, Module]
             if not (src == ROOT_PKG or src.startswith(ROOT_PKG + ".")):
                 continue
             targets = sorted({f"{src}.{a.name}" if f"{src}.{a.name}" in mods
-                              else api.get(a.name, src) if src == ROOT_PKG else src
+                              else api.get(a.name, src) if src == API_MODULE else src
                               for a in node.names})
         if targets:
             yield node, targets

@@ -34,7 +34,7 @@ _LAYER = re.compile(r"^mtp\.layers\.(\d+)\.(.+)$")
 _EXPERT = re.compile(r"^mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
 
 
-def plan(ctx: ReadContext) -> ConversionPlan:
+def read(ctx: ReadContext) -> ConversionPlan:
     src = ctx.src
     mtp, dtype = _mtp_tensors(src)
     out = ConversionPlan(method="mtp", layout="speculators", config={}, moves=[])

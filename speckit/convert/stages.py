@@ -85,11 +85,11 @@ def open_target(s: Resolved, src_ckpt: Checkpoint, layout, target: str | os.Path
     return t_res, tgt, reg_k
 
 
-def plan_moves(ctx: ReadContext, drop) -> tuple[ConversionPlan, dict[str, str], dict, list]:
+def conversion_plan(ctx: ReadContext, drop) -> tuple[ConversionPlan, dict[str, str], dict, list]:
     """The reader's plan, less --drop, checked strictly; and its moves in copy order."""
     src_ckpt, tgt = ctx.src, ctx.target
     reader = links.load(links.READER, str(LAYOUT_BY_NAME[ctx.layout.name].reader))
-    plan: ConversionPlan = reader.plan(ctx)
+    plan: ConversionPlan = reader.read(ctx)
     dropped = apply_drops(plan, src_ckpt, drop)
     check_coverage(plan, src_ckpt, dropped)
     inputs = {SOURCE: src_ckpt}

@@ -2,7 +2,7 @@
 operations load them through.
 
 Core names modules it cannot import (it sits below the operations): a layout's reader
-(LayoutSpec.reader: a module of speckit/convert whose plan(ctx) reads that layout) and a
+(LayoutSpec.reader: a module of speckit/convert whose read(ctx) reads that layout) and a
 scheme's numerics (QuantScheme.numerics: a module of speckit/quant that quantizes and
 dequantizes one weight). LINKS says, for each such field, which operation holds the module and
 what the module defines. The import contract (tools/check_architecture.py, rule op-link) reads
@@ -27,7 +27,7 @@ class Link:
     functions: tuple[str, ...]  # what the module defines for its caller
 
 
-READER = Link("LayoutSpec", "reader", "convert", ("plan",))
+READER = Link("LayoutSpec", "reader", "convert", ("read",))
 NUMERICS = Link("QuantScheme", "numerics", "quant", ("quantize_weight", "dequantize"))
 LINKS = (READER, NUMERICS)
 

@@ -221,7 +221,7 @@ def _runtime_names(mod, name: str, *, target_layers: int | None, config: dict[st
     return a if a == b else None
 
 
-def plan_tensors(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: bool,
+def decide_tensors(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: bool,
                  target_layers: int | None, requant: dict | None) -> tuple[list[Item], list[str]]:
     """What happens to each tensor, in file order, and Quark's exclude list for the config."""
     used: set[str] = set()

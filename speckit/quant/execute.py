@@ -1,5 +1,6 @@
-"""quantize's execution: calibration, then every planned tensor quantized, byte-copied or
-dropped into the new shards; the output config, provenance and the re-opened result checked.
+"""quantize's execution: activation scales measured, then every planned tensor quantized,
+byte-copied or dropped into the new shards; the output config, provenance and the re-opened
+result checked.
 """
 
 from __future__ import annotations
@@ -78,20 +79,19 @@ class QuantizeResult:
     layout: str = "quark"  # the quantization_config dialect written (core.quant scheme layout)
 
 
-def calibrate_activations(ckpt: Checkpoint, mod, sch: Scheme, items: list[Item], *,
-                          calib_target, prompts, target_layers: int | None,
-                          requant: dict | None, dev: str) -> tuple[dict[str, float], Any]:
+def measure_activations(ckpt: Checkpoint, mod, sch: Scheme, items: list[Item], *,
+                        calib_target, prompts, target_layers: int | None,
+                        requant: dict | None, dev: str) -> tuple[dict[str, float], Any]:
     """Activation maxima of the quantized modules, run through the target (for schemes with
-    static input scales; none for the others)."""
+    static input scales; none for the others), and their summary (the result's calibration)."""
     if not sch.static_input:
         return {}, None
-    cal = activation_scales.collect(ckpt, mod.name, modules=[it.module for it in items
-                                                      if it.action == "quantize"],
-                            names={it.module: it.info.name for it in items
-                                   if it.action == "quantize"},
-                            calib_target=calib_target, prompts=prompts,
-                            target_layers=target_layers, requant=requant, device=dev)
-    return cal.amax, cal.summary()
+    quantized = [it for it in items if it.action == "quantize"]
+    stats = activation_scales.collect(
+        ckpt, mod.name, modules=[it.module for it in quantized],
+        names={it.module: it.info.name for it in quantized}, calib_target=calib_target,
+        prompts=prompts, target_layers=target_layers, requant=requant, device=dev)
+    return stats.amax, stats.summary()
 
 
 def write_tensors(tmp: Path, ckpt: Checkpoint, mod, items: list[Item], sch: Scheme, dev: str,

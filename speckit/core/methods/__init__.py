@@ -103,9 +103,10 @@ class MethodSpec:
     shares_target_kv: bool = False  # attends to the target's KV cache, adds none (gemma4)
     proposes_on_cpu: bool = False  # proposals computed on the host (ngram): no async scheduling
     supported_markov_heads: tuple[str, ...] = ()  # DSpark head types vLLM builds
-    # how `quantize --per-tensor-static` feeds the draft: "causal-lm" (its own tokens),
-    # "eagle-head" (embeddings + the target's aux hidden states), None (not supported)
-    calibration: str | None = None
+    # how `quantize --per-tensor-static` feeds the draft to measure its activation scales:
+    # "causal-lm" (its own tokens), "eagle-head" (embeddings + the target's aux hidden states),
+    # None (not supported)
+    activation_inputs: str | None = None
     norm_before_residual_default: bool | None = None  # vLLM's value when the config omits it
     reads_mask_embedding: bool = False  # vLLM reads a mask_embedding.pt next to the weights
     # the layout `speckit convert` writes for it (None: nothing to convert, e.g. a plain LM)

@@ -130,5 +130,5 @@ SPEC = spec_from(
     speculators_type=None,
     parallel=False,
     has_checkpoint=True,
-    calibration="causal-lm",
+    activation_inputs="causal-lm",
 )

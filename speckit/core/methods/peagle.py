@@ -117,7 +117,7 @@ SPEC = spec_from(
     # with num_speculative_tokens 5 on their model cards
     usual_k=5,
     draft_style="append",  # the verified tokens plus k-1 mask slots in one pass
-    calibration="eagle-head",
+    activation_inputs="eagle-head",
     norm_before_residual_default=False,  # vLLM algos.py
     convert_layout="speculators",
     vllm_loads_speculators=True,
