@@ -4,7 +4,6 @@ it says: every rule is tried on a small synthetic package where it must fire, an
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -12,19 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("check_architecture",
-                                                  ROOT / "tools" / "check_architecture.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(mod)
-    return mod
-
-
-arch = _load_tool()
+arch = load_script("tools", "check_architecture")
 
 
 # tools/check_architecture.py prints what is wrong. Do not allow-list: fix the code or the rule.

@@ -6,7 +6,6 @@ the target's (the head trained with it frozen).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -100,7 +99,3 @@ def verifier_name(target: str, target_cfg: dict[str, Any]) -> str:
     if isinstance(name, str) and name.count("/") == 1 and not Path(name).exists():
         return name
     return target
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())
