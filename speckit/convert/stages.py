@@ -27,7 +27,7 @@ from speckit.convert.moves import (
 from speckit.core import links, methods, specconfig
 from speckit.core.methods.detect import LAYOUT_BY_NAME, SERVED_AS_PUBLISHED, pick_method
 from speckit.errors import FormatError, UsageError
-from speckit.io.checkpoint import Checkpoint, CheckpointWriter, load_config, write_json
+from speckit.io.checkpoint import Checkpoint, load_config, write_json
 from speckit.io.datafiles import load_registry
 from speckit.io.hub.hashing import BesideCopyHasher
 from speckit.io.output import (
@@ -40,6 +40,7 @@ from speckit.io.output import (
 from speckit.io.progress import byte_progress
 from speckit.io.refs import Resolved, resolve
 from speckit.io.targets import cache_root
+from speckit.io.writer import CheckpointWriter
 
 
 def open_source(ref: str, *, method: str, allow_pickle: bool, allow_external_links: bool,

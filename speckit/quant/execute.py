@@ -19,7 +19,6 @@ from speckit.io.checkpoint import (
     DTYPE_BITS,
     INDEX_NAME,
     Checkpoint,
-    CheckpointWriter,
     TensorInfo,
     code_to_torch,
 )
@@ -28,6 +27,7 @@ from speckit.io.output import (
     strip_config,
 )
 from speckit.io.progress import byte_progress
+from speckit.io.writer import CheckpointWriter
 from speckit.quant import activation_scales, fp8, schemes
 from speckit.quant.chunks import ErrorStats, single_threaded
 from speckit.quant.decisions import Item, looks_linear, prior_quantization

@@ -12,8 +12,9 @@ from typing import Any
 from speckit.core import speculators
 from speckit.core.dtypes import torch_to_code
 from speckit.core.methods import eagle3
-from speckit.io.checkpoint import CheckpointWriter, write_json
+from speckit.io.checkpoint import write_json
 from speckit.io.output import atomic_output_dir, write_provenance
+from speckit.io.writer import CheckpointWriter
 from speckit.train.model import HeadConfig, exported
 from speckit.train.vocab import DraftVocab, check_draft_vocab
 

@@ -654,7 +654,7 @@ def test_resident_memory_stays_below_the_largest_tensor(targets, tmp_path):
     import subprocess
     import sys
 
-    from speckit.io.checkpoint import CheckpointWriter
+    from speckit.io.writer import CheckpointWriter
 
     vocab = 1 << 21  # embed_tokens: 2**21 x 64 bf16 = 256 MiB; lm_head borrowed from the target
     src = F.make_specforge_eagle3(tmp_path / "small", export="sglang")
