@@ -9,7 +9,7 @@ import re
 
 import click
 
-from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.cli._common import handle_errors, progress_enabled, show
 from speckit.cli._options import with_method_lists
 from speckit.convert import DEFAULT_SHARD_BYTES, convert
 from speckit.core import methods
@@ -86,10 +86,7 @@ def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, ma
                      max_shard_bytes=(DEFAULT_SHARD_BYTES if max_shard_size is None
                                       else max_shard_size),
                      progress=progress_enabled(json_mode or quiet))
-    if json_mode:
-        print_json(result)
-        return
-    render(result)
+    show(result, json_mode=json_mode, render=render)
 
 
 def _human(n: int) -> str:

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from speckit.cli._common import handle_errors, print_json
+from speckit.cli._common import handle_errors, show
 from speckit.cli._options import json_option
 from speckit.errors import FormatError
 from speckit.inspect import inspect
@@ -39,10 +39,7 @@ def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: boo
 
     report = inspect(ref, target=target, allow_pickle=allow_pickle,
                      allow_external_links=allow_external_links)
-    if json_mode:
-        print_json(report)
-    else:
-        render(report)
+    show(report, json_mode=json_mode, render=render)
     if not report.ok:
         sys.exit(FormatError.exit_code)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import click
 
-from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.cli._common import handle_errors, progress_enabled, show
 from speckit.cli._options import with_method_lists
 from speckit.core.quant import LAYOUTS, SCHEMES, SWITCHES, QuantScheme, for_switches, format_help
 from speckit.quant import quantize
@@ -71,10 +71,7 @@ def quantize_cmd(ckpt, fmt, calib_target, out, exclude, target_layers, device, s
                  force=force, strict=strict, target_layers=target_layers,
                  calib_target=calib_target, allow_external_links=allow_external_links,
                  progress=progress_enabled(json_mode or quiet))
-    if json_mode:
-        print_json(r)
-        return
-    render(r)
+    show(r, json_mode=json_mode, render=render)
 
 
 def _mb(n: int) -> str:
