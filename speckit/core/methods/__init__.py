@@ -4,7 +4,9 @@ Generic stages (inspect, convert, quantize, plan, validate) ask `get(name)` for 
 `MethodSpec` and read its fields; they never test `method == "..."` themselves. Each method module
 builds its one ``SPEC`` from data and small pure functions over a config dict (no torch), with the
 layouts it comes in (``LAYOUT_SPECS``). Every module of this package but the helpers is a method:
-adding one is adding its file.
+adding one is adding its file (docs/architecture.md). Discovery reads the folders on this
+package's ``__path__`` at the first lookup, so a module in a folder added there before it (as
+tests do with throwaway methods) is a method too.
 """
 
 from __future__ import annotations
