@@ -1,15 +1,25 @@
-"""speckit's projected throughput ratio against published measurements, fit and held out.
+"""speckit's projected throughput ratio against published measurements, scored leaving one
+source out.
 
-    PYTHONPATH=$PWD python bench/projection_vs_published.py [--write-engine]
+    PYTHONPATH=$PWD python bench/projection_vs_published.py [--write-engine] [--ideal]
 
 Every series in bench/published_points.py is projected with speckit.core.plan.projection.StepModel
 (the model `speckit plan --acceptance` prints): the ideal GPU passes (speckit/data/step_costs.json,
-fitted on an H200) plus the engine's named terms (speckit.core.plan.engine). The engine terms are
-fitted (speckit.core.plan.fit.fit_log_params), each within its physical range
-(speckit.core.plan.engine.PHYSICAL_RANGE), on the FIT_CONCURRENCIES points only; where a source
-gives no acceptance, one AL per source is solved at its lowest concurrency (that point then matches
-by construction and is not counted). Everything else is held out. --write-engine stores the fitted
-terms in speckit/data/engine_costs.json.
+fitted on an H200) plus the engine's named terms (speckit.core.plan.engine), fitted
+(speckit.core.plan.fit.fit_log_params) each within its physical range
+(speckit.core.plan.engine.PHYSICAL_RANGE), every source weighing the same.
+
+Leave one source out: for each source, the terms are fitted on all the others and its points are
+projected (AL from its published acceptance, else solved at its lowest concurrency as a user who
+measured AL there would); M = mean |ln(projected / published)| over those left-out points, W the
+worst. Their residuals give the band (speckit.core.plan.band): quantiles per concurrency regime
+and target kind, scored out of sample (each source against a band built without it).
+--write-engine stores the terms fitted on every source, with that band, in
+speckit/data/engine_costs.json.
+
+The ideal step times do not depend on the engine terms (which add to them), so each point's
+ideal plain and speculative steps are priced once (``prepare``) and a fit only redoes the
+arithmetic of engine.EngineCosts.plain / speculative and the ratio over them.
 """
 
 from __future__ import annotations
@@ -18,195 +28,355 @@ import argparse
 import math
 import statistics
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from published_points import ANCHORS, FIT_CONCURRENCIES, FIT_KS, SERIES, Series
+from published_points import ANCHORS, EXCLUDED, SERIES, SOURCES, Series
 
 from speckit.core.gpus import get_gpu
+from speckit.core.plan import band as _band
 from speckit.core.plan import engine as _engine
 from speckit.core.plan import formats, steps
 from speckit.core.plan.fit import fit_log_params
 from speckit.core.plan.projection import StepModel, target_shape
-from speckit.core.plan.schedule import al_from_per_position
+from speckit.core.plan.schedule import al_from_per_position, geometric_rates
 from speckit.io import datafiles
 
-# each term is fitted within its physical range (speckit.core.plan.engine.PHYSICAL_RANGE: what a
-# serving engine can plausibly spend on that work; docs/plan.md cites each), starting from the
+# each term is fitted within its physical range (docs/plan.md cites each), starting from the
 # middle of that range (geometric), with a weak prior (PRIOR_WEIGHT per e-fold) towards it that
 # keeps the terms the ratios cannot separate there
 BOUNDS = dict(_engine.PHYSICAL_RANGE)
-START = {n: math.sqrt(lo * hi) for n, (lo, hi) in BOUNDS.items()}
 PRIOR_WEIGHT = 0.05
+LEVEL = _band.LEVEL
+# routing locality (engine.ROUTE_REUSE_RANGE) is fitted with the terms, as route_keep =
+# 1 - route_reuse (the log-space fit needs a positive value), unless --route-reuse fixes it; the
+# ideal speculative steps are priced at these values of it and interpolated in between
+REUSE_LO, REUSE_HI = _engine.ROUTE_REUSE_RANGE
+REUSE_GRID = tuple(REUSE_LO + (REUSE_HI - REUSE_LO) * i / 6 for i in range(7))
+BOUNDS["route_keep"] = (1 - REUSE_HI, 1 - REUSE_LO)
 
 
-Engines = dict[str, _engine.EngineCosts]
+@dataclass(frozen=True)
+class Point:
+    """One published point with its ideal (engine-free) step times priced once."""
+
+    series: str
+    source: str
+    index: int
+    batch: int
+    k: int
+    published: float
+    base0: float  # seconds: ideal plain step
+    spec0s: tuple[float, ...]  # seconds: ideal speculative step at each REUSE_GRID value
+    layers: int
+    passes: int  # drafter forward passes a step
+    moe: bool
+    al: float | None  # the AL the source publishes for this point (None: solved)
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return self.series, self.index
+
+    def spec0(self, reuse: float) -> float:
+        """The ideal speculative step (verify q = k+1 + drafting) at routing locality
+        ``reuse``, linear between the priced grid values."""
+        x = (min(max(reuse, REUSE_LO), REUSE_HI) - REUSE_LO) / (REUSE_HI - REUSE_LO) \
+            * (len(REUSE_GRID) - 1)
+        i = min(int(x), len(REUSE_GRID) - 2)
+        return self.spec0s[i] + (self.spec0s[i + 1] - self.spec0s[i]) * (x - i)
 
 
-def engine_class(engine: str) -> str | None:
-    """Which fitted term set a source's engine uses (None: no serving engine, ideal steps)."""
-    low = engine.lower()
-    return None if low == "torch" else "sglang" if low.startswith("sglang") else "vllm"
-
-
-def _target(config: dict, gpu_name: str, tp: int, ep: bool = False):
-    gpu = get_gpu(gpu_name)
-    return gpu, target_shape(config, gpu, where="published config", expert_parallel=ep, tp=tp)
-
-
-def model_of(s: Series, engines: Engines) -> StepModel:
-    gpu, t = _target(s.target_config, s.gpu, s.tp, s.expert_parallel)
+def model_of(s: Series, engine: _engine.EngineCosts = _engine.IDEAL) -> StepModel:
+    gpu = get_gpu(s.gpu)
+    t = target_shape(s.target_config, gpu, where="published config",
+                     expert_parallel=s.expert_parallel, tp=s.tp)
     const = replace(datafiles.load_step_constants(), gqa_pack="always")
     d = steps.DraftShape.from_dims(s.draft_dims)
     if s.draft_quant:
         d = replace(d, body=replace(d.body, weight_bytes=formats.weight_bytes(s.draft_quant),
                                     fp8_compute=formats.native_compute(gpu, s.draft_quant)),
                     head_weight_bytes=2.0)
-    cls = engine_class(s.engine)
-    return StepModel(t, d, gpu, s.tp, s.tp, const, _engine.IDEAL if cls is None else engines[cls])
-
-
-def anchors(engines: Engines) -> list[tuple[float, float]]:
-    """(model, published) plain-step seconds of every ANCHORS entry."""
-    const = replace(datafiles.load_step_constants(), gqa_pack="always")
-    out = []
-    for cls, g, tp, cfg, b, ctx, sec, _ in ANCHORS:
-        gpu, t = _target(cfg, g, tp)
-        out.append((StepModel(t, None, gpu, tp, tp, const, engines[cls]).base(b, ctx), sec))
-    return out
+    return StepModel(t, d, gpu, s.tp, s.tp, const, engine, s.kv_bytes)
 
 
 def point_ks(s: Series) -> list[int]:
     return list(s.point_k) if s.point_k else [s.k] * len(s.points)
 
 
-def project(engines: Engines) -> dict[str, tuple[float, list[float]]]:
-    """series -> (AL used, projected ratio per point)."""
-    out: dict[str, tuple[float, list[float]]] = {}
-    for s in SERIES:
-        m = model_of(s, engines)
-        if s.point_al:
-            out[s.name] = (s.point_al[0], [m.ratio(b, k, a, s.ctx) for (b, _), k, a in
-                                           zip(s.points, point_ks(s), s.point_al, strict=True)])
-            continue
-        if s.acceptance is not None:
-            al = al_from_per_position(s.acceptance, s.k)
-        elif s.al_from:
-            al = out[s.al_from][0]
-        else:  # one AL per source, solved at its lowest concurrency (the ratio rises with AL)
-            b, r = s.points[0]
-            lo, hi = 1.0, s.k + 1.0
-            for _ in range(50):
-                mid = (lo + hi) / 2
-                lo, hi = (mid, hi) if m.ratio(b, s.k, mid, s.ctx) < r else (lo, mid)
-            al = (lo + hi) / 2
-        out[s.name] = (al, [m.ratio(b, s.k, al, s.ctx) for b, _ in s.points])
+def prepare(series: list[Series] = SERIES) -> list[Point]:
+    out = []
+    for s in series:
+        grid = [model_of(s, replace(_engine.IDEAL, route_reuse=x)) for x in REUSE_GRID]
+        m = grid[0]
+        for i, ((b, pub), k) in enumerate(zip(s.points, point_ks(s), strict=True)):
+            al = s.point_al[i] if s.point_al else al_from_per_position(s.acceptance, k) \
+                if s.acceptance is not None else None
+            out.append(Point(s.name, s.source, i, b, k, pub, m.base(b, s.ctx),
+                             tuple(g.spec(b, k, s.ctx, 0.0) for g in grid), m.target.layers,
+                             k if m.draft and m.draft.style == "chain" else 1,
+                             bool(m.target.experts), al))
     return out
 
 
-def role(s: Series, i: int) -> str:
-    b = s.points[i][0]
-    if s.acceptance is None and not s.al_from and not s.point_al and i == 0:
-        return "AL"
-    if s.name in FIT_KS:
-        return "fit" if point_ks(s)[i] in FIT_KS[s.name] else "held-out"
-    return "fit" if b in FIT_CONCURRENCIES.get(s.name, ()) else "held-out"
+def ratio(p: Point, e: _engine.EngineCosts, al: float) -> float:
+    """StepModel.ratio, from the ideal steps priced once plus the engine terms."""
+    base = p.base0 + e.plain(layers=p.layers, batch=p.batch)
+    spec = p.spec0(e.route_reuse) + e.speculative(layers=p.layers, batch=p.batch, al=al,
+                                                  draft_passes=p.passes)
+    return al * base / spec
 
 
-def fit() -> Engines:
-    """One set of terms over the fit points of every engine's sources and a weak prior: the
-    published points do not separate vLLM's terms from SGLang's (a set each left SGLang's
-    terms at implausible values and its Table 3 AL at k+1), so both engines share it. (The
-    ANCHORS are printed, not fitted: plain-torch passes already run slower than the engines'
-    kernels at batch 1, see docs/plan.md.)"""
+def solve_al(p: Point, e: _engine.EngineCosts) -> float:
+    """The AL at which the model gives the published ratio at ``p`` (within [1, k+1]): the
+    ratio is al x B / (S + token_s x batch x al), so al = r S / (B - r token_s batch)."""
+    base = p.base0 + e.plain(layers=p.layers, batch=p.batch)
+    spec = p.spec0(e.route_reuse) + e.speculative(layers=p.layers, batch=p.batch, al=0.0,
+                                                  draft_passes=p.passes)
+    den = base - p.published * e.token_s * p.batch
+    al = p.published * spec / den if den > 0 else p.k + 1.0
+    return min(max(al, 1.0), p.k + 1.0)
+
+
+def project(points: list[Point], e: _engine.EngineCosts) -> dict[tuple[str, int], tuple]:
+    """(series, index) -> (AL used, projected ratio, role): role "AL" for the point that sets
+    a series' AL (matched by construction), else "scored"."""
+    out: dict[tuple[str, int], tuple] = {}
+    solved: dict[str, tuple[float, int]] = {}  # series -> (AL, at k)
+    by_name = {s.name: s for s in SERIES}
+    for p in points:
+        if p.al is not None:
+            out[p.key] = (p.al, ratio(p, e, p.al), "scored")
+            continue
+        share = by_name[p.series].al_from
+        if p.series not in solved and not share:
+            solved[p.series] = (solve_al(p, e), p.k)
+            al, role = solved[p.series][0], "AL"
+        else:
+            al0, k0 = solved[share or p.series]
+            al = al0 if p.k == k0 else 1.0 + sum(geometric_rates(al0, k0, positions=p.k))
+            role = "scored"
+        out[p.key] = (al, ratio(p, e, al), role)
+    return out
+
+
+def terms_of(vals: dict[str, float]) -> _engine.EngineCosts:
+    """EngineCosts from fitted values: the seconds terms, and routing locality fitted as
+    route_keep = 1 - route_reuse (a positive value, as the log-space fit needs)."""
+    v = dict(vals)
+    keep = v.pop("route_keep", None)
+    return _engine.EngineCosts(**v, route_reuse=FIXED_REUSE[0] if keep is None else 1 - keep)
+
+
+FIXED_REUSE: list[float] = [0.0]  # --route-reuse: the locality when it is not fitted
+
+
+def fit(points: list[Point], *, bounds: dict | None = None) -> _engine.EngineCosts:
+    """One set of terms over the scored points of ``points``, every source weighing the same
+    (each point 1/sqrt(its source's scored points)), plus the weak prior."""
+    bnd = bounds or BOUNDS
+    start = {n: math.sqrt(lo * hi) for n, (lo, hi) in bnd.items()}
+    scored = [p for p in points if p.source]
+    proj0 = project(scored, _engine.IDEAL)
+    counts: dict[str, int] = {}
+    for p in scored:
+        counts[p.source] = counts.get(p.source, 0) + (proj0[p.key][2] == "scored")
+
     def residuals(vals):
-        one = _engine.EngineCosts(**vals)
-        proj = project(dict.fromkeys(_engine.ENGINES, one))
-        data = [math.log(proj[s.name][1][i] / s.points[i][1]) for s in SERIES
-                for i in range(len(s.points)) if role(s, i) == "fit"]
-        return data + [PRIOR_WEIGHT * math.log(vals[n] / START[n]) for n in START]
+        e = terms_of(vals)
+        proj = project(scored, e)
+        data = [math.log(proj[p.key][1] / p.published) / math.sqrt(counts[p.source])
+                for p in scored if proj[p.key][2] == "scored"]
+        return data + [PRIOR_WEIGHT * math.log(vals[n] / start[n]) for n in start]
 
-    best = fit_log_params(residuals, START, BOUNDS, what="the published ratios")
-    one = _engine.EngineCosts(**best, source="fitted within physical ranges to published "
-                              "vLLM and SGLang ratios on MI355X, H100 and A100 by "
-                              "bench/projection_vs_published.py")
-    return dict.fromkeys(_engine.ENGINES, one)
-
-
-def _at_bound(v: float, lo: float, hi: float) -> str:
-    return " (at its upper bound)" if v >= hi * 0.999 else " (at its lower bound)" \
-        if v <= lo * 1.001 else ""
+    best = fit_log_params(residuals, start, bnd, what="the published ratios")
+    return replace(terms_of(best), source="fitted to published ratios within physical ranges "
+                   "(bench/published_points.py, every source weighing the same; "
+                   "bench/projection_vs_published.py)")
 
 
-def report(engines: Engines) -> dict[str, list[float]]:
-    proj = project(engines)
-    for eng in dict.fromkeys(engines.values()):
-        names = "/".join(e for e, x in engines.items() if x == eng)
-        print(f"{names} engine terms: " + ", ".join(f"{f}={getattr(eng, f) * 1e6:.3g} us"
-                                                   for f in _engine.ENGINE_FIELDS))
-        if eng != _engine.IDEAL:
-            print("  fitted within: " + ", ".join(
-                f"{f} {lo * 1e6:g}-{hi * 1e6:g} us" + _at_bound(getattr(eng, f), lo, hi)
-                for f, (lo, hi) in BOUNDS.items()))
-    for (cls, g, tp, _, b, _ctx, sec, src), (m, _) in zip(ANCHORS, anchors(engines),
-                                                         strict=True):
-        print(f"anchor {cls} {g} TP={tp} B={b}: plain step published {sec * 1e3:.2f} ms, "
-              f"model {m * 1e3:.2f} ms ({src.split(',')[0]})")
-    print(f"{'series':20s} {'B':>4s} {'role':9s} {'AL':>5s} {'published':>9s} {'projected':>9s} "
-          f"{'log ratio':>9s}")
-    errs: dict[str, list[float]] = {"fit": [], "held-out": []}
+def leave_one_source_out(points: list[Point], *, ideal: bool = False,
+                         bounds: dict | None = None) -> tuple[dict, dict]:
+    """(terms fitted without each source, {(series, index): (AL, projected, role)} of every
+    engine source's points projected by the fit that left their source out)."""
+    terms, out = {}, {}
+    for src in SOURCES:
+        train = [p for p in points if p.source and p.source != src]
+        e = _engine.IDEAL if ideal else fit(train, bounds=bounds)
+        terms[src] = e
+        mine = [p for p in points if p.source == src]
+        out.update(project(mine, e))
+    return terms, out
+
+
+def residuals_of(points: list[Point], proj: dict) -> list[_band.Residual]:
+    """ln(published / projected) at every scored point of the engine sources."""
+    return [_band.Residual(p.source, p.batch, p.moe, math.log(p.published / proj[p.key][1]))
+            for p in points if p.source and proj[p.key][2] == "scored"]
+
+
+def summary(res: list[_band.Residual], band: _band.ResidualBand) -> tuple[float, float, float]:
+    """(M, W, median band width in % of the ratio over the scored points)."""
+    errs = [abs(r.value) for r in res]
+    widths = [math.exp(hi) - math.exp(lo) for lo, hi in (band.offsets(r.batch, r.moe)
+                                                         for r in res)]
+    return statistics.mean(errs), max(errs), 100 * statistics.median(widths)
+
+
+def summary_line(res: list[_band.Residual], band: _band.ResidualBand,
+                 cov: _band.Coverage) -> str:
+    m, w, width = summary(res, band)
+    n = len({r.source for r in res})
+    return (f"leave-one-source-out: {n} sources, {len(res)} points, mean |log ratio| {m:.3f}, "
+            f"worst {w:.3f}, {band.level:.0%} band covers {100 * cov.share:.0f}%, median width "
+            f"{width:.0f}%")
+
+
+def _terms_text(e: _engine.EngineCosts, bnd: dict) -> str:
+    def at(v, lo, hi):
+        return " (upper bound)" if v >= hi * 0.999 else " (lower bound)" if v <= lo * 1.001 \
+            else ""
+    return ", ".join(f"{f}={getattr(e, f) * 1e6:.3g} us{at(getattr(e, f), *bnd[f])}"
+                     for f in _engine.ENGINE_FIELDS) + \
+        f", route_reuse={e.route_reuse:.3f}" + (at(e.route_reuse, REUSE_LO, REUSE_HI)
+                                                 if "route_keep" in bnd else " (fixed)")
+
+
+def report_sources() -> None:
+    print(f"sources ({len(SOURCES)} included; inclusion rules in bench/published_points.py):")
+    for sid, src in SOURCES.items():
+        names = [s.name for s in SERIES if s.source == sid]
+        print(f"- {sid}: {src.engine}, {src.gpu}; publishes: {src.publishes}; series "
+              f"{', '.join(names)}; {src.citation}" + (f"; {src.notes}" if src.notes else ""))
     for s in SERIES:
-        al, ratios = proj[s.name]
-        for i, ((b, pub), r) in enumerate(zip(s.points, ratios, strict=True)):
-            lr = math.log(r / pub)
-            rl = role(s, i)
-            if rl != "AL":
-                errs[rl].append(abs(lr))
-            print(f"{s.name:20s} {b:4d} {rl:9s} {al:5.2f} {pub:8.2f}x {r:8.2f}x {lr:+9.3f}")
-    for rl, e in errs.items():
-        print(f"{rl:9s}: {len(e)} points, mean |log ratio| {statistics.mean(e):.3f}, worst "
-              f"{max(e):.3f}")
-    bf, f8 = (next(s for s in SERIES if s.name == n) for n in ("kimi-bf16-draft",
-                                                                "kimi-fp8-draft"))
-    gains = [(b, p8 / p16, proj[f8.name][1][i] / proj[bf.name][1][i]) for i, ((b, p16), (_, p8))
-             in enumerate(zip(bf.points, f8.points, strict=True))]
-    print("FP8 vs BF16 draft gain (published / projected): " + ", ".join(
-        f"B={b} {g:.3f}/{m:.3f}" for b, g, m in gains))
-    return errs
+        print(f"  {s.name}: {s.target} + {s.draft}, {s.gpu} TP={s.tp}, k={s.k}, ctx {s.ctx}"
+              + "".join(f"; {n}" for n in s.notes))
+    print(f"excluded ({len(EXCLUDED)}):")
+    for what, why in EXCLUDED:
+        print(f"- {what}: {why}")
+
+
+def report_points(points: list[Point], loso: dict, within: dict) -> None:
+    print(f"{'series':26s} {'B':>4s} {'k':>2s} {'role':6s} {'AL':>5s} {'published':>9s} "
+          f"{'LOSO':>7s} {'log':>7s} {'within':>7s}")
+    for p in points:
+        if not p.source:
+            continue
+        al, r, role = loso[p.key]
+        print(f"{p.series:26s} {p.batch:4d} {p.k:2d} {role:6s} {al:5.2f} {p.published:8.2f}x "
+              f"{r:6.2f}x {math.log(r / p.published):+7.3f} {within[p.key][1]:6.2f}x")
+
+
+def report_sources_table(res: list[_band.Residual], cov: _band.Coverage,
+                         within: list[_band.Residual]) -> None:
+    print(f"{'left-out source':24s} {'points':>6s} {'M':>6s} {'W':>6s} {'bias':>7s} "
+          f"{'in band':>8s} {'within M':>8s}")
+    for sid in SOURCES:
+        mine = [r.value for r in res if r.source == sid]
+        wm = [abs(r.value) for r in within if r.source == sid]
+        c, n = cov.per_source.get(sid, (0, 0))
+        print(f"{sid:24s} {len(mine):6d} {statistics.mean(map(abs, mine)):6.3f} "
+              f"{max(map(abs, mine)):6.3f} {statistics.mean(mine):+7.3f} {c:>4d}/{n:<3d} "
+              f"{statistics.mean(wm):8.3f}")
+
+
+def report_band(band: _band.ResidualBand) -> None:
+    print(f"{band.level:.0%} band (quantiles of ln(published / projected), left-out points):")
+    for c in band.cells:
+        hi = "+" if c.max_batch is None else f"-{c.max_batch}"
+        print(f"  B={c.min_batch}{hi:4s} {c.kind:5s}: [{c.lo:+.3f}, {c.hi:+.3f}] -> x"
+              f"{math.exp(c.lo):.2f}..x{math.exp(c.hi):.2f} (pool: {c.pool}, {c.sources} "
+              f"sources, {c.points} points)")
+
+
+def report_checks(points: list[Point], e: _engine.EngineCosts) -> None:
+    ideal = [p for p in points if not p.source]
+    for p in ideal:
+        al, r, _ = project([p], _engine.IDEAL)[p.key]
+        print(f"ideal-steps check {p.series} B={p.batch}: published {p.published:.2f}x, "
+              f"projected {r:.2f}x ({math.log(r / p.published):+.3f})")
+    const = replace(datafiles.load_step_constants(), gqa_pack="always")
+    for _, g, tp, cfg, b, ctx, sec, src in ANCHORS:
+        gpu = get_gpu(g)
+        m = StepModel(target_shape(cfg, gpu, where="anchor", tp=tp), None, gpu, tp, tp, const, e)
+        print(f"anchor {g} TP={tp} B={b}: plain step published {sec * 1e3:.2f} ms, model "
+              f"{m.base(b, ctx) * 1e3:.2f} ms ({src})")
+
+
+def run(points: list[Point], *, ideal: bool = False, bounds: dict | None = None) -> dict:
+    """Everything the report prints: the full fit, the within-source residuals, the left-out
+    projections, the band and its out-of-sample coverage."""
+    bnd = bounds or BOUNDS
+    full = _engine.IDEAL if ideal else fit(points, bounds=bnd)
+    within = project(points, full)
+    terms, loso = leave_one_source_out(points, ideal=ideal, bounds=bnd)
+    res = residuals_of(points, loso)
+    band = _band.build_band(res, level=LEVEL, source=(
+        f"the leave-one-source-out residuals of {len({r.source for r in res})} published "
+        f"sources ({len(res)} points; bench/results/projection_vs_published.txt)"))
+    cov = _band.out_of_sample_coverage(res, level=LEVEL)
+    return {"full": replace(full, band=band), "within": within, "terms": terms, "loso": loso,
+            "residuals": res, "within_res": residuals_of(points, within), "band": band,
+            "coverage": cov, "bounds": bnd}
+
+
+def report(points: list[Point], r: dict) -> None:
+    print(f"engine terms fitted on every source: {_terms_text(r['full'], r['bounds'])}")
+    for sid, e in r["terms"].items():
+        print(f"  without {sid}: {_terms_text(e, r['bounds'])}")
+    report_checks(points, r["full"])
+    report_points(points, r["loso"], r["within"])
+    report_sources_table(r["residuals"], r["coverage"], r["within_res"])
+    report_band(r["band"])
+    wm = [abs(x.value) for x in r["within_res"]]
+    print(f"within-source (fitted on every source, NOT out of sample): {len(wm)} points, mean "
+          f"|log ratio| {statistics.mean(wm):.3f}, worst {max(wm):.3f}")
+    print(summary_line(r["residuals"], r["band"], r["coverage"]))
+
+
+def _bounds(args: list[str], ap: argparse.ArgumentParser) -> dict:
+    bnd = dict(BOUNDS)
+    for b in args:
+        term, _, rng = b.partition("=")
+        lo, _, hi = rng.partition(":")
+        if term not in _engine.PHYSICAL_RANGE:
+            ap.error(f"--bound {b}: a term of {sorted(_engine.PHYSICAL_RANGE)}")
+        bnd[term] = (float(lo) * 1e-6, float(hi) * 1e-6)
+    return bnd
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--write-engine", action="store_true")
-    ap.add_argument("--ideal", action="store_true", help="no engine terms (what plan had)")
+    ap.add_argument("--ideal", action="store_true", help="no engine terms")
     ap.add_argument("--bound", action="append", default=[], metavar="TERM=LO:HI",
                     help="fit TERM within LO..HI microseconds instead of its physical range "
                          "(to study the trade-off; not with --write-engine)")
+    ap.add_argument("--route-reuse", type=float, metavar="X",
+                    help="fix the routing locality at X instead of fitting it (0: independent "
+                         "routing; to study it, not with --write-engine)")
     a = ap.parse_args()
-    for b in a.bound:
-        term, _, rng = b.partition("=")
-        lo, _, hi = rng.partition(":")
-        if term not in BOUNDS or a.write_engine:
-            ap.error(f"--bound {b}: a term of {sorted(BOUNDS)}, and not with --write-engine")
-        BOUNDS[term] = (float(lo) * 1e-6, float(hi) * 1e-6)
-        START[term] = math.sqrt(BOUNDS[term][0] * BOUNDS[term][1])
-    for s in SERIES:
-        print(f"- {s.name}: {s.target} + {s.draft}, {s.gpu} TP={s.tp}, k={s.k}, ctx {s.ctx}, "
-              f"{s.engine}; {s.source}" + "".join(f"; {n}" for n in s.notes))
-    engines = dict.fromkeys(_engine.ENGINES, _engine.IDEAL) if a.ideal else fit()
-    report(engines)
-    if a.write_engine and not a.ideal:
-        datafiles.save_engine_costs(engines["vllm"], datafiles.ENGINE_COSTS_PATH, extra={
-            "fitted_on": sorted({f"{s.gpu} ({s.engine})" for s in SERIES
-                                 if any(role(s, i) == "fit" for i in range(len(s.points)))}),
+    if a.write_engine and (a.ideal or a.bound or a.route_reuse is not None):
+        ap.error("--write-engine writes the shipped fit: not with --ideal, --bound or "
+                 "--route-reuse")
+    report_sources()
+    points = prepare()
+    bnd = _bounds(a.bound, ap)
+    if a.route_reuse is not None:
+        FIXED_REUSE[0] = a.route_reuse
+        bnd.pop("route_keep")
+    r = run(points, ideal=a.ideal, bounds=bnd)
+    report(points, r)
+    if a.write_engine:
+        datafiles.save_engine_costs(r["full"], datafiles.ENGINE_COSTS_PATH, extra={
+            "fitted_on": sorted(SOURCES),
             "notes": "one set for every engine and GPU, fitted by "
-                     "bench/projection_vs_published.py to the fit points of "
-                     "bench/published_points.py (FIT_CONCURRENCIES, FIT_KS); "
-                     "bench/results/projection_vs_published.txt"})
+                     "bench/projection_vs_published.py to every scored point of "
+                     "bench/published_points.py; the band is the quantiles of the "
+                     "leave-one-source-out residuals; bench/results/projection_vs_published.txt"})
         print(f"wrote {datafiles.ENGINE_COSTS_PATH.relative_to(ROOT)}")
 
 

@@ -21,6 +21,7 @@ from speckit.core.plan import probe as _probe
 from speckit.core.plan import steps as _steps
 from speckit.errors import EngineError, OutputError
 from speckit.io.datafiles import catalog, load_step_constants
+from speckit.io.output import check_not_in_package
 from speckit.io.profiles import PROFILE_VERSION, default_profile_path
 
 
@@ -292,6 +293,7 @@ def calibrate(*, out: str | Path | None = None, budget_s: float = 100.0,
         path.parent.mkdir(parents=True, exist_ok=True)
     else:
         path = Path(out)
+    check_not_in_package(path, "--out")
     if not path.parent.is_dir():
         raise OutputError(f"{path.parent}: no such directory for the GPU profile",
                           hint="create it, or pass --out elsewhere")

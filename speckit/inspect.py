@@ -1,4 +1,5 @@
-"""`speckit inspect`: what a checkpoint is (layout, method, dims) and everything structurally wrong.
+"""`speckit inspect`: what a checkpoint is (layout, method, dims) and everything structurally wrong;
+with a traffic file, how that traffic looks and how much of it the draft's vocabulary covers.
 
 Reads config.json, safetensors headers and the two small vocab-map tensors; no weights are loaded.
 The checks themselves are speckit.io.structure's, which convert and push run too.
@@ -12,11 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import methods
+from speckit.core.context import TrainedLength, past_training
+from speckit.core.coverage import VocabCoverage
 from speckit.core.methods import Problem
 from speckit.core.methods.detect import detect
+from speckit.core.traffic import TrafficSummary
+from speckit.errors import SpeckitError, UsageError
 from speckit.io.checkpoint import Checkpoint
-from speckit.io.refs import resolve
+from speckit.io.coverage import traffic_coverage
+from speckit.io.draftrecord import read_trained_length, recorded_targets
+from speckit.io.refs import Resolved, resolve
 from speckit.io.structure import check_structure
+from speckit.io.tokenizer import load_tokenizer
+from speckit.io.traffic import measure_lengths, read_traffic, summarize_traffic
 
 
 @dataclass
@@ -86,6 +95,91 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
         aux_layer_ids_raw=dims.get("aux_layer_ids_raw"), aux_convention=dims.get("aux_convention"),
         aux_shift=dims.get("aux_shift"), aux_convention_why=dims.get("aux_convention_why"),
         ok=not any(p.is_error for p in problems))
+
+
+# ---- the user's traffic -------------------------------------------------------------------------
+
+@dataclass
+class TrafficInspection:
+    """inspect --traffic: the traffic in numbers (never its text), the draft's vocabulary coverage
+    of it and the context the draft was trained on."""
+
+    draft: Path
+    traffic: Path
+    traffic_sha256: str  # of the requests used
+    target: str  # the target whose tokenizer counted
+    target_from: str  # "--target", or which of the draft's records named it
+    tokenizer: str
+    summary: TrafficSummary
+    coverage: VocabCoverage
+    trained: TrainedLength
+    skipped: list[str] = field(default_factory=list)  # "line N: why" (no row text)
+    notes: list[str] = field(default_factory=list)
+
+
+def inspect_traffic(ref: str | os.PathLike, traffic: str | os.PathLike, *,
+                    target: str | os.PathLike | None = None,
+                    allow_pickle: bool = False) -> TrafficInspection:
+    """Summarise ``traffic`` (a JSONL of chat requests) and measure how much of the target's
+    tokens in it the draft ``ref`` can propose. The tokenizer is the target's: ``target``, else
+    the one the draft records (speckit-train.json, then speculators_config.verifier). Offline
+    for local and built-in targets; no engine."""
+    path = _resolve(ref, allow_pickle=allow_pickle).resolve()
+    ckpt = Checkpoint.open(path, allow_pickle=allow_pickle)
+    tr = read_traffic(traffic)
+    tref, tfrom, tres = _traffic_target(path, ckpt.config, target)
+    tok = load_tokenizer(_tokenizer_dir(tres), what=f"target {tref}")
+    dims = methods.get(detect(ckpt).method).describe(ckpt.config)
+    vocab = dims.get("target_vocab") or tres.config.get("vocab_size")
+    if not isinstance(vocab, int) or vocab < 1:
+        raise UsageError(f"{path}: the target vocabulary size is unknown (no vocab_size in the "
+                         "draft's or the target's config)", hint="pass --target")
+    lengths = measure_lengths(tr, tok)
+    summary = summarize_traffic(tr, lengths=lengths)
+    trained = read_trained_length(path, ckpt.config)
+    notes = tr.notes()
+    warn = past_training(trained, lengths.prompts)
+    if warn:
+        notes.append(warn + " (prompt lengths without the chat template)")
+    return TrafficInspection(path, tr.path, tr.sha256, tref, tfrom, tok.source, summary,
+                             traffic_coverage(ckpt, tr, tok, target_vocab=vocab), trained,
+                             list(tr.skipped), notes)
+
+
+def _traffic_target(path: Path, config: dict[str, Any], target) -> tuple[str, str, Resolved]:
+    """(reference, where it came from, resolved) of the target whose tokenizer counts."""
+    if target is not None:
+        return str(target), "--target", resolve(target, role="target", need="config",
+                                                what="--target")
+    cands = recorded_targets(path, config)
+    failures = []
+    for cand, where in cands:
+        try:
+            return cand, where, resolve(cand, role="target", need="config")
+        except SpeckitError as e:
+            failures.append(f"{cand}: {e.message}")
+    raise UsageError(f"{path}: no --target given and "
+                     + ("the draft records no target" if not cands else
+                        "none of the targets it records could be read: " + "; ".join(failures)),
+                     hint="pass --target with the target's directory, registry id or Hub id "
+                     "(its tokenizer counts the traffic's tokens)")
+
+
+def _tokenizer_dir(res: Resolved) -> Path:
+    """The target's directory, its tokenizer files brought next to config.json (a Hub target's
+    tokenizer.json, else its tokenizer_config.json and tokenizer.model)."""
+    names = ("tokenizer.json",), ("tokenizer_config.json", "tokenizer.model")
+    for group in names:
+        got = 0
+        for name in group:
+            try:
+                res.download(name)
+                got += 1
+            except FileNotFoundError:
+                continue
+        if got:
+            break
+    return res.path
 
 
 # ---- resolving references ---------------------------------------------------------------------

@@ -6,26 +6,15 @@ headers; `plan_from_refs()` reads those (local dir, registry id or Hub repo, hea
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from speckit.core.gpus import GPU, custom_gpu
-from speckit.core.methods import MethodSpec
-from speckit.core.methods.detect import pick_method
-from speckit.core.plan import options
-from speckit.core.plan.dims import (
-    check_dims,
-    check_tp,
-    length_limit,
-    target_kv_layers,
-    valid_tps,
-)
-from speckit.core.plan.inputs import PlanInputs
+from speckit.core.gpus import GPU
+from speckit.core.plan import compose
+from speckit.core.plan.compose import header_tensors, pick_draft_method
+from speckit.core.plan.dims import check_tp, target_kv_layers, valid_tps
 from speckit.core.plan.kv import KV_DTYPES
-from speckit.core.plan.memory import evaluate
-from speckit.core.plan.options import DEFAULT_UTILIZATION, check_options
+from speckit.core.plan.options import check_options
 from speckit.core.plan.overhead import OverheadModel
 from speckit.core.plan.pairing import check_pairing
 from speckit.core.plan.report import (
@@ -37,146 +26,22 @@ from speckit.core.plan.report import (
     Try,
     WeightsReport,
 )
-from speckit.core.plan.suggestions import is_tight
-from speckit.core.plan.suggestions import suggest as suggest_tries
-from speckit.core.plan.weights import DRAFT_QUANTS, HeaderTensor, model_dtype
+from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.plan.weights import is_top_level as _is_top_level
-from speckit.errors import FormatError, PlanError, UsageError
-from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, TensorInfo
+from speckit.errors import UsageError
+from speckit.io.checkpoint import TensorInfo
 from speckit.io.datafiles import get_gpu
 from speckit.io.headers import LoadedRef, load_headers, registry_entry
 
-TensorLike = TensorInfo | tuple[str, str, Sequence[int]]
 
-
-def _header_tensors(tensors: Iterable[TensorLike] | None) -> list[HeaderTensor]:
-    """Header entries (TensorInfo or (name, dtype code, shape)) with their dtype's facts."""
-    out = []
-    for t in tensors or ():
-        name, dtype, shape = (t.name, t.dtype, t.shape) if isinstance(t, TensorInfo) else t
-        if dtype not in DTYPE_BITS:
-            raise FormatError(f"tensor {name!r}: unknown dtype {dtype!r}")
-        out.append(HeaderTensor(name, dtype, tuple(int(s) for s in shape), DTYPE_BITS[dtype],
-                                dtype in FLOAT_DTYPES))
-    return out
-
-
-def _pick_method(method: str | None, draft_config: dict[str, Any] | None,
-                 draft_tensors: list[HeaderTensor], draft_name: str | None) -> MethodSpec | None:
-    """--method, else what the draft says (speckit.core.methods.detect.pick_method decides)."""
-    names = [t.name for t in draft_tensors] if draft_tensors else None
-    picked = pick_method(draft_config, names, asked=method, where=draft_name or "the draft")
-    return picked.spec if picked else None
-
-
-@dataclass(frozen=True)
-class _Draft:
-    config: dict[str, Any] | None
-    tensors: list[HeaderTensor]
-    in_target: frozenset[str]  # target tensors that are the draft (MTP layers)
-
-
-def _draft_from_target(mod: MethodSpec | None, draft: _Draft, target_config: dict[str, Any],
-                       target: list[HeaderTensor], target_name: str) -> _Draft:
-    """MTP without a separate draft: its layers are tensors of the target checkpoint."""
-    if mod is None or not mod.weights_in_target or draft.config is not None:
-        return draft
-    names = frozenset(mod.target_tensor_names(target_config, [t.name for t in target]))
-    if not names:
-        raise PlanError(f"{target_name}: method mtp needs MTP layers in the target "
-                        f"checkpoint, and it has none (num_nextn_predict_layers / mtp.*)",
-                        hint="pick a target that ships MTP layers, or a separate draft")
-    return _Draft(target_config, [t for t in target if t.name in names], names)
-
-
-def _pick_k(mod: MethodSpec | None, method_config: dict[str, Any], k: int | None) -> int | None:
-    if mod is None:
-        if k is not None:
-            raise UsageError("-k given without a draft or --method")
-        return None
-    if k is None:
-        k = mod.default_k(method_config)
-        if k is None:
-            raise UsageError(f"method {mod.name}: the draft does not record k",
-                             hint="pass -k (num_speculative_tokens)")
-    mod.check_k(method_config, k)
-    return k
-
-
-def _pick_gpu(gpu: GPU | str | None, gpu_mem_gib: float | None) -> GPU:
-    if gpu_mem_gib is not None:
-        return custom_gpu(gpu_mem_gib)
-    return gpu if isinstance(gpu, GPU) else get_gpu(gpu or "H200")
-
-
-def _check_configs(target_config: dict[str, Any], draft_config: dict[str, Any] | None,
-                   target_name: str, draft_name: str) -> None:
-    """Impossible dims (0 KV heads, negative layers ...) stop here, naming config.json's field."""
-    check_dims(target_config, where=target_name)
-    if draft_config is not None:
-        check_dims(draft_config, where=draft_name)
-
-
-def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLike],
-         draft_config: Mapping[str, Any] | None = None,
-         draft_tensors: Iterable[TensorLike] | None = None, method: str | None = None,
-         k: int | None = None, gpu: GPU | str | None = "H200", gpu_mem_gib: float | None = None,
-         tp: int = 1, draft_tp: int | None = None,
-         gpu_memory_utilization: float = DEFAULT_UTILIZATION, max_model_len: int | None = None,
-         max_num_seqs: int | None = None, max_num_batched_tokens: int | None = None,
-         kv_cache_dtype: str = "auto", draft_quant: str | None = None,
-         block_size: int | None = None, enforce_eager: bool = False,
-         kv_cache_memory_bytes: int | None = None, platform: str | None = None,
-         draft_shares: Mapping[str, bool] | None = None,
-         overhead: OverheadModel | None = None, target_name: str = "target",
-         draft_name: str | None = None, suggest: bool = True) -> PlanResult:
-    """Size a vLLM deployment of ``target`` (+ ``draft``) on one TP group of ``gpu``.
-
-    Pure arithmetic: configs are config.json dicts, tensors are safetensors header entries
-    (TensorInfo or (name, dtype_code, shape)). ``draft_shares`` maps draft tensor names to True
-    when they are known to be bit-identical to the target's (vLLM then shares them).
-    Raises PlanError for TP/pairing problems, UsageError for bad flags and FormatError for
-    impossible config fields, before any math.
-    """
-    opts = options.check_options(
-        tp=tp, draft_tp=draft_tp, gpu_memory_utilization=gpu_memory_utilization,
-        gpu_mem_gib=gpu_mem_gib, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens,
-        kv_cache_memory_bytes=kv_cache_memory_bytes, block_size=block_size, k=k)
-    options.check_kv_and_quant(kv_cache_dtype, draft_quant)
-    target_config = dict(target_config)
-    dcfg = dict(draft_config) if draft_config is not None else None
-    _check_configs(target_config, dcfg, target_name, draft_name or "draft")
-    tinfos = _header_tensors(target_tensors)
-    if dcfg is not None and draft_name is None:
-        draft_name = "draft"
-    dinfos = _header_tensors(draft_tensors)
-    mod = _pick_method(method, dcfg, dinfos, draft_name)
-    draft = _draft_from_target(mod, _Draft(dcfg, dinfos, frozenset()),
-                               target_config, tinfos, target_name)
-    k = _pick_k(mod, draft.config or {}, opts.k)
-    options.check_draft_quant_target(draft_quant, has_weights=bool(draft.tensors))
-    g = _pick_gpu(gpu, opts.gpu_mem_gib)
-    plat = platform or {"amd": "rocm", "cpu": "cpu"}.get(g.vendor, "cuda")
-    found = check_pairing(target_config, draft.config if mod and not mod.weights_in_target
-                          else None, mod, draft=draft_name or "draft")
-    name_dtype, mbytes = model_dtype(target_config, tinfos)
-    limit = length_limit(target_config)
-    inp = PlanInputs(target_name, draft_name, target_config, tinfos, draft.config, draft.tensors,
-                     mod, draft.in_target, dict(draft_shares or {}), name_dtype, mbytes, g, plat,
-                     overhead or OverheadModel(), limit)
-    st = options.settings(opts, inp, k=k, kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant,
-                   enforce_eager=enforce_eager)
-    res = evaluate(inp, st)
-    res.checks += found
-    res.settings["max_num_batched_tokens_source"] = ("flag" if opts.max_num_batched_tokens else
-                                                     "vLLM serve default for this GPU")
-    res.settings["max_num_seqs_source"] = "flag" if opts.max_num_seqs else "vLLM serve default"
-    res.settings["max_model_len_source"] = ("flag" if max_model_len is not None else
-                                            f"target {limit.key}" if limit else "target")
-    if suggest and is_tight(res):
-        res.tries = suggest_tries(inp, st, res)
-    return res
+def plan(*, gpu: GPU | str | None = "H200", gpu_mem_gib: float | None = None,
+         **kwargs: Any) -> PlanResult:
+    """Size a vLLM deployment of ``target`` (+ ``draft``) on one TP group of ``gpu`` (a GPU, or a
+    catalog name, user GPU files included): speckit.core.plan.compose.plan, whose docstring
+    lists the arguments."""
+    g = None if gpu_mem_gib is not None else \
+        gpu if isinstance(gpu, GPU) else get_gpu(gpu or "H200")
+    return compose.plan(gpu=g, gpu_mem_gib=gpu_mem_gib, **kwargs)
 
 
 def _same_bytes(a: Path, ta: TensorInfo, b: Path, tb: TensorInfo) -> bool:
@@ -218,25 +83,39 @@ def plan_from_refs(*, target: str | None, draft: str | None = None, method: str 
                    **kwargs: Any) -> PlanResult:
     """Resolve ``target``/``draft`` (directory, registry id, Hub repo) to configs + headers, then
     plan. Hub repos are read header-only (config.json and safetensors headers, no weights)."""
-    d = load_headers(draft, revision=draft_revision) if draft else None
+    d = load_headers(draft, revision=draft_revision, role="draft", method=method) \
+        if draft else None
     if target is None:
         entry = registry_entry(draft) if draft else None
         target = getattr(entry, "target", None)
         if not target:
             raise UsageError("no --target given", hint="pass --target (a directory, registry id "
                              "or Hub repo)")
-    t = load_headers(target, revision=revision)
+    t = load_headers(target, revision=revision, role="target")
     if d is not None and method is None:
         method = d.method
     shares = _shared_tensors(t, d) if d is not None else {}
     if d is not None and d.k is not None and kwargs.get("k") is None:
-        mod = _pick_method(method, d.config, _header_tensors(d.tensors), d.name)
+        mod = pick_draft_method(method, d.config, header_tensors(d.tensors), d.name)
         if mod is not None and mod.default_k(d.config) is None:
             kwargs["k"] = d.k  # the draft does not record k; the registry's starting k does
-    return plan(target_config=t.config, target_tensors=t.tensors,
-                draft_config=d.config if d else None, draft_tensors=d.tensors if d else None,
-                method=method, draft_shares=shares, target_name=t.name,
-                draft_name=d.name if d else None, **kwargs)
+    res = plan(target_config=t.config, target_tensors=t.tensors,
+               draft_config=d.config if d else None, draft_tensors=d.tensors if d else None,
+               method=method, draft_shares=shares, target_name=t.name,
+               draft_name=d.name if d else None, **kwargs)
+    _say_where_from(res, t, d)
+    return res
+
+
+def _say_where_from(res: PlanResult, t: LoadedRef, d: LoadedRef | None) -> None:
+    """Which copy each model was read from, and which weights are computed, not read."""
+    res.weights.target_from = t.origin
+    said = [f"target weights: {t.origin}"] if t.computed else []
+    said += t.notes
+    if d is not None:
+        res.weights.draft_from = d.origin
+        said += ([f"draft weights: {d.origin}"] if d.computed else []) + d.notes
+    res.weights.notes[:0] = said
 
 
 __all__ = [

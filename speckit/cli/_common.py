@@ -22,8 +22,8 @@ from speckit.errors import (
     UsageError,
 )
 
-__all__ = ["default_hint", "handle_errors", "print_json", "progress_enabled", "progress_mode",
-           "report_error", "to_jsonable"]
+__all__ = ["default_hint", "handle_errors", "help_command", "print_json", "progress_enabled",
+           "progress_mode", "report_error", "to_jsonable"]
 
 
 def print_json(obj: Any) -> None:
@@ -40,7 +40,7 @@ def show(result: Any, *, json_mode: bool, render: Callable[[Any], None]) -> None
 
 # what to do when an error carries no hint of its own, by class (most specific first)
 _DEFAULT_HINTS: tuple[tuple[type[BaseException], str], ...] = (
-    (UsageError, "see `speckit COMMAND --help` for the flags and what they take"),
+    (UsageError, "see `{help}` for the flags and what they take"),
     (FormatError, "the file named above is malformed; docs/formats.md describes what each "
      "layout must hold"),
     (IntegrityError, "re-fetch the files (speckit fetch), or re-pin with --update-lock if the "
@@ -49,7 +49,7 @@ _DEFAULT_HINTS: tuple[tuple[type[BaseException], str], ...] = (
      "pass a local directory"),
     (EngineError, "read the vLLM log named above; `speckit doctor` shows what this vLLM serves"),
     (PlanError, "run `speckit plan` for this pair; it says what would fit"),
-    (SpeckitError, "see `speckit COMMAND --help`"),
+    (SpeckitError, "see `{help}`"),
 )
 INTERNAL_EXIT = 70  # EX_SOFTWARE: a bug in speckit, not in the input
 
@@ -65,7 +65,14 @@ def report_error(message: str, *, hint: str, exit_code: int, json_mode: bool) ->
 
 
 def default_hint(e: BaseException) -> str:
-    return next(h for cls, h in _DEFAULT_HINTS if isinstance(e, cls))
+    return next(h for cls, h in _DEFAULT_HINTS if isinstance(e, cls)).format(help=help_command())
+
+
+def help_command() -> str:
+    """`speckit <the command that is running> --help` (the name, never a placeholder)."""
+    ctx = click.get_current_context(silent=True)
+    words = ctx.command_path.split()[1:] if ctx is not None else []
+    return " ".join(["speckit", *words, "--help"])
 
 
 def handle_errors(fn: Callable) -> Callable:
@@ -81,7 +88,7 @@ def handle_errors(fn: Callable) -> Callable:
             report_error(e.message, hint=e.hint or default_hint(e), exit_code=e.exit_code,
                          json_mode=json_mode)
         except click.ClickException as e:  # a command's own click.UsageError
-            report_error(e.format_message(), hint="see `speckit COMMAND --help`",
+            report_error(e.format_message(), hint=f"see `{help_command()}`",
                          exit_code=e.exit_code, json_mode=json_mode)
         except KeyboardInterrupt:
             report_error("interrupted", hint="outputs are written through a temporary "

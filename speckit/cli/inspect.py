@@ -1,6 +1,8 @@
-"""`speckit inspect PATH|ID`: layout, method, dims and every structural problem of a checkpoint.
+"""`speckit inspect PATH|ID`: layout, method, dims and every structural problem of a checkpoint;
+with --traffic, the traffic's summary and the draft's vocabulary coverage of it.
 
-Thin shell over speckit.inspect.inspect(); exits 3 (FormatError) when any problem is an error.
+Thin shell over speckit.inspect.inspect() (and inspect_traffic()); exits 3 (FormatError) when any
+problem is an error.
 """
 
 from __future__ import annotations
@@ -10,10 +12,18 @@ from typing import Any
 
 import click
 
-from speckit.cli._common import handle_errors, show
+from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import json_option
+from speckit.cli._traffic import (
+    coverage_rows,
+    print_rows,
+    summary_rows,
+    traffic_option,
+    trained_rows,
+)
+from speckit.core.jsonable import to_jsonable
 from speckit.errors import FormatError
-from speckit.inspect import inspect
+from speckit.inspect import inspect, inspect_traffic
 from speckit.io.terminal import output_console, print_table
 
 
@@ -28,9 +38,13 @@ from speckit.io.terminal import output_console, print_table
 @click.option("--allow-external-links", is_flag=True,
               help="Follow symlinks of checkpoint files that point outside the checkpoint "
               "directory (and the Hugging Face cache); refused by default.")
+@traffic_option("Also summarise this traffic (a JSONL of chat requests, "
+                "docs/traffic.md) and measure the share of its target tokens the draft's "
+                "vocabulary can propose (the replies' tokens when it has them, else the prompts'). "
+                "The tokenizer is --target's, else the target the draft records. No engine.")
 @handle_errors
 def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: bool,
-                allow_external_links: bool) -> None:
+                allow_external_links: bool, traffic: str | None) -> None:
     """Show what a draft checkpoint is and everything structurally wrong with it.
 
     REF is a checkpoint directory, a registry id or a Hub repo id (fetched first). Exit status:
@@ -39,7 +53,17 @@ def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: boo
 
     report = inspect(ref, target=target, allow_pickle=allow_pickle,
                      allow_external_links=allow_external_links)
-    show(report, json_mode=json_mode, render=render)
+    # a checkpoint with errors (a broken d2t among them) is reported as is, its traffic not read
+    tr = inspect_traffic(ref, traffic, target=target, allow_pickle=allow_pickle) \
+        if traffic is not None and report.ok else None
+    if json_mode:
+        print_json(report if traffic is None else {**to_jsonable(report), "traffic": tr})
+    else:
+        render(report)
+        if tr is not None:
+            render_traffic(tr)
+        elif traffic is not None:
+            output_console().print("\n--traffic not measured: fix the errors above first")
     if not report.ok:
         sys.exit(FormatError.exit_code)
 
@@ -145,3 +169,16 @@ def render(report) -> None:
     summary = f"{ne} error{'s' * (ne != 1)}, {nw} warning{'s' * (nw != 1)}"
     console.print()
     console.print(Text(summary, style="bold red" if ne else "bold yellow"))
+
+
+def render_traffic(tr) -> None:
+    """inspect --traffic: the summary, the trained length and the coverage (numbers and the
+    user's own labels only: no prompt text)."""
+    console = output_console(soft_wrap=False)
+    console.print()
+    rows = [("traffic", f"{tr.traffic} (sha256 {tr.traffic_sha256[:12]}) · target {tr.target} "
+                        f"(from {tr.target_from}), {tr.tokenizer}")]
+    rows += summary_rows(tr.summary) + trained_rows(tr.trained) + coverage_rows(tr.coverage)
+    rows += [("skipped", why) for why in tr.skipped[:5]]
+    rows += [("note", n) for n in tr.notes]
+    print_rows(console, rows)

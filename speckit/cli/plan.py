@@ -13,7 +13,7 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import method_lists
-from speckit.core.plan.schedule import pays_text
+from speckit.core.plan.schedule import pays_text, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.errors import PlanError, UsageError
 from speckit.io.datafiles import get_gpu
@@ -164,19 +164,28 @@ def render_speed(sp) -> None:
     con = output_console()
     con.print(f"\n[bold]projected speed[/] on {escape(sp.gpu)} x TP={sp.tp} "
               f"({escape(sp.acceptance_source)})")
+    banded = bool(sp.band_level)
     for tb in sp.tables:
-        t = Table(title=f"projected throughput ratio vs no speculation, KV context {tb.ctx:,}",
-                  box=None, pad_edge=False, header_style="bold", title_justify="left")
+        title = f"projected throughput ratio vs no speculation, KV context {tb.ctx:,}"
+        if banded:
+            title += f" (under each ratio: its {sp.band_level:.0%} band)"
+        t = Table(title=title, box=None, pad_edge=False, header_style="bold",
+                  title_justify="left")
         cols = _columns(sp.max_batch)
         over = ["does not fit"] * (len(cols) - len(tb.batches))
         t.add_column("k (projected AL)")
         for b in cols:
             t.add_column(f"B={b}", justify="right")
         for k in tb.ks:
-            t.add_row(f"{k} ({tb.al[k]:.2f})", *(f"{r:.2f}x" for r in tb.ratio.get(k, [])),
-                      *over)
+            t.add_row(f"{k} ({tb.al[k]:.2f})", *_ratio_cells(tb, k), *over)
+            if banded:
+                t.add_row(f"  {sp.band_level:.0%} band",
+                          *(f"{lo:.2f}-{hi:.2f}" for lo, hi in tb.band.get(k, [])),
+                          *[""] * len(over))
         t.add_row("best k", *(str(k) if k else "off" for k in tb.best_k), *over)
         print_table(con, t)
+        if any(any(u) for u in tb.uncertain.values()):
+            con.print(f"  {UNCERTAIN_MARK} {UNCERTAIN_NOTE}")
         con.print(f"  {_pays(tb, sp.max_batch)}")
     con.print(f"projected best k per concurrency (KV context {sp.schedule_context:,}):")
     for lo, hi, k in sp.schedule:
@@ -188,6 +197,18 @@ def render_speed(sp) -> None:
         con.print(f"[dim]  - {escape(a)}[/]")
 
 
+UNCERTAIN_MARK = "?"
+UNCERTAIN_NOTE = ("uncertain: the band straddles 1.0x (speculation may win or lose there); "
+                  "measure with `speckit bench`")
+
+
+def _ratio_cells(tb, k: int) -> list[str]:
+    """Each ratio of row k, marked where its band straddles 1.0."""
+    flags = tb.uncertain.get(k) or [False] * len(tb.ratio.get(k, []))
+    return [f"{r:.2f}x" + (UNCERTAIN_MARK if u else "")
+            for r, u in zip(tb.ratio.get(k, []), flags, strict=True)]
+
+
 def _columns(max_batch: int) -> list[int]:
     cols, b = [], 1
     while b < max_batch:
@@ -197,16 +218,24 @@ def _columns(max_batch: int) -> list[int]:
 
 
 def _pays(tb, max_batch: int) -> str:
-    """Where speculation stops paying, never beyond what the KV cache holds at this context."""
+    """Where speculation stops paying, never beyond what the KV cache holds at this context;
+    where the chosen k's band straddles 1.0, that it is uncertain there."""
     held = (f"the KV cache holds {tb.max_batch} sequences at this context"
             if tb.max_batch < max_batch else f"max-num-seqs {max_batch}")
-    if tb.break_even:
-        return f"projected break-even concurrency: {tb.break_even} (speculation off from there)"
     if not tb.max_batch:
         return "does not fit: the KV cache holds no sequence at this context"
-    if tb.schedule and tb.schedule[0][2] == 0:  # off at low concurrency, on higher up
-        return f"projected: {pays_text(tb.schedule)} ({held})"
-    return f"projected: speculation pays up to {tb.max_batch} ({held})"
+    if tb.break_even:
+        text = f"projected break-even concurrency: {tb.break_even} (speculation off from there)"
+    elif tb.schedule and tb.schedule[0][2] == 0:  # off at low concurrency, on higher up
+        text = f"projected: {pays_text(tb.schedule)} ({held})"
+    else:
+        text = f"projected: speculation pays up to {tb.max_batch} ({held})"
+    unsure = uncertain_batches(tb)
+    if unsure:
+        span = f"B={unsure[0]}" + (f"-{unsure[-1]}" if len(unsure) > 1 else "")
+        text += (f"; the gain is uncertain at {span} (band straddles 1.0): measure with "
+                 "`speckit bench`")
+    return text
 
 
 def _gib(n: float) -> str:

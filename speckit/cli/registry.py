@@ -14,10 +14,11 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import method_lists
+from speckit.core.plan.options import check_options, optional_positive_int
 from speckit.core.refs import printable
-from speckit.core.registry import list_entries, resolve
+from speckit.core.registry import Deployment, list_entries, resolve
 from speckit.errors import UsageError
-from speckit.io.datafiles import load_registry
+from speckit.io.datafiles import get_gpu, load_registry
 from speckit.io.terminal import output_console, print_table
 from speckit.registry import registry_add
 
@@ -107,15 +108,24 @@ def show_cmd(ctx, entry_id, registry_files, as_json):
 @click.option("-t", "--target", required=True,
               help="Target repo id, e.g. Qwen/Qwen3-8B (exact match).")
 @click.option("-m", "--method", help="Only drafts of this vLLM method.")
+@click.option("--gpu", default="H200", show_default=True,
+              help="GPU to check each draft on (speckit plan --gpu names).")
+@click.option("--concurrency", type=int,
+              help="Requests in flight (vLLM max_num_seqs). Default: vLLM's for the GPU.")
+@click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True)
 @registry_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
 @handle_errors
-def resolve_cmd(ctx, target, method, registry_files, as_json):
-    """Drafts for a target, best published figure first. Exit status 2 when there is none."""
+def resolve_cmd(ctx, target, method, gpu, concurrency, tp, registry_files, as_json):
+    """Drafts for a target: what starts on the GPU first (at the largest k that starts), then
+    comparable published figures. Exit status 2 when no draft is registered."""
 
+    optional_positive_int(concurrency, "--concurrency")
+    check_options(tp=tp)
     reg = load_from_cli(*_files(ctx, registry_files))
-    result = resolve(reg, target=target, method=method)
+    dep = Deployment(get_gpu(gpu), tp=tp, concurrency=concurrency)
+    result = resolve(reg, target=target, method=method, deployment=dep)
     if as_json:
         print_json(result)
         if not result.found:
@@ -125,7 +135,8 @@ def resolve_cmd(ctx, target, method, registry_files, as_json):
     if not result.found:
         raise UsageError(
             result.message,
-            hint="`speckit registry list` shows every draft; add your own with --registry FILE",
+            hint=f"pass a Hub draft directly (speckit plan --target {target} --draft OWNER/NAME), "
+            "use a method that needs no draft (above), or add your own with --registry FILE",
         )
 
 
@@ -163,10 +174,11 @@ def add_cmd(repo_id, revision, entry_id, provider, token, registry_file, force, 
 
 
 # --------------------------------------------------------------------------- rendering
+# Tables stay narrow: long text (sources, notes, reasons) goes in numbered lines under them, so a
+# row is whole and greppable in a log without being hundreds of columns wide.
 
 
 def _console():
-    # A pipe gets lines as wide as their content, so rows stay whole and greppable.
     # markup off: registry text (user files included) is data, and may contain '[...]'.
     return output_console(markup=False)
 
@@ -181,6 +193,12 @@ def _table(*columns: str):
     return t
 
 
+def _layout(e) -> str:
+    if e.source_layout:
+        return e.source_layout
+    return "-" if e.kind == "target" else "not recorded"
+
+
 def _render_list(listing, *, show_kind: bool) -> None:
     con = _console()
     cols = ["ID"] + (["KIND"] if show_kind else []) + [
@@ -189,8 +207,8 @@ def _render_list(listing, *, show_kind: bool) -> None:
     for e in listing.entries:
         best = e.best("throughput_ratio") or e.best("acceptance_length")
         row = [e.id] + ([e.kind] if show_kind else []) + [
-            e.provider, e.method or "-", e.target or "-",
-            str(e.num_speculative_tokens or "-"), e.source_layout or "?",
+            e.provider, e.method or "-", e.target or e.repo or "-",
+            str(e.num_speculative_tokens or "-"), _layout(e),
             (best.describe() + (f" ({best.engine})" if best.engine else "")) if best else "-"]
         t.add_row(*row)
     if listing.entries:
@@ -204,11 +222,7 @@ def _render_list(listing, *, show_kind: bool) -> None:
         con.print("registry files: " + ", ".join(listing.files))
 
 
-def _render_entry(e) -> None:
-    from rich.text import Text
-
-    con = _console()
-    con.print(Text(e.id, style="bold"), f" ({e.kind})", sep="")
+def _entry_rows(e) -> list[tuple[str, str]]:
     rows: list[tuple[str, str]] = []
 
     def row(key: str, value) -> None:
@@ -222,12 +236,15 @@ def _render_entry(e) -> None:
             ("" if e.pinned else "  (not pinned: speckit fetch records the commit it gets)"))
     row("bundled", e.bundled and f"speckit/{e.bundled}")
     row("source", e.source and f"PyPI {e.source.pypi}: {e.source.file}")
+    row("copy of", e.local_copy_of and f"{e.local_copy_of} ({e.copy_differs})")
     row("target", e.target)
     row("source layout", e.source_layout or ("not recorded: `speckit inspect` detects it"
                                               if e.kind == "draft" else None))
     if e.num_speculative_tokens:
         row("k", f"{e.num_speculative_tokens}  ({e.k_source})" if e.k_source
             else e.num_speculative_tokens)
+    elif e.kind == "draft":
+        row("k", "none published (`speckit validate --sweep` measures one)")
     if e.min_vllm:
         row("min vLLM", f"{e.min_vllm}  ({e.min_vllm_source})" if e.min_vllm_source
             else e.min_vllm)
@@ -235,9 +252,20 @@ def _render_entry(e) -> None:
     dims = [f"{name} {v}" for name, v in (("hidden", e.target_hidden_size or e.hidden_size),
                                            ("vocab", e.target_vocab_size or e.vocab_size)) if v]
     row("target dims" if e.kind == "draft" else "dims", ", ".join(dims))
+    if e.checkpoint_bytes:
+        row("checkpoint", f"{e.checkpoint_bytes:,} bytes (published total)")
     if e.kind == "draft":
         row("spec config", json.dumps(e.vllm_speculative_config()))
     row("from", e.origin + (f"  (overrides {e.overrides})" if e.overrides else ""))
+    return rows
+
+
+def _render_entry(e) -> None:
+    from rich.text import Text
+
+    con = _console()
+    con.print(Text(e.id, style="bold"), f" ({e.kind})", sep="")
+    rows = _entry_rows(e)
     width = max(len(k) for k, _ in rows)
     for key, value in rows:
         con.print(Text(key.ljust(width), style="dim"), value, sep="  ")
@@ -245,52 +273,90 @@ def _render_entry(e) -> None:
         con.print("notes:")
         for n in e.notes:
             con.print(f"  - {n}")
+    _render_citations(con, "sources", e.citations)
+    if e.config:
+        con.print("shape (config.json fields):")
+        for key, value in e.config.items():
+            con.print(f"  {key} = {json.dumps(value)}")
+        _render_citations(con, "shape sources", e.config_sources)
+    if e.checkpoint_bytes_source:
+        _render_citations(con, "checkpoint total source", (e.checkpoint_bytes_source,))
     if e.published:
         con.print("published results:")
-        print_table(con, _results_table(e.published, with_draft=False))
+        _print_results(con, e.published, with_draft=False)
 
 
-def _results_table(results, *, with_draft: bool):
-    from rich.text import Text
+def _render_citations(con, title: str, cites) -> None:
+    if not cites:
+        return
+    con.print(f"{title}:")
+    for c in cites:
+        extra = [f"fields: {', '.join(c.fields)}" if c.fields else "",
+                 f"grade: {c.grade}" if c.grade else "", c.note or ""]
+        con.print(f"  - {c.url}")
+        con.print(f"    \"{c.quote}\"" + "".join(f"; {x}" for x in extra if x))
 
+
+def _print_results(con, results, *, with_draft: bool) -> None:
+    """A narrow table of figures; each one's source, quote and note in a numbered line below."""
     cols = (["METHOD", "DRAFT"] if with_draft else []) + [
-        "METRIC", "VALUE", "DATASET", "K", "T", "HARDWARE", "TP", "ENGINE", "DTYPE", "SOURCE"]
+        "METRIC", "VALUE", "DATASET", "K", "T", "HARDWARE", "TP", "ENGINE", "DTYPE", "SRC"]
     t = _table(*cols)
+    notes: list[str] = []
     for r in results:
         metric = "throughput" if r.metric == "throughput_ratio" else "accept len"
         temp = "-" if r.temperature is None else f"{r.temperature:g}"
-        src = Text(r.source)
-        if r.note:
-            src.append(" " + r.note, style="dim")
+        text = r.source + (f' "{r.quote}"' if r.quote else "") + (f" {r.note}" if r.note else "")
+        if text not in notes:
+            notes.append(text)
         t.add_row(*([r.method or "-", r.draft or r.provider or "-"] if with_draft else []),
                   metric, r.figure, r.dataset, str(r.k or "-"), temp, r.hardware or "-",
-                  str(r.tp or "-"), r.engine or "-", r.draft_dtype or "-", src)
-    return t
+                  str(r.tp or "-"), r.engine or "-", r.draft_dtype or "-",
+                  f"[{notes.index(text) + 1}]")
+    print_table(con, t)
+    for i, text in enumerate(notes, 1):
+        con.print(f"  [{i}] {text}")
 
 
 def _render_resolve(result) -> None:
     con = _console()
     if result.candidates:  # a miss is reported once, as the error on stderr
         con.print(result.message)
-        t = _table("#", "ID", "METHOD", "K", "RANKED BY", "LOCATION")
+        t = _table("#", "ID", "METHOD", "K", "FIT", "FIGURE RANKED ON", "WEIGHTS")
         for c in result.candidates:
             t.add_row(str(c.rank), c.id, c.method, str(c.num_speculative_tokens or "-"),
-                      c.basis, c.location)
+                      c.fit.verdict if c.fit is not None else "not checked", c.basis,
+                      c.location)
         print_table(con, t)
-        top = result.candidates[0]
-        con.print(f"start with: --speculative-config '{json.dumps(top.speculative_config)}'")
+        for c in result.candidates:
+            if c.fit is not None:
+                con.print(f"  {c.rank}. {c.id}: {c.fit.detail}")
+        con.print(f"ranked by: {result.ranked_by}")
+        if result.start_with is not None:
+            con.print(f"start with: --speculative-config '{json.dumps(result.start_with)}'")
+        else:
+            con.print("start with: none of these is known to start here; try a larger --tp, a "
+                      "lower --concurrency, or `speckit plan` with the draft's files")
     else:  # a miss: what exists for this target and for its neighbours
-        if result.methods_for_target:
-            t = _table("METHOD", f"DRAFTS FOR {result.target}")
-            for m, ids in sorted(result.methods_for_target.items()):
-                t.add_row(m, ", ".join(ids))
-            print_table(con, t)
-        if result.nearby:
-            t = _table("NEARBY TARGET", "METHODS (registry ids)")
-            for n in result.nearby:
-                t.add_row(n.target, "; ".join(f"{m}: {', '.join(ids)}"
-                                              for m, ids in sorted(n.methods.items())))
-            print_table(con, t)
+        _render_miss(con, result)
     if result.other_published:
         con.print("published figures for this target from drafts not in the registry:")
-        print_table(con, _results_table(result.other_published, with_draft=True))
+        _print_results(con, result.other_published, with_draft=True)
+
+
+def _render_miss(con, result) -> None:
+    if result.methods_for_target:
+        t = _table("METHOD", f"DRAFTS FOR {result.target}")
+        for m, ids in sorted(result.methods_for_target.items()):
+            t.add_row(m, ", ".join(ids))
+        print_table(con, t)
+    if result.nearby:
+        t = _table("NEARBY TARGET", "METHODS (registry ids)")
+        for n in result.nearby:
+            t.add_row(n.target, "; ".join(f"{m}: {', '.join(ids)}"
+                                          for m, ids in sorted(n.methods.items())))
+        print_table(con, t)
+    if result.without_draft:
+        con.print("methods that need no draft (vLLM drafts from the prompt and its own output):")
+        for cfg in result.without_draft:
+            con.print(f"  --speculative-config '{json.dumps(cfg)}'")

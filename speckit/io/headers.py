@@ -1,59 +1,54 @@
-"""config.json and safetensors headers of any reference (a directory, a registry id, a Hub repo),
-header-only: what plan, the speed projection, bench and push read about a model without its weights.
+"""config.json and safetensors headers of any reference (a directory, a config.json, a registry id,
+a Hub repo), header-only: what plan, the speed projection, bench and push read about a model
+without its weights.
+
+Local first: a checkpoint already on disk (the Hub cache, the demo's rebuilt target) is read
+before the Hub is asked. Where no header can be read (a config file or a folder of configs, a Hub
+config read offline, a registry entry's recorded shape), the tensors are computed from the config
+(speckit.core.plan.computed) and the result says so.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.errors import FormatError, HubError
-from speckit.io.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo
+from speckit.core.methods.detect import pick_method
+from speckit.core.plan.computed import Computed, computed_draft_tensors, computed_tensors
+from speckit.core.refs import is_repo_id, split_revision
+from speckit.errors import FormatError, HubError, UsageError
+from speckit.io import targets
+from speckit.io.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo, load_config
 from speckit.io.datafiles import load_registry
-from speckit.io.hub import safetensors_headers
-from speckit.io.refs import Resolved, resolve
+from speckit.io.hub import NotCachedError, cached_snapshot, hub_settings, safetensors_headers
+from speckit.io.refs import Resolved, looks_like_path, resolve
+
+_WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.pth", "*.gguf")
 
 
 @dataclass
 class LoadedRef:
     name: str
     config: dict[str, Any]
-    tensors: list[TensorInfo]
+    tensors: list[Any]  # TensorInfo from headers, or (name, dtype, shape) rows when computed
     local: Path | None = None
     method: str | None = None  # from a registry entry
     k: int | None = None  # the registry entry's starting k
+    origin: str = "safetensors headers"  # where the tensors came from, said by plan
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def computed(self) -> bool:
+        return not self.origin.startswith(("safetensors headers", "the checkpoint's"))
 
 
-def _load_local(path: Path) -> LoadedRef:
+# ---- what is on disk ---------------------------------------------------------------------------
 
+def _load_local(path: Path, what: str = "safetensors headers") -> LoadedRef:
     ck = Checkpoint.open(path)
-    return LoadedRef(str(path), ck.config, list(ck.tensors.values()), local=path)
-
-
-def _load_hub(r: Resolved) -> LoadedRef:
-    """A Hub repo: its cached snapshot when the weights are there (exact, and works offline),
-    else config.json plus safetensors headers through HTTP range requests (no weights)."""
-    where = f"{r.repo}@{(r.commit or '')[:12] or r.revision or 'main'}"
-    if _has_local_weights(r.path):
-        return LoadedRef(r.repo or str(r.path), r.config, _load_local(r.path).tensors, local=r.path)
-    if r.settings.offline:
-        raise HubError(f"offline mode is on (HF_HUB_OFFLINE) and the weights of {where} are not "
-                       f"in the cache at {r.settings.cache_dir} (plan reads their safetensors "
-                       "headers)", hint="fetch the repo first (speckit fetch), unset "
-                       "HF_HUB_OFFLINE, or pass a local directory")
-
-    meta = safetensors_headers(r.repo, r.commit, r.settings)
-    tensors = []
-    for fname, fm in meta.files_metadata.items():
-        for name, ti in fm.tensors.items():
-            if ti.dtype not in DTYPE_BITS:
-                raise FormatError(f"{where}/{fname}: tensor {name!r} has unknown dtype "
-                                  f"{ti.dtype!r}")
-            tensors.append(TensorInfo(name, ti.dtype, tuple(ti.shape), fname,
-                                      tuple(ti.data_offsets)))
-    return LoadedRef(r.repo, r.config, tensors)
+    return LoadedRef(str(path), ck.config, list(ck.tensors.values()), local=path, origin=what)
 
 
 def _has_local_weights(path: Path) -> bool:
@@ -69,6 +64,56 @@ def _has_local_weights(path: Path) -> bool:
     return bool(shards) and all((path / str(f)).is_file() for f in shards)
 
 
+def _config_only(path: Path) -> bool:
+    """A folder with config.json and no weight file at all (a shape to plan from)."""
+    return (path / "config.json").is_file() and not any(
+        next(path.glob(g), None) is not None for g in _WEIGHT_GLOBS)
+
+
+def _computed(name: str, config: dict[str, Any], where: str, *, draft: bool = False,
+              entry: Any = None, method: str | None = None) -> LoadedRef:
+    """Tensors computed from ``config``: a target's by its family, a draft's by its method's
+    tensor schema (in the registry entry's layout, else the speculators one)."""
+    c: Computed
+    if not draft:
+        c = computed_tensors(config, where=name)
+    else:
+        picked = pick_method(config, None, asked=method,
+                             registry=entry.method if entry is not None else None, where=name)
+        if picked is None:
+            raise UsageError(f"{name}: no method to compute the draft's tensors with",
+                             hint="pass --method")
+        c = computed_draft_tensors(picked.spec, entry.source_layout if entry is not None
+                                   else None, config, where=name)
+    return LoadedRef(name, config, list(c.tensors), origin=c.label.replace("config.json", where),
+                     notes=list(c.notes))
+
+
+def _config_file(ref: str) -> Path | None:
+    """``ref`` names an existing file: a config.json given on its own."""
+    p = Path(ref).expanduser()
+    if not looks_like_path(ref) or not p.exists() or p.is_dir():
+        return None
+    if p.suffix != ".json":
+        raise UsageError(f"{ref}: not a directory or a config.json",
+                         hint="pass a checkpoint directory, its config.json, a registry id or a "
+                         "Hub repo id")
+    return p
+
+
+def _read_config_file(p: Path) -> dict[str, Any]:
+    try:
+        cfg = json.loads(p.read_text())
+    except (OSError, ValueError) as e:
+        raise FormatError(f"{p}: not a readable JSON config ({type(e).__name__}: {e})",
+                          hint="pass the model's config.json") from None
+    if not isinstance(cfg, dict):
+        raise FormatError(f"{p}: a config.json must hold a JSON object")
+    return cfg
+
+
+# ---- registry and Hub --------------------------------------------------------------------------
+
 def registry_entry(ref: str) -> Any | None:
     """The registry entry for ``ref`` if it is a registry id."""
 
@@ -77,24 +122,161 @@ def registry_entry(ref: str) -> Any | None:
     return reg.entries.get(key) or reg.entries.get(key.lower())
 
 
+def _entry_for_repo(repo: str, *, kind: str | None = None) -> Any | None:
+    """The registry entry whose repo (or, for a rebuilt local copy, local_copy_of) is ``repo``."""
+    want = repo.lower()
+    for e in load_registry().entries.values():
+        if kind is not None and e.kind != kind:
+            continue
+        if want in ((e.repo or "").lower(), (e.local_copy_of or "").lower()):
+            return e
+    return None
+
+
+def _local_copy(repo: str) -> tuple[Any, Path] | None:
+    """A registry target built on this machine as a copy of ``repo`` (the demo's GGUF rebuild)."""
+    for e in load_registry().entries.values():
+        if e.kind == "target" and (e.local_copy_of or "").lower() == repo.lower():
+            path = targets.target_dir(e.id)
+            if targets.is_materialized(path):
+                return e, path
+    return None
+
+
+def _hub_repo(ref: str, entry: Any) -> tuple[str | None, str | None]:
+    if entry is not None:
+        return entry.repo, entry.revision
+    if looks_like_path(ref):
+        return None, None
+    repo, rev = split_revision(ref.strip())
+    return (repo, rev) if is_repo_id(repo) else (None, None)
+
+
+def _on_disk(ref: str, entry: Any, revision: str | None, role: str | None) -> LoadedRef | None:
+    """The Hub cache's copy of the repo with its weights, else (a target) a local rebuild of it."""
+    repo, rev = _hub_repo(ref, entry)
+    if repo is None:
+        return None
+    snap = cached_snapshot(hub_settings(), repo, revision or rev)
+    if snap is not None and _has_local_weights(snap):
+        got = _load_local(snap, f"the checkpoint's safetensors headers in the Hub cache ({snap})")
+        got.name = repo
+        return got
+    copy = _local_copy(repo) if role != "draft" and (entry is None or entry.kind == "target") \
+        else None
+    if copy is None:
+        return None
+    e, path = copy
+    got = _load_local(path, f"the checkpoint's safetensors headers in {path}")
+    got.name = e.id
+    got.notes.append(f"{repo} is not in the Hub cache; using {e.id}, its local copy at {path}: "
+                     f"{e.copy_differs or 'it is not the Hub checkpoint'}")
+    return got
+
+
+def _load_hub(r: Resolved, role: str, method: str | None = None) -> LoadedRef:
+    """A Hub repo: its cached snapshot when the weights are there (exact, and works offline),
+    else config.json plus safetensors headers through HTTP range requests (no weights); offline,
+    the weights computed from the cached config.json."""
+    where = f"{r.repo}@{(r.commit or '')[:12] or r.revision or 'main'}"
+    if _has_local_weights(r.path):
+        return LoadedRef(r.repo or str(r.path), r.config, _load_local(r.path).tensors, local=r.path)
+    if r.settings.offline:
+        got = _computed(r.repo or where, r.config, f"the cached config.json of {where}",
+                        draft=role == "draft", entry=r.entry, method=method)
+        got.notes.insert(0, f"offline mode is on (HF_HUB_OFFLINE) and the weights of {where} are "
+                         "not in the cache: weights computed from its config.json")
+        return got
+
+    meta = safetensors_headers(r.repo, r.commit, r.settings)
+    tensors = []
+    for fname, fm in meta.files_metadata.items():
+        for name, ti in fm.tensors.items():
+            if ti.dtype not in DTYPE_BITS:
+                raise FormatError(f"{where}/{fname}: tensor {name!r} has unknown dtype "
+                                  f"{ti.dtype!r}")
+            tensors.append(TensorInfo(name, ti.dtype, tuple(ti.shape), fname,
+                                      tuple(ti.data_offsets)))
+    return LoadedRef(r.repo, r.config, tensors)
+
+
+def _recorded(ref: str, entry: Any, why: HubError, role: str,
+              method: str | None = None) -> LoadedRef:
+    """The registry's recorded shape of the repo when the Hub cannot give its config."""
+    repo, _ = _hub_repo(ref, entry)
+    e = entry if entry is not None else (_entry_for_repo(repo, kind=role) if repo else None)
+    if e is None or e.config is None:
+        known = f"registry entry {e.id} records no shape" if e is not None else \
+            "no registry entry records its shape"
+        raise HubError(f"{why.message}; {known}", hint=why.hint) from None
+    got = _computed(repo or e.id, dict(e.config),
+                    f"the registry's cited config of {e.repo or e.id}",
+                    draft=e.kind == "draft", entry=e, method=method)
+    if e.repo is None and e.local_copy_of:
+        got.notes.insert(0, f"the shape is that of {e.id}, a local copy of {e.local_copy_of} "
+                         f"({e.copy_differs})")
+    grades = ", ".join(sorted({c.grade or "?" for c in e.config_sources}))
+    got.notes.insert(0, f"{why.message}: weights computed from the registry's recorded shape "
+                     f"of {e.repo or e.id} ({grades} sources; `speckit registry show {e.id}` "
+                     "cites them)")
+    return got
+
+
 def load_ref(ref: str, *, revision: str | None = None) -> tuple[dict[str, Any],
                                                                  list[tuple[str, tuple[int, ...]]]]:
     """(config, [(tensor name, shape)]) of a directory, registry id or Hub repo, header-only."""
     got = load_headers(ref, revision=revision)
-    return got.config, [(t.name, tuple(t.shape)) for t in got.tensors]
+    return got.config, [(t.name, tuple(t.shape)) if isinstance(t, TensorInfo)
+                        else (t[0], tuple(t[2])) for t in got.tensors]
 
 
-def load_headers(ref: str, *, revision: str | None = None) -> LoadedRef:
-    """A local path, a registry id or a Hub repo, through speckit.io.refs.resolve (which honours
-    HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN); of a Hub repo only config.json is downloaded."""
-    r = resolve(ref, role=None, revision=revision, need="config")
-    remote = r.kind == "hub" or (r.kind == "registry" and r.repo is not None)
-    got = _load_hub(r) if remote else _load_local(r.path)
-    if r.entry is not None:
-        got.name = r.entry.id
-        got.method = r.entry.method
-        got.k = r.entry.num_speculative_tokens
+def load_headers(ref: str, *, revision: str | None = None, role: str | None = None,
+                 method: str | None = None) -> LoadedRef:
+    """A local path or config.json, a registry id or a Hub repo, through speckit.io.refs.resolve
+    (which honours HF_HUB_CACHE, HF_HUB_OFFLINE and HF_TOKEN); of a Hub repo only config.json is
+    downloaded, and nothing when a copy with weights is already on disk. ``role`` ("target" or
+    "draft", default: the registry entry's kind, else target) says how to compute tensors from a
+    config when no header can be read; ``method`` (--method) names a draft's method then."""
+    cfg_file = _config_file(ref)
+    entry = None if looks_like_path(ref) else registry_entry(ref)
+    role = role or (entry.kind if entry is not None else "target")
+    if cfg_file is not None:
+        return _computed(str(cfg_file), _read_config_file(cfg_file), str(cfg_file),
+                         draft=role == "draft", method=method)
+    got = _on_disk(ref, entry, revision, role) or _unbuilt(entry) \
+        or _resolve_and_load(ref, entry, revision, role, method)
+    if entry is not None:
+        got.name = entry.id
+        got.method = entry.method
+        got.k = entry.num_speculative_tokens
     return got
+
+
+def _unbuilt(entry: Any) -> LoadedRef | None:
+    """A packaged target (a GGUF in a PyPI wheel) not converted yet: its recorded shape, rather
+    than a conversion that needs torch and a minute, for what is arithmetic."""
+    if entry is None or entry.source is None or entry.config is None \
+            or targets.is_materialized(targets.target_dir(entry.id)):
+        return None
+    got = _computed(entry.id, dict(entry.config), f"the registry's cited config of {entry.id}")
+    got.notes.insert(0, f"{entry.id} is not built on this machine yet (`speckit fetch {entry.id}` "
+                     "builds it): weights computed from its recorded shape")
+    return got
+
+
+def _resolve_and_load(ref: str, entry: Any, revision: str | None, role: str,
+                      method: str | None) -> LoadedRef:
+    try:
+        r = resolve(ref, role=None, revision=revision, need="config")
+    except NotCachedError as e:
+        return _recorded(ref, entry, e, role, method)
+    remote = r.kind == "hub" or (r.kind == "registry" and r.repo is not None)
+    if remote:
+        return _load_hub(r, role, method)
+    if _config_only(r.path):
+        return _computed(str(r.path), load_config(r.path), f"{r.path}/config.json",
+                         draft=role == "draft", entry=entry, method=method)
+    return _load_local(r.path)
 
 
 __all__ = ["LoadedRef", "load_headers", "load_ref", "registry_entry"]

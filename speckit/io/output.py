@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit import __version__
+from speckit.core import PACKAGE_DIR
 from speckit.errors import FormatError, OutputError, SpeckitError, UsageError
 from speckit.io.checkpoint import normal_modes, safe_relpath, write_json
 
@@ -59,6 +60,7 @@ def check_output(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike 
     if not path.name:
         raise UsageError(f"{flag} {out}: not a directory speckit can write",
                          hint=f"name a new directory, e.g. {flag} ./out")
+    check_not_in_package(path, flag)
     seen = {Path(os.path.realpath(path)), Path(os.path.realpath(path.parent)) / path.name}
     for name, ref in inputs.items():
         if ref is None:
@@ -87,6 +89,17 @@ def check_output(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike 
         if force and not reuse:
             check_replaceable(path, flag)
     return path
+
+
+def check_not_in_package(path: str | os.PathLike, flag: str = "-o") -> None:
+    """Refuse to write inside the installed speckit package (its drafts and data are read-only
+    inputs, and an upgrade would delete the output)."""
+    real = Path(os.path.realpath(os.path.abspath(path)))
+    pkg = Path(os.path.realpath(PACKAGE_DIR))
+    if real == pkg or real.is_relative_to(pkg):
+        raise UsageError(f"{flag} {path} is inside the installed speckit package ({pkg})",
+                         hint=f"write it under your working directory, e.g. {flag} "
+                         f"./{real.name}")
 
 
 # every speckit output carries one of these at its top level (provenance, training record,
@@ -204,6 +217,7 @@ def atomic_output_dir(out: str | os.PathLike, *, force: bool = False) -> Iterato
     ``force``, which replaces it (a symlinked one too) leaving nothing behind. SIGTERM cleans up
     like Ctrl-C. Temp dirs of dead runs beside ``out`` are removed first.
     """
+    check_not_in_package(out)
     out = Path(os.path.abspath(Path(out).expanduser()))
     if os.path.lexists(out) and not force:
         raise UsageError(f"{out} already exists", hint="pass --force to replace it, or choose -o")

@@ -17,6 +17,8 @@ from typing import Any
 
 from speckit.core import PACKAGE_DIR
 from speckit.errors import FormatError, HubError, UsageError
+from speckit.io.longctx import SETS as LONG_CONTEXT
+from speckit.io.longctx import long_context_prompts
 
 _DATA = PACKAGE_DIR / "data" / "prompts"
 BUILTIN = ("math", "code", "chat")
@@ -31,7 +33,7 @@ HUB = {  # name -> (repo, config, split, field)
     "math500": ("HuggingFaceH4/MATH-500", None, "test", "problem"),
     "mbpp": ("google-research-datasets/mbpp", "sanitized", "test", "prompt"),
 }
-DATASET_NAMES = ("mixed", *BUILTIN, *PACKAGED, *HUB)
+DATASET_NAMES = ("mixed", *BUILTIN, *PACKAGED, *LONG_CONTEXT, *HUB)
 
 # our own instruction wording, applied the same way to every run of a set
 _REASON = "\nSolve it step by step and give the final answer on the last line."
@@ -80,6 +82,9 @@ def load_prompts(dataset: str | Path = "mixed", *, num_prompts: int | None = Non
         ps.source = f"speckit built-in {key}"
     elif key in PACKAGED:
         ps = _packaged(key)
+    elif key in LONG_CONTEXT:
+        rows, source = long_context_prompts(key)
+        ps = PromptSet(key, source, [Prompt(i, (("user", text),), cat) for i, cat, text in rows])
     elif key in HUB:
         ps = _hub(key, limit=num_prompts)
     else:

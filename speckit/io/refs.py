@@ -31,6 +31,7 @@ from speckit.io.hub import (
     hub_settings,
     snapshot_of,
 )
+from speckit.io.output import check_not_in_package
 
 Kind = Literal["path", "snapshot", "registry", "hub"]
 Need = Literal["checkpoint", "config"]
@@ -148,6 +149,8 @@ def resolve(ref: str | os.PathLike, *, role: str | None = "draft", revision: str
     ``what`` names the argument in errors (e.g. "TARGET").
     """
     c = classify(ref, role=role, what=what)
+    if local_dir is not None:
+        check_not_in_package(local_dir, "--local-dir")
     s = hub_settings(endpoint, cache_dir, offline=offline, token=token)
     req = _Request(str(ref), role, need, s, Path(local_dir).expanduser().resolve()
                    if local_dir else None, allow_pickle, dry_run, progress, update_lock)

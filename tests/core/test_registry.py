@@ -38,6 +38,34 @@ ISSUE_DRAFTS = {
     "Inferact/Kimi-K3-DSpark": ("dspark", "moonshotai/Kimi-K3"),
 }
 
+# The published drafts of the followed providers for the common targets (issue #45 item 3):
+# repo -> (method, target); each cites its page with a quote
+ISSUE45_DRAFTS = {
+    "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3": ("eagle3",
+                                                         "meta-llama/Llama-3.1-8B-Instruct"),
+    "z-lab/LLaMA3.1-8B-Instruct-DFlash-UltraChat": ("dflash", "meta-llama/Llama-3.1-8B-Instruct"),
+    "RedHatAI/Llama-3.3-70B-Instruct-speculator.eagle3": ("eagle3",
+                                                          "meta-llama/Llama-3.3-70B-Instruct"),
+    "RedHatAI/Qwen3-8B-speculator.eagle3": ("eagle3", "Qwen/Qwen3-8B"),
+    "RedHatAI/Qwen3-8B-speculator.dflash": ("dflash", "Qwen/Qwen3-8B"),
+    "RedHatAI/Qwen3-8B-speculator.peagle": ("eagle3", "Qwen/Qwen3-8B"),
+    "RedHatAI/Qwen3-8B-speculator.dflash2": ("dflash", "Qwen/Qwen3-8B"),
+    "RedHatAI/Qwen3-32B-speculator.eagle3": ("eagle3", "Qwen/Qwen3-32B"),
+    "RedHatAI/Qwen3-235B-A22B-speculator.eagle3": ("eagle3", "Qwen/Qwen3-235B-A22B"),
+    "RedHatAI/Qwen3-235B-A22B-Instruct-2507-speculator.eagle3": (
+        "eagle3", "Qwen/Qwen3-235B-A22B-Instruct-2507"),
+    "RedHatAI/gpt-oss-20b-speculator.eagle3": ("eagle3", "openai/gpt-oss-20b"),
+    "RedHatAI/gpt-oss-120b-speculator.eagle3": ("eagle3", "openai/gpt-oss-120b"),
+    "z-lab/gpt-oss-20b-DFlash": ("dflash", "openai/gpt-oss-20b"),
+    "z-lab/gpt-oss-120b-DFlash": ("dflash", "openai/gpt-oss-120b"),
+    "z-lab/Kimi-K2.5-DFlash": ("dflash", "moonshotai/Kimi-K2.5"),
+    "lightseekorg/kimi-k2.5-eagle3": ("eagle3", "moonshotai/Kimi-K2.5"),
+    "google/gemma-4-E2B-it-assistant": ("mtp", "google/gemma-4-E2B-it"),
+    "google/gemma-4-E4B-it-assistant": ("mtp", "google/gemma-4-E4B-it"),
+    "google/gemma-4-12B-it-assistant": ("mtp", "google/gemma-4-12B-it"),
+    "deepseek-ai/DeepSeek-V3": ("mtp", "deepseek-ai/DeepSeek-V3"),
+}
+
 # Throughput ratios the issue lists: (target, method, value, dataset, k)
 ISSUE_RATIOS = [
     ("google/gemma-4-26B-A4B-it", "dflash", 2.87, "MATH500", 7),
@@ -135,30 +163,38 @@ def _result(**fields) -> dict:
 # --------------------------------------------------------------------------- content
 
 
-def test_builtin_has_the_eleven_drafts_with_required_fields(builtin):
+def test_builtin_has_the_issue_drafts_with_required_fields(builtin):
     drafts = [e for e in builtin.filter(kind="draft") if e.repo]  # Hub drafts
-    assert len(drafts) == 11
     bundled = [e for e in builtin.filter(kind="draft") if e.bundled]
     assert [e.id for e in bundled] == ["smollm2-135m-eagle3", "smollm2-135m-dflash"]
     by_repo = {e.repo: e for e in drafts}
-    assert set(by_repo) == set(ISSUE_DRAFTS)
+    assert set(by_repo) == set(ISSUE_DRAFTS) | set(ISSUE45_DRAFTS)
     ids = [e.id for e in drafts]
     assert len(set(ids)) == len(ids)
-    for repo, (method, target) in ISSUE_DRAFTS.items():
+    for repo, (method, target) in {**ISSUE_DRAFTS, **ISSUE45_DRAFTS}.items():
         e = by_repo[repo]
         assert (e.method, e.target) == (method, target), repo
         assert e.id == e.id.lower() and len(e.id) <= 40
-        assert e.provider and e.license and e.k_source
-        assert e.num_speculative_tokens and e.num_speculative_tokens > 0
+        assert e.provider and e.license
+        # a k says where it comes from; a draft whose publisher gives none records none
+        assert (e.num_speculative_tokens is None) == (e.k_source is None), repo
+        assert e.num_speculative_tokens is None or e.num_speculative_tokens > 0
         assert e.source_layout is None or e.source_layout in SOURCE_LAYOUTS
         # no sha is known offline: every revision is a branch, honestly marked unpinned
         assert e.revision == "main" and e.pinned is False
         assert e.origin == str(builtin_registry_path())
+    for repo in ISSUE45_DRAFTS:  # each cites the page it came from, with an excerpt
+        cites = by_repo[repo].citations
+        assert cites and all(c.url.startswith("https://") and c.quote.strip() for c in cites), repo
+    followed = {"Google", "Red Hat AI", "Z-Lab", "DeepSeek AI", "Inferact",
+                "LightSeek Foundation", "speckit"}
+    assert {e.provider for e in builtin.filter(kind="draft")} <= followed
 
 
 def test_gemma4_assistants_use_mtp_and_their_own_layout(builtin):
     for e in builtin.filter(provider="google"):
-        assert e.method == "mtp" and e.source_layout == "gemma4-assistant"
+        # the 12B Unified assistant's layout (gemma4_unified_assistant) is not one speckit records
+        assert e.method == "mtp" and e.source_layout in ("gemma4-assistant", None)
         assert e.vllm_speculative_config()["method"] == "mtp"
 
 
@@ -230,7 +266,7 @@ def test_top_level_registry_toml_matches_package_copy():
 MALFORMED = [
     # (entry overrides, published, field named in the error, words in the error)
     ({"license": None}, [], "license", "required field is missing"),
-    ({"k_source": None}, [], "k_source", "required field is missing for a draft"),
+    ({"k_source": None}, [], "k_source", "required with num_speculative_tokens"),
     ({"revison": "main"}, [], "revison", "did you mean 'revision'"),
     ({"method": "eagle"}, [], "method", "did you mean 'eagle3'"),
     ({"method": "medusa"}, [], "method", "is not one of"),
@@ -368,7 +404,8 @@ def test_layering_order_builtin_config_env_cli(tmp_path):
     e = reg.get(ident)
     assert (e.provider, e.origin, e.overrides) == ("from-cli", str(cli), str(env2))
     assert reg.get("only-env1").origin == str(env1)
-    assert len(reg.filter()) == 14  # 11 Hub drafts + the two bundled ones + one new id
+    curated = len(load_registry(env={"XDG_CONFIG_HOME": str(tmp_path / "none")}).filter())
+    assert len(reg.filter()) == curated + 1  # the curated drafts + one new id
 
     assert load_registry(env=env).get(ident).provider == "from-env2"
     env["SPECKIT_REGISTRY"] = str(env1)
@@ -416,11 +453,14 @@ def test_unknown_id_suggests_close_ids(builtin):
 
 def test_filter(builtin):
     assert {e.id for e in builtin.filter(provider="redhat")} == {
-        "gemma-4-26b-a4b-it-eagle3", "gemma-4-31b-it-dspark"}
+        e.id for e in builtin.filter() if e.repo and e.repo.startswith("RedHatAI/")}
+    assert {"gemma-4-26b-a4b-it-eagle3", "gemma-4-31b-it-dspark"} <= {
+        e.id for e in builtin.filter(provider="redhat")}
     assert {e.id for e in builtin.filter(method="dspark")} == {
         "gemma-4-31b-it-dspark", "kimi-k3-dspark", "qwen3-8b-dflash-block7"}
-    assert len(builtin.filter(target="qwen/qwen3-8b")) == 3
-    assert len(builtin.filter(kind=None)) == 14  # 11 Hub drafts, 2 bundled drafts, 1 target
+    assert len(builtin.filter(target="qwen/qwen3-8b")) == 7
+    n_targets = len(builtin.filter(kind="target"))
+    assert n_targets >= 8 and len(builtin.filter(kind=None)) == len(builtin.filter()) + n_targets
     with pytest.raises(UsageError, match="did you mean dflash"):
         builtin.filter(method="dflsh")
 
@@ -431,29 +471,69 @@ def test_list_entries_carries_registry_level_figures(builtin):
     assert list_entries(builtin, kind="target").published == []
 
 
-def test_resolve_ranks_by_throughput_then_acceptance(tmp_path):
+def test_resolve_ranks_by_comparable_figures(tmp_path):
     t = "acme/Target-7B"
+    al = {"metric": "acceptance_length"}
     path = _write(
         tmp_path / "rank.toml",
         _entry(id="none"),
-        _entry(id="al-only", published=[_result(metric="acceptance_length", value=3.0)]),
-        _entry(id="tr-low", published=[_result(value=1.5)]),
-        _entry(id="tr-high-al3", method="dflash",
-               published=[_result(value=2.0), _result(metric="acceptance_length", value=3.0)]),
-        _entry(id="tr-high-al4", method="dflash",
-               published=[_result(value=None, min=1.2, max=2.0),
-                          _result(metric="acceptance_length", value=4.0)]),
+        _entry(id="al-mt-3", published=[_result(**al, value=3.0, dataset="MT-Bench")]),
+        # the highest throughput, but measured alone on its GPU: nothing to compare it with
+        _entry(id="tr-alone", published=[_result(value=9.0, hardware="B200", engine="hf")]),
+        _entry(id="al-mt-4", method="dflash",
+               published=[_result(**al, value=4.0, dataset="MT-bench"),
+                          _result(**al, value=5.0, dataset="GSM8K")]),
+        _entry(id="al-gsm", method="dflash", published=[_result(**al, value=6.0)]),
         _entry(id="other-target", target="acme/Other-7B", published=[_result(value=9.0)]),
     )
     reg = load_registry(extra_files=[path], env=NO_USER_FILES)
     result = resolve(reg, target=t.upper())  # exact match, case-insensitive
-    assert [c.id for c in result.candidates] == [
-        "tr-high-al4", "tr-high-al3", "tr-low", "al-only", "none"]
+    # MT-Bench (two of them report an acceptance length there) decides; the rest keep file order
+    assert [c.id for c in result.candidates] == ["al-mt-4", "al-mt-3", "none", "tr-alone",
+                                                 "al-gsm"]
     assert [c.rank for c in result.candidates] == [1, 2, 3, 4, 5]
-    assert result.candidates[0].basis == "1.20-2.00x GSM8K"
-    assert result.candidates[-1].basis == "no published figure"
+    assert result.candidates[0].basis == "AL 4.00 MT-bench"
+    assert result.candidates[3].basis == "no comparable figure"
+    assert result.candidates[2].basis == "no published figure"
+    assert "acceptance length on MT-" in result.ranked_by and "2 of them" in result.ranked_by
+    assert "fit not checked (no GPU given)" in result.ranked_by
     only_eagle = resolve(reg, target=t, method="eagle3")
-    assert [c.id for c in only_eagle.candidates] == ["tr-low", "al-only", "none"]
+    assert [c.id for c in only_eagle.candidates] == ["none", "al-mt-3", "tr-alone"]
+
+
+def test_resolve_on_a_gpu_starts_first_and_never_offers_a_k_that_will_not_start(builtin):
+    from speckit.core.gpus import get_gpu
+    from speckit.core.registry import Deployment
+
+    h100 = get_gpu("H100")
+    res = resolve(builtin, target="Qwen/Qwen3-8B", deployment=Deployment(h100))
+    top = res.candidates[0]
+    # the one Qwen3-8B draft whose shape the registry records is planned whole
+    assert (top.id, top.fit.verdict, top.fit.k) == ("qwen3-8b-dflash-block7", "starts", 7)
+    assert res.start_with == top.speculative_config
+    # DFlash at k=15 needs 1024 x 16 scheduled tokens; H100's default budget is 8192: k <= 7
+    b16 = next(c for c in res.candidates if c.id == "qwen3-8b-dflash-b16")
+    assert b16.fit.k == 7 and b16.speculative_config["num_speculative_tokens"] == 7
+    assert "lowered from 15" in b16.fit.detail
+    assert "what starts on H100 x TP=1 at concurrency 1024" in res.ranked_by
+    # at 64 requests the token budget no longer binds
+    low = resolve(builtin, target="Qwen/Qwen3-8B", deployment=Deployment(h100, concurrency=64))
+    assert next(c for c in low.candidates if c.id == "qwen3-8b-dflash-b16").fit.k == 15
+    # Llama-3.3-70B's 141 GB of weights: nothing starts on one H100, everything at TP 4
+    big = resolve(builtin, target="meta-llama/Llama-3.3-70B-Instruct", deployment=Deployment(h100))
+    assert big.start_with is None
+    assert all(c.fit.verdict == "will not start" for c in big.candidates)
+    assert "the target alone will not start" in big.candidates[0].fit.detail
+    tp4 = resolve(builtin, target="meta-llama/Llama-3.3-70B-Instruct",
+                  deployment=Deployment(h100, tp=4))
+    assert tp4.start_with is not None
+
+
+def test_resolve_without_a_registered_draft_offers_draft_free_methods(builtin):
+    res = resolve(builtin, target="moonshotai/Kimi-K2-Instruct")
+    assert not res.found
+    assert {c["method"] for c in res.without_draft} == {"ngram", "suffix"}
+    assert all(c["num_speculative_tokens"] > 0 for c in res.without_draft)
 
 
 def test_resolve_builtin_gemma_26b_order(builtin):
@@ -467,8 +547,9 @@ def test_resolve_builtin_gemma_26b_order(builtin):
 def test_resolve_no_match_reports_nearby_targets_and_methods(builtin):
     miss = resolve(builtin, target="Qwen/Qwen3-14B")
     assert not miss.found and miss.candidates == []
-    assert [n.target for n in miss.nearby][:1] == ["Qwen/Qwen3-8B"]
-    assert set(miss.nearby[0].methods) == {"dflash", "dspark", "eagle3"}
+    near = {n.target: n for n in miss.nearby}
+    assert "Qwen/Qwen3-8B" in near
+    assert set(near["Qwen/Qwen3-8B"].methods) == {"dflash", "dspark", "eagle3"}
     assert "Qwen/Qwen3-8B (dflash, dspark, eagle3)" in miss.message
 
     no_method = resolve(builtin, target="Qwen/Qwen3-8B", method="mtp")
@@ -479,9 +560,10 @@ def test_resolve_no_match_reports_nearby_targets_and_methods(builtin):
     assert [c.id for c in dspark.candidates] == ["qwen3-8b-dflash-block7"]
     assert {r.value for r in dspark.other_published} == {1.63, 1.15}
 
-    family = resolve(builtin, target="google/gemma-4-12B-it")
-    assert {n.target for n in family.nearby} == {"google/gemma-4-26B-A4B-it",
-                                                 "google/gemma-4-31B-it"}
+    family = resolve(builtin, target="google/gemma-4-7B-it")
+    assert {n.target for n in family.nearby} <= {
+        "google/gemma-4-26B-A4B-it", "google/gemma-4-31B-it", "google/gemma-4-12B-it",
+        "google/gemma-4-E2B-it", "google/gemma-4-E4B-it"} and family.nearby
     with pytest.raises(UsageError, match="unknown method"):
         resolve(builtin, target="Qwen/Qwen3-8B", method="eagle")
 
@@ -517,11 +599,10 @@ def test_cli_list_json_has_all_drafts_with_figures():
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
     hub = [e for e in data["entries"] if e["repo"]]
-    assert len(hub) == 11
     assert {e["id"] for e in data["entries"] if not e["repo"]} == {"smollm2-135m-eagle3",
                                                                  "smollm2-135m-dflash"}
     by_repo = {e["repo"]: e for e in hub}
-    assert set(by_repo) == set(ISSUE_DRAFTS)
+    assert set(by_repo) == set(ISSUE_DRAFTS) | set(ISSUE45_DRAFTS)
     dflash = by_repo["z-lab/gemma-4-26B-A4B-it-DFlash"]["published"]
     assert {"metric": "throughput_ratio", "value": 2.87, "dataset": "MATH500", "k": 7}.items() \
         <= dflash[0].items()
@@ -538,7 +619,8 @@ def test_cli_list_table_and_filters():
     assert "smollm2-135m-instruct" in only and "kimi-k3-dspark" not in only
     r = _run("list", "--provider", "z-lab", "--json")
     assert {e["id"] for e in json.loads(r.output)["entries"]} == {
-        "gemma-4-26b-a4b-it-dflash", "qwen3-8b-dflash-b16"}
+        "gemma-4-26b-a4b-it-dflash", "qwen3-8b-dflash-b16", "llama-3.1-8b-instruct-dflash",
+        "gpt-oss-20b-dflash", "gpt-oss-120b-dflash", "kimi-k2.5-dflash"}
     r = _run("list", "--method", "eagel3")
     assert r.exit_code == 2 and "did you mean eagle3" in r.output
 
@@ -558,8 +640,15 @@ def test_cli_resolve():
     r = _run("resolve", "--target", "Qwen/Qwen3-8B")
     assert r.exit_code == 0
     assert "qwen3-8b-dflash-b16" in r.output and "--speculative-config" in r.output
+    assert "ranked by: what starts on H200" in r.output
     data = json.loads(_run("resolve", "--target", "Qwen/Qwen3-8B", "--json").output)
-    assert next(c["id"] for c in data["candidates"]) == "qwen3-8b-dflash-b16"
+    assert next(c["id"] for c in data["candidates"]) == "qwen3-8b-dflash-block7"
+    assert data["start_with"]["num_speculative_tokens"] == 7
+    r = _run("resolve", "--target", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100")
+    assert r.exit_code == 0 and "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3" in r.output
+    r = _run("resolve", "--target", "moonshotai/Kimi-K2-Instruct")
+    assert r.exit_code == 2 and '"method": "ngram"' in r.output
+    assert "pass a Hub draft directly" in r.output
     r = _run("resolve", "--target", "Qwen/Qwen3-14B")
     assert r.exit_code == 2 and "nearby targets: Qwen/Qwen3-8B" in r.output
     r = _run("resolve", "--target", "Qwen/Qwen3-14B", "--json")
@@ -577,7 +666,7 @@ def test_cli_registry_option_group_and_command_level(tmp_path):
     r = _run("resolve", "--target", "Qwen/Qwen3-8B", "--method", "eagle3", "--json",
              env={"SPECKIT_REGISTRY": str(mine)})
     assert {c["id"] for c in json.loads(r.output)["candidates"]} == {
-        "my-draft", "qwen3-8b-eagle3-ttt7"}
+        "my-draft", "qwen3-8b-eagle3-ttt7", "qwen3-8b-eagle3", "qwen3-8b-peagle"}
 
 
 def test_cli_errors_have_nonzero_exit(tmp_path):
@@ -605,3 +694,22 @@ def test_registry_list_does_not_import_torch():
                          text=True, timeout=120, cwd=REPO_ROOT, env=env)
     assert out.returncode == 0, out.stderr
     assert "HEAVY=\n" in out.stdout
+
+
+@pytest.mark.parametrize(("fields", "where", "words"), [
+    ({"config": {"hidden_size": 8}}, "config_sources", "required with config"),
+    ({"config": {"hidden_size": 8, "vocab_size": 9},
+      "config_sources": [{"url": "https://x.org/c", "quote": "q", "fields": ["hidden_size"],
+                          "grade": "copy"}]}, "config.vocab_size", "no config_sources entry"),
+    ({"config": {"hidden_size": 8},
+      "config_sources": [{"url": "https://x.org/c", "quote": "q", "fields": ["*"],
+                          "grade": "guess"}]}, "grade", "is not one of"),
+    ({"citations": [{"url": "http://x.org", "quote": "q"}]}, "url", "not an https://"),
+    ({"citations": [{"url": "https://x.org"}]}, "quote", "required field is missing"),
+    ({"checkpoint_bytes": 10}, "checkpoint_bytes_source", "go together"),
+])
+def test_cited_fields_are_checked(tmp_path, fields, where, words):
+    path = _write(tmp_path / "cite.toml", _entry(**fields))
+    with pytest.raises(FormatError) as info:
+        parse_registry_file(path)
+    assert f"field '{where}'" in info.value.message and words in info.value.message

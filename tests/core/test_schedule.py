@@ -3,6 +3,8 @@ on every schedule speckit emits."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from speckit.core.plan import schedule as sch
@@ -121,3 +123,39 @@ def test_pays_text_says_where_a_schedule_speculates():
     assert pays_text([(1, 227, 0), (228, 256, 3)]) == \
         "speculation pays at concurrency 228-256 (off below 228)"
     assert pays_text([(1, 64, 0)]) == "speculation does not pay at any concurrency"
+
+
+def test_next_k_moves_only_for_a_band_wholly_above():
+    band = (math.log(0.9), math.log(1.1))  # +-10%
+    # from plain decoding: a k whose band lies above 1.0 is taken; one straddling 1.0 is not
+    assert sch.next_k(0, {1: 1.15, 2: 1.05}, band) == 1
+    assert sch.next_k(0, {1: 1.05, 2: 1.08}, band) == 0
+    # between k: 1.30 vs 1.25 overlap (1.17-1.43 against 1.125-1.375): stay; 1.60 is clear
+    assert sch.next_k(1, {1: 1.25, 2: 1.30}, band) == 1
+    assert sch.next_k(1, {1: 1.25, 2: 1.60}, band) == 2
+    # back to plain decoding only once the current k's band lies below 1.0
+    assert sch.next_k(2, {1: 0.95, 2: 0.95}, band) == 2
+    assert sch.next_k(2, {1: 0.85, 2: 0.88}, band) == 0
+    # no band: the best ratio, as before
+    assert sch.next_k(1, {1: 1.25, 2: 1.30}, (0.0, 0.0)) == 2
+
+
+def test_projected_table_carries_bands_and_keeps_k_inside_them():
+    al = {k: sch.al_from_per_position(RATES, k) for k in (1, 2, 3)}
+
+    def table(offsets=None):
+        return sch.project(al, base_step=lambda b: 1.0 + 0.01 * b,
+                           spec_step=lambda b, k: 1.0 + 0.01 * b * (k + 1) + 0.05 * k,
+                           max_batch=256, batches=[1, 8, 32, 64, 128, 256], band=offsets)
+
+    plain, wide = table(), table(lambda b: (math.log(0.8), math.log(1.2)))
+    assert plain.ratio == wide.ratio
+    for k in wide.ks:
+        for r, (lo, hi), u in zip(wide.ratio[k], wide.band[k], wide.uncertain[k], strict=True):
+            assert lo == pytest.approx(0.8 * r) and hi == pytest.approx(1.2 * r)
+            assert u == (lo < 1.0 < hi)
+        assert plain.band[k] == [(r, r) for r in plain.ratio[k]]
+    # the banded schedule changes k less often, and only to a k clearly better than the last
+    changes = [len(t.schedule) for t in (plain, wide)]
+    assert changes[1] < changes[0]
+    assert sch.uncertain_batches(wide) and not sch.uncertain_batches(plain)

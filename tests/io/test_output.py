@@ -522,7 +522,8 @@ def test_copy_extra_files_refuses_code_and_escaping_links(tmp_path):
 def test_demo_out_never_overlaps_its_draft(tmp_path):
     from speckit.demo import bundled_draft, run_demo
 
-    with pytest.raises(UsageError, match="sits inside the --draft input"):
+    # the bundled draft sits in the package: no output may go there at all
+    with pytest.raises(UsageError, match="inside the installed speckit package"):
         run_demo(out=bundled_draft() / "demo-out")
     draft = F.make_spec_eagle3(tmp_path / "draft")
     with pytest.raises(UsageError, match="is the --draft input"):

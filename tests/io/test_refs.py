@@ -145,8 +145,12 @@ def test_every_command_resolves_a_target_reference_identically(world, kind, tmp_
 def test_plans_agree_across_reference_kinds(world):
     got = [plan_op.plan_from_refs(target=world.targets[k], draft=world.drafts[k], gpu="H100",
                                   max_model_len=2048, method="eagle3", k=3) for k in KINDS]
-    for r in got[1:]:
-        assert r.kv == got[0].kv and r.weights == got[0].weights
+    for r in got[1:]:  # the same bytes, whichever copy was read (weights.*_from say which)
+        assert r.kv == got[0].kv and _bytes(r.weights) == _bytes(got[0].weights)
+
+
+def _bytes(w):
+    return (w.target_bytes, w.draft_bytes, w.draft_stored_bytes, w.draft_borrowed)
 
 
 def test_a_registry_draft_is_not_a_target(world):
@@ -239,12 +243,17 @@ def test_plan_honours_cache_dir_and_offline_mode(world, hub, tmp_path, monkeypat
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     hub.server.log.clear()
-    # only config.json is in this cache: the headers are not, and plan says so without asking
-    with pytest.raises(HubError, match="offline mode is on") as e:
-        plan_op.plan_from_refs(target="org/target", draft="org/draft", **kw)
-    assert str(other) in e.value.message
-    with pytest.raises(HubError, match="offline mode is on.*org/absent.*not in the cache"):
+    # only config.json is in this cache: the weights are computed from it, and plan says so
+    # without asking the Hub
+    computed = plan_op.plan_from_refs(target="org/target", draft="org/draft", **kw)
+    said = " ".join(computed.weights.notes)
+    assert "offline mode is on" in said and "weights computed from its config.json" in said
+    assert computed.weights.target_from.startswith("computed from the cached config.json")
+    assert computed.weights.target_bytes == online.weights.target_bytes
+    with pytest.raises(HubError, match="offline mode is on.*org/absent.*not in the cache.*no "
+                       "registry entry records its shape") as e:
         plan_op.plan_from_refs(target="org/absent", gpu="H100")
+    assert str(other) in e.value.message and "unset HF_HUB_OFFLINE" in e.value.hint
     assert hub.server.log == []
 
     monkeypatch.delenv("HF_HUB_OFFLINE")
@@ -255,4 +264,4 @@ def test_plan_honours_cache_dir_and_offline_mode(world, hub, tmp_path, monkeypat
     offline = plan_op.plan_from_refs(target="org/target", draft="org/draft", **kw)
     assert hub.server.log == []
     local = plan_op.plan_from_refs(target=str(world.target), draft=str(world.draft), **kw)
-    assert offline.kv == online.kv == local.kv and offline.weights == local.weights
+    assert offline.kv == online.kv == local.kv and _bytes(offline.weights) == _bytes(local.weights)

@@ -6,6 +6,7 @@ property both callers check is "a result or a SpeckitError, never another except
 
 from __future__ import annotations
 
+import gzip
 import json
 import struct
 from typing import Any
@@ -197,3 +198,40 @@ def vocab_maps(draw) -> tuple[list[int], list[int] | None, int]:
     if draw(st.integers(0, 4)) == 0:
         vocab = draw(st.integers(0, 50))
     return offsets, mask, vocab
+
+
+_ROLES = st.sampled_from(["user", "assistant", "system", "tool", "robot", "", None, 3])
+_CONTENT = st.one_of(st.text(max_size=12), st.none(), st.integers(),
+                     st.lists(st.fixed_dictionaries({"type": st.sampled_from(["text", "image"]),
+                                                     "text": st.text(max_size=6) | _JSONISH}),
+                              max_size=2))
+
+
+@st.composite
+def traffic_files(draw) -> bytes:
+    """Traffic JSONL bytes: chat rows with wrong-typed fields, non-object rows, broken and deep
+    JSON, invalid UTF-8, blank lines and NUL bytes, sometimes gzip-compressed (or cut short)."""
+    lines: list[bytes] = []
+    for _ in range(draw(st.integers(0, 6))):
+        kind = draw(st.integers(0, 6))
+        if kind <= 2:
+            msgs = draw(st.lists(st.fixed_dictionaries({"role": _ROLES, "content": _CONTENT}),
+                                 max_size=3))
+            row: Any = {"messages": msgs}
+            for key in draw(st.lists(st.sampled_from(
+                    ["category", "temperature", "enable_thinking", "language", "max_tokens",
+                     "chat_template_kwargs"]), max_size=3, unique=True)):
+                row[key] = draw(_JSONISH)
+            lines.append(json.dumps(row).encode())
+        elif kind == 3:
+            lines.append(json.dumps(draw(_JSONISH)).encode())
+        elif kind == 4:
+            lines.append(b"[" * draw(st.integers(1, 3000)))
+        else:
+            lines.append(draw(st.binary(max_size=24)))
+    data = b"\n".join(lines)
+    if draw(st.integers(0, 4)) == 0:
+        data = gzip.compress(data)
+        if draw(st.booleans()):
+            data = data[:draw(st.integers(0, len(data)))]
+    return data

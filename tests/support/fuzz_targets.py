@@ -94,6 +94,14 @@ def _vocab_torch(args: tuple[list[int], list[int] | None, int]) -> None:
     check_vocab_maps(d2t, t2d, target_vocab=vocab, draft_vocab=len(offsets))
 
 
+def _traffic(raw: bytes) -> None:
+    from speckit.io.traffic import TrafficLimits, read_traffic, summarize_traffic
+
+    path = _SCRATCH / f"traffic-{os.getpid()}.jsonl"
+    path.write_bytes(raw)
+    summarize_traffic(read_traffic(path, limits=TrafficLimits(line_bytes=4096, max_lines=50)))
+
+
 TARGETS: dict[str, tuple[st.SearchStrategy, Callable[[Any], None]]] = {
     "safetensors header": (S.safetensors_files(), header_agrees),
     "config.json": (S.configs(), _config),
@@ -101,4 +109,5 @@ TARGETS: dict[str, tuple[st.SearchStrategy, Callable[[Any], None]]] = {
     "registry TOML": (S.registry_tomls(), _registry),
     "d2t/t2d (convert, quantize)": (S.vocab_maps(), _vocab),
     "d2t/t2d (inspect)": (S.vocab_maps(), _vocab_torch),
+    "traffic JSONL": (S.traffic_files(), _traffic),
 }

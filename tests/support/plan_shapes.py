@@ -54,6 +54,9 @@ def causal_lm(cfg: dict) -> list[tuple]:
     for i in range(cfg["num_hidden_layers"]):
         out += dense_layer(f"model.layers.{i}", hidden=h, heads=cfg["num_attention_heads"],
                            kv=cfg["num_key_value_heads"], hd=hd, inter=cfg["intermediate_size"])
+        if cfg.get("model_type") == "qwen3":  # Qwen3 normalises q and k per head
+            out += [(f"model.layers.{i}.self_attn.q_norm.weight", "BF16", (hd,)),
+                    (f"model.layers.{i}.self_attn.k_norm.weight", "BF16", (hd,))]
     if not cfg.get("tie_word_embeddings"):
         out.append(("lm_head.weight", "BF16", (v, h)))
     return out

@@ -44,6 +44,8 @@ class SpeedResult:
     constants_source: str
     assumptions: list[str] = field(default_factory=list)
     max_batch: int = 0  # max-num-seqs: columns past a table's max_batch do not fit its KV
+    band_level: float = 0.0  # each table's band covers this share of published points (0: none)
+    band_source: str = ""  # where the band comes from
 
 
 def project_speed(*, target_config: Mapping[str, Any], method: str,
@@ -111,7 +113,8 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
                             "num_speculative_tokens_per_batch_size": [list(r) for r in sched]},
         constants_source=const.source,
         assumptions=_assumptions(gpu, const, source, sched_ctx, dshape, eng, data_parallel,
-                                 kv_tokens), max_batch=max_batch)
+                                 kv_tokens), max_batch=max_batch,
+        band_level=eng.band.level, band_source=eng.band.source)
 
 
 def _rates(acceptance: Sequence[float] | None, kind: str, al: float | None,
@@ -146,20 +149,28 @@ class StepModel:
     engine: _engine.EngineCosts = _engine.IDEAL
     kv_bytes: float = 2.0
 
+    @property
+    def priced(self) -> _steps.StepConstants:
+        """The constants the passes are priced with: the GPU's, with the routing locality
+        fitted beside the engine terms."""
+        if self.constants.route_reuse == self.engine.route_reuse:
+            return self.constants
+        return replace(self.constants, route_reuse=self.engine.route_reuse)
+
     def base(self, batch: int, ctx: int) -> float:
         t = _steps.target_step_time(self.target, batch=batch, q=1, ctx=ctx, gpu=self.gpu,
-                                    tp=self.tp, constants=self.constants, kv_bytes=self.kv_bytes)
+                                    tp=self.tp, constants=self.priced, kv_bytes=self.kv_bytes)
         return t + self.engine.plain(layers=self.target.layers, batch=batch)
 
     def spec(self, batch: int, k: int, ctx: int, al: float = 1.0) -> float:
         """A speculative step; ``al`` (tokens out per sequence) prices the per-token term."""
+        c = self.priced
         t = _steps.target_step_time(self.target, batch=batch, q=k + 1, ctx=ctx, gpu=self.gpu,
-                                    tp=self.tp, constants=self.constants, kv_bytes=self.kv_bytes)
+                                    tp=self.tp, constants=c, kv_bytes=self.kv_bytes)
         passes = 0
         if self.draft is not None:
             t += _steps.draft_step_time(self.draft, batch=batch, k=k, ctx=ctx, gpu=self.gpu,
-                                        tp=self.draft_tp, constants=self.constants,
-                                        kv_bytes=self.kv_bytes)
+                                        tp=self.draft_tp, constants=c, kv_bytes=self.kv_bytes)
             passes = k if self.draft.style == "chain" else 1
         return t + self.engine.speculative(layers=self.target.layers, batch=batch, al=al,
                                            draft_passes=passes)
@@ -176,9 +187,11 @@ def _table(model: StepModel, al, *, ctx, max_batch, batches=None):
             base_cache[b] = model.base(b, ctx)
         return base_cache[b]
 
+    moe = bool(model.target.experts)
     return _sched.project(al, base_step=base,
                           spec_step=lambda b, kk: model.spec(b, kk, ctx, al[kk]),
-                          max_batch=max_batch, ctx=ctx, batches=batches)
+                          max_batch=max_batch, ctx=ctx, batches=batches,
+                          band=lambda b: model.engine.band.offsets(b, moe))
 
 
 def target_shape(config: Mapping[str, Any], gpu: GPU, *, where: str,
@@ -219,6 +232,25 @@ def draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_q
     return replace(d, head_weight_bytes=2.0) if quantized else d
 
 
+def _routing_text(eng: _engine.EngineCosts) -> str:
+    if not eng.route_reuse:
+        return ("MoE: distinct experts read per step from uniform top-k routing (real routing "
+                "clusters, so fewer experts are read; fitted, that locality did not lower the "
+                "error on published sources left out of the fit)")
+    return (f"MoE: distinct experts read per step from top-k routing, a verified token reusing "
+            f"{eng.route_reuse:.0%} of the experts its sequence's previous token picked "
+            "(routing locality, fitted with the engine terms)")
+
+
+def _band_text(eng: _engine.EngineCosts) -> str:
+    b = eng.band
+    if not b.level:
+        return "no band: these engine terms carry no leave-one-source-out residuals"
+    return (f"each ratio's {b.level:.0%} band comes from {b.source}; the schedule moves to a k "
+            "only where that k's band lies wholly above the current one's (plain decoding: "
+            "1.0); a band straddling 1.0 is uncertain: measure with `speckit bench`")
+
+
 def _assumptions(gpu: GPU, c: _steps.StepConstants, source: str, ctx: int,
                  dshape: _steps.DraftShape | None, eng: _engine.EngineCosts, dp: int,
                  kv_tokens: int | None) -> list[str]:
@@ -239,8 +271,8 @@ def _assumptions(gpu: GPU, c: _steps.StepConstants, source: str, ctx: int,
             f"{eng.token_s * 1e6:.1f} us, per speculative step {eng.spec_step_s * 1e6:.0f} us, "
             f"per draft pass {eng.draft_pass_s * 1e6:.0f} us; TP all-reduces from link "
             "bandwidth (not measured)"),
-           "MoE: distinct experts read per step from uniform top-k routing (real routing "
-           "clusters, so fewer experts are read)"]
+           _routing_text(eng),
+           _band_text(eng)]
     if kv_tokens is not None:
         out.append(f"columns stop at the concurrency the plan's {kv_tokens:,} KV tokens hold "
                    "at each context (\"does not fit\" beyond)")

@@ -18,6 +18,10 @@ class WeightsReport:
     draft_quant: str | None
     draft_quant_saving_bytes: int  # draft bytes --draft-quant saves vs. the draft as stored
     notes: list[str]
+    # where each model's tensors came from: its safetensors headers (exact), or computed from a
+    # config (a config.json, a cached Hub config, the registry's recorded shape)
+    target_from: str = "safetensors headers"
+    draft_from: str | None = None
 
 
 @dataclass

@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 
 from speckit.core.gpus import GiB
+from speckit.core.methods import MethodSpec
 from speckit.core.plan.inputs import PlanInputs, Settings
 from speckit.core.plan.kv import Capacity, Groups, capacity
 from speckit.core.plan.report import DraftCost, Scenario
@@ -89,12 +90,20 @@ def _kv_reasons(st: Settings, avail: int, cap: Capacity) -> list[str]:
 
 def _budget_reasons(inp: PlanInputs, st: Settings, d: Deployment) -> list[str]:
     """The scheduler's token budget against max_num_seqs and the draft's query slots."""
-    T, S, k, mod = st.max_num_batched_tokens, st.max_num_seqs, st.k, inp.method
+    return token_budget_reasons(inp.method if d.draft_on else None, st.k,
+                                tokens=st.max_num_batched_tokens, seqs=st.max_num_seqs)
+
+
+def token_budget_reasons(mod: MethodSpec | None, k: int | None, *, tokens: int,
+                         seqs: int) -> list[str]:
+    """Why vLLM refuses ``tokens`` batched tokens per step for ``seqs`` sequences drafting ``k``
+    tokens with ``mod`` (None: no draft); [] when it accepts them. Needs no model shape."""
+    T, S = tokens, seqs
     why = []
     if T < S:
         why.append(f"max_num_batched_tokens {T} < max_num_seqs {S} (vLLM: "
                    f"'max_num_batched_tokens must be greater than or equal to max_num_seqs')")
-    if not (d.draft_on and mod is not None and k):
+    if mod is None or not k:
         return why
     delta = mod.extra_query_slots(k)  # vLLM's max_num_new_slots_for_drafting
     if T <= delta:

@@ -1,11 +1,13 @@
-"""Which k pays at which concurrency: AL(k), the projected throughput ratio by k x batch size,
-the break-even batch size, and the schedule vLLM's num_speculative_tokens_per_batch_size takes.
+"""Which k pays at which concurrency: AL(k), the projected throughput ratio by k x batch size
+with its band, the break-even batch size, and the schedule vLLM's
+num_speculative_tokens_per_batch_size takes.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from speckit.errors import UsageError
 
@@ -89,6 +91,17 @@ class SpeedTable:
     break_even: int | None  # first batch size from which no k beats plain decoding
     schedule: Schedule  # (batch_lo, batch_hi, k), for every batch size 1..max_batch
     max_batch: int
+    # k -> per batch column: (low, high) of the ratio's band (speckit.core.plan.band)
+    band: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    # k -> per batch column: the band straddles 1.0 (measure before relying on the sign)
+    uncertain: dict[int, list[bool]] = field(default_factory=dict)
+
+
+Offsets = Callable[[int], tuple[float, float]]  # batch -> (lo, hi) log offsets of the band
+
+
+def _no_band(batch: int) -> tuple[float, float]:
+    return 0.0, 0.0
 
 
 def throughput_ratio(al: float, spec_step_s: float, base_step_s: float) -> float:
@@ -99,34 +112,61 @@ def throughput_ratio(al: float, spec_step_s: float, base_step_s: float) -> float
 def project(al: Mapping[int, float], *, base_step: Callable[[int], float],
             spec_step: Callable[[int, int], float], max_batch: int,
             batches: Sequence[int] | None = None, ctx: int = 0,
-            min_gain: float = 1.0) -> SpeedTable:
+            min_gain: float = 1.0, band: Offsets | None = None) -> SpeedTable:
     """Ratios for every k in ``al`` and every batch size 1..max_batch (``base_step(b)`` and
-    ``spec_step(b, k)`` are seconds per step); a k is chosen only where its ratio > min_gain."""
+    ``spec_step(b, k)`` are seconds per step), each with its band (``band(b)``: log offsets;
+    none: zero width). Going up the batch sizes, the schedule leaves its current k (0: plain
+    decoding, band [min_gain, min_gain]) only for a k whose band lies wholly above the current
+    one's: a gain inside the band is no reason to speculate, nor to switch."""
     if max_batch < 1:
         raise UsageError(f"max batch size must be >= 1 (got {max_batch})")
     ks = sorted(int(k) for k in al)
     if not ks or ks[0] < 1:
         raise UsageError("the projection needs k >= 1 with an AL for each")
+    offsets = band or _no_band
     cols = sorted({b for b in (batches or _default_batches(max_batch)) if 1 <= b <= max_batch})
-    dense = [_best(al, ks, b, base_step, spec_step, min_gain) for b in range(1, max_batch + 1)]
+    dense = _dense_schedule(al, ks, max_batch, base_step, spec_step, offsets, min_gain)
     base = [base_step(b) for b in cols]
     spec = {k: [spec_step(b, k) for b in cols] for k in ks}
     ratio = {k: [throughput_ratio(al[k], s, t) for s, t in zip(spec[k], base, strict=True)]
              for k in ks}
+    bands = {k: [interval(r, offsets(b)) for r, b in zip(ratio[k], cols, strict=True)]
+             for k in ks}
     return SpeedTable(ctx=ctx, ks=ks, batches=cols, al={k: al[k] for k in ks}, base_step_s=base,
                       spec_step_s=spec, ratio=ratio, best_k=[dense[b - 1] for b in cols],
-                      break_even=_break_even(dense), schedule=ranges(dense), max_batch=max_batch)
+                      break_even=_break_even(dense), schedule=ranges(dense), max_batch=max_batch,
+                      band=bands, uncertain={k: [lo < 1.0 < hi for lo, hi in bands[k]]
+                                             for k in ks})
 
 
-def _best(al: Mapping[int, float], ks: Sequence[int], b: int, base_step: Callable[[int], float],
-          spec_step: Callable[[int, int], float], min_gain: float) -> int:
-    t = base_step(b)
-    best_k, best_r = 0, min_gain
-    for k in ks:
-        r = throughput_ratio(al[k], spec_step(b, k), t)
-        if r > best_r:
-            best_k, best_r = k, r
-    return best_k
+def interval(ratio: float, offsets: tuple[float, float]) -> tuple[float, float]:
+    """[ratio x e^lo, ratio x e^hi]: a ratio's band from its log offsets."""
+    return ratio * math.exp(offsets[0]), ratio * math.exp(offsets[1])
+
+
+def _dense_schedule(al: Mapping[int, float], ks: Sequence[int], max_batch: int,
+                    base_step: Callable[[int], float], spec_step: Callable[[int, int], float],
+                    offsets: Offsets, min_gain: float) -> list[int]:
+    """The k for every batch size 1..max_batch, starting from plain decoding below batch 1."""
+    out, cur = [], 0
+    for b in range(1, max_batch + 1):
+        t = base_step(b)
+        ratios = {k: throughput_ratio(al[k], spec_step(b, k), t) for k in ks}
+        cur = next_k(cur, ratios, offsets(b), min_gain=min_gain)
+        out.append(cur)
+    return out
+
+
+def next_k(current: int, ratios: Mapping[int, float], offsets: tuple[float, float], *,
+           min_gain: float = 1.0) -> int:
+    """The k to run next to ``current``: the best (by projected ratio) of the k whose band lies
+    wholly above the current k's band; k = 0 (no speculation) has the band [min_gain,
+    min_gain]. None above: keep the current k."""
+    point = {0: min_gain, **{int(k): float(r) for k, r in ratios.items()}}
+    band = {k: interval(r, offsets) if k else (r, r) for k, r in point.items()}
+    cur = current if current in point else 0
+    above = [k for k in point if k != cur and band[k][0] > band[cur][1]]
+    return max(above, key=lambda k: (point[k], -k)) if above else cur
 
 
 def _break_even(dense: Sequence[int]) -> int | None:
@@ -156,6 +196,13 @@ def pays_text(schedule: Sequence[Sequence[int]]) -> str:
     spans = ", ".join(f"{a}-{b}" if a != b else f"{a}" for a, b in on)
     below = f" (off below {on[0][0]})" if on[0][0] > 1 else ""
     return f"speculation pays at concurrency {spans}{below}"
+
+
+def uncertain_batches(table: SpeedTable) -> list[int]:
+    """The table's columns whose chosen k (the schedule's) has a band straddling 1.0: the
+    projection cannot say there whether speculating wins."""
+    return [b for i, (b, k) in enumerate(zip(table.batches, table.best_k, strict=True))
+            if k and table.uncertain.get(k, [False] * len(table.batches))[i]]
 
 
 def ranges(best_k: Sequence[int]) -> Schedule:
@@ -196,6 +243,7 @@ def _default_batches(max_batch: int) -> list[int]:
     return [*cols, max_batch]
 
 
-__all__ = ["Schedule", "SpeedTable", "al_from_conditional", "al_from_per_position",
-           "check_rates", "check_schedule", "default_batches", "geometric_rates",
-           "per_position_from_conditional", "project", "ranges", "throughput_ratio"]
+__all__ = ["Offsets", "Schedule", "SpeedTable", "al_from_conditional", "al_from_per_position",
+           "check_rates", "check_schedule", "default_batches", "geometric_rates", "interval",
+           "next_k", "pays_text", "per_position_from_conditional", "project", "ranges",
+           "throughput_ratio"]

@@ -60,6 +60,11 @@ class StepConstants:
     # attn_flop_frac); fitted by calibrate from its MLA points
     mla_bw_frac: float = 0.0
     mla_flop_frac: float = 0.0
+    # routing locality: the share of a token's routed experts that the previous token of the
+    # same sequence already picked, beyond chance (0: independent uniform routing). A verify
+    # pass of q tokens a sequence then reads the experts of 1 + (q - 1)(1 - route_reuse)
+    # independent tokens (distinct_routings); not a GPU property: the shipped engine fit sets it
+    route_reuse: float = 0.0
     source: str = "defaults (not fitted)"
 
     def for_vllm(self) -> StepConstants:
@@ -438,7 +443,14 @@ def _dense_mlp(tokens: int, width: int, s: ModelShape, r: _Rates, c: StepConstan
     return _linear(tokens, s.hidden, 2 * width, s, r, c) + _linear(tokens, width, s.hidden, s, r, c)
 
 
-def experts_touched(tokens: int, s: ModelShape) -> float:
+def distinct_routings(batch: int, q: int, reuse: float) -> float:
+    """How many independently routed tokens ``batch`` sequences of ``q`` consecutive tokens
+    amount to: each sequence's first token, then (1 - reuse) of each later one (the share of
+    its experts its predecessor had not picked)."""
+    return batch * (1.0 + (q - 1) * (1.0 - min(max(reuse, 0.0), 1.0)))
+
+
+def experts_touched(tokens: float, s: ModelShape) -> float:
     """Expected distinct routed experts one rank reads for ``tokens`` token rows: each token
     picks topk of the experts (uniform routing), so an expert is missed by all of them with
     probability (1 - topk / experts) ** tokens."""
@@ -448,23 +460,26 @@ def experts_touched(tokens: int, s: ModelShape) -> float:
     return local * (1.0 - (1.0 - s.topk / s.experts) ** tokens)
 
 
-def moe_traffic(tokens: int, s: ModelShape) -> tuple[float, float]:
+def moe_traffic(tokens: int, s: ModelShape, *, routings: float | None = None
+                ) -> tuple[float, float]:
     """(bytes, FLOPs) of one MoE layer's routed experts on one rank (``s`` per rank): the
-    touched experts' gate/up/down weights plus the token rows in and out; 2 FLOPs per
-    multiply-add over the token x expert rows this rank holds."""
-    touched = experts_touched(tokens, s)
+    experts touched by ``routings`` independent tokens (default: every token independent) with
+    their gate/up/down weights, plus the token rows in and out; 2 FLOPs per multiply-add over
+    the token x expert rows this rank holds."""
+    touched = experts_touched(tokens if routings is None else routings, s)
     rows = tokens * s.topk / max(s.ep, 1)
     wbytes = touched * s.expert_params * (s.expert_bytes or s.weight_bytes)
     act = rows * (2 * s.hidden + 3 * s.moe_inter) * 2
     return wbytes + act, 2.0 * rows * s.expert_params
 
 
-def _moe(tokens: int, s: ModelShape, r: _Rates, c: StepConstants) -> StepCost:
+def _moe(tokens: int, s: ModelShape, r: _Rates, c: StepConstants,
+         routings: float | None = None) -> StepCost:
     """One MoE layer: router, the touched experts' grouped GEMMs, shared experts, and under
     expert parallelism the all-to-all dispatch and combine of each token's hidden state."""
     router = _linear(tokens, s.hidden, s.experts, replace(s, weight_bytes=2.0), r, c)
-    moved, flops = moe_traffic(tokens, s)
-    touched = max(experts_touched(tokens, s), 1e-9)
+    moved, flops = moe_traffic(tokens, s, routings=routings)
+    touched = max(experts_touched(tokens if routings is None else routings, s), 1e-9)
     m = tokens * s.topk / max(s.ep, 1) / touched  # token rows per touched expert
     frac = c.flop_frac
     if c.flop_frac_large > 0:
@@ -499,7 +514,8 @@ def _layers(tokens: int, batch: int, q: int, span: int, s: ModelShape, r: _Rates
     n_moe = min(s.moe_layers, n)
     mlp = _scaled(_dense_mlp(tokens, s.intermediate, s, r, c), n - n_moe)
     if n_moe:
-        mlp += _scaled(_moe(tokens, s, r, c), n_moe)
+        routings = distinct_routings(batch, q, c.route_reuse) if tokens == batch * q else None
+        mlp += _scaled(_moe(tokens, s, r, c, routings), n_moe)
     over = c.layer_overhead_s * n
     return attn + mlp + StepCost(over, 0.0, 0.0, over)
 
@@ -626,4 +642,5 @@ def _layer_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = ["DRAFT_STYLES", "FITTED", "PIECES", "DraftShape", "ModelShape", "StepConstants",
            "StepCost", "constants_document", "constants_from", "draft_step", "draft_step_time",
-           "experts_touched", "moe_traffic", "piece_step", "target_step", "target_step_time"]
+           "distinct_routings", "experts_touched", "moe_traffic", "piece_step", "target_step",
+           "target_step_time"]

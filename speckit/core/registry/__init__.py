@@ -6,16 +6,19 @@ their published figures; toml: entries from model cards, as TOML. Pure: speckit.
 reads the files.
 """
 
+from speckit.core.registry.fit import Deployment, Fit
 from speckit.core.registry.parse import layer_registries, parse_registry_text
 from speckit.core.registry.rank import list_entries, resolve
 from speckit.core.registry.schema import (
     BUILTIN_NAME,
+    GRADES,
     KINDS,
     METRICS,
     SCHEMA_VERSION,
     SOURCE_LAYOUTS,
     VLLM_METHODS,
     Candidate,
+    Citation,
     Entry,
     NearbyTarget,
     PackageSource,
@@ -28,8 +31,10 @@ from speckit.core.registry.schema import (
 )
 from speckit.core.registry.toml import draft_entry_from_card, entry_toml
 
-__all__ = ["BUILTIN_NAME", "KINDS", "METRICS", "SCHEMA_VERSION", "SOURCE_LAYOUTS", "VLLM_METHODS",
-           "Candidate", "Entry", "NearbyTarget", "PackageSource", "PublishedResult", "Registry",
-           "RegistryListing", "ResolveResult", "check_method", "draft_entry_from_card",
-           "entry_toml", "layer_registries", "list_entries", "parse_registry_text", "resolve",
-           "suggest"]
+__all__ = [
+    "BUILTIN_NAME", "GRADES", "KINDS", "METRICS", "SCHEMA_VERSION", "SOURCE_LAYOUTS",
+    "VLLM_METHODS", "Candidate", "Citation", "Deployment", "Entry", "Fit", "NearbyTarget",
+    "PackageSource", "PublishedResult", "Registry", "RegistryListing", "ResolveResult",
+    "check_method", "draft_entry_from_card", "entry_toml", "layer_registries", "list_entries",
+    "parse_registry_text", "resolve", "suggest",
+]

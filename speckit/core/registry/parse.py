@@ -15,11 +15,13 @@ from typing import Any
 
 from speckit.core.refs import is_commit_sha, is_repo_id, is_revision, printable
 from speckit.core.registry.schema import (
+    GRADES,
     KINDS,
     METRICS,
     SCHEMA_VERSION,
     SOURCE_LAYOUTS,
     VLLM_METHODS,
+    Citation,
     Entry,
     PackageSource,
     PublishedResult,
@@ -115,15 +117,16 @@ _ENTRY_OPTIONAL = (
     "source_layout", "num_speculative_tokens", "k_source", "min_vllm", "min_vllm_source",
     "shadows_builtin",
     "speculative_config", "target_hidden_size", "target_vocab_size", "hidden_size", "vocab_size",
-    "notes", "published",
+    "notes", "published", "citations", "config", "config_sources", "checkpoint_bytes",
+    "checkpoint_bytes_source", "local_copy_of", "copy_differs",
 )
 _DRAFT_ONLY = ("method", "target", "num_speculative_tokens", "k_source", "speculative_config",
                "target_hidden_size", "target_vocab_size")
-_TARGET_ONLY = ("hidden_size", "vocab_size")
+_TARGET_ONLY = ("hidden_size", "vocab_size", "local_copy_of", "copy_differs")
 _RESULT_FIELDS = (
     "metric", "dataset", "source", "value", "min", "max", "k", "hardware", "tp", "engine",
     "engine_version", "draft_dtype", "temperature", "thinking", "n_prompts", "workload",
-    "per_position", "note",
+    "per_position", "note", "quote",
 )
 _TOP_RESULT_FIELDS = ("target", "method", "draft", "provider")
 # Keys a user may not put in speculative_config: they come from the entry's own fields.
@@ -250,6 +253,11 @@ def _parse_entry(raw: Mapping[str, Any], *, origin: str, index: int) -> Entry:
     spec_extra = _spec_extra(ctx, raw)
     notes = _notes(ctx, raw)
     published = _published(ctx, raw)
+    config, config_sources = _config(ctx, raw)
+    hidden, vocab = _int(ctx, raw, "hidden_size"), _int(ctx, raw, "vocab_size")
+    if kind == "target" and config is not None:
+        hidden, vocab = _config_dim(config, "hidden_size", hidden), \
+            _config_dim(config, "vocab_size", vocab)
     return Entry(
         id=entry_id, kind=kind, provider=provider or "", license=license_ or "", origin=origin,
         method=method, repo=repo, revision=revision, pinned=bool(pinned), bundled=bundled,
@@ -258,9 +266,78 @@ def _parse_entry(raw: Mapping[str, Any], *, origin: str, index: int) -> Entry:
         min_vllm_source=_str(ctx, raw, "min_vllm_source"), speculative_config=spec_extra,
         target_hidden_size=_int(ctx, raw, "target_hidden_size"),
         target_vocab_size=_int(ctx, raw, "target_vocab_size"),
-        hidden_size=_int(ctx, raw, "hidden_size"), vocab_size=_int(ctx, raw, "vocab_size"),
-        notes=notes, published=published, shadows_builtin=bool(_bool(ctx, raw, "shadows_builtin")),
+        hidden_size=hidden, vocab_size=vocab, notes=notes, published=published,
+        shadows_builtin=bool(_bool(ctx, raw, "shadows_builtin")),
+        citations=_citations(ctx, raw, "citations"), config=config,
+        config_sources=config_sources, checkpoint_bytes=_int(ctx, raw, "checkpoint_bytes"),
+        checkpoint_bytes_source=_bytes_source(ctx, raw),
+        local_copy_of=_repo(ctx, raw, "local_copy_of"), copy_differs=_str(ctx, raw, "copy_differs"),
     )
+
+
+def _citation(ctx: _Ctx, raw: Any, where: str, *, config_source: bool = False) -> Citation:
+    """{ url = "https://...", quote = "..." } (+ fields and grade for a config source)."""
+    if not isinstance(raw, dict):
+        ctx.fail(where, "must be a table: { url = 'https://...', quote = '...' }")
+    c = _Ctx(ctx.origin, f"{ctx.where}: {where}")
+    _check_keys(c, raw, required=("url", "quote") + (("fields", "grade") if config_source else ()),
+                optional=("note",))
+    url = _str(c, raw, "url", required=True) or ""
+    if not url.startswith("https://"):
+        c.fail("url", f"{url!r} is not an https:// address", "cite the page itself")
+    fields: tuple[str, ...] = ()
+    if config_source:
+        fl = raw.get("fields")
+        if not isinstance(fl, list) or not fl or not all(isinstance(x, str) and x for x in fl):
+            c.fail("fields", "must be a non-empty list of config field names ('*': all)")
+        fields = tuple(fl)
+        _choice(c, raw, "grade", GRADES, required=True)
+    return Citation(url=url, quote=_str(c, raw, "quote", required=True) or "",
+                    note=_str(c, raw, "note"), fields=fields, grade=raw.get("grade"))
+
+
+def _citations(ctx: _Ctx, raw: Mapping[str, Any], key: str, *,
+               config_source: bool = False) -> tuple[Citation, ...]:
+    items = raw.get(key, [])
+    if not isinstance(items, list):
+        ctx.fail(key, "must be a list of { url, quote } tables")
+    return tuple(_citation(ctx, x, f"{key}[{i}]", config_source=config_source)
+                 for i, x in enumerate(items))
+
+
+def _bytes_source(ctx: _Ctx, raw: Mapping[str, Any]) -> Citation | None:
+    if ("checkpoint_bytes" in raw) != ("checkpoint_bytes_source" in raw):
+        ctx.fail("checkpoint_bytes_source", "checkpoint_bytes and checkpoint_bytes_source go "
+                 "together", "cite the page that states the checkpoint's total")
+    src = raw.get("checkpoint_bytes_source")
+    return None if src is None else _citation(ctx, src, "checkpoint_bytes_source")
+
+
+def _config(ctx: _Ctx, raw: Mapping[str, Any]) -> tuple[dict[str, Any] | None,
+                                                          tuple[Citation, ...]]:
+    """The model's config.json fields, every one covered by a cited source."""
+    sources = _citations(ctx, raw, "config_sources", config_source=True)
+    if "config" not in raw:
+        if sources:
+            ctx.fail("config_sources", "only meaningful with config")
+        return None, ()
+    cfg = raw["config"]
+    if not isinstance(cfg, dict) or not cfg:
+        ctx.fail("config", "must be a table of config.json fields")
+    if not sources:
+        ctx.fail("config_sources", "required with config",
+                 "cite where each config field comes from: { url, quote, fields, grade }")
+    for key in cfg:
+        if not any(src.covers(key) for src in sources):
+            ctx.fail(f"config.{key}", "no config_sources entry lists this field",
+                     "add it to the fields of the source it was read from")
+    return dict(cfg), sources
+
+
+def _config_dim(config: Mapping[str, Any], key: str, given: int | None) -> int | None:
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    v = text.get(key, config.get(key))
+    return given if given is not None or not isinstance(v, int) else v
 
 
 def _entry_id(ctx: _Ctx, raw: Mapping[str, Any]) -> str:
@@ -336,9 +413,13 @@ def _check_kind_fields(ctx: _Ctx, raw: Mapping[str, Any], kind: str) -> None:
         if k in raw:
             ctx.fail(k, "only kind = 'target' entries have this field",
                      f"for a draft write target_{k}")
-    for k in ("method", "target", "num_speculative_tokens", "k_source"):
+    for k in ("method", "target"):
         if k not in raw:
             ctx.fail(k, "required field is missing for a draft")
+    # a draft whose publisher gives no k records none (resolve then says so); a k says its source
+    if "num_speculative_tokens" in raw and "k_source" not in raw:
+        ctx.fail("k_source", "required with num_speculative_tokens",
+                 "say where the starting k comes from (a card, a recipe, a measurement)")
 
 
 def _spec_extra(ctx: _Ctx, raw: Mapping[str, Any]) -> dict[str, Any]:
@@ -421,6 +502,7 @@ def _parse_result(raw: Mapping[str, Any], ctx: _Ctx, *, top_level: bool) -> Publ
         temperature=_num(ctx, raw, "temperature", allow_zero=True),
         thinking=_bool(ctx, raw, "thinking"), n_prompts=_int(ctx, raw, "n_prompts"),
         workload=_str(ctx, raw, "workload"), per_position=per_pos, note=_str(ctx, raw, "note"),
+        quote=_str(ctx, raw, "quote"),
         target=raw.get("target") if top_level else None, method=method,
         draft=raw.get("draft") if top_level else None,
         provider=_str(ctx, raw, "provider") if top_level else None, origin=ctx.origin,

@@ -38,6 +38,27 @@ class PackageSource:
     file: str
 
 
+GRADES = ("official", "copy", "derivative", "secondary")  # how close a config source is to
+# the owner's own file: the owner's repo or docs; a verbatim copy of it in another repo; a config
+# of the same architecture published by someone else; a framework's table of the same numbers
+
+
+@dataclass(frozen=True)
+class Citation:
+    """Where a registry fact comes from: the page's address and a short excerpt quoted from it.
+    A config source also says which config fields it gives (``"*"``: all) and how close it is to
+    the owner's own file (one of GRADES)."""
+
+    url: str
+    quote: str
+    note: str | None = None
+    fields: tuple[str, ...] = ()
+    grade: str | None = None
+
+    def covers(self, key: str) -> bool:
+        return "*" in self.fields or key in self.fields
+
+
 @dataclass(frozen=True)
 class PublishedResult:
     """One published figure: a speculative/non-speculative throughput ratio or a mean acceptance
@@ -61,6 +82,7 @@ class PublishedResult:
     workload: str | None = None
     per_position: tuple[float, ...] | None = None
     note: str | None = None
+    quote: str | None = None  # the figure's line as the source prints it
     # Only on registry-level records (figures for a target/method whose draft has no entry here):
     target: str | None = None
     method: str | None = None
@@ -117,6 +139,16 @@ class Entry:
     vocab_size: int | None = None  # for kind = "target"
     notes: tuple[str, ...] = ()
     published: tuple[PublishedResult, ...] = ()
+    citations: tuple[Citation, ...] = ()  # the pages this entry comes from
+    # the model's shape: config.json fields (its own for a target, the draft's for a draft), each
+    # field covered by one of config_sources; what plan computes weights from without the files
+    config: dict[str, Any] | None = None
+    config_sources: tuple[Citation, ...] = ()
+    checkpoint_bytes: int | None = None  # the published checkpoint's total (index total_size)
+    checkpoint_bytes_source: Citation | None = None
+    # a target built locally from another publication of a Hub model (the demo's GGUF rebuild)
+    local_copy_of: str | None = None
+    copy_differs: str | None = None  # how that copy differs from the Hub's checkpoint
     overrides: str | None = None  # origin of the entry this one replaced, if any
     # a user file's entry may take a curated id only with `shadows_builtin = true` in it
     shadows_builtin: bool = False
@@ -148,7 +180,8 @@ class Entry:
                 cfg["revision"] = self.revision
         elif self.bundled:
             cfg["model"] = str(PACKAGE_DIR / self.bundled)
-        cfg["num_speculative_tokens"] = self.num_speculative_tokens
+        if self.num_speculative_tokens is not None:  # else no published k: validate sweeps one
+            cfg["num_speculative_tokens"] = self.num_speculative_tokens
         cfg.update(self.speculative_config)
         return cfg
 
@@ -217,7 +250,8 @@ class RegistryListing:
 
 @dataclass
 class Candidate:
-    """One draft for the resolved target, with the figure that ranked it."""
+    """One draft for the resolved target: whether it starts on the GPU (``fit``, with the k it
+    starts at), and the comparable figure that ranked it."""
 
     rank: int
     id: str
@@ -228,12 +262,15 @@ class Candidate:
     best_throughput: PublishedResult | None
     best_acceptance: PublishedResult | None
     speculative_config: dict[str, Any]
+    fit: Any = None  # speckit.core.registry.fit.Fit, when a GPU was given
+    comparable: PublishedResult | None = None  # its figure on the prompt set ranked on
 
     @property
     def basis(self) -> str:
-        r = self.best_throughput or self.best_acceptance
+        r = self.comparable
         if r is None:
-            return "no published figure"
+            return "no comparable figure" if (self.best_throughput or self.best_acceptance) \
+                else "no published figure"
         where = ", ".join(x for x in (r.hardware, r.engine) if x)
         return r.describe() + (f" ({where})" if where else "")
 
@@ -255,6 +292,10 @@ class ResolveResult:
     methods_for_target: dict[str, list[str]]  # every method registered for this exact target
     nearby: list[NearbyTarget]
     message: str
+    ranked_by: str = ""  # how the candidates were ordered, in a sentence
+    start_with: dict[str, Any] | None = None  # the top candidate's config at a k that starts
+    # no draft registered: engine methods that need none (ngram, suffix), as --speculative-config
+    without_draft: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def found(self) -> bool:

@@ -5,9 +5,15 @@ fetch_snapshot() pins one repo at one commit; the `speckit fetch` operation is s
 and turning any reference into a directory is speckit.io.refs.resolve.
 """
 
-from speckit.io.hub.cache import fetch_sidecars, snapshot_of
+from speckit.io.hub.cache import cached_snapshot, fetch_sidecars, snapshot_of
 from speckit.io.hub.download import download_file, safetensors_headers
-from speckit.io.hub.errors import OFFLINE_HINT, hub_error, is_unreachable
+from speckit.io.hub.errors import (
+    OFFLINE_HINT,
+    OFFLINE_ON_HINT,
+    NotCachedError,
+    hub_error,
+    is_unreachable,
+)
 from speckit.io.hub.hashing import Remote, Sidecar, git_blob_sha1, sha256_file
 from speckit.io.hub.lock import LOCK_NAME, Lock, default_lock_path
 from speckit.io.hub.select import (
@@ -28,9 +34,10 @@ from speckit.io.hub.snapshot import (
 )
 
 __all__ = [
-    "DRAFT_FILES", "LOCK_NAME", "OFFLINE_HINT", "TOKENIZER_FILES", "FetchOptions", "FileRecord",
-    "HubSettings", "Lock", "Mismatch", "Remote", "Selection", "Sidecar", "Snapshot",
-    "check_repo_names", "default_lock_path", "download_file", "fetch_sidecars", "fetch_snapshot",
-    "git_blob_sha1", "hub_error", "hub_settings", "is_unreachable", "repo_folder",
-    "safetensors_headers", "select_files", "sha256_file", "snapshot_of", "verify_snapshot",
+    "DRAFT_FILES", "LOCK_NAME", "OFFLINE_HINT", "OFFLINE_ON_HINT", "TOKENIZER_FILES",
+    "FetchOptions", "FileRecord", "HubSettings", "Lock", "Mismatch", "NotCachedError", "Remote",
+    "Selection", "Sidecar", "Snapshot", "cached_snapshot", "check_repo_names",
+    "default_lock_path", "download_file", "fetch_sidecars", "fetch_snapshot", "git_blob_sha1",
+    "hub_error", "hub_settings", "is_unreachable", "repo_folder", "safetensors_headers",
+    "select_files", "sha256_file", "snapshot_of", "verify_snapshot",
 ]

@@ -80,6 +80,16 @@ def write_ref(storage: Path, rev: str, commit: str) -> None:
         pass  # a read-only cache only loses the offline shortcut
 
 
+def cached_snapshot(s: HubSettings, repo: str, revision: str | None) -> Path | None:
+    """The cache's snapshot of ``repo`` at ``revision`` (a sha, or a branch/tag resolved online
+    before), without asking the Hub; None when the cache has none."""
+    storage = s.cache_dir / repo_folder(repo)
+    rev = revision or "main"
+    commit = rev if is_commit_sha(rev) else read_ref(storage, rev)
+    path = storage / "snapshots" / commit if commit else None
+    return path if path is not None and path.is_dir() else None
+
+
 def cached_commits(storage: Path) -> list[str]:
     snap = storage / "snapshots"
     return sorted(p.name for p in snap.iterdir() if is_commit_sha(p.name)) if snap.is_dir() else []

@@ -17,6 +17,14 @@ from speckit.io.hub.settings import HubSettings
 
 OFFLINE_HINT = ("connect, set HF_ENDPOINT to a mirror, or pre-populate the cache; "
                 "HF_HUB_OFFLINE=1 uses only the cache")
+# the same advice when offline mode is already on: it is the reason, not the remedy
+OFFLINE_ON_HINT = ("unset HF_HUB_OFFLINE to download it, or fill the cache where the Hub is "
+                   "reachable (speckit fetch) and point HF_HOME / HF_HUB_CACHE at it")
+
+
+class NotCachedError(HubError):
+    """A Hub file or repo is needed from the cache and is not there (offline or unreachable):
+    callers that can work from a recorded shape instead catch this one."""
 
 
 def _transport_errors() -> tuple[type[BaseException], ...]:
@@ -105,7 +113,8 @@ def hub_error(e: BaseException, repo: str, rev: str | None, s: HubSettings, *,
     if is_unreachable(e):
         return not_cached(repo, rev or "main", s, describe_unreachable(e, s.shown), file=file)
     return HubError(f"{where}{f': {file}' if file else ''}: {type(e).__name__}: {_first_line(e)}",
-                    hint="retry; set HF_HUB_OFFLINE=1 to use only the cache")
+                    hint="retry" if s.offline else "retry; set HF_HUB_OFFLINE=1 to use only the "
+                    "cache")
 
 
 def not_cached(repo: str, rev: str, s: HubSettings, why: str, *, where: Path | None = None,
@@ -117,8 +126,8 @@ def not_cached(repo: str, rev: str, s: HubSettings, why: str, *, where: Path | N
         extra = f" (the cache holds other commits: {', '.join(c[:12] for c in others[:3])}; " \
                 "pass --revision SHA to use one)"
     what = f"{repo}@{rev}" + (f" ({file})" if file else "")
-    return HubError(f"{why} and {what} is not in the cache at {where or s.cache_dir}{extra}",
-                    hint=OFFLINE_HINT)
+    return NotCachedError(f"{why} and {what} is not in the cache at {where or s.cache_dir}{extra}",
+                          hint=OFFLINE_ON_HINT if s.offline else OFFLINE_HINT)
 
 
 def close_repos(repo: str, s: HubSettings) -> list[str]:

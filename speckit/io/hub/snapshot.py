@@ -16,7 +16,13 @@ from speckit.errors import HubError, IntegrityError, SpeckitError, UsageError
 from speckit.io.checkpoint import safe_relpath
 from speckit.io.hub import download as dl
 from speckit.io.hub.cache import disk_listing, read_ref, sidecar_path, write_ref
-from speckit.io.hub.errors import OFFLINE_HINT, describe_unreachable, hub_error, is_unreachable
+from speckit.io.hub.errors import (
+    OFFLINE_HINT,
+    OFFLINE_ON_HINT,
+    describe_unreachable,
+    hub_error,
+    is_unreachable,
+)
 from speckit.io.hub.errors import not_cached as _not_cached_error
 from speckit.io.hub.hashing import Remote, Sidecar, git_blob_sha1
 from speckit.io.hub.lock import Lock
@@ -268,7 +274,8 @@ def _download_missing(loc: _Located, o: FetchOptions, names: list[str]) -> None:
                        hint="retry; the endpoint listed files it does not serve")
     raise HubError(f"{loc.unreachable or 'the Hub is unreachable'}, and {loc.where} is only partly "
                    f"in the cache at {loc.base}: missing {', '.join(missing[:3])}"
-                   + (" ..." if len(missing) > 3 else ""), hint=OFFLINE_HINT)
+                   + (" ..." if len(missing) > 3 else ""),
+                   hint=OFFLINE_ON_HINT if o.settings.offline else OFFLINE_HINT)
 
 
 def _check_all(loc: _Located, o: FetchOptions, names: list[str], locked: dict, before: dict,

@@ -1,0 +1,212 @@
+"""Read a traffic file (JSON lines of OpenAI-style chat requests) within limits, and count its
+lengths with the target's tokenizer.
+
+A bad row is skipped with its line number and why (never its text); a file with no usable row, an
+empty file and a binary file are FormatErrors naming the file. Limits come from the environment
+(SPECKIT_TRAFFIC_LINE_BYTES, SPECKIT_TRAFFIC_MAX_LINES).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Literal
+
+from speckit.core.traffic import TrafficRequest, TrafficSummary, parse_request, summarize
+from speckit.errors import FormatError, UsageError
+from speckit.io.envlimits import limits_from_env
+from speckit.io.prompts import Prompt, PromptSet
+
+FORMAT_HINT = ("each line must be a JSON object {\"messages\": [{\"role\": ..., \"content\": ...}, "
+               "...]}, optionally ending with the assistant's reply, with optional \"category\", "
+               "\"temperature\" and \"enable_thinking\" (docs/traffic.md)")
+_SNIFF_BYTES = 8192
+_GZIP_MAGIC = b"\x1f\x8b"
+MAX_REASONS = 20  # skipped rows listed one by one; the rest are counted
+
+
+@dataclass(frozen=True)
+class TrafficLimits:
+    line_bytes: int = 1 << 20  # one request's line (1 MiB)
+    max_lines: int = 200_000  # lines read; the rest of the file is left unread (and said so)
+
+
+@dataclass
+class Traffic:
+    """The usable requests of a traffic file and what was left out. Holds the users' prompts:
+    never put it in a report (use summarize_traffic / its numbers)."""
+
+    path: Path
+    requests: list[TrafficRequest]
+    skipped: list[str] = field(default_factory=list)  # "line N: why", the first MAX_REASONS
+    skipped_count: int = 0
+    rows_read: int = 0  # non-blank lines
+    lines_read: int = 0
+    truncated: bool = False  # max_lines reached: rows past it were not read
+    sha256: str = ""  # of the requests used, as parsed (two reports compare only when equal)
+
+    def notes(self) -> list[str]:
+        out = []
+        if self.skipped_count:
+            out.append(f"{self.skipped_count} of {self.rows_read} rows skipped"
+                       + (f"; first: {self.skipped[0]}" if self.skipped else ""))
+        if self.truncated:
+            out.append(f"only the first {self.lines_read} lines were read "
+                       "(SPECKIT_TRAFFIC_MAX_LINES)")
+        return out
+
+
+def read_traffic(path: str | Path, *, limits: TrafficLimits | None = None) -> Traffic:
+    """The usable requests of ``path``; FormatError when the file is empty, binary or has none."""
+    lim = limits or limits_from_env(TrafficLimits, "SPECKIT_TRAFFIC_")
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UsageError(f"--traffic {path}: no such file", hint=FORMAT_HINT)
+    out = Traffic(p, [])
+    with _open(p) as f:
+        for lineno, raw in _lines(f, out, lim):
+            out.rows_read += 1
+            got = _row(raw, lineno, lim)
+            if isinstance(got, TrafficRequest):
+                out.requests.append(got)
+                continue
+            out.skipped_count += 1
+            if len(out.skipped) < MAX_REASONS:
+                out.skipped.append(f"line {lineno}: {got}")
+    _check_usable(out)
+    out.sha256 = _sha256(out.requests)
+    return out
+
+
+def _open(p: Path) -> IO[bytes]:
+    """The file's bytes (a gzip file decompressed); FormatError for a binary file."""
+    try:
+        with open(p, "rb") as raw:
+            gz = raw.read(2) == _GZIP_MAGIC
+        f = gzip.open(p, "rb") if gz else open(p, "rb")  # noqa: SIM115 - the caller closes it
+        head = f.peek(_SNIFF_BYTES)[:_SNIFF_BYTES]
+    except (OSError, EOFError) as e:
+        raise FormatError(f"{p}: cannot read the traffic file: {e}", hint=FORMAT_HINT) from e
+    nul = head.find(b"\0")
+    if nul >= 0:
+        f.close()
+        raise FormatError(f"{p}: a binary file (NUL byte at offset {nul}), not JSON lines",
+                          hint=FORMAT_HINT)
+    return f
+
+
+def _lines(f: IO[bytes], out: Traffic, lim: TrafficLimits
+           ) -> Iterator[tuple[int, bytes | None]]:
+    """(line number, bytes) of each non-blank line, up to ``lim.max_lines`` lines (then
+    ``out.truncated`` says whether more followed); bytes None for a line over the size cap, whose
+    rest is read past, never held."""
+    while out.lines_read < lim.max_lines:
+        raw = _readline(f, out, lim.line_bytes + 1)
+        if not raw:
+            return
+        out.lines_read += 1
+        if len(raw) > lim.line_bytes and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = _readline(f, out, 1 << 16)
+            yield out.lines_read, None
+        elif raw.strip():
+            yield out.lines_read, raw
+    out.truncated = bool(_readline(f, out, 1))
+
+
+def _readline(f: IO[bytes], out: Traffic, size: int) -> bytes:
+    try:
+        return f.readline(size)
+    except (OSError, EOFError) as e:  # a truncated or corrupt gzip stream
+        raise FormatError(f"{out.path}: cannot read past line {out.lines_read}: {e}",
+                          hint="check that the file is complete") from e
+
+
+def _row(raw: bytes | None, lineno: int, lim: TrafficLimits) -> TrafficRequest | str:
+    if raw is None:
+        return f"longer than {lim.line_bytes} bytes (SPECKIT_TRAFFIC_LINE_BYTES)"
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return f"not UTF-8 text (byte {e.start})"
+    if lineno == 1:
+        text = text.removeprefix("\ufeff")
+    try:
+        row = json.loads(text)
+    except json.JSONDecodeError as e:
+        return f"invalid JSON ({e.msg} at column {e.colno})"
+    except RecursionError:
+        return "invalid JSON (nested too deeply)"
+    return parse_request(row, line=lineno)
+
+
+def _check_usable(t: Traffic) -> None:
+    if t.requests:
+        return
+    if not t.rows_read:
+        raise FormatError(f"{t.path}: the traffic file is empty", hint=FORMAT_HINT)
+    first = "; ".join(t.skipped[:3])
+    raise FormatError(f"{t.path}: none of its {t.rows_read} rows is a usable request ({first})",
+                      hint=FORMAT_HINT)
+
+
+def _sha256(requests: Sequence[TrafficRequest]) -> str:
+    h = hashlib.sha256()
+    for r in requests:
+        h.update(json.dumps([r.messages, r.response], ensure_ascii=False).encode())
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+# ---- lengths ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Lengths:
+    prompts: list[int]  # per request: its prompt messages' lengths summed
+    replies: list[int | None]  # per request: its reply's length, None without one
+    unit: Literal["tokens", "characters"]
+    note: str  # how they were counted
+
+
+def measure_lengths(traffic: Traffic, tokenizer=None) -> Lengths:
+    """Each request's prompt and reply length: in the target's tokens when ``tokenizer``
+    (anything with ``encode_batch(texts) -> list[list[int]]``, e.g.
+    speckit.io.tokenizer.TextTokenizer) is given, else in characters."""
+    reqs = traffic.requests
+    texts = [c for r in reqs for _, c in r.messages] + [r.response for r in reqs
+                                                         if r.response is not None]
+    if tokenizer is None:
+        sizes = iter([len(t) for t in texts])
+        unit, note = "characters", "characters of the message texts (no tokenizer given)"
+    else:
+        sizes = iter([len(ids) for ids in tokenizer.encode_batch(texts)])
+        unit, note = "tokens", ("target tokens of the message texts, without the chat template "
+                                "(the engine adds the template's few tokens per message)")
+    prompts = [sum(next(sizes) for _ in r.messages) for r in reqs]
+    replies = [next(sizes) if r.response is not None else None for r in reqs]
+    return Lengths(prompts, replies, unit, note)
+
+
+def summarize_traffic(traffic: Traffic, tokenizer=None, *,
+                      lengths: Lengths | None = None) -> TrafficSummary:
+    """The traffic's summary (lengths from ``lengths``, else measured with ``tokenizer``)."""
+    ln = lengths or measure_lengths(traffic, tokenizer)
+    return summarize(traffic.requests, prompt_lengths=ln.prompts, reply_lengths=ln.replies,
+                     unit=ln.unit, length_note=ln.note, skipped=traffic.skipped_count)
+
+
+def traffic_prompt_set(traffic: Traffic) -> PromptSet:
+    """The traffic's prompts (every message before the reply) as the prompt set validate and
+    bench run: ids ``line-N``, the row's category, hashed like every set. The engine's job and
+    result files then hold the users' prompts and the target's text: keep them out of reports."""
+    prompts = [Prompt(f"line-{r.line}", r.messages, r.category or "") for r in traffic.requests]
+    return PromptSet(f"traffic {traffic.path.name}", f"{traffic.path} (--traffic)", prompts,
+                     list(traffic.skipped))
+
+
+__all__ = ["FORMAT_HINT", "Lengths", "Traffic", "TrafficLimits", "measure_lengths", "read_traffic",
+           "summarize_traffic", "traffic_prompt_set"]
