@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from speckit.bench.options import UNTRAINED
 from speckit.core import methods as _methods
 from speckit.core.gpus import get_gpu
 from speckit.core.plan import fit as _fit
@@ -226,7 +227,7 @@ def _refs(rep: dict[str, Any], target: str | None, draft: str | None, *,
     cfgs = rep.get("spec_configs") or {}
     d = draft or next((c.get("model") for arm, c in cfgs.items()
                        if isinstance(c, dict) and c.get("model") and not arm.startswith(
-                           ("ngram", "suffix"))), None) or rep.get("draft")
+                           UNTRAINED)), None) or rep.get("draft")
     return str(t), (str(d) if d else None)
 
 

@@ -49,24 +49,21 @@ class _LazyGroup(click.Group):
         sys.exit(rc if isinstance(rc, int) else 0)
 
     def list_commands(self, ctx):
-        return [n for n in _COMMANDS if self.get_command(ctx, n) is not None]
+        return list(_COMMANDS)
 
     def get_command(self, ctx, name):
         if name not in _COMMANDS:
             return None
         mod, attr = _COMMANDS[name]
-        try:
-            return getattr(importlib.import_module(mod), attr)
-        except ModuleNotFoundError as e:
-            if e.name == mod:  # command not built yet
-                return None
-            raise
+        return getattr(importlib.import_module(mod), attr)
 
 
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             help="Speculative-decoding drafts for vLLM: " + ", ".join(_COMMANDS) + ".")
 @click.version_option(__version__, prog_name="speckit")
 def main() -> None:
-    """Speculative-decoding drafts for vLLM: fetch, convert, quantize, plan, validate, push."""
+    # the group itself does nothing: each subcommand (listed in its help) does the work
+    pass
 
 
 if __name__ == "__main__":

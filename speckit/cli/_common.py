@@ -30,6 +30,14 @@ def print_json(obj: Any) -> None:
     click.echo(json.dumps(to_jsonable(obj), indent=2))
 
 
+def show(result: Any, *, json_mode: bool, render: Callable[[Any], None]) -> None:
+    """A command's result: as JSON with --json, else through the command's renderer."""
+    if json_mode:
+        print_json(result)
+    else:
+        render(result)
+
+
 # what to do when an error carries no hint of its own, by class (most specific first)
 _DEFAULT_HINTS: tuple[tuple[type[BaseException], str], ...] = (
     (UsageError, "see `{help}` for the flags and what they take"),

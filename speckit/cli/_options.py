@@ -5,10 +5,13 @@ only what differs for it (its help text, a default).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import click
+
+from speckit.core import methods
+from speckit.core.methods.detect import LAYOUT_SPECS
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -68,3 +71,32 @@ def seed_option() -> Decorator:
 def device_option() -> Decorator:
     return click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
                         help="Default: cuda when available.")
+
+
+# ---- the method table in help texts and choices ------------------------------------------------
+
+def _join(names: Iterable[str]) -> str:
+    return ", ".join(names)
+
+
+def method_lists() -> dict[str, str]:
+    """The lists of method and layout names help texts give, read from speckit.core.methods
+    (each command reads them when its module is imported: a method module found there is named
+    in every list it belongs to, and no help text spells a method out by hand)."""
+    specs = methods.all_specs()
+    return {
+        "methods": _join(s.name for s in specs),
+        "vllm_methods": _join(methods.vllm_method_names()),
+        "untrained": _join(s.name for s in specs if not s.has_checkpoint),
+        "convertible": _join(methods.convertible_names()),
+        "quantizable": _join(s.name for s in specs
+                             if s.quantizable is not None and s.runtime_module_name is not None),
+        "convert_layouts": _join(layout.name for layout in LAYOUT_SPECS if layout.reader),
+        "quantize_layouts": _join(layout.name for layout in LAYOUT_SPECS if layout.quantizable),
+    }
+
+
+def with_method_lists(command: click.Command) -> click.Command:
+    """A command whose help (its docstring) names {methods}, {convertible}, ... (method_lists)."""
+    command.help = (command.help or "").format_map(method_lists())
+    return command

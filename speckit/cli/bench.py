@@ -16,6 +16,7 @@ from speckit.cli._options import (
     json_option,
     k_option,
     max_tokens_option,
+    method_lists,
     method_option,
     out_option,
     quiet_option,
@@ -31,7 +32,8 @@ from speckit.cli._options import (
 @k_option("Static k values (num_speculative_tokens), one server each.", dest="ks", metavar="K1,K2")
 @click.option("--schedule", help="Also serve a per-batch-size k schedule: 'measured' (best static "
               "k per concurrency), 'projected' (speckit plan for --gpu) or LO-HI:K,... ranges.")
-@click.option("--untrained", metavar="ngram,suffix", help="Untrained methods on the same prompts.")
+@click.option("--untrained", metavar="M1,M2", help="Untrained methods on the same prompts "
+              f"({method_lists()['untrained']}).")
 @click.option("--untrained-k", type=int, default=3, show_default=True)
 @click.option("--synthetic-al", metavar="AL[,AL...]", help="Also serve the draft with vLLM's "
               "synthetic rejection sampler forcing these acceptance lengths (one arm per AL and "

@@ -9,7 +9,8 @@ import re
 
 import click
 
-from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.cli._common import handle_errors, progress_enabled, show
+from speckit.cli._options import with_method_lists
 from speckit.convert import DEFAULT_SHARD_BYTES, convert
 from speckit.core import methods
 
@@ -36,6 +37,7 @@ def _size(ctx, param, value: str | None) -> int | None:
     return int(float(m.group(1)) * base**exp)
 
 
+@with_method_lists
 @click.command("convert")
 @click.argument("src", metavar="SRC")
 @click.option("--target", "-t", metavar="TARGET",
@@ -72,10 +74,10 @@ def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, ma
                 force, allow_pickle, allow_external_links, max_shard_size, json_mode, quiet):
     """Convert a draft checkpoint SRC to the layout vLLM loads for TARGET.
 
-    Reads SafeAILab and SpecForge EAGLE-3, SpecForge P-EAGLE, z-lab / SpecForge / Laguna DFlash,
-    z-lab DFlash2, SpecForge and DeepSeek DSpark, native MTP heads, Gemma-4 assistants and
-    speculators checkpoints (verified and normalised). Writes safetensors + config.json +
-    speckit-provenance.json into a temporary directory, checks it, then renames it to OUT.
+    Reads drafts of {convertible} in the layouts {convert_layouts} (a speculators
+    checkpoint is verified and normalised; `speckit inspect` names a layout). Writes safetensors
+    + config.json + speckit-provenance.json into a temporary directory, checks it, then renames
+    it to OUT.
     """
     result = convert(src, target=target, out=out, method=method,
                      num_speculative_tokens=num_speculative_tokens, aux_layers=aux_layers,
@@ -84,10 +86,7 @@ def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, ma
                      max_shard_bytes=(DEFAULT_SHARD_BYTES if max_shard_size is None
                                       else max_shard_size),
                      progress=progress_enabled(json_mode or quiet))
-    if json_mode:
-        print_json(result)
-        return
-    render(result)
+    show(result, json_mode=json_mode, render=render)
 
 
 def _human(n: int) -> str:

@@ -12,6 +12,7 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json
+from speckit.cli._options import method_lists
 from speckit.core.plan.schedule import pays_text, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.errors import PlanError, UsageError
@@ -30,8 +31,7 @@ GiB = 1024**3
               "registry draft's target.")
 @click.option("--draft", "-d", metavar="PATH|ID|REPO", help="Draft checkpoint (same forms).")
 @click.option("--method", "-m", help="Speculative method when the draft does not say "
-              "(eagle3, peagle, dflash, dflash2, dspark, mtp, gemma4_assistant, draft_model, "
-              "ngram).")
+              f"({method_lists()['methods']}).")
 @click.option("-k", "--num-speculative-tokens", "k", type=int,
               help="Draft tokens per step (default: the draft's own).")
 @click.option("--gpu", default=None, help="GPU model from the catalog (default H200); an "

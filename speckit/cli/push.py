@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import click
 
-from speckit.cli._common import handle_errors, print_json
+from speckit.cli._common import handle_errors, show
 from speckit.cli._options import json_option, target_option
 from speckit.push import push
 
@@ -50,10 +50,7 @@ def push_cmd(path, repo_id, private, revision, create_pr, commit_message, token,
     result = push(path, repo_id, private=private, revision=revision, create_pr=create_pr,
                   commit_message=commit_message, token=token, license=license_, report=report,
                   target=target, gpu=gpu, plan_target=plan_target, dry_run=dry_run)
-    if json_mode:
-        print_json(result)
-        return
-    _render(result)
+    show(result, json_mode=json_mode, render=_render)
 
 
 def _render(r) -> None:

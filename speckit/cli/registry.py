@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from speckit.cli._common import handle_errors, print_json
+from speckit.cli._options import method_lists
 from speckit.core.plan.options import check_options, optional_positive_int
 from speckit.core.refs import printable
 from speckit.core.registry import Deployment, list_entries, resolve
@@ -64,7 +65,8 @@ def registry(ctx: click.Context, registry_files: tuple[Path, ...]) -> None:
 
 @registry.command("list")
 @click.option("--provider", help="Only this provider (case-insensitive substring, e.g. 'redhat').")
-@click.option("-m", "--method", help="Only this vLLM method (eagle3, dflash, dspark, mtp, ...).")
+@click.option("-m", "--method",
+              help=f"Only this vLLM method ({method_lists()['vllm_methods']}).")
 @click.option("-t", "--target",
               help="Only drafts whose target repo contains this (case-insensitive).")
 @click.option("--kind", type=click.Choice(["draft", "target", "all"]), default="draft",

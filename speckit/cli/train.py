@@ -1,7 +1,8 @@
-"""`speckit train`: train drafts; `train eagle3` and `train dflash` are thin shells over ops.train.
+"""`speckit train`: train drafts; `train eagle3` and `train dflash` are thin shells over
+speckit.train.
 
 --json prints the TrainResult; otherwise a progress bar on a TTY and a short summary. --nproc N
-re-launches the command as N torchrun ranks (ops.train.launch).
+re-launches the command as N torchrun ranks (speckit.train.launch).
 """
 
 from __future__ import annotations

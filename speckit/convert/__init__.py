@@ -15,10 +15,10 @@ from typing import Any
 from speckit.convert.checks import vetted_extra_files
 from speckit.convert.common import Options, ReadContext
 from speckit.convert.stages import (
+    conversion_plan,
     default_name,
     open_source,
     open_target,
-    plan_moves,
     serve_config,
     write_output,
 )
@@ -86,7 +86,7 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                       opts=Options(num_speculative_tokens=num_speculative_tokens,
                                    aux_layers=list(aux_layers) if aux_layers is not None else None,
                                    mask_token_id=mask_token_id, registry_k=reg_k))
-    plan, dropped, inputs, moves = plan_moves(ctx, drop)
+    plan, dropped, inputs, moves = conversion_plan(ctx, drop)
     extra_files = vetted_extra_files(plan, src_ckpt, allow_pickle=allow_pickle)
     options = {"method": method, "num_speculative_tokens": num_speculative_tokens,
                "aux_layers": list(aux_layers) if aux_layers is not None else None,

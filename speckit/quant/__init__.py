@@ -27,8 +27,8 @@ from speckit.quant import schemes
 from speckit.quant.decisions import (
     check_device,
     count_quantized,
+    decide_tensors,
     open_source,
-    plan_tensors,
     prior_and_requant,
     target_layers_from,
 )
@@ -37,7 +37,7 @@ from speckit.quant.execute import (
     SKIP_EXTRA,
     QuantizeResult,
     TensorReport,
-    calibrate_activations,
+    measure_activations,
     output_config,
     provenance,
     tensor_summary,
@@ -80,10 +80,10 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
 
     if target_layers is None:
         target_layers = target_layers_from(ckpt.config, calib_target)
-    items, exclude_list = plan_tensors(ckpt, mod, sch, exclude=list(exclude), strict=strict,
+    items, exclude_list = decide_tensors(ckpt, mod, sch, exclude=list(exclude), strict=strict,
                                        target_layers=target_layers, requant=requant)
     n_quant = count_quantized(items, src_path, mod)
-    input_amax, calibration = calibrate_activations(
+    input_amax, calibration = measure_activations(
         ckpt, mod, sch, items, calib_target=calib_target, prompts=calib_prompts,
         target_layers=target_layers, requant=requant, dev=dev)
 

@@ -15,7 +15,6 @@ from speckit.core import quant as core_quant
 from speckit.core.methods.common import layer_config
 from speckit.core.methods.detect import LAYOUT_BY_NAME, pick_method
 from speckit.core.quant import QuantScheme as Scheme
-from speckit.core.quant.quark import weight_numerics
 from speckit.core.tensors import selected_ids
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
@@ -29,10 +28,6 @@ from speckit.io.checkpoint import (
 from speckit.quant import schemes
 
 _QUANT_DTYPES = {"U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0", "F4", "F6_E2M3", "F6_E3M2"}
-
-
-_QUANT_SUFFIXES = (".weight_scale", ".input_scale", ".weight_packed", ".qweight", ".scales",
-                   ".weight_scale_inv", ".weight_zero_point")
 
 
 @dataclass
@@ -152,7 +147,7 @@ def prior_quantization(ckpt: Checkpoint) -> str | None:
         if isinstance(q, dict):
             return f"config.json {key}: quant_method {q.get('quant_method', '?')!r}"
     for name, info in ckpt.tensors.items():
-        if name.endswith(_QUANT_SUFFIXES):
+        if name.endswith(core_quant.QUANT_SUFFIXES):
             return f"tensor {name} ({info.dtype})"
         if info.dtype in _QUANT_DTYPES and name.endswith(".weight"):
             return f"tensor {name} is {info.dtype}"
@@ -162,10 +157,7 @@ def prior_quantization(ckpt: Checkpoint) -> str | None:
 def _requant_source(ckpt: Checkpoint, prior: str) -> dict[str, Any]:
     """What --force needs to dequantize: the numerics of a table scheme whose Linear is `.weight`
     plus one `.weight_scale` (MXFP4, FP8 in either layout), or of a Quark global weight spec."""
-    q = ckpt.config.get("quantization_config")
-    sch = core_quant.recognise(q)
-    found = (sch.numerics, sch.tensors[0].shape == "packed4") if sch is not None and \
-        [t.suffix for t in sch.tensors] == [".weight", ".weight_scale"] else weight_numerics(q)
+    found = core_quant.dequantizing_scheme(ckpt.config.get("quantization_config"))
     if found is None:
         raise FormatError(f"{ckpt.path} is already quantized ({prior}), and not in a layout "
                           "speckit can dequantize",
@@ -175,7 +167,8 @@ def _requant_source(ckpt: Checkpoint, prior: str) -> dict[str, Any]:
     floats = [i.dtype for i in ckpt.tensors.values() if i.dtype in FLOAT_DTYPES]
     dtype = _config_dtype(ckpt.config) or (max(set(floats), key=floats.count) if floats
                                            else "BF16")
-    return {"numerics": found[0], "packed": found[1], "dtype": dtype}
+    return {"numerics": found.numerics, "packed": found.tensors[0].shape == "packed4",
+            "dtype": dtype}
 
 
 def _config_dtype(config: dict[str, Any]) -> str | None:
@@ -228,7 +221,7 @@ def _runtime_names(mod, name: str, *, target_layers: int | None, config: dict[st
     return a if a == b else None
 
 
-def plan_tensors(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: bool,
+def decide_tensors(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: bool,
                  target_layers: int | None, requant: dict | None) -> tuple[list[Item], list[str]]:
     """What happens to each tensor, in file order, and Quark's exclude list for the config."""
     used: set[str] = set()

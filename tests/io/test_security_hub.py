@@ -22,6 +22,7 @@ from speckit.fetch import fetch
 from speckit.io.hub import LOCK_NAME, Lock
 from tests.fetch.test_hub import DRAFT, draft_files, sha, sharded_files
 from tests.support import hubserver
+from tests.support.registries import write_registry
 
 hub_server = hubserver.hub_server
 hub = hubserver.hub
@@ -200,11 +201,8 @@ def test_bad_revision_is_refused_at_every_entry_point(hub, rev):
 
 
 def test_registry_revision_cannot_escape_refs(hub, tmp_path, monkeypatch):
-    reg = tmp_path / "evil.toml"
-    reg.write_text('schema_version = 1\n[[entry]]\nid = "evil"\nprovider = "x"\n'
-                   'license = "mit"\nmethod = "eagle3"\nrepo = "org/tiny-draft"\n'
-                   'revision = "../../../../home/.profile"\npinned = false\n'
-                   'target = "Qwen/Qwen3-8B"\nnum_speculative_tokens = 3\nk_source = "x"\n')
+    reg = write_registry(tmp_path / "evil.toml", id="evil",
+                         revision="../../../../home/.profile", target="Qwen/Qwen3-8B")
     monkeypatch.setenv("SPECKIT_REGISTRY", str(reg))
     with pytest.raises(FormatError, match="neither a commit sha nor a branch"):
         fetch("evil")

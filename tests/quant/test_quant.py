@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from speckit.errors import FormatError, UsageError
-from speckit.io.checkpoint import Checkpoint, CheckpointWriter
+from speckit.io.checkpoint import Checkpoint
+from speckit.io.writer import CheckpointWriter
 from speckit.quant import PROVENANCE, fp8, mxfp4, quantize
 from tests.support import factories as F
 
