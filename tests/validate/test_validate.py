@@ -9,6 +9,7 @@ import dataclasses
 import json
 import shlex
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -242,15 +243,16 @@ def test_cli_exit_codes_before_any_engine(tiny, tmp_path):
 
 def test_engine_arg_values_are_json_or_strings():
     from speckit.cli._common import parse_engine_args as _parse_engine_args
-    from speckit.cli.validate import _parse_sweep
+    from speckit.cli._options import FLAGS
 
     assert _parse_engine_args(("max_model_len=4096", "--enforce-eager=true",
                                "kv_cache_dtype=fp8", 'hf_overrides={"a": 1}')) == {
         "max_model_len": 4096, "enforce_eager": True, "kv_cache_dtype": "fp8",
         "hf_overrides": {"a": 1}}
-    assert _parse_sweep("7, 1,3") == [7, 1, 3]
-    with pytest.raises(UsageError):
-        _parse_sweep("0,2")
+    sweep = FLAGS["sweep"].type  # --sweep's type, the same in validate, demo and bench
+    assert sweep.convert("7, 1,3", None, None) == [7, 1, 3]
+    with pytest.raises(click.BadParameter, match="every value must be >= 1"):
+        sweep.convert("0,2", None, None)
 
 
 # ---- renderings of a full report (synthetic numbers, no engine) ----------------------------------
