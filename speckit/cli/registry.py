@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from speckit.cli._common import handle_errors, print_json
+from speckit.cli._common import SuggestingGroup, handle_errors, print_json
 from speckit.cli._options import options_for
 from speckit.core.plan.options import check_options, optional_positive_int
 from speckit.core.refs import printable
@@ -46,7 +46,7 @@ def _files(ctx: click.Context, extra: tuple[Path, ...]) -> list[Path]:
     return [*group, *extra]
 
 
-@click.group()
+@click.group(cls=SuggestingGroup)
 @options_for("registry")("registry_files")
 @click.pass_context
 def registry(ctx: click.Context, registry_files: tuple[Path, ...]) -> None:

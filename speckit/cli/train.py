@@ -13,7 +13,7 @@ import sys
 
 import click
 
-from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.cli._common import SuggestingGroup, handle_errors, print_json, progress_enabled
 from speckit.cli._options import options_for
 from speckit.train import launch
 from speckit.train.common import check_online
@@ -22,7 +22,7 @@ from speckit.train.eagle3 import Eagle3Options, train_eagle3
 from speckit.train.options import DflashOptions
 
 
-@click.group("train")
+@click.group("train", cls=SuggestingGroup)
 def train() -> None:
     """Train speculative-decoding drafts on the target's own answers."""
 
