@@ -49,6 +49,11 @@ def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, qu
         return
     click.echo("")
     click.secho("== ready to serve ==", bold=True)
+    click.echo(res.headline.text)
+    if res.headline.others:
+        click.echo("the other ratios above are not that answer:")
+        for line in res.headline.others:
+            click.echo(f"  - {line}")
 
     rep = res.validation
     if rep.recommended:
