@@ -81,6 +81,8 @@ def render(r) -> None:
     click.echo(f"  out:        {r.out}")
     if r.verifier:
         click.echo(f"  verifier:   {r.verifier}")
+    if r.target_copy:
+        click.echo(f"  target:     read from {r.target_copy}")
     if r.num_speculative_tokens is not None:
         click.echo(f"  k:          {r.num_speculative_tokens} ({r.k_rule})")
     if r.aux_layers is not None:

@@ -139,6 +139,8 @@ def render(report) -> None:
     if _extras(d):
         t.add_row("details", _extras(d))
     t.add_row("target", report.target or "not given (pairing not checked; use --target)")
+    if report.target_copy:
+        t.add_row("", f"read from {report.target_copy}")
     print_table(console, t)
     console.print()
     if not report.problems:

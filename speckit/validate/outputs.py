@@ -61,7 +61,8 @@ def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, 
         runs=r.runs, sweep=r.sweep, compare=r.compare, spec_config=r.final_cfg,
         serve_command=serve.command, serve_notes=serve.notes, plan=plan_info,
         warnings=warnings, engine_starts=r.starts, seconds=time.monotonic() - t_start,
-        chat_template=base.chat_template, concurrency=r.concurrency, verdict=v)
+        chat_template=base.chat_template, concurrency=r.concurrency, verdict=v,
+        copies=list(inp.copies))
     rep.baseline_run = base
     return rep
 

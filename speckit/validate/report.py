@@ -161,6 +161,8 @@ class ValidationReport:
     concurrency: Any = None  # speckit.validate.concurrency.ConcurrencyReport
     # does speculation pay where it was measured? (speckit.core.specconfig.SpeculationVerdict)
     verdict: Any = None
+    # which copy already on this machine a Hub target or draft was read from (local first)
+    copies: list[str] = field(default_factory=list)
 
     @property
     def recommended(self) -> bool:
@@ -298,7 +300,7 @@ def _md_header(r: ValidationReport) -> list[str]:
         f"{st.get('temperature')}, concurrency {st.get('concurrency')}"),
         (f"- chat template sha256 `{str(st.get('chat_template_sha256'))[:16]}`, thinking: "
         f"{_thinking(st.get('thinking'))}"),
-    ]
+    ] + [f"- {c}" for c in r.copies]
 
 
 def _md_verdict(r: ValidationReport) -> list[str]:
@@ -492,6 +494,8 @@ def print_report(r: ValidationReport, *, console=None) -> None:
                   f"{r.dataset.get('name')} x{r.dataset.get('prompts')} · max_tokens "
                   f"{st.get('max_tokens')} · T={st.get('temperature')} · thinking "
                   f"{_thinking(st.get('thinking'))}")
+    for c in r.copies:
+        console.print(f"read from: {c}", markup=False, highlight=False)
     t = Table(title="acceptance and speed")
     for col in ("run", "k", "AL", "accept rate", "per position", "tok/s", "ratio", "lossless"):
         t.add_column(col, justify="right" if col not in ("run", "lossless") else "left")
