@@ -410,11 +410,12 @@ class AliasOption(click.Option):
         self.alias, self.command = alias, command
 
 
-def _note_and_hand_on(ctx: click.Context, param: click.Parameter, value: Any) -> None:
+def _note_and_hand_on(ctx: click.Context, param: AliasOption, value: Any) -> None:
+    """Given on the command line: say what to write instead, hand the value to the new flag."""
     if ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE:
         return
-    a: Alias = param.alias  # type: ignore[attr-defined]
-    click.echo(f"warning: {'/'.join(a.decls)} is deprecated in speckit {param.command}: use "  # type: ignore[attr-defined]
+    a = param.alias
+    click.echo(f"warning: {'/'.join(a.decls)} is deprecated in speckit {param.command}: use "
                f"{a.use}; the old spelling goes in the next release", err=True)
     ctx.meta.setdefault(_ALIASED, {}).update(a.convert(value))
 

@@ -137,7 +137,7 @@ def test_command_only_records_name_real_flags():
 def test_every_table_flag_is_used_and_says_something():
     used = {p.flag_name for c in COMMANDS.values() for p in c.params
             if isinstance(p, TableOption)}
-    assert set(FLAGS) - {"traffic"} <= used  # --traffic joins validate, bench and plan soon
+    assert set(FLAGS) <= used
     for f in FLAGS.values():
         assert f.help.strip().endswith((".", ")")), f.decls
         assert set(f.defaults) | set(f.notes) <= set(COMMANDS), f.decls

@@ -24,20 +24,6 @@ COMMIT = "c" * 40
 
 
 @pytest.fixture
-def offline(tmp_path, monkeypatch):
-    """A machine without network: empty HF cache, offline mode, its own cache dirs."""
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPECKIT_CACHE", raising=False)
-    monkeypatch.delenv("SPECKIT_REGISTRY", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-@pytest.fixture
 def rebuilt(offline):
     """The demo's rebuilt SmolLM2 target (a local copy of the Hub repo), with a tokenizer."""
     entry = load_registry().get("smollm2-135m-instruct")
