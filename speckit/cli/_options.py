@@ -85,8 +85,9 @@ TRAIN = ("train eagle3", "train dflash")
 FLAGS: dict[str, Flag] = {f.dest: f for f in (
     # ---- output and reporting ----
     Flag(("--json",), "json_mode", "Print the result as JSON (no progress output).", is_flag=True),
-    Flag(("-q", "--quiet"), "quiet", "No progress output (results still print).", is_flag=True,
-         notes={"doctor": "Prints only what --for finds missing; the exit status says the rest."}),
+    Flag(("-q", "--quiet"), "quiet", "Quiet: no progress output; the result still prints.",
+         is_flag=True, notes={"doctor": "doctor's result is then what --for finds missing; the "
+                                        "exit status says the rest."}),
     Flag(("-o", "--out"), "out", "Output directory.", type=_PATH_DIR,
          defaults={"demo": "speckit-demo"},  # the demo reuses one directory run after run
          notes={"fetch": "Place the files here instead of the Hugging Face cache.",
