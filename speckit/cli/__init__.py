@@ -12,7 +12,7 @@ import sys
 import click
 
 from speckit import __version__
-from speckit.cli._common import report_error
+from speckit.cli._common import SuggestingGroup, report_error
 
 # command name -> (module, attribute); imported only when that command runs or --help lists it
 _COMMANDS = {
@@ -32,7 +32,7 @@ _COMMANDS = {
 }
 
 
-class _LazyGroup(click.Group):
+class _LazyGroup(SuggestingGroup):
     def main(self, args=None, prog_name=None, **extra):
         """click's own usage errors in speckit's format (error: + hint:, JSON with --json)."""
         argv = list(sys.argv[1:] if args is None else args)
@@ -42,7 +42,8 @@ class _LazyGroup(click.Group):
         except click.ClickException as e:
             sub = next((a for a in argv if a in _COMMANDS), None)
             report_error(e.format_message(), exit_code=e.exit_code, json_mode="--json" in argv,
-                         hint=f"see `speckit {sub + ' ' if sub else ''}--help`")
+                         hint=getattr(e, "hint", None)
+                         or f"see `speckit {sub + ' ' if sub else ''}--help`")
         except click.Abort:
             report_error("interrupted", hint="nothing half-written was left; run it again",
                          exit_code=130, json_mode="--json" in argv)

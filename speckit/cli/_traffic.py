@@ -1,5 +1,5 @@
-"""--traffic, spelled once, and the rows that show a traffic summary, a vocabulary coverage and a
-draft's trained length (inspect today; validate, bench and plan when they take --traffic).
+"""The rows that show a traffic summary, a vocabulary coverage and a draft's trained length
+(inspect today; validate, bench and plan when they take --traffic, a flag of the option table).
 
 Labels come from the user's file: they are printed as text, never as rich markup.
 """
@@ -8,20 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
-
-from speckit.cli._options import Decorator
 from speckit.io.terminal import print_table
-
-TRAFFIC_HELP = ("Your traffic: a JSONL of OpenAI-style chat requests, one per line "
-                "({\"messages\": [...]}, optionally ending with the assistant's reply; optional "
-                "category, temperature, enable_thinking, language). Bad lines are skipped and "
-                "counted. See docs/traffic.md.")
-
-
-def traffic_option(help: str = TRAFFIC_HELP) -> Decorator:
-    return click.option("--traffic", "traffic", metavar="FILE", type=click.Path(dir_okay=False),
-                        help=help)
 
 
 def _pct(x: float | None) -> str:
@@ -100,5 +87,4 @@ def print_rows(console, rows: list[tuple[str, str]]) -> None:
     print_table(console, t)
 
 
-__all__ = ["TRAFFIC_HELP", "coverage_rows", "print_rows", "summary_rows", "trained_rows",
-           "traffic_option"]
+__all__ = ["coverage_rows", "print_rows", "summary_rows", "trained_rows"]

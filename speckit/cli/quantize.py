@@ -7,7 +7,7 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, progress_enabled, show
-from speckit.cli._options import with_method_lists
+from speckit.cli._options import options_for, with_method_lists
 from speckit.core.quant import LAYOUTS, SCHEMES, SWITCHES, QuantScheme, for_switches, format_help
 from speckit.quant import quantize
 
@@ -26,37 +26,36 @@ def _scheme(switches: dict[str, bool], fmt: str | None) -> QuantScheme:
     return for_switches({w.flag for w in SWITCHES if switches.get(w.dest)}, fmt)
 
 
+opt = options_for("quantize")
+
+
 @with_method_lists
 @click.command("quantize")
 @click.argument("ckpt", metavar="CKPT", type=click.Path(file_okay=False))
 @_switch_options
 @click.option("--calib-target", type=click.Path(file_okay=False, exists=True), metavar="T",
               help="Local target checkpoint whose hidden states calibrate --per-tensor-static.")
-@click.option("-o", "--out", type=click.Path(file_okay=False),
-              help="Output directory (default: <CKPT>-<scheme> beside CKPT).")
+@opt("out")
 @click.option("--exclude", multiple=True, metavar="PATTERN",
               help="Keep a Linear unquantized: its vLLM run-time module name (e.g. "
               "model.layers.32.mlp.down_proj) or re:REGEX. Repeatable.")
 @click.option("--target-layers", type=click.IntRange(min=1), metavar="L",
               help="Target layer count; vLLM names EAGLE-3/DFlash draft layer i "
                    "model.layers.{L+i}.")
-@click.option("--device", default="cpu", show_default=True, metavar="cpu|cuda",
-              help="Where the numerics run (output is identical).")
+@opt("device")
 @click.option("--strict", is_flag=True,
               help="Fail on a Linear MXFP4 cannot hold (input dim not a multiple of 32) instead "
               "of keeping it unquantized.")
-@click.option("--force", is_flag=True,
-              help="Replace OUT; re-quantize an already quantized input from its dequantized "
-              "values (reported loudly).")
-@click.option("--allow-external-links", is_flag=True,
-              help="Follow symlinks of checkpoint files that point outside the checkpoint "
-              "directory (and the Hugging Face cache); refused by default.")
-@click.option("--json", "json_mode", is_flag=True,
-              help="Print the result as JSON; no progress bar.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
+@opt("force")
+@click.option("--requantize", is_flag=True,
+              help="Quantize an already quantized input again, from its dequantized values "
+              "(both rounding errors compound; reported loudly).")
+@opt("allow_external_links")
+@opt("json_mode")
+@opt("quiet")
 @handle_errors
 def quantize_cmd(ckpt, fmt, calib_target, out, exclude, target_layers, device, strict, force,
-                 allow_external_links, json_mode, quiet, **switches):
+                 requantize, allow_external_links, json_mode, quiet, **switches):
     """Quantize the Linear weights of draft CKPT for vLLM (Quark or compressed-tensors layout).
 
     Reads drafts of {quantizable} in the layouts {quantize_layouts} (a plain causal LM is a
@@ -68,7 +67,8 @@ def quantize_cmd(ckpt, fmt, calib_target, out, exclude, target_layers, device, s
         raise click.UsageError("--calib-target is only used by " + " / ".join(
             s.flags for s in SCHEMES.values() if s.static_input))
     r = quantize(ckpt, scheme=scheme.name, out=out, exclude=tuple(exclude), device=device,
-                 force=force, strict=strict, target_layers=target_layers,
+                 force=force, requantize=requantize or None, strict=strict,
+                 target_layers=target_layers,
                  calib_target=calib_target, allow_external_links=allow_external_links,
                  progress=progress_enabled(json_mode or quiet))
     show(r, json_mode=json_mode, render=render)

@@ -171,8 +171,9 @@ def _registry_defaults(s: Resolved) -> tuple[str | None, tuple[int, str] | None]
 def _resolve_target(ref: str) -> tuple[Resolved, Any]:
     """TARGET: a local directory, or a Hub/registry target of which only config.json is fetched
     now (and, later, the index and the one shard of a borrowed tensor, through ``download``)."""
-    t = resolve(ref, role="target", need="config", what="TARGET")
-    return t, (t.download if t.kind in ("hub", "registry") and t.repo is not None else None)
+    t = resolve(ref, role="target", need="config", what="TARGET", local_first=True)
+    remote = t.kind in ("hub", "registry") and t.repo is not None and t.local_copy is None
+    return t, (t.download if remote else None)
 
 
 def default_name(s: Resolved, layout) -> str:
@@ -198,6 +199,8 @@ def _provenance(plan: ConversionPlan, *, layout, s: Resolved, t: Resolved | None
         d: dict[str, Any] = {"ref": r.ref, "kind": r.kind, "repo": r.repo,
                              "revision": r.revision, "commit": r.commit,
                              "path": str(r.path.resolve())}
+        if r.local_copy:
+            d["local_copy"] = r.local_copy
         if with_files:
             d["files"] = hashes
         return d

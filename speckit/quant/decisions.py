@@ -119,23 +119,29 @@ def open_source(path: Path, *, allow_external_links: bool = False):
     return ckpt, mod, layout
 
 
-def prior_and_requant(ckpt: Checkpoint, src_path: Path, *, force: bool
+def prior_and_requant(ckpt: Checkpoint, src_path: Path, *, allowed: bool, by_force: bool = False
                       ) -> tuple[str | None, dict[str, Any] | None, list[str]]:
-    """An already quantized input is refused, or with --force dequantized and quantized again
-    (its description, what the dequantization needs, and the warning saying so)."""
+    """An already quantized input is refused, or (``allowed``: --requantize) dequantized and
+    quantized again (its description, what the dequantization needs, and the warning saying so).
+    ``by_force``: allowed by --force alone, the flag's old second meaning (said, one more
+    release)."""
     warnings: list[str] = []
     prior = prior_quantization(ckpt)
-    if prior is not None and not force:
+    if prior is not None and not allowed:
         raise FormatError(
             f"{src_path} is already quantized ({prior})",
-            hint="quantize the original bf16/fp16 checkpoint; --force re-quantizes from the "
-            "dequantized values, which compounds both rounding errors")
+            hint="quantize the original bf16/fp16 checkpoint; --requantize re-quantizes from "
+            "the dequantized values, which compounds both rounding errors")
     requant = None
     if prior is not None:
         requant = _requant_source(ckpt, prior)
         warnings.append(f"RE-QUANTIZED: the input was already quantized ({prior}); its weights "
                         f"were dequantized to {requant['dtype']} and quantized again, so the "
                         f"output carries both rounding errors")
+        if by_force:
+            warnings.append("--force re-quantized an already quantized input: that meaning of "
+                            "--force is deprecated, pass --requantize (from the next release "
+                            "--force only replaces OUT)")
     return prior, requant, warnings
 
 
@@ -155,13 +161,14 @@ def prior_quantization(ckpt: Checkpoint) -> str | None:
 
 
 def _requant_source(ckpt: Checkpoint, prior: str) -> dict[str, Any]:
-    """What --force needs to dequantize: the numerics of a table scheme whose Linear is `.weight`
-    plus one `.weight_scale` (MXFP4, FP8 in either layout), or of a Quark global weight spec."""
+    """What --requantize needs to dequantize: the numerics of a table scheme whose Linear is
+    `.weight` plus one `.weight_scale` (MXFP4, FP8 in either layout), or of a Quark global
+    weight spec."""
     found = core_quant.dequantizing_scheme(ckpt.config.get("quantization_config"))
     if found is None:
         raise FormatError(f"{ckpt.path} is already quantized ({prior}), and not in a layout "
                           "speckit can dequantize",
-                          hint="--force re-quantizes MXFP4 / FP8 checkpoints in the Quark or "
+                          hint="--requantize re-quantizes MXFP4 / FP8 checkpoints in the Quark or "
                           "compressed-tensors layout (one config for every layer); start from the "
                           "unquantized checkpoint")
     floats = [i.dtype for i in ckpt.tensors.values() if i.dtype in FLOAT_DTYPES]

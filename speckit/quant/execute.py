@@ -71,7 +71,7 @@ class QuantizeResult:
     tensors: list[TensorReport]
     files: list[str]
     calibration: dict[str, Any] | None = None
-    requantized_from: str | None = None  # set when --force re-quantized a quantized input
+    requantized_from: str | None = None  # set when --requantize re-quantized a quantized input
     target_layers: int | None = None
     warnings: list[str] = field(default_factory=list)
     code_dropped: list[str] = field(default_factory=list)  # source code / auto_map not carried

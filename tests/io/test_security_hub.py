@@ -459,3 +459,26 @@ def test_two_runs_sharing_one_lock_both_keep_their_pins(hub):
         fetch_b.commit
     assert repos[DRAFT]["files"]["model.safetensors"]["sha256"] == \
         sha(draft_files()["model.safetensors"])
+
+
+def test_the_lock_of_a_lock_file_lives_in_the_cache_and_excludes(tmp_path, monkeypatch):
+    """speckit-lock.json's file lock is not left beside it (issue 45): it lives in speckit's cache,
+    one per absolute path, and a second holder waits for it (then is told which file to delete)."""
+    from speckit.errors import FormatError
+    from speckit.io.hub import lock as lock_mod
+
+    monkeypatch.setenv("SPECKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(lock_mod, "LOCK_WAIT_S", 0.2)
+    path = tmp_path / "project" / LOCK_NAME
+    where = lock_mod.lock_file_of(path)
+    assert where.parent == tmp_path / "cache" / "locks" and where.name.startswith(LOCK_NAME)
+    assert where != lock_mod.lock_file_of(tmp_path / "other" / LOCK_NAME)
+    held = lock_mod.file_lock(path)
+    with held:
+        run = Lock(path)
+        run.put(DRAFT, {"commit": "a" * 40, "files": {}})
+        with pytest.raises(FormatError, match="another speckit run has held its lock") as e:
+            run.save()
+        assert str(where) in e.value.hint
+    run.save()
+    assert sorted(p.name for p in path.parent.iterdir()) == [LOCK_NAME]
