@@ -62,7 +62,7 @@ def _specs() -> list[tuple[str, str, tuple[int, ...]]]:
 def make_source(root: Path) -> tuple[Path, Path]:
     """Write the draft (2 shards + index) and a config-only target, streaming: the biggest buffer
     is one 16 MiB chunk of noise, reused."""
-    from speckit.io.checkpoint import CheckpointWriter
+    from speckit.io.writer import CheckpointWriter
 
     src, tgt = root / "draft", root / "target"
     src.mkdir()

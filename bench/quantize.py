@@ -171,7 +171,8 @@ def build_draft(path: Path, *, device: str = "cpu") -> Path:
     """Write the synthetic draft once (seeded); later runs reuse it."""
     import torch
 
-    from speckit.io.checkpoint import CheckpointWriter, write_json
+    from speckit.io.checkpoint import write_json
+    from speckit.io.writer import CheckpointWriter
 
     if (path / "config.json").exists():
         return path

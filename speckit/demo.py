@@ -21,6 +21,7 @@ from speckit.io.output import check_output, output_errors
 from speckit.plan import plan_from_refs
 from speckit.quant import quantize
 from speckit.validate import validate
+from speckit.validate.headline import Headline, headline
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 DEFAULT_DRAFT = "smollm2-135m-eagle3"
@@ -41,6 +42,7 @@ class DemoResult:
     validation: Any
     spec_config: dict[str, Any]
     serve_command: str
+    headline: Headline  # the ratio that answers "does it pay here?", and what the others are
     stage_seconds: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
 
@@ -123,7 +125,8 @@ def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 
     return DemoResult(target=str(target_path), draft=str(draft_path), draft_fp8=str(fp8_dir),
                       out=str(out), inspect=insp, plan=pl, quantize=q, validation=rep,
                       spec_config=rep.spec_config, serve_command=rep.serve_command,
-                      stage_seconds=stage_s, seconds=round(time.monotonic() - t0, 1))
+                      headline=headline(rep), stage_seconds=stage_s,
+                      seconds=round(time.monotonic() - t0, 1))
 
 
 def _num_layers(path: Path) -> int:

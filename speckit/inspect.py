@@ -49,6 +49,7 @@ class InspectReport:
     num_tensors: int
     files: list[str]
     target: str | None = None  # the target whose config the pairing checks used
+    target_copy: str | None = None  # which copy on this machine it was read from (local first)
     # the aux ids as recorded, the convention they were read in and the shift applied to them
     aux_layer_ids_field: str | None = None
     aux_layer_ids_raw: list[int] | None = None
@@ -79,7 +80,8 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
     ckpt = Checkpoint.open(path, allow_pickle=allow_pickle,
                            allow_external_links=allow_external_links)
     layout = detect(ckpt)
-    target_config = _target_config(target) if target is not None else None
+    tres = _target(target) if target is not None else None
+    target_config = tres.config if tres is not None else None
 
     dims = methods.get(layout.method).describe(ckpt.config)
     problems = check_structure(ckpt, layout, target_config=target_config)
@@ -90,7 +92,8 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
         aux_layer_ids=dims.get("aux_layer_ids"), block_size=dims.get("block_size"),
         dtype=ckpt.float_dtype(), num_params=ckpt.num_params, total_bytes=ckpt.total_bytes,
         num_tensors=len(ckpt.tensors), files=list(ckpt.files),
-        target=str(target) if target is not None else None, problems=problems,
+        target=str(target) if target is not None else None,
+        target_copy=tres.local_copy if tres is not None else None, problems=problems,
         aux_layer_ids_field=dims.get("aux_layer_ids_field"),
         aux_layer_ids_raw=dims.get("aux_layer_ids_raw"), aux_convention=dims.get("aux_convention"),
         aux_shift=dims.get("aux_shift"), aux_convention_why=dims.get("aux_convention_why"),
@@ -150,12 +153,12 @@ def _traffic_target(path: Path, config: dict[str, Any], target) -> tuple[str, st
     """(reference, where it came from, resolved) of the target whose tokenizer counts."""
     if target is not None:
         return str(target), "--target", resolve(target, role="target", need="config",
-                                                what="--target")
+                                                what="--target", local_first=True)
     cands = recorded_targets(path, config)
     failures = []
     for cand, where in cands:
         try:
-            return cand, where, resolve(cand, role="target", need="config")
+            return cand, where, resolve(cand, role="target", need="config", local_first=True)
         except SpeckitError as e:
             failures.append(f"{cand}: {e.message}")
     raise UsageError(f"{path}: no --target given and "
@@ -172,6 +175,7 @@ def _resolve(ref: str | os.PathLike, *, allow_pickle: bool) -> Path:
     return resolve(ref, role="draft", allow_pickle=allow_pickle).path
 
 
-def _target_config(target: str | os.PathLike) -> dict[str, Any]:
-    """Only the target's config.json is needed: read it locally, or download just that file."""
-    return resolve(target, role="target", need="config", what="--target").config
+def _target(target: str | os.PathLike) -> Resolved:
+    """Only the target's config.json is needed: a copy already on this machine, else that one
+    file downloaded."""
+    return resolve(target, role="target", need="config", what="--target", local_first=True)

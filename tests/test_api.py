@@ -1,37 +1,41 @@
-"""The top-level library API: plain functions, and a CLI whose --help imports nothing heavy."""
+"""The library API (speckit.api): plain functions, and a CLI whose --help imports nothing heavy."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import types
 
 
-def test_public_functions_survive_submodule_imports():
+def test_the_api_module_names_each_operations_entry_point():
     import speckit
+    import speckit.api as sk
     import speckit.convert
     import speckit.fetch
     import speckit.inspect
     import speckit.plan
     import speckit.quant
     import speckit.validate
-    from speckit import convert as api_convert
+    from speckit.api import convert as api_convert
     from speckit.convert import convert
     from speckit.fetch import fetch
     from speckit.inspect import inspect
+    from speckit.io.checkpoint import Checkpoint
     from speckit.plan import plan_from_refs
     from speckit.quant import quantize
     from speckit.validate import validate
 
-    # the operation packages share their names with the API functions: the functions win
-    assert speckit.convert is convert and api_convert is convert
-    assert speckit.fetch is fetch and speckit.inspect is inspect
-    assert speckit.plan is plan_from_refs
-    assert speckit.validate is validate and speckit.quantize is quantize
-    # the packages themselves stay importable by name, at the top level (no speckit.ops)
-    assert sys.modules["speckit.plan"].plan_from_refs is plan_from_refs
-    assert sys.modules["speckit.convert"].__file__.endswith("speckit/convert/__init__.py")
+    assert sk.convert is convert and api_convert is convert
+    assert sk.fetch is fetch and sk.inspect is inspect and sk.plan is plan_from_refs
+    assert sk.validate is validate and sk.quantize is quantize and sk.Checkpoint is Checkpoint
+    assert set(sk.__all__) == {"Checkpoint", "SpeckitError", "convert", "fetch", "inspect", "plan",
+                               "quantize", "validate"}
+    # one name, one meaning: speckit.convert is the operation package, a plain module (no
+    # module-class workaround on the package), and there is no speckit.ops
+    assert speckit.convert is sys.modules["speckit.convert"]
+    assert speckit.plan.plan_from_refs is plan_from_refs
+    assert type(speckit) is types.ModuleType
     assert "speckit.ops" not in sys.modules
-    assert speckit.quant is sys.modules["speckit.quant"]
 
 
 def test_help_lists_every_command_without_heavy_imports():

@@ -4,7 +4,6 @@ it says: every rule is tried on a small synthetic package where it must fire, an
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
@@ -12,19 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.scripts import load_script
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load_tool():
-    spec = importlib.util.spec_from_file_location("check_architecture",
-                                                  ROOT / "tools" / "check_architecture.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(mod)
-    return mod
-
-
-arch = _load_tool()
+arch = load_script("tools", "check_architecture")
 
 
 # tools/check_architecture.py prints what is wrong. Do not allow-list: fix the code or the rule.
@@ -45,7 +37,8 @@ def by_type(stype: str) -> "ModuleType | None": ...
 
 def _pkg(tmp_path: Path, files: dict[str, str]) -> Path:
     base = {
-        "speckit/__init__.py": 'import importlib\n_API = {"convert": ("speckit.conv", "c")}\n',
+        "speckit/__init__.py": '__version__ = "0"\n',
+        "speckit/api.py": 'import importlib\n_API = {"convert": ("speckit.conv", "c")}\n',
         "speckit/errors.py": "class SpeckitError(Exception): ...\n",
         "speckit/core/__init__.py": "",
         "speckit/core/methods/__init__.py": METHODS_INIT,
@@ -96,12 +89,13 @@ def test_a_lower_layer_importing_an_upper_one_is_a_violation(tmp_path, where):
     assert "speckit.cli.app" in found[0] and "[layer]" in found[0]
 
 
-def test_from_speckit_import_api_name_counts_as_importing_its_module(tmp_path):
+def test_from_speckit_api_import_name_counts_as_importing_its_module(tmp_path):
     found = _found(tmp_path, {
         "speckit/conv.py": "c = 1\n",
-        "speckit/core/plan.py": "def f():\n    from speckit import convert\n",
+        "speckit/core/plan.py": "def f():\n    from speckit.api import convert\n",
+        "speckit/run.py": "import speckit.api\n",
     }, "layer")
-    assert len(found) == 1 and "speckit.conv" in found[0]
+    assert len(found) == 2 and "speckit.conv" in found[0] and "the users' API" in found[1]
 
 
 def test_errors_and_the_package_root_stay_below_everything(tmp_path):
@@ -309,6 +303,60 @@ def test_huggingface_hub_is_imported_only_under_io_hub(tmp_path):
     found = _found(tmp_path, files, "hub-client")
     assert sorted(f.split(": ")[0] for f in found) == ["speckit/io/files.py:1",
                                                       "speckit/push.py:2"]
+
+
+LINKS = '''
+class Link: ...
+READER = Link("LayoutSpec", "reader", "conv", ("read",))
+NUMERICS = Link(owner="QuantScheme", field="numerics", operation="quant",
+                functions=("quantize_weight", "dequantize"))
+'''
+SPECS = '''
+from dataclasses import KW_ONLY
+class LayoutSpec:
+    name: str
+    _: KW_ONLY
+    reader: str | None = None
+class QuantScheme:
+    name: str
+    numerics: str
+'''
+
+
+def test_core_links_to_operation_modules_are_checked(tmp_path):
+    files = {
+        "speckit/core/links.py": LINKS, "speckit/core/specs.py": SPECS,
+        "speckit/conv/__init__.py": "", "speckit/conv/good.py": "def read(ctx): ...\n",
+        "speckit/conv/noread.py": "def other(): ...\n",
+        "speckit/quant/__init__.py": "",
+        "speckit/quant/fp8.py": "def quantize_weight(w): ...\ndef dequantize(q, s): ...\n",
+        "speckit/core/table.py": "from speckit.core.specs import LayoutSpec, QuantScheme\n"
+                                 "R = 'good'\n"
+                                 "A = LayoutSpec('a', reader='good')\n"
+                                 "B = LayoutSpec('b')\n"
+                                 "C = LayoutSpec('c', reader=None)\n"
+                                 "D = LayoutSpec('d', reader='missing')\n"
+                                 "E = LayoutSpec('e', reader='noread')\n"
+                                 "F = LayoutSpec('f', reader=R)\n"
+                                 "G = QuantScheme('fp8', 'fp8')\n"
+                                 "H = QuantScheme('x', numerics='good')\n",
+    }
+    found = _found(tmp_path, files, "op-link")
+    assert [f.split(": ", 1)[0].rsplit(":", 1)[1] for f in found] == ["6", "7", "8", "10"]
+    assert "'missing' names no module of speckit.conv" in found[0]
+    assert "speckit.conv.noread does not define read" in found[1]
+    assert "not a string literal" in found[2]
+    assert "'good' names no module of speckit.quant" in found[3]
+
+
+def test_only_the_declared_places_import_by_a_computed_name(tmp_path):
+    files = {"speckit/run.py": "import importlib\n"
+                               "def f(n):\n    return importlib.import_module('speckit.' + n)\n"
+                               "def g():\n    return importlib.import_module('speckit.io')\n",
+             "speckit/core/links.py": "import importlib\n"
+                                      "def load(n):\n    return importlib.import_module(n)\n"}
+    found = _found(tmp_path, files, "dynamic-import")
+    assert [f.split(": ")[0] for f in found] == ["speckit/run.py:3"]
 
 
 def test_the_real_tree_declares_at_most_four_operation_edges():

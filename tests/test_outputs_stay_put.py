@@ -20,6 +20,7 @@ from click.testing import CliRunner
 
 from speckit.cli import main
 from speckit.core import PACKAGE_DIR
+from speckit.io.hub.lock import lock_file_of
 from tests.support import factories as F
 from tests.support import hubserver
 
@@ -100,16 +101,18 @@ def test_every_command_without_o_writes_under_the_current_directory(scratch):
 
     for w in watched:
         assert _tree(w) == before[str(w)], f"something was written under {w}"
-    # the lock of speckit-lock.json (fcntl, for parallel fetches) stays beside it
+    # the lock of speckit-lock.json (fcntl, for parallel fetches) lives in speckit's cache, not
+    # in the working directory (issue 45)
     assert sorted(p.name for p in (root / "work").iterdir()) == [
-        "draft-fp8", "safeailab-speculator.eagle3", "speckit-lock.json",
-        "speckit-lock.json.lock"]
+        "draft-fp8", "safeailab-speculator.eagle3", "speckit-lock.json"]
+    assert [p.name for p in (root / "home" / "cache" / "speckit" / "locks").iterdir()] == [
+        lock_file_of(root / "work" / "speckit-lock.json").name]
 
 
 def test_writing_inside_the_package_is_refused(scratch):
     draft = F.make_spec_eagle3(scratch[0] / "inputs" / "draft")
     for args in (["quantize", str(draft), "--fp8", "-o", str(PACKAGE_DIR / "data" / "x")],
-                 ["fetch", "acme/draft", "--local-dir", str(PACKAGE_DIR / "x")]):
+                 ["fetch", "acme/draft", "-o", str(PACKAGE_DIR / "x")]):
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 2, r.output
         assert "inside the installed speckit package" in r.output and "hint:" in r.output

@@ -41,8 +41,9 @@ def test_every_named_repository_path_exists():
             continue
         for n, line in enumerate(text.splitlines(), 1):
             for m in PATH.finditer(line):
-                if line[m.end():m.end() + 1] in ("<", "*", "{"):
-                    continue  # a pattern (docs/<cmd>.md), not a path
+                if line[m.end():m.end() + 1] in ("<", "*", "{") or \
+                        line[m.end():m.end() + 2] == ".{":
+                    continue  # a pattern (docs/<cmd>.md, x.{json,txt}), not a path
                 if not _exists(m.group(1).rstrip(".")):
                     missing.append(f"{f}:{n}: {m.group(1)}")
     assert not missing, "paths named but missing:\n" + "\n".join(missing)

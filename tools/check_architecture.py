@@ -7,10 +7,11 @@ Rules (each violation ends with its rule in brackets):
   layer          core -> io -> operations -> cli: a module imports only its layer or lower ones, at
                  any depth: function-level and TYPE_CHECKING imports, import_module("speckit.x")
                  and lazy maps naming a speckit module count too. speckit/errors.py is below every
-                 layer and imports nothing from speckit; speckit/__init__.py only maps API names
-                 lazily (no static speckit import); speckit/__main__.py (`python -m speckit`) is
-                 the CLI's entry, in the cli layer; any other top-level package or module is an
-                 operation (speckit/convert/, quant/, validate/, plan.py, ...).
+                 layer and imports nothing from speckit; speckit/__init__.py imports nothing and
+                 speckit/api.py (the library API) only maps API names lazily (no static speckit
+                 import), and no speckit module imports the API; speckit/__main__.py (`python -m
+                 speckit`) is the CLI's entry, in the cli layer; any other top-level package or
+                 module is an operation (speckit/convert/, quant/, validate/, plan.py, ...).
   private-name   a leading-underscore name (dunders excepted) stays home: a private module
                  (cli/_common.py) and the private names of a package __init__ or of such a helper
                  module belong to their directory; a private name of a public module (cli/plan.py's
@@ -48,6 +49,14 @@ Rules (each violation ends with its rule in brackets):
                  another only through an edge DECLARED_EDGES names with its reason (at most
                  MAX_DECLARED_EDGES); demo, which runs the whole pipeline, sits above them.
   hub-client     huggingface_hub is imported only under speckit/io/hub (the Hub has one door).
+  op-link        core names operation modules it cannot import only through the links
+                 speckit/core/links.py declares (Link(owner, field, operation, functions): a
+                 LayoutSpec's reader, a QuantScheme's numerics). Every value core passes for such
+                 a field is a string literal (or None) naming a module of that operation that
+                 defines those functions at top level.
+  dynamic-import importlib.import_module / __import__ of a name that is not a literal happens only
+                 in DYNAMIC_IMPORTERS, each with its reason (the literal names of the others are
+                 read as imports by the rules above).
   lazy-import    a third-party or stdlib import inside a function is a heavy or optional one
                  (HEAVY_PACKAGES: torch, vllm, quark, transformers, rich, ...; one under try: is
                  an optional dependency's probe); anything else is imported at module level.
@@ -87,17 +96,30 @@ DECLARED_EDGES = {
                          "states inspect's facts (layout, method, dims)",
 }
 MAX_DECLARED_EDGES = 4
+# modules that import a module named by a computed string [dynamic-import], and why the contract
+# still sees every target
+DYNAMIC_IMPORTERS = {
+    "speckit.api": "the lazy API: its (module, attribute) literals are read as imports",
+    "speckit.cli": "the lazy command map: its (module, attribute) literals are read as imports",
+    "speckit.core.methods": "method discovery: the modules of its own package (pkgutil)",
+    "speckit.core.links": "the one resolver of core's links to operation modules [op-link]",
+    "speckit.io.hub.errors": "third-party HTTP clients' error types (requests, httpx), never "
+                             "speckit's",
+}
+LINKS_MODULE = "speckit.core.links"
 # the one home of huggingface_hub calls [hub-client]
 HUB_CLIENT_PKG = "speckit.io.hub"
 LAYER_NAMES = {**{v: k for k, v in LAYERS.items()}, OPERATIONS: "operations"}
 # top-level modules that are no operation: errors (below every layer), the API map, `python -m`
-NOT_OPERATIONS = {"errors", "__init__", "__main__"}
+NOT_OPERATIONS = {"errors", "__init__", "__main__", "api"}
 BASE = -1  # speckit.errors: importable by every layer
 ROOT_PKG = "speckit"
+API_MODULE = "speckit.api"  # the library API: lazy names for users, imported by no speckit module
 METHODS_PKG = "speckit.core.methods"
 # module-level constants of a method module that hold its name(s), and the same as spec fields
 METHOD_ATTRS = {"NAME", "VLLM_METHOD", "SPECULATORS_TYPE"}
 SPEC_NAME_FIELDS = {"name", "vllm_method", "speculators_type"}
+SPEC_ALIASES_FIELD = "aliases"  # the other spellings of a method's name that methods.get() takes
 PROBE_FUNCS = {"getattr", "hasattr"}
 
 
@@ -197,8 +219,8 @@ def _resolve_relative(mod: Module, level: int, target: str | None) -> str:
 
 
 def _api_map(mods: dict[str, Module]) -> dict[str, str]:
-    """speckit/__init__'s lazy API: public name -> the module that provides it."""
-    root = mods.get(ROOT_PKG)
+    """speckit/api's lazy API: public name -> the module that provides it."""
+    root = mods.get(API_MODULE)
     out: dict[str, str] = {}
     if root is None:
         return out
@@ -229,8 +251,8 @@ def _imports(mod: Module, mods: dict[str, Module], api: dict[str, str]) -> Itera
                 sub = f"{src}.{alias.name}"
                 if sub in mods:
                     yield Import(sub, node.lineno, runtime)
-                elif src == ROOT_PKG and alias.name in api:
-                    # `from speckit import convert` runs speckit.__getattr__ -> that module
+                elif src == API_MODULE and alias.name in api:
+                    # `from speckit.api import convert` runs its __getattr__ -> that module
                     yield Import(api[alias.name], node.lineno, runtime, (alias.name,))
                 else:
                     plain.append(alias.name)
@@ -261,11 +283,11 @@ def layer_of(name: str) -> int | None:
 
 def check_layers(mods: dict[str, Module]) -> Iterator[Violation]:
     for mod in mods.values():
-        if mod.name == ROOT_PKG:
+        if mod.name in (ROOT_PKG, API_MODULE):
             for imp in mod.imports:
                 if imp.how == "import" and imp.target != ROOT_PKG:
                     yield Violation(mod.rel, imp.line, "layer",
-                                    f"speckit/__init__ imports {imp.target}; it only maps API "
+                                    f"{mod.name} imports {imp.target}; the API only maps "
                                     "names lazily (through importlib)")
             continue
         mine = layer_of(mod.name)
@@ -274,6 +296,10 @@ def check_layers(mods: dict[str, Module]) -> Iterator[Violation]:
                             "speckit/core, io, cli or an operation package)")
             continue
         for imp in mod.imports:
+            if imp.target == API_MODULE:
+                yield Violation(mod.rel, imp.line, "layer", f"{mod.name} imports {API_MODULE}, "
+                                "the users' API: import the module that defines the name")
+                continue
             theirs = layer_of(imp.target)
             # speckit/__init__ (__version__, the lazy API) is around every layer; an unlayered
             # target gets its own violation above
@@ -322,6 +348,113 @@ def check_hub_client(mods: dict[str, Module]) -> Iterator[Violation]:
                 yield Violation(mod.rel, line, "hub-client",
                                 f"{mod.name} imports {name}: huggingface_hub is called only "
                                 "from speckit/io/hub (add the call there and import that)")
+
+
+# ---------------------------------------------------------------------------------------------
+# rule: links from core to operation modules, and imports by computed name
+
+
+@dataclass(frozen=True)
+class Link:
+    owner: str
+    field: str
+    operation: str
+    functions: tuple[str, ...]
+
+
+def _links(mods: dict[str, Module]) -> list[Link]:
+    """The Link(...) declarations of speckit/core/links.py (positional or keyword)."""
+    mod = mods.get(LINKS_MODULE)
+    out: list[Link] = []
+    for node in ast.walk(mod.tree) if mod else ():
+        if isinstance(node, ast.Call) and (_dotted(node.func) or "").split(".")[-1] == "Link":
+            args = dict(zip(("owner", "field", "operation", "functions"), node.args,
+                            strict=False))
+            args.update({kw.arg: kw.value for kw in node.keywords if kw.arg})
+            owner, fld, op = (_str_const(args.get(k)) for k in ("owner", "field", "operation"))
+            funcs = sorted(_strings(args["functions"], {})) if "functions" in args else []
+            if owner and fld and op:
+                out.append(Link(owner, fld, op, tuple(funcs)))
+    return out
+
+
+def _fields(mods: dict[str, Module], owner: str) -> list[str]:
+    """The init fields of core dataclass ``owner`` in order (positional ones first)."""
+    for mod in mods.values():
+        if not _in_core(mod.name):
+            continue
+        for node in ast.walk(mod.tree):
+            if isinstance(node, ast.ClassDef) and node.name == owner:
+                return [st.target.id for st in node.body if isinstance(st, ast.AnnAssign)
+                        and isinstance(st.target, ast.Name)]
+    return []
+
+
+def _defines(mod: Module) -> set[str]:
+    out = {n.name for n in mod.tree.body
+           if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    return out | _public_toplevel(mod.tree)
+
+
+def _link_values(mods: dict[str, Module], link: Link) -> Iterator[tuple[Module, int, ast.expr]]:
+    """Every value core passes for ``link``'s field in a call building its owner."""
+    fields = [f for f in _fields(mods, link.owner) if f != "_"]
+    index = fields.index(link.field) if link.field in fields else None
+    for mod in mods.values():
+        if not _in_core(mod.name):
+            continue
+        for node in ast.walk(mod.tree):
+            if not (isinstance(node, ast.Call)
+                    and (_dotted(node.func) or "").split(".")[-1] == link.owner):
+                continue
+            value = next((kw.value for kw in node.keywords if kw.arg == link.field), None)
+            if value is None and index is not None and index < len(node.args):
+                value = node.args[index]
+            if value is not None:
+                yield mod, node.lineno, value
+
+
+def check_links(mods: dict[str, Module]) -> Iterator[Violation]:
+    for link in _links(mods):
+        package = f"{ROOT_PKG}.{link.operation}"
+        for mod, line, value in _link_values(mods, link):
+            if isinstance(value, ast.Constant) and value.value is None:
+                continue
+            name = _str_const(value)
+            where = f"{link.owner}.{link.field}"
+            if name is None:
+                yield Violation(mod.rel, line, "op-link", f"{where} is not a string literal: "
+                                "the contract cannot check the module it names")
+                continue
+            target = mods.get(f"{package}.{name}")
+            if target is None or layer_of(target.name) != OPERATIONS:
+                yield Violation(mod.rel, line, "op-link", f"{where} {name!r} names no module "
+                                f"of {package}")
+                continue
+            missing = [f for f in link.functions if f not in _defines(target)]
+            if missing:
+                yield Violation(mod.rel, line, "op-link", f"{where} {name!r}: {target.name} "
+                                f"does not define {', '.join(missing)}")
+
+
+def _computed_import(node: ast.AST) -> bool:
+    if not isinstance(node, ast.Call) or not node.args:
+        return False
+    func = _dotted(node.func) or ""
+    return func.split(".")[-1] in ("import_module", "__import__") and \
+        _str_const(node.args[0]) is None
+
+
+def check_dynamic_imports(mods: dict[str, Module]) -> Iterator[Violation]:
+    for mod in mods.values():
+        if mod.name in DYNAMIC_IMPORTERS:
+            continue
+        for node in ast.walk(mod.tree):
+            if _computed_import(node):
+                yield Violation(mod.rel, node.lineno, "dynamic-import",
+                                f"{mod.name} imports a module by a computed name the contract "
+                                "cannot see: import it by name, or load an operation module "
+                                "through speckit.core.links")
 
 
 def _layer_label(layer: int) -> str:
@@ -568,8 +701,8 @@ def _builds_spec(call: ast.Call) -> bool:
 
 
 def _declared_names(mod: Module) -> set[str]:
-    """NAME/VLLM_METHOD/SPECULATORS_TYPE constants, and name=... of any *Spec(...) or
-    spec_from(...) call."""
+    """NAME/VLLM_METHOD/SPECULATORS_TYPE constants, and name=... (vllm_method=, aliases=, ...)
+    of any *Spec(...) or spec_from(...) call."""
     out: set[str] = set()
     for node in mod.tree.body:
         if isinstance(node, ast.Assign) and _str_const(node.value) is not None and any(
@@ -579,6 +712,8 @@ def _declared_names(mod: Module) -> set[str]:
         if isinstance(node, ast.Call) and _builds_spec(node):
             out.update(_norm(v) for kw in node.keywords if kw.arg in SPEC_NAME_FIELDS
                        and (v := _str_const(kw.value)) is not None)
+            out.update(_norm(v) for kw in node.keywords if kw.arg == SPEC_ALIASES_FIELD
+                       for v in _strings(kw.value, {}))
     return out
 
 
@@ -622,20 +757,6 @@ def _class_attrs(tree: ast.AST, only: str = "") -> set[str]:
     return out
 
 
-def _aliases(pkg: Module | None, names: set[str]) -> set[str]:
-    """Keys of dict literals in methods/__init__ that map to method names or method modules."""
-    out: set[str] = set()
-    for node in ast.walk(pkg.tree) if pkg else ():
-        if not isinstance(node, ast.Dict) or not node.keys:
-            continue
-        pairs = [(_str_const(k), _str_const(v)) for k, v in zip(node.keys, node.values,
-                                                                  strict=True)]
-        if all(k and v and (_norm(v) in names or v.startswith(METHODS_PKG + "."))
-               for k, v in pairs):
-            out.update(_norm(k) for k, _ in pairs)
-    return out
-
-
 def _lookups(pkg: Module | None) -> set[str]:
     """Functions of methods/__init__ that return a module or a method spec (by annotation)."""
     out = {f"{METHODS_PKG}.get", f"{METHODS_PKG}.for_speculators_type"}
@@ -662,7 +783,6 @@ def method_facts(mods: dict[str, Module]) -> MethodFacts:
             modules.add(mod.name)
             attrs |= _public_toplevel(mod.tree)
     pkg = mods.get(METHODS_PKG)
-    names |= _aliases(pkg, names)
     return MethodFacts(frozenset(names), frozenset(attrs - elsewhere), frozenset(modules),
                        frozenset(_lookups(pkg)))
 
@@ -1079,7 +1199,7 @@ def _own_function_imports(mod: Module, mods: dict[str, Module]
             if not (src == ROOT_PKG or src.startswith(ROOT_PKG + ".")):
                 continue
             targets = sorted({f"{src}.{a.name}" if f"{src}.{a.name}" in mods
-                              else api.get(a.name, src) if src == ROOT_PKG else src
+                              else api.get(a.name, src) if src == API_MODULE else src
                               for a in node.names})
         if targets:
             yield node, targets
@@ -1115,6 +1235,7 @@ def check(root: Path | str) -> list[Violation]:
                              "*Spec(name=...) calls) in speckit/core/methods; the method rules "
                              "would check nothing"))
     for rule in (check_layers(mods), check_siblings(mods), check_hub_client(mods),
+                 check_links(mods), check_dynamic_imports(mods),
                  check_private(mods), check_cycles(mods),
                  check_method_names(mods, facts), check_method_probes(mods, facts),
                  check_core_purity(mods), check_method_pickers(mods), check_vocab_checks(mods),

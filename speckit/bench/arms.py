@@ -102,8 +102,8 @@ def synthetic_arms(dep: Deployment, opts: BenchOptions) -> list[Arm]:
     for al in opts.synthetic_al:
         fit = [k for k in ks if al <= k + 1]
         if not fit:
-            raise UsageError(f"--synthetic-al {al:g}: above k + 1 for every -k ({ks})",
-                             hint="vLLM forces an AL in [1, k + 1]; raise -k")
+            raise UsageError(f"--synthetic-al {al:g}: above k + 1 for every --sweep k ({ks})",
+                             hint="vLLM forces an AL in [1, k + 1]; add a larger k to --sweep")
         for k in fit:
             cfg = speculative_config(method=str(dep.method), k=k, draft=_s(dep.draft_path),
                                      draft_config=dep.draft_config, tp=dep.tp)

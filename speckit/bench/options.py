@@ -10,13 +10,13 @@ from pathlib import Path
 from typing import Any
 
 from speckit.bench.endpoint import Endpoint
-from speckit.core import PACKAGE_DIR
+from speckit.core import PACKAGE_DIR, methods
 from speckit.core.plan.schedule import check_schedule
 from speckit.errors import UsageError
 
 CODE_EDIT = PACKAGE_DIR / "data" / "prompts" / "code_edit.jsonl"
 DATASET_ALIASES = {"code-edit": CODE_EDIT}  # the repetitive workload untrained methods suit
-UNTRAINED = ("ngram", "suffix")
+UNTRAINED = tuple(s.name for s in methods.all_specs() if not s.has_checkpoint)  # ngram, suffix
 # what an untrained method needs beyond vLLM: (import name, distribution, install line)
 UNTRAINED_NEEDS = {"suffix": ("arctic_inference", "arctic-inference",
                               "pip install 'speckit[bench]' (or pip install arctic-inference)")}

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from speckit.bench.options import UNTRAINED
 from speckit.core import methods as _methods
 from speckit.core.gpus import get_gpu
 from speckit.core.plan import fit as _fit
@@ -147,8 +148,8 @@ def fit_bench_profile(report: str | Path, *, out: str | Path | None = None,
         raise UsageError(f"{path}: {len(steps)} step times (baseline, static-k and synthetic "
                          "rows with a TPOT at the first temperature); the fit needs a baseline "
                          "and a static k (or --synthetic-al) at two or more concurrencies",
-                         hint="bench with --concurrency 1,2,4,8 and -k (not only --untrained, "
-                         "--schedule or --request-rate)")
+                         hint="bench with --concurrencies 1,2,4,8 and --sweep (not only "
+                         "--untrained, --schedule or --request-rate)")
     name = gpu or (rep.get("options") or {}).get("gpu")
     if not name:
         raise UsageError("which GPU's datasheet rates should the fitted fractions scale?",
@@ -226,7 +227,7 @@ def _refs(rep: dict[str, Any], target: str | None, draft: str | None, *,
     cfgs = rep.get("spec_configs") or {}
     d = draft or next((c.get("model") for arm, c in cfgs.items()
                        if isinstance(c, dict) and c.get("model") and not arm.startswith(
-                           ("ngram", "suffix"))), None) or rep.get("draft")
+                           UNTRAINED)), None) or rep.get("draft")
     return str(t), (str(d) if d else None)
 
 

@@ -12,6 +12,7 @@ from speckit.bench.stats import Spread
 from speckit.core.context import context_table
 from speckit.core.evidence import CANNOT_TELL, DOES_NOT_PAY, Interval
 from speckit.core.jsonable import to_jsonable
+from speckit.core.specconfig import SERVE_COMMAND_FILE, serve_script
 from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.output import write_provenance
@@ -27,10 +28,12 @@ def write_files(report: BenchReport, out: Path) -> None:
                                               + "\n")
         report.files["spec_config"] = "spec-config.json"
     line_arm = _serve_arm(report)
-    if line_arm is not None:  # a text file: speckit writes no scripts
+    if line_arm is not None:  # validate's file name and header; not made executable
         line = " ".join(shlex.quote(a) for a in report.serve_lines[line_arm])
-        (out / "serve-line.txt").write_text(line + "\n")
-        report.files["serve_line"] = "serve-line.txt"
+        said = [] if line_arm == report.recommended else [
+            "the target alone: speculation did not pay, or could not be told to, here"]
+        (out / SERVE_COMMAND_FILE).write_text(serve_script(line, by="bench", comments=said))
+        report.files["serve_command"] = SERVE_COMMAND_FILE
     report.files.update(write_plots(report, out))
     # the marker that lets a later `bench --force` replace this directory
     report.files["provenance"] = write_provenance(

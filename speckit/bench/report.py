@@ -1,6 +1,6 @@
 """The bench result: every cell as measured, the per-cell summary over seeds with its spread and
 ratio to baseline, the k each concurrency should use (measured beside projected), and the files
-(report.json, report.md, plots, spec-config.json, serve-line.txt).
+(report.json, report.md, plots, spec-config.json, serve-command.sh).
 """
 
 from __future__ import annotations
@@ -271,7 +271,7 @@ def context_acceptance(report: BenchReport, opts: BenchOptions) -> None:
 
 # ---- does speculation pay? ---------------------------------------------------------------------
 
-MORE_SEEDS = "more seeds per cell (--seeds 0,1,2,...)"
+MORE_SEEDS = "more runs per cell (--repeats 3 or more)"
 
 
 def verdict(report: BenchReport, opts: BenchOptions) -> SpeculationVerdict:

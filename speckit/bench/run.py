@@ -276,18 +276,18 @@ def check_options(opts: BenchOptions) -> None:
             Endpoint.parse(url, flag=flag)  # a UsageError before anything runs
     if opts.endpoint and (opts.ks or opts.schedule or opts.untrained or opts.draft
                           or opts.synthetic_al):
-        raise UsageError("-k/--schedule/--untrained/--draft/--synthetic-al configure servers "
+        raise UsageError("--sweep/--schedule/--untrained/--draft/--synthetic-al configure servers "
                          "speckit starts; with --endpoint the server's own configuration is "
                          "measured")
     if any(not al >= 1.0 for al in opts.synthetic_al):
         raise UsageError(f"--synthetic-al {opts.synthetic_al}: an acceptance length is >= 1 "
                          "(1 accepts no draft token)")
     if not opts.concurrencies and not opts.rates:
-        raise UsageError("nothing to measure: pass --concurrency and/or --request-rate")
+        raise UsageError("nothing to measure: pass --concurrencies and/or --request-rate")
     if any(c < 1 for c in opts.concurrencies) or any(r <= 0 for r in opts.rates):
-        raise UsageError("--concurrency values must be >= 1 and --request-rate values > 0")
+        raise UsageError("--concurrencies values must be >= 1 and --request-rate values > 0")
     if not opts.seeds or not opts.temperatures:
-        raise UsageError("--seeds and --temperature need at least one value")
+        raise UsageError("--repeats and --temperatures need at least one value")
     for name, v in (("--max-tokens", opts.max_tokens), ("--output-len", opts.output_len),
                     ("--input-len", opts.input_len), ("--prompts-per-concurrency",
                                                        opts.prompts_per_concurrency)):

@@ -12,7 +12,7 @@ import sys
 import click
 
 from speckit import __version__
-from speckit.cli._common import report_error
+from speckit.cli._common import SuggestingGroup, report_error
 
 # command name -> (module, attribute); imported only when that command runs or --help lists it
 _COMMANDS = {
@@ -32,7 +32,7 @@ _COMMANDS = {
 }
 
 
-class _LazyGroup(click.Group):
+class _LazyGroup(SuggestingGroup):
     def main(self, args=None, prog_name=None, **extra):
         """click's own usage errors in speckit's format (error: + hint:, JSON with --json)."""
         argv = list(sys.argv[1:] if args is None else args)
@@ -42,31 +42,29 @@ class _LazyGroup(click.Group):
         except click.ClickException as e:
             sub = next((a for a in argv if a in _COMMANDS), None)
             report_error(e.format_message(), exit_code=e.exit_code, json_mode="--json" in argv,
-                         hint=f"see `speckit {sub + ' ' if sub else ''}--help`")
+                         hint=getattr(e, "hint", None)
+                         or f"see `speckit {sub + ' ' if sub else ''}--help`")
         except click.Abort:
             report_error("interrupted", hint="nothing half-written was left; run it again",
                          exit_code=130, json_mode="--json" in argv)
         sys.exit(rc if isinstance(rc, int) else 0)
 
     def list_commands(self, ctx):
-        return [n for n in _COMMANDS if self.get_command(ctx, n) is not None]
+        return list(_COMMANDS)
 
     def get_command(self, ctx, name):
         if name not in _COMMANDS:
             return None
         mod, attr = _COMMANDS[name]
-        try:
-            return getattr(importlib.import_module(mod), attr)
-        except ModuleNotFoundError as e:
-            if e.name == mod:  # command not built yet
-                return None
-            raise
+        return getattr(importlib.import_module(mod), attr)
 
 
-@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},
+             help="Speculative-decoding drafts for vLLM: " + ", ".join(_COMMANDS) + ".")
 @click.version_option(__version__, prog_name="speckit")
 def main() -> None:
-    """Speculative-decoding drafts for vLLM: fetch, convert, quantize, plan, validate, push."""
+    # the group itself does nothing: each subcommand (listed in its help) does the work
+    pass
 
 
 if __name__ == "__main__":

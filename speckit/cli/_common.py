@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import functools
 import json
 import os
@@ -22,12 +23,20 @@ from speckit.errors import (
     UsageError,
 )
 
-__all__ = ["default_hint", "handle_errors", "help_command", "print_json", "progress_enabled",
-           "progress_mode", "report_error", "to_jsonable"]
+__all__ = ["SuggestingGroup", "default_hint", "handle_errors", "help_command", "print_json",
+           "progress_enabled", "progress_mode", "report_error", "to_jsonable"]
 
 
 def print_json(obj: Any) -> None:
     click.echo(json.dumps(to_jsonable(obj), indent=2))
+
+
+def show(result: Any, *, json_mode: bool, render: Callable[[Any], None]) -> None:
+    """A command's result: as JSON with --json, else through the command's renderer."""
+    if json_mode:
+        print_json(result)
+    else:
+        render(result)
 
 
 # what to do when an error carries no hint of its own, by class (most specific first)
@@ -112,6 +121,30 @@ def progress_mode(json_mode: bool, quiet: bool) -> bool | str:
     if json_mode or quiet:
         return False
     return True if sys.stderr.isatty() else "lines"
+
+
+class NoSuchCommand(click.UsageError):
+    """An unknown subcommand, with the hint that names the closest ones."""
+
+    def __init__(self, message: str, hint: str, ctx: click.Context | None = None) -> None:
+        super().__init__(message, ctx)
+        self.hint = hint
+
+
+class SuggestingGroup(click.Group):
+    """A group whose unknown subcommand gets "did you mean" (difflib over its commands)."""
+
+    def resolve_command(self, ctx: click.Context, args: list[str]):
+        name = args[0] if args else ""
+        known = self.list_commands(ctx)
+        if name and not name.startswith("-") and name not in known:
+            where = ctx.command_path
+            close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+            said = f"did you mean {' or '.join(f'`{where} {c}`' for c in close)}? " if close \
+                else ""
+            raise NoSuchCommand(f"no command {name!r} in `{where}`",
+                                hint=f"{said}`{where} --help` lists {', '.join(known)}", ctx=ctx)
+        return super().resolve_command(ctx, args)
 
 
 def parse_engine_args(items: tuple[str, ...] | list[str]) -> dict[str, Any]:

@@ -1,81 +1,475 @@
-"""The options several commands share, spelled once (as huggingface_hub's CLI defines RepoIdArg,
-RevisionOpt and TokenOpt once): the flags, destination and type are fixed here; a command adds
-only what differs for it (its help text, a default).
+"""The option table: one definition per flag name (spellings, destination, click type, one value or
+many, default, help), and every command takes its shared flags from it (as huggingface_hub's CLI
+defines RepoIdArg, RevisionOpt and TokenOpt once).
+
+A command asks for a flag by name (``opt = options_for("validate")``, then ``@opt("out")``); what
+differs by command is recorded here too: a default (with the reason beside it) and a sentence on
+what that command does with the flag. A flag only one command has is defined in that command's
+module and named in COMMAND_ONLY; an old spelling that still works for one release is an ALIASES
+row (it prints a deprecation note on stderr). tests/cli/test_option_table.py walks every command
+and fails on a flag name with two types, arities or defaults, or one not taken from here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import click
+from click.core import ParameterSource
+
+from speckit.core import methods
+from speckit.core.methods.detect import LAYOUT_SPECS
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
 
-def json_option(what: str = "the result") -> Decorator:
-    return click.option("--json", "json_mode", is_flag=True, help=f"Print {what} as JSON.")
+class CommaList(click.ParamType):
+    """Comma-separated numbers ("1,2,3") -> a list; every value at least ``lo``."""
+
+    def __init__(self, kind: type = int, lo: float | None = None) -> None:
+        self.kind, self.lo = kind, lo
+        self.name = f"{kind.__name__}-list"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CommaList) and (other.kind, other.lo) == (self.kind, self.lo)
+
+    def __hash__(self) -> int:
+        return hash((self.kind, self.lo))
+
+    def __repr__(self) -> str:
+        return f"CommaList({self.kind.__name__}, lo={self.lo})"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> list[Any]:
+        if isinstance(value, (list, tuple)):
+            return list(value)
+        what = "integers" if self.kind is int else "numbers"
+        try:
+            out = [self.kind(x) for x in str(value).replace(" ", "").split(",") if x]
+        except ValueError:
+            self.fail(f"{value!r}: expected comma-separated {what}, e.g. 1,2,3", param, ctx)
+        if self.lo is not None and any(x < self.lo for x in out):
+            self.fail(f"{value!r}: every value must be >= {self.lo:g}", param, ctx)
+        return out
 
 
-def quiet_option(help: str = "No progress output (results still print).") -> Decorator:
-    return click.option("-q", "--quiet", is_flag=True, help=help)
+@dataclass(frozen=True)
+class Flag:
+    """One flag's meaning, the same in every command that takes it."""
+
+    decls: tuple[str, ...]  # its spellings, short first
+    dest: str  # the parameter name the command function receives
+    help: str
+    type: Any = None  # a click type; None: text (or a switch when is_flag)
+    default: Any = None
+    is_flag: bool = False
+    multiple: bool = False  # repeatable: the values come as a tuple
+    metavar: str | None = None
+    flag_value: Any = None  # given without a value (--thinking alone means "on")
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # command -> its own default
+    notes: Mapping[str, str] = field(default_factory=dict)  # command -> what it does with it
+    lists: bool = False  # help and notes name {methods}, {vllm_methods}, ... (method_lists)
+
+    def default_for(self, command: str) -> Any:
+        return self.defaults.get(command, self.default)
 
 
-def out_option(help: str, **kw: Any) -> Decorator:
-    return click.option("-o", "--out", type=click.Path(file_okay=False), help=help, **kw)
+_PATH_DIR = click.Path(file_okay=False)
+_PROFILE = click.Path(dir_okay=False, exists=True)
+_DATASETS = ("mixed, math, code, chat, humaneval, mtbench, gsm8k, math500, mbpp, or a .jsonl file "
+             "with a prompt or messages field")
+TRAIN = ("train eagle3", "train dflash")
+
+FLAGS: dict[str, Flag] = {f.dest: f for f in (
+    # ---- output and reporting ----
+    Flag(("--json",), "json_mode", "Print the result as JSON (no progress output).", is_flag=True),
+    Flag(("-q", "--quiet"), "quiet", "Quiet: no progress output; the result still prints.",
+         is_flag=True, notes={"doctor": "doctor's result is then what --for finds missing; the "
+                                        "exit status says the rest."}),
+    Flag(("-o", "--out"), "out", "Output directory.", type=_PATH_DIR,
+         defaults={"demo": "speckit-demo"},  # the demo reuses one directory run after run
+         notes={"fetch": "Place the files here instead of the Hugging Face cache.",
+                "convert": "Default: ./<src name>-speculator.<method>.",
+                "quantize": "Default: <CKPT>-<scheme> in the current directory.",
+                "validate": "Writes spec-config.json, serve-command.sh, report.json, report.md, "
+                            "plots, logs.",
+                "bench": "Writes report.json, report.md, plots, spec-config.json, "
+                         "serve-command.sh, logs.",
+                "demo": "The FP8 draft and the validate report go here.",
+                "train eagle3": "The trained draft (speculators layout).",
+                "train dflash": "The trained draft (speculators dflash layout)."}),
+    Flag(("--force",), "force", "Replace an output that already exists (one speckit wrote).",
+         is_flag=True,
+         notes={"registry add": "Replaces the user registry's entry of the same id.",
+                "train eagle3": "Replaces OUT and starts over.",
+                "train dflash": "Replaces OUT and starts over.",
+                "quantize": "Re-quantizing an already quantized input is --requantize."}),
+    Flag(("--dry-run",), "dry_run", "Show what would be done; change nothing.", is_flag=True,
+         notes={"fetch": "Lists what would be downloaded, with sizes.",
+                "push": "Prints the file list and the card; uploads nothing."}),
+    # ---- what is measured ----
+    Flag(("-t", "--target"), "target", "Target model: a checkpoint directory, a registry id or a "
+         "Hub repo.", metavar="TARGET",
+         notes={"registry list": "Here a filter: drafts whose target repo contains this "
+                                 "(case-insensitive).",
+                "registry resolve": "A Hub repo id, e.g. Qwen/Qwen3-8B (exact match).",
+                "inspect": "Only its config.json is read, to check the pairing: hidden size, "
+                           "vocab, aux layers on its depth.",
+                "convert": "Only its config.json and, when the draft borrows them, its "
+                           "embedding/lm_head rows are read. Not needed for native MTP.",
+                "plan": "Read header-only. Default: the registry draft's target.",
+                "push": "The Hub repo id written as base_model, when the checkpoint does not "
+                        "name it.",
+                "train eagle3": "A checkpoint directory or a built-in target id "
+                                "(smollm2-135m-instruct).",
+                "train dflash": "A checkpoint directory or a built-in target id "
+                                "(smollm2-135m-instruct).",
+                "bench": "speckit starts `vllm serve` for each arm."}),
+    Flag(("-d", "--draft"), "draft", "Draft checkpoint: a directory, a registry id or a Hub repo.",
+         metavar="DRAFT",
+         notes={"demo": "A directory or a bundled draft's id (e.g. smollm2-135m-dflash) instead "
+                        "of the bundled EAGLE-3 draft."}),
+    Flag(("-m", "--method"), "method", "Speculative method: {methods} (default: detected from "
+         "the draft).", lists=True,
+         notes={"registry list": "Here a filter: drafts of this vLLM method ({vllm_methods}).",
+                "registry resolve": "Here a filter: drafts of this vLLM method "
+                                    "({vllm_methods}).",
+                "convert": "The method the source must be (auto: any of {convertible})."}),
+    Flag(("-k", "--num-speculative-tokens"), "k", "Draft tokens per step (num_speculative_tokens); "
+         "one value (--sweep compares several).", type=int,
+         notes={"plan": "Default: the draft's own.",
+                "validate": "Default: the draft's recorded k, else the method's usual one.",
+                "convert": "Written into the config. Default: what the source records, else the "
+                           "method's rule (block size for DSpark, block_size-1 for DFlash)."}),
+    Flag(("--sweep",), "sweep", "k values to compare, comma-separated.", type=CommaList(int, 1),
+         metavar="K1,K2,...", defaults={"demo": "1,2,3"},  # the demo always sweeps
+         notes={"validate": "Measures the largest, derives the rest, recommends and confirms "
+                            "the best (at most 3 engine starts).",
+                "bench": "Serves each k as its own arm."}),
+    Flag(("--dataset",), "dataset", f"Prompts: {_DATASETS}.", default="mixed",
+         notes={"bench": "Also code-edit."}),
+    Flag(("--num-prompts",), "num_prompts", "Prompts measured.", type=int, default=32,
+         defaults={"demo": 8}),  # the demo stays within minutes on two CPU cores
+    Flag(("--max-tokens",), "max_tokens", "Most tokens generated per prompt.", type=int,
+         default=128,
+         defaults={"demo": 48,  # minutes on two CPU cores
+                   "train eagle3": 512, "train dflash": 512},  # whole answers to learn from
+         notes={"train eagle3": "The longest on-policy answer.",
+                "train dflash": "The longest on-policy answer (data stage)."}),
+    Flag(("--concurrency",), "concurrency", "Requests in flight (vLLM max_num_seqs); one value "
+         "(bench --concurrencies takes several).", type=int, default=1,
+         defaults={"registry resolve": None},  # None: vLLM's default for the GPU
+         notes={"registry resolve": "Default: vLLM's for the GPU.",
+                "validate": "During the timed runs."}),
+    Flag(("--thinking",), "thinking", "enable_thinking for chat templates with the switch: off, "
+         "on (the flag alone), or both (bench measures each; validate measures one).",
+         type=click.Choice(["off", "on", "both"]), default="off", flag_value="on",
+         metavar="[off|on|both]"),
+    Flag(("--seed",), "seed", "Random seed.", type=int, default=0,
+         notes={"bench": "The first seed of each cell; --repeats seeds in a row."}),
+    # ---- the engine ----
+    Flag(("--tp", "--tensor-parallel-size"), "tp", "Tensor parallel size.", type=int, default=1),
+    Flag(("--engine-arg",), "engine_arg", "A vLLM engine argument KEY=VALUE (repeatable), e.g. "
+         "gpu_memory_utilization=0.85.", multiple=True, metavar="KEY=VALUE",
+         notes={"validate": "Passed to vllm.LLM as is.",
+                "bench": "Passed to vllm serve as --KEY VALUE."}),
+    Flag(("--cpu-threads",), "cpu_threads", "OpenMP threads of a CPU engine when OMP_NUM_THREADS "
+         "is not set (0: vLLM's own choice, all cores; spin-waiting threads are slow on a shared "
+         "machine).", type=int, default=1),
+    Flag(("--gpu",), "gpu", "A GPU of the catalog (speckit plan --gpu names; default H200).",
+         defaults={"demo": "mi300x"},  # the demo plans the deployment its README shows
+         notes={"plan": "An unknown name lists the catalog.",
+                "registry resolve": "Each draft is checked on it.",
+                "push": "Adds `speckit plan`'s verdict for it to the card.",
+                "bench": "The GPU of the projected column."}),
+    Flag(("--profile-out",), "profile_out", "Where the GPU profile (JSON) is written.",
+         type=click.Path(dir_okay=False),
+         notes={"calibrate": "Default: $XDG_CONFIG_HOME/speckit/gpu_profiles/<GPU>.json, which "
+                             "plan and validate --serve-gpu then use for that GPU.",
+                "bench": "With --fit-profile (default: beside the report)."}),
+    Flag(("--gpu-profile",), "gpu_profile", "A GPU profile from `speckit calibrate` (step-model "
+         "constants fitted on that GPU) instead of the shipped H200 fit.", type=_PROFILE,
+         notes={"validate": "For the --serve-gpu projection (default: the one calibrate wrote "
+                            "for that GPU)."}),
+    # ---- the Hub and the files read ----
+    Flag(("--revision",), "revision", "A Hub revision: branch, tag or commit.",
+         notes={"fetch": "Default: the registry pin, else main.",
+                "registry add": "The one to pin (default: main's head commit).",
+                "plan": "Of the target.",
+                "push": "The branch committed to (created from main when missing); with "
+                        "--create-pr, the branch the pull request targets."}),
+    Flag(("--token",), "token", "Hub token (default: HF_TOKEN, else the one `hf auth login` "
+         "saved).", notes={"registry add": "For a private repo.", "push": "With write access."}),
+    Flag(("--registry",), "registry_files", "Extra registry TOML layered on top of the built-in "
+         "one, the config-dir file and $SPECKIT_REGISTRY (repeatable; later files override "
+         "earlier ones by id).", type=click.Path(dir_okay=False, path_type=Path), multiple=True,
+         metavar="FILE"),
+    Flag(("--provider",), "provider", "Provider name.",
+         notes={"registry add": "Default: the repo's namespace.",
+                "registry list": "Here a filter (case-insensitive substring, e.g. 'redhat')."}),
+    Flag(("--allow-pickle",), "allow_pickle", "Read pytorch_model*.bin / mask_embedding.pt "
+         "pickles (torch.load with weights_only=True).", is_flag=True,
+         notes={"fetch": "Fetches them when a repo has no safetensors."}),
+    Flag(("--allow-external-links",), "allow_external_links", "Follow symlinks of checkpoint "
+         "files that point outside the checkpoint directory (and the Hugging Face cache); refused "
+         "by default.", is_flag=True),
+    Flag(("--traffic",), "traffic", "Your traffic: a JSONL of OpenAI-style chat requests, one per "
+         "line ({\"messages\": [...]}, optionally ending with the assistant's reply; optional "
+         "category, temperature, enable_thinking, language). Bad lines are skipped and counted. "
+         "See docs/traffic.md.", type=click.Path(dir_okay=False), metavar="FILE",
+         notes={"inspect": "Summarises it and measures the share of its target tokens the "
+                           "draft's vocabulary can propose (the replies' tokens when it has them, "
+                           "else the prompts'); the tokenizer is --target's, else the target the "
+                           "draft records. No engine.",
+                "validate": "Instead of --dataset: up to --num-prompts of its requests, taken in "
+                            "turn from each context bucket; the report adds its summary, the "
+                            "draft's vocabulary coverage and the AL by context, and --serve-gpu "
+                            "schedules for its context mix. No prompt text is written to --out.",
+                "bench": "Instead of --dataset: its requests, taken in turn from each context "
+                         "bucket; the report adds its summary and each arm's AL by context (from "
+                         "vLLM's per-request summaries).",
+                "plan": "Its context mix replaces --context: the projection averages each "
+                        "concurrency's ratio over the mix, picks the k schedule for it and adds "
+                        "the (concurrency x context) best-k table. Needs --acceptance-from, "
+                        "--acceptance or --al."}),
+    # ---- drafts and training ----
+    Flag(("--aux-layers",), "aux_layers", "Target layers the draft reads (k = the residual "
+         "stream entering target layer k; 0 = the embeddings), e.g. 2,15,28.",
+         type=CommaList(int, 0), metavar="L1,L2,...",
+         notes={"convert": "Default: what the source records.",
+                "train eagle3": "Default: vLLM's 2, L/2, L-3.",
+                "train dflash": "Default: eagle3's default, or the ids the --data-dir shards "
+                                "hold."}),
+    Flag(("--mask-token-id",), "mask_token_id", "Token fed to the mask slots of a DFlash / "
+         "P-EAGLE draft.", type=click.IntRange(min=0),
+         notes={"convert": "For drafts whose config lacks it.",
+                "train dflash": "Default: an unused special token."}),
+    Flag(("--device",), "device", "Where the work runs (default: cuda when available).",
+         type=click.Choice(["cpu", "cuda"]),
+         defaults={"quantize": "cpu"},  # the numerics are identical; cpu needs no GPU memory
+         notes={"quantize": "The output is identical on either."}),
+    Flag(("--prompts",), "prompts", "Comma-separated prompt sources: speckit-mix (speckit's own "
+         "templates; speckit-mix:chat+code for some of its sets), target-asks[:N], humaneval, "
+         "mtbench, or a .jsonl/.txt file. validate's built-in prompts are always held out.",
+         default="speckit-mix", metavar="SOURCES"),
+    Flag(("--samples",), "samples", "Training conversations.", type=int, default=2000),
+    Flag(("--epochs",), "epochs", "Training epochs.", type=int, default=3),
+    Flag(("--lr",), "lr", "Peak learning rate.", type=float, default=1e-3,
+         defaults={"train dflash": 6e-4}),  # a deeper draft, as DFlash is published
+    Flag(("--layers",), "layers", "Decoder layers of the draft.", type=click.IntRange(min=1),
+         default=1, defaults={"train dflash": 3},  # DFlash drafts several tokens per pass
+         notes={"train eagle3": "Layer 0 reads [embedding ; hidden state], the others are plain "
+                                "Llama layers (vLLM's llama_eagle3 runs any number)."}),
+    Flag(("--batch-tokens",), "batch_tokens", "Padded tokens per batch (default 16384 on cuda, "
+         "2048 on cpu).", type=int),
+    Flag(("--val-fraction",), "val_fraction", "Share of captured conversations held out of "
+         "training.", type=float, default=0.02,
+         notes={"train eagle3": "For a held-out loss/top-1 per epoch.",
+                "train dflash": "For the acceptance simulator."}),
+    Flag(("--engine",), "engine", "Who generates the answers in the data stage (auto: vLLM on "
+         "CPU when installed).", type=click.Choice(["auto", "vllm", "transformers"]),
+         default="auto"),
+    Flag(("--work-dir",), "work_dir", "Data shards and checkpoints (default: OUT.work beside "
+         "OUT).", type=_PATH_DIR),
+    Flag(("--resume",), "resume", "Continue from the latest checkpoint in --work-dir.",
+         is_flag=True),
+    Flag(("--max-minutes",), "max_minutes", "Cap the training loop's wall time in minutes (0: no "
+         "cap).", type=float, default=0.0,
+         notes={"train eagle3": "Fewer epochs when they would not fit.",
+                "train dflash": "Stops at the first step past it, then evaluates and exports."}),
+)}
 
 
-def force_option(help: str) -> Decorator:
-    return click.option("--force", is_flag=True, help=help)
+# flags only one command has: defined in that command's module, recorded here so that a second
+# command taking the same name must move it into FLAGS
+COMMAND_ONLY: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
+    "speckit": "--version",
+    "registry add": "--id --file --shadows-builtin",
+    "registry list": "--kind --all",
+    "registry resolve": "",
+    "registry show": "",
+    "fetch": "--with-target --cache-dir --lock --verify --update-lock --role",
+    "inspect": "",
+    "convert": "--drop --max-shard-size",
+    "quantize": "--format --mxfp4 --mxfp4-w4a4 --fp8 --nvfp4 --per-tensor-static --calib-target "
+                "--exclude --target-layers --strict --requantize",
+    "plan": "--gpu-mem-gib --gpu-file --draft-tp --gpu-memory-utilization --max-model-len "
+            "--max-num-seqs --max-num-batched-tokens --kv-cache-dtype --draft-quant "
+            "--kv-cache-memory-bytes --enforce-eager --draft-revision --acceptance "
+            "--acceptance-kind --al --context --acceptance-from",
+    "validate": "--temperature --compare-draft --force-start --no-confirm --timeout --batch-sizes "
+                "--serve-gpu --serve-tp --compare-acceptance-only --compare-timed "
+                "--compare-budget",
+    "train eagle3": "--draft-vocab --shared-lm-head --fc-norm --ttt-steps --step-decay --holdout "
+                    "--eval-every --eval-k --save-every --fsdp --nproc --grad-accum "
+                    "--data-order-seed --gen-batch --answers --select-prompts --soft-labels "
+                    "--online --data-only",
+    "train dflash": "--data-dir --block-size --blocks-per-seq --init-from --causal --tie-k-norm "
+                    "--per-layer-k-norm --pos-gamma",
+    "demo": "",
+    "push": "--private --create-pr --commit-message --license --report --plan-target",
+    "doctor": "--for --no-network --no-probe",
+    "calibrate": "--budget-s",
+    "bench": "--schedule --untrained --untrained-k --synthetic-al --endpoint --baseline-endpoint "
+             "--concurrencies --request-rate --prompts-per-concurrency "
+             "--warmups-per-concurrency --input-len --output-len --temperatures --repeats --gpus "
+             "--tokenizer --startup-timeout --request-timeout --fit-profile",
+}.items()}
 
 
-def target_option(help: str, **kw: Any) -> Decorator:
-    return click.option("-t", "--target", help=help, **kw)
+class AliasTarget(click.Option):
+    """An option an old spelling (ALIASES) may fill in: given through that spelling, it takes the
+    value from there (a command-only flag that an alias names is declared with this class)."""
+
+    def handle_parse_result(self, ctx: click.Context, opts: Mapping[str, Any],
+                            args: list[str]) -> tuple[Any, list[str]]:
+        value, args = super().handle_parse_result(ctx, opts, args)
+        aliased = ctx.meta.get(_ALIASED, {})
+        if self.name in aliased and self.name not in opts:
+            value = ctx.params[self.name] = self.type_cast_value(ctx, aliased[self.name])
+            ctx.set_parameter_source(self.name, ParameterSource.COMMANDLINE)
+        return value, args
 
 
-def draft_option(help: str = "Draft checkpoint: directory, registry id or Hub repo.",
-                 **kw: Any) -> Decorator:
-    return click.option("-d", "--draft", help=help, **kw)
+class TableOption(AliasTarget):
+    """An option built from FLAGS (the test finds the table's own by this class)."""
+
+    def __init__(self, *args: Any, flag_name: str, command: str, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.flag_name, self.command = flag_name, command
 
 
-def method_option(help: str = "Speculative method (default: detected from the draft).",
-                  **kw: Any) -> Decorator:
-    return click.option("-m", "--method", help=help, **kw)
+def options_for(command: str) -> Callable[..., Decorator]:
+    """``opt(name, required=False)``: the click option FLAGS[name] as ``command`` takes it."""
+
+    def opt(name: str, *, required: bool = False) -> Decorator:
+        f = FLAGS[name]
+        note = f.notes.get(command)
+        text = f.help + (" " + note if note else "")
+        kw: dict[str, Any] = {"help": text.format_map(method_lists()) if f.lists else text,
+                              "metavar": f.metavar, "multiple": f.multiple, "required": required}
+        if f.is_flag:
+            kw["is_flag"] = True
+        else:
+            default = f.default_for(command)
+            kw.update(type=f.type, default=default, show_default=default is not None)
+            if f.flag_value is not None:
+                kw.update(is_flag=False, flag_value=f.flag_value)
+        return click.option(*f.decls, f.dest, cls=TableOption, flag_name=name, command=command,
+                            **kw)
+
+    return opt
 
 
-def k_option(help: str, dest: str = "k", **kw: Any) -> Decorator:
-    return click.option("-k", "--num-speculative-tokens", dest, help=help, **kw)
+# ---- old spellings: one more release, with a note -------------------------------------------
+
+_ALIASED = "speckit.aliased"  # ctx.meta key: flag dest -> value given through an old spelling
 
 
-def tp_option(help: str = "Tensor parallel size.") -> Decorator:
-    return click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1,
-                        show_default=True, help=help)
+@dataclass(frozen=True)
+class Alias:
+    """An old spelling of a command's flag, still taken for one release."""
+
+    decls: tuple[str, ...]
+    use: str  # what to write instead, for the note
+    convert: Callable[[Any], dict[str, Any]]  # its value -> {dest of the new flag(s): value}
+    type: Any = None
+    is_flag: bool = False
 
 
-def engine_arg_option(help: str) -> Decorator:
-    return click.option("--engine-arg", "engine_arg", multiple=True, metavar="KEY=VALUE",
-                        help=help)
+def _same(dest: str) -> Callable[[Any], dict[str, Any]]:
+    return lambda v: {dest: v}
 
 
-def max_tokens_option(default: int, help: str | None = None) -> Decorator:
-    return click.option("--max-tokens", type=int, default=default, show_default=True, help=help)
+def _seeds(text: str) -> dict[str, Any]:
+    seeds = CommaList(int).convert(text, None, None)
+    if not seeds or seeds != list(range(seeds[0], seeds[0] + len(seeds))):
+        raise click.BadParameter(f"--seeds {text!r}: seeds in a row only (the values carry no "
+                                 "meaning)", param_hint="--seeds")
+    return {"seed": seeds[0], "repeats": len(seeds)}
 
 
-def seed_option() -> Decorator:
-    return click.option("--seed", type=int, default=0, show_default=True)
+ALIASES: dict[str, tuple[Alias, ...]] = {
+    "validate": (
+        Alias(("--force",), "--force-start (--force replaces outputs in other commands)",
+              _same("force_start"), is_flag=True),
+        Alias(("--no-thinking",), "--thinking off", lambda v: {"thinking": "off"}, is_flag=True),
+    ),
+    "bench": (
+        Alias(("-k", "--num-speculative-tokens"), "--sweep K1,K2 (-k takes one k elsewhere)",
+              _same("sweep"), type=CommaList(int, 1)),
+        Alias(("--concurrency",), "--concurrencies C1,C2 (--concurrency takes one value "
+              "elsewhere)", _same("concurrencies")),
+        Alias(("--temperature",), "--temperatures T1,T2 (--temperature takes one value "
+              "elsewhere)", _same("temperatures")),
+        Alias(("--seeds",), "--seed S --repeats N", _seeds),
+        Alias(("--thinking-mode",), "--thinking", _same("thinking"),
+              type=click.Choice(["off", "on", "both"])),
+    ),
+    "fetch": (Alias(("--local-dir",), "-o/--out", _same("out"), type=_PATH_DIR),),
+    "calibrate": (Alias(("-o", "--out"), "--profile-out (-o/--out names a directory elsewhere)",
+                        _same("profile_out"), type=click.Path(dir_okay=False)),),
+}
 
 
-def device_option() -> Decorator:
-    return click.option("--device", type=click.Choice(["cpu", "cuda"]), default=None,
-                        help="Default: cuda when available.")
+class AliasOption(click.Option):
+    """A hidden old spelling; its callback says what to write instead and hands the value on."""
+
+    def __init__(self, *args: Any, alias: Alias, command: str, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.alias, self.command = alias, command
 
 
-TRAFFIC_HELP = ("Your traffic: a JSONL of OpenAI-style chat requests, one per line "
-                "({\"messages\": [...]}, optionally ending with the assistant's reply; optional "
-                "category, temperature, enable_thinking, language). Bad lines are skipped and "
-                "counted. See docs/traffic.md.")
+def _note_and_hand_on(ctx: click.Context, param: AliasOption, value: Any) -> None:
+    """Given on the command line: say what to write instead, hand the value to the new flag."""
+    if ctx.get_parameter_source(param.name) is not ParameterSource.COMMANDLINE:
+        return
+    a = param.alias
+    click.echo(f"warning: {'/'.join(a.decls)} is deprecated in speckit {param.command}: use "
+               f"{a.use}; the old spelling goes in the next release", err=True)
+    ctx.meta.setdefault(_ALIASED, {}).update(a.convert(value))
 
 
-def traffic_option(help: str = TRAFFIC_HELP) -> Decorator:
-    return click.option("--traffic", "traffic", metavar="FILE", type=click.Path(dir_okay=False),
-                        help=help)
+def aliases(command: str) -> Decorator:
+    """The command's old spellings (ALIASES), hidden from --help."""
+
+    def add(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for a in ALIASES.get(command, ()):
+            kw: dict[str, Any] = {"is_flag": True} if a.is_flag else {"type": a.type}
+            fn = click.option(*a.decls, "_old_" + a.decls[-1].lstrip("-").replace("-", "_"),
+                              cls=AliasOption, alias=a, command=command, hidden=True,
+                              expose_value=False, callback=_note_and_hand_on, **kw)(fn)
+        return fn
+
+    return add
+
+
+# ---- the method table in help texts and choices ------------------------------------------------
+
+def _join(names: Iterable[str]) -> str:
+    return ", ".join(names)
+
+
+def method_lists() -> dict[str, str]:
+    """The lists of method and layout names help texts give, read from speckit.core.methods
+    (each command reads them when its module is imported: a method module found there is named
+    in every list it belongs to, and no help text spells a method out by hand)."""
+    specs = methods.all_specs()
+    return {
+        "methods": _join(s.name for s in specs),
+        "vllm_methods": _join(methods.vllm_method_names()),
+        "untrained": _join(s.name for s in specs if not s.has_checkpoint),
+        "convertible": _join(methods.convertible_names()),
+        "quantizable": _join(s.name for s in specs
+                             if s.quantizable is not None and s.runtime_module_name is not None),
+        "convert_layouts": _join(layout.name for layout in LAYOUT_SPECS if layout.reader),
+        "quantize_layouts": _join(layout.name for layout in LAYOUT_SPECS if layout.quantizable),
+    }
+
+
+def with_method_lists(command: click.Command) -> click.Command:
+    """A command whose help (its docstring) names {methods}, {convertible}, ... (method_lists)."""
+    command.help = (command.help or "").format_map(method_lists())
+    return command

@@ -9,30 +9,20 @@ from speckit.bench.options import parse_floats, parse_ints, parse_thinking
 from speckit.bench.profile import fit_bench_profile
 from speckit.bench.render import markdown
 from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
-from speckit.cli._options import (
-    draft_option,
-    engine_arg_option,
-    force_option,
-    json_option,
-    k_option,
-    max_tokens_option,
-    method_option,
-    out_option,
-    quiet_option,
-    target_option,
-    tp_option,
-    traffic_option,
-)
+from speckit.cli._options import AliasTarget, aliases, method_lists, options_for
+
+opt = options_for("bench")
 
 
 @click.command("bench")
-@target_option("Target model (speckit starts `vllm serve` for each arm).")
-@draft_option()
-@method_option()
-@k_option("Static k values (num_speculative_tokens), one server each.", dest="ks", metavar="K1,K2")
+@opt("target")
+@opt("draft")
+@opt("method")
+@opt("sweep")
 @click.option("--schedule", help="Also serve a per-batch-size k schedule: 'measured' (best static "
               "k per concurrency), 'projected' (speckit plan for --gpu) or LO-HI:K,... ranges.")
-@click.option("--untrained", metavar="ngram,suffix", help="Untrained methods on the same prompts.")
+@click.option("--untrained", metavar="M1,M2", help="Untrained methods on the same prompts "
+              f"({method_lists()['untrained']}).")
 @click.option("--untrained-k", type=int, default=3, show_default=True)
 @click.option("--synthetic-al", metavar="AL[,AL...]", help="Also serve the draft with vLLM's "
               "synthetic rejection sampler forcing these acceptance lengths (one arm per AL and "
@@ -41,51 +31,50 @@ from speckit.cli._options import (
 @click.option("--endpoint", help="Measure this running vLLM server (never started or stopped); "
               "http://user:pass@host:port sends HTTP Basic auth.")
 @click.option("--baseline-endpoint", help="A running server without speculation to compare to.")
-@click.option("--concurrency", default="1,2,4,8", show_default=True,
-              help="Closed-loop concurrencies (comma-separated; '' for none).")
-@click.option("--request-rate", default="", help="Poisson request rates in requests/s.")
-@click.option("--dataset", default="mixed", show_default=True,
-              help="validate's prompt sets (mixed, math, code, chat, ...), code-edit, or a .jsonl.")
-@traffic_option("Your traffic (a JSONL of chat requests, docs/traffic.md) instead of --dataset: "
-                "its requests, taken in turn from each context bucket; the report adds its "
-                "summary and each arm's AL by context (from vLLM's per-request summaries).")
+@click.option("--concurrencies", default="1,2,4,8", show_default=True, metavar="C1,C2,...",
+              cls=AliasTarget, help="Closed-loop concurrencies, one cell each ('' for none).")
+@click.option("--request-rate", default="", metavar="R1,R2,...",
+              help="Poisson request rates in requests/s, one cell each.")
+@opt("dataset")
+@opt("traffic")
 @click.option("--prompts-per-concurrency", type=int, default=10, show_default=True)
 @click.option("--warmups-per-concurrency", type=int, default=2, show_default=True)
-@max_tokens_option(128)
+@opt("max_tokens")
 @click.option("--input-len", type=int, help="Fixed prompt length in tokens (e.g. 1024).")
 @click.option("--output-len", type=int, help="Fixed output length (ignore_eos), e.g. 1024.")
-@click.option("--temperature", default="0", show_default=True, help="e.g. 0,0.7,1.0")
-@click.option("--thinking-mode", "thinking", type=click.Choice(["off", "on", "both"]),
-              default="off",
-              show_default=True, help="enable_thinking for templates with the switch.")
-@click.option("--seeds", default="0,1", show_default=True,
-              help="Seeds per cell, e.g. 0,1,2 (a ratio's interval needs two or more).")
-@tp_option()
+@click.option("--temperatures", default="0", show_default=True, metavar="T1,T2,...",
+              cls=AliasTarget, help="Sampling temperatures, one cell each, e.g. 0,0.7,1.0.")
+@opt("thinking")
+@opt("seed")
+@click.option("--repeats", type=click.IntRange(min=1), default=2, show_default=True,
+              cls=AliasTarget, help="Runs of each cell, seeds --seed, --seed+1, ... (a ratio's "
+              "interval needs two or more).")
+@opt("tp")
 @click.option("--gpus", type=int, help="GPUs of the deployment, for per-GPU tok/s.")
-@click.option("--gpu", help="Catalog GPU for the projected column (speckit plan --gpu names).")
+@opt("gpu")
 @click.option("--tokenizer", help="Local tokenizer dir (for --input-len with --endpoint).")
-@engine_arg_option("Passed to vllm serve as --KEY VALUE (repeatable).")
+@opt("engine_arg")
 @click.option("--startup-timeout", type=float, default=900, show_default=True)
 @click.option("--request-timeout", type=float, default=600, show_default=True,
               help="Seconds one request may take, its whole streamed answer included.")
-@click.option("--cpu-threads", type=int, default=1, show_default=True,
-              help="OMP_NUM_THREADS of a CPU server (0: leave it to vLLM).")
-@out_option("Write report.json, report.md, plots, spec-config.json, serve-line.txt, logs.")
-@force_option("Replace an existing --out directory.")
+@opt("cpu_threads")
+@opt("out")
+@opt("force")
 @click.option("--fit-profile", "fit_profile", type=click.Path(exists=True),
               metavar="REPORT", help="Runs no load: fit the step-cost model to the step times of "
               "a bench report (report.json or its --out dir) and write a GPU profile for "
               "`speckit plan/validate --gpu-profile` (with --gpu: the GPU that served).")
-@click.option("--profile-out", type=click.Path(dir_okay=False),
-              help="Where --fit-profile writes the profile (default: beside the report).")
-@json_option("the report")
-@quiet_option("No progress output.")
+@opt("profile_out")
+@opt("json_mode")
+@opt("quiet")
+@aliases("bench")
 @handle_errors
-def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, synthetic_al,
-              endpoint, baseline_endpoint, concurrency, request_rate, dataset, traffic,
+def bench_cmd(target, draft, method, sweep, schedule, untrained, untrained_k, synthetic_al,
+              endpoint, baseline_endpoint, concurrencies, request_rate, dataset, traffic,
               prompts_per_concurrency, warmups_per_concurrency, max_tokens, input_len, output_len,
-              temperature, thinking, seeds, tp, gpus, gpu, tokenizer, engine_arg, startup_timeout,
-              request_timeout, cpu_threads, out, force, fit_profile, profile_out, json_mode, quiet):
+              temperatures, thinking, seed, repeats, tp, gpus, gpu, tokenizer, engine_arg,
+              startup_timeout, request_timeout, cpu_threads, out, force, fit_profile, profile_out,
+              json_mode, quiet):
     """Measure a vLLM deployment under online load: tok/s, TTFT/TPOT/ITL, acceptance, ratio to
     baseline, and the k each concurrency should use (measured beside projected).
     With --fit-profile REPORT: turn a report into a GPU profile instead."""
@@ -94,25 +83,24 @@ def bench_cmd(target, draft, method, ks, schedule, untrained, untrained_k, synth
         return
 
     opts = BenchOptions(
-        target=target, draft=draft, method=method, ks=parse_ints(ks, "-k", lo=1),
+        target=target, draft=draft, method=method, ks=list(sweep or []),
         schedule=schedule, untrained=[u for u in (untrained or "").split(",") if u],
         untrained_k=untrained_k, synthetic_al=parse_floats(synthetic_al, "--synthetic-al"),
         tp=tp, engine_args=parse_engine_args(engine_arg),
         startup_timeout_s=startup_timeout, cpu_threads=cpu_threads or None, endpoint=endpoint,
         baseline_endpoint=baseline_endpoint,
-        concurrencies=parse_ints(concurrency, "--concurrency", lo=1),
+        concurrencies=parse_ints(concurrencies, "--concurrencies", lo=1),
         rates=parse_floats(request_rate, "--request-rate"), dataset=dataset, traffic=traffic,
         prompts_per_concurrency=prompts_per_concurrency,
         warmups_per_concurrency=warmups_per_concurrency, max_tokens=max_tokens,
         input_len=input_len, output_len=output_len,
-        temperatures=parse_floats(temperature, "--temperature"),
-        thinking=parse_thinking(thinking), seeds=parse_ints(seeds, "--seeds"), gpus=gpus,
+        temperatures=parse_floats(temperatures, "--temperatures"),
+        thinking=parse_thinking(thinking), seeds=list(range(seed, seed + repeats)), gpus=gpus,
         gpu=gpu, tokenizer=tokenizer, request_timeout_s=request_timeout, out=out)
     report = bench(opts, progress=progress_mode(json_mode, quiet), force=force)
     if json_mode:
         print_json(report)
     else:
-
         click.echo(markdown(report))
 
 

@@ -9,23 +9,24 @@ import click
 
 from speckit.calibrate import calibrate
 from speckit.cli._common import handle_errors, print_json
+from speckit.cli._options import aliases, options_for
+
+opt = options_for("calibrate")
 
 
 @click.command("calibrate")
-@click.option("--out", "-o", type=click.Path(dir_okay=False),
-              help="Where to write the GPU profile (JSON). Default: "
-              "$XDG_CONFIG_HOME/speckit/gpu_profiles/<GPU>.json, which plan and validate "
-              "--serve-gpu then use for that GPU.")
+@opt("profile_out")
 @click.option("--budget-s", type=float, default=100.0, show_default=True,
               help="Stop timing new points after this many seconds.")
-@click.option("--json", "json_mode", is_flag=True, help="Print the result as JSON.")
+@opt("json_mode")
+@aliases("calibrate")
 @handle_errors
-def calibrate_cmd(out, budget_s, json_mode):
+def calibrate_cmd(profile_out, budget_s, json_mode):
     """Fit the step-cost model to this GPU: dense layers, one MoE layer, MLA and GQA attention
     at a few (batch, query width, context) points, in about a minute. Pass the profile to
     `speckit plan --gpu-profile`. Needs a GPU (exits non-zero without one)."""
 
-    res = calibrate(out=out, budget_s=budget_s,
+    res = calibrate(out=profile_out, budget_s=budget_s,
                     log=(lambda s: None) if json_mode else click.echo)
     if json_mode:
         print_json(res)

@@ -9,20 +9,9 @@ import re
 
 import click
 
-from speckit.cli._common import handle_errors, print_json, progress_enabled
+from speckit.cli._common import handle_errors, progress_enabled, show
+from speckit.cli._options import options_for, with_method_lists
 from speckit.convert import DEFAULT_SHARD_BYTES, convert
-from speckit.core import methods
-
-_METHODS = ("auto", *methods.convertible_names())
-
-
-def _ids(ctx, param, value: str | None) -> list[int] | None:
-    if value is None:
-        return None
-    try:
-        return [int(v) for v in value.replace(" ", "").split(",") if v != ""]
-    except ValueError:
-        raise click.BadParameter("expected comma-separated integers, e.g. 2,15,28") from None
 
 
 def _size(ctx, param, value: str | None) -> int | None:
@@ -36,58 +25,46 @@ def _size(ctx, param, value: str | None) -> int | None:
     return int(float(m.group(1)) * base**exp)
 
 
+opt = options_for("convert")
+
+
+@with_method_lists
 @click.command("convert")
 @click.argument("src", metavar="SRC")
-@click.option("--target", "-t", metavar="TARGET",
-              help="The verifier (path, registry id or Hub id). Only its config.json and, when the "
-              "draft borrows them, its embedding/lm_head rows are read. Not needed for native MTP.")
-@click.option("-o", "--out", type=click.Path(file_okay=False),
-              help="Output directory (default: ./<src name>-speculator.<method>).")
-@click.option("-m", "--method", type=click.Choice(_METHODS), default="auto", show_default=True,
-              help="Expected method; auto detects it from the layout.")
-@click.option("--num-speculative-tokens", "-k", type=click.IntRange(min=1),
-              help="Tokens to draft per step (written into the config). Default: what the source "
-              "records, else the method's rule (block size for DSpark, block_size-1 for DFlash).")
-@click.option("--aux-layers", callback=_ids, metavar="IDS",
-              help="Target layers the draft reads, speculators convention (0 = embeddings, k = "
-              "output of layer k-1), e.g. 2,15,28. Default: what the source records.")
-@click.option("--mask-token-id", type=click.IntRange(min=0),
-              help="Mask token id for DFlash/P-EAGLE drafts whose config lacks it.")
+@opt("target")
+@opt("out")
+@opt("method")
+@opt("k")
+@opt("aux_layers")
+@opt("mask_token_id")
 @click.option("--drop", multiple=True, metavar="NAME",
               help="Discard a source tensor on purpose (repeatable; globs work). Recorded in "
               "speckit-provenance.json.")
-@click.option("--force", is_flag=True, help="Replace OUT if it exists.")
-@click.option("--allow-pickle", is_flag=True,
-              help="Read pytorch_model*.bin / mask_embedding.pt (torch.load weights_only=True).")
-@click.option("--allow-external-links", is_flag=True,
-              help="Follow symlinks of checkpoint files that point outside the checkpoint "
-              "directory (and the Hugging Face cache); refused by default.")
+@opt("force")
+@opt("allow_pickle")
+@opt("allow_external_links")
 @click.option("--max-shard-size", callback=_size, metavar="SIZE",
               help="Largest output shard (default 5GB).")
-@click.option("--json", "json_mode", is_flag=True,
-              help="Print the result as JSON; no progress bar.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
+@opt("json_mode")
+@opt("quiet")
 @handle_errors
-def convert_cmd(src, target, out, method, num_speculative_tokens, aux_layers, mask_token_id, drop,
-                force, allow_pickle, allow_external_links, max_shard_size, json_mode, quiet):
+def convert_cmd(src, target, out, method, k, aux_layers, mask_token_id, drop, force, allow_pickle,
+                allow_external_links, max_shard_size, json_mode, quiet):
     """Convert a draft checkpoint SRC to the layout vLLM loads for TARGET.
 
-    Reads SafeAILab and SpecForge EAGLE-3, SpecForge P-EAGLE, z-lab / SpecForge / Laguna DFlash,
-    z-lab DFlash2, SpecForge and DeepSeek DSpark, native MTP heads, Gemma-4 assistants and
-    speculators checkpoints (verified and normalised). Writes safetensors + config.json +
-    speckit-provenance.json into a temporary directory, checks it, then renames it to OUT.
+    Reads drafts of {convertible} in the layouts {convert_layouts} (a speculators
+    checkpoint is verified and normalised; `speckit inspect` names a layout). Writes safetensors
+    + config.json + speckit-provenance.json into a temporary directory, checks it, then renames
+    it to OUT.
     """
-    result = convert(src, target=target, out=out, method=method,
-                     num_speculative_tokens=num_speculative_tokens, aux_layers=aux_layers,
+    result = convert(src, target=target, out=out, method=method or "auto",
+                     num_speculative_tokens=k, aux_layers=aux_layers,
                      mask_token_id=mask_token_id, drop=tuple(drop), force=force,
                      allow_pickle=allow_pickle, allow_external_links=allow_external_links,
                      max_shard_bytes=(DEFAULT_SHARD_BYTES if max_shard_size is None
                                       else max_shard_size),
                      progress=progress_enabled(json_mode or quiet))
-    if json_mode:
-        print_json(result)
-        return
-    render(result)
+    show(result, json_mode=json_mode, render=render)
 
 
 def _human(n: int) -> str:
@@ -104,6 +81,8 @@ def render(r) -> None:
     click.echo(f"  out:        {r.out}")
     if r.verifier:
         click.echo(f"  verifier:   {r.verifier}")
+    if r.target_copy:
+        click.echo(f"  target:     read from {r.target_copy}")
     if r.num_speculative_tokens is not None:
         click.echo(f"  k:          {r.num_speculative_tokens} ({r.k_rule})")
     if r.aux_layers is not None:

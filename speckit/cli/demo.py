@@ -11,44 +11,26 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_mode
-from speckit.cli._options import (
-    draft_option,
-    json_option,
-    max_tokens_option,
-    out_option,
-    quiet_option,
-)
+from speckit.cli._options import options_for
 from speckit.cli.inspect import render as render_inspect
 from speckit.cli.plan import render as render_plan
 from speckit.cli.quantize import render as render_quantize
 from speckit.demo import run_demo
-from speckit.errors import UsageError
 from speckit.validate.report import print_report
 
-
-def _parse_ks(value: str) -> list[int]:
-
-    try:
-        ks = sorted({int(x) for x in value.split(",") if x.strip()})
-    except ValueError:
-        raise UsageError(f"--sweep {value!r}: expected comma-separated integers") from None
-    if not ks or ks[0] < 1:
-        raise UsageError(f"--sweep {value!r}: every k must be >= 1")
-    return ks
+opt = options_for("demo")
 
 
 @click.command("demo")
-@out_option("Where the FP8 draft and reports go.", default="speckit-demo", show_default=True)
-@click.option("--sweep", default="1,2,3", show_default=True, help="k values to sweep.")
-@click.option("--num-prompts", type=int, default=8, show_default=True)
-@max_tokens_option(48)
-@click.option("--dataset", default="mixed", show_default=True)
-@click.option("--gpu", default="mi300x", show_default=True,
-              help="GPU to plan the deployment for (speckit plan --gpu).")
-@draft_option("Use this draft (a directory, or a bundled draft's id such as "
-              "smollm2-135m-dflash) instead of the bundled EAGLE-3 one.", metavar="DIR|ID")
-@json_option("every stage's result")
-@quiet_option()
+@opt("out")
+@opt("sweep")
+@opt("num_prompts")
+@opt("max_tokens")
+@opt("dataset")
+@opt("gpu")
+@opt("draft")
+@opt("json_mode")
+@opt("quiet")
 @handle_errors
 def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, quiet):
     """Run fetch -> inspect -> plan -> quantize --fp8 -> validate on the built-in default, offline.
@@ -58,7 +40,7 @@ def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, qu
     """
 
     progress = progress_mode(json_mode, quiet)
-    res = run_demo(out=out, sweep=_parse_ks(sweep), num_prompts=num_prompts,
+    res = run_demo(out=out, sweep=sorted(set(sweep)), num_prompts=num_prompts,
                    max_tokens=max_tokens, dataset=dataset, gpu=gpu, draft=draft,
                    progress=progress, on_stage=None if json_mode else _print_stage,
                    on_start=None if json_mode or quiet else _stage_started)
@@ -67,6 +49,11 @@ def demo(out, sweep, num_prompts, max_tokens, dataset, gpu, draft, json_mode, qu
         return
     click.echo("")
     click.secho("== ready to serve ==", bold=True)
+    click.echo(res.headline.text)
+    if res.headline.others:
+        click.echo("the other ratios above are not that answer:")
+        for line in res.headline.others:
+            click.echo(f"  - {line}")
 
     rep = res.validation
     if rep.recommended:

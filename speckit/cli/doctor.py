@@ -12,9 +12,11 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json, to_jsonable
-from speckit.cli._options import json_option, quiet_option
+from speckit.cli._options import options_for
 from speckit.doctor import REQUIREMENTS, doctor
 from speckit.errors import SpeckitError
+
+opt = options_for("doctor")
 
 
 @click.command("doctor")
@@ -23,8 +25,8 @@ from speckit.errors import SpeckitError
               f"({', '.join(REQUIREMENTS)}).")
 @click.option("--no-network", is_flag=True, help="Do not send the HEAD request to the Hub.")
 @click.option("--no-probe", is_flag=True, help="Skip the FP8/MXFP4 kernel probe.")
-@json_option("the report")
-@quiet_option("Print only what is missing for --for (and the exit status says the rest).")
+@opt("json_mode")
+@opt("quiet")
 @handle_errors
 def doctor_cmd(for_command, no_network, no_probe, json_mode, quiet):
     """Report what speckit can do here: versions, GPUs and memory, which methods the installed

@@ -8,31 +8,26 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, print_json, progress_enabled
-from speckit.cli._options import quiet_option
+from speckit.cli._options import aliases, options_for
 from speckit.core.refs import printable
 from speckit.errors import IntegrityError
 from speckit.fetch import describe_mismatches
 from speckit.fetch import fetch as run_fetch
 
+opt = options_for("fetch")
+
 
 @click.command("fetch")
 @click.argument("ref", metavar="ID|REPO_ID|PATH")
-@click.option("--revision",
-              help="Branch, tag or commit sha (default: the registry pin, else main).")
+@opt("revision")
 @click.option("--with-target", is_flag=True,
               help="Also fetch the target model the draft was trained for (with tokenizer files).")
-@click.option("--dry-run", is_flag=True, help="List what would be downloaded, with sizes; download "
-              "no weights.")
-@click.option("--json", "json_mode", is_flag=True,
-              help="Print the result as JSON; no progress bars.")
+@opt("dry_run")
+@opt("json_mode")
 @click.option("--cache-dir", type=click.Path(file_okay=False),
               help="Hugging Face cache to use (default: HF_HUB_CACHE, else HF_HOME/hub).")
-@click.option("-o", "--out", "--local-dir", "local_dir", type=click.Path(file_okay=False),
-              help="Place the files in this directory instead of the cache (old spelling: "
-              "--local-dir).")
-@click.option("--allow-pickle", is_flag=True,
-              help="Fetch pytorch_model*.bin when a repo has no safetensors (loaded with "
-              "weights_only=True).")
+@opt("out")
+@opt("allow_pickle")
 @click.option("--lock", "lock_path", type=click.Path(dir_okay=False),
               help="Lock file (default: ./speckit-lock.json).")
 @click.option("--verify", is_flag=True,
@@ -40,12 +35,13 @@ from speckit.fetch import fetch as run_fetch
                    "no network.")
 @click.option("--update-lock", is_flag=True,
               help="Ignore the lock's pin for this repo: resolve again and re-pin.")
-@quiet_option()
+@opt("quiet")
 @click.option("--role", type=click.Choice(["draft", "target"]),
               help="What REF is (default: the registry's kind, else draft); targets also get "
               "tokenizer and chat-template files.")
+@aliases("fetch")
 @handle_errors
-def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, allow_pickle,
+def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, out, allow_pickle,
           lock_path, verify, update_lock, role, quiet):
     """Download only the files a draft needs, verify every byte and pin it in speckit-lock.json.
 
@@ -54,7 +50,7 @@ def fetch(ref, revision, with_target, dry_run, json_mode, cache_dir, local_dir, 
     """
 
     result = run_fetch(ref, revision=revision, with_target=with_target, dry_run=dry_run,
-                       cache_dir=cache_dir, local_dir=local_dir, allow_pickle=allow_pickle,
+                       cache_dir=cache_dir, local_dir=out, allow_pickle=allow_pickle,
                        lock_path=lock_path, verify=verify, update_lock=update_lock,
                        progress=progress_enabled(json_mode or quiet), role=role)
     if json_mode:

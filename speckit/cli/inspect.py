@@ -13,35 +13,23 @@ from typing import Any
 import click
 
 from speckit.cli._common import handle_errors, print_json
-from speckit.cli._options import json_option
-from speckit.cli._traffic import (
-    coverage_rows,
-    print_rows,
-    summary_rows,
-    traffic_option,
-    trained_rows,
-)
+from speckit.cli._options import options_for
+from speckit.cli._traffic import coverage_rows, print_rows, summary_rows, trained_rows
 from speckit.core.jsonable import to_jsonable
 from speckit.errors import FormatError
 from speckit.inspect import inspect, inspect_traffic
 from speckit.io.terminal import output_console, print_table
 
+opt = options_for("inspect")
+
 
 @click.command("inspect")
 @click.argument("ref")
-@click.option("-t", "--target", "target", metavar="PATH|ID",
-              help="Target model (directory, registry id or Hub id; only its config.json is "
-              "read) to check the pairing: hidden size, vocab, aux layers on its depth.")
-@json_option("the report")
-@click.option("--allow-pickle", is_flag=True,
-              help="Read pytorch_model.bin pickles (with torch.load(weights_only=True)).")
-@click.option("--allow-external-links", is_flag=True,
-              help="Follow symlinks of checkpoint files that point outside the checkpoint "
-              "directory (and the Hugging Face cache); refused by default.")
-@traffic_option("Also summarise this traffic (a JSONL of chat requests, "
-                "docs/traffic.md) and measure the share of its target tokens the draft's "
-                "vocabulary can propose (the replies' tokens when it has them, else the prompts'). "
-                "The tokenizer is --target's, else the target the draft records. No engine.")
+@opt("target")
+@opt("json_mode")
+@opt("allow_pickle")
+@opt("allow_external_links")
+@opt("traffic")
 @handle_errors
 def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: bool,
                 allow_external_links: bool, traffic: str | None) -> None:
@@ -151,6 +139,8 @@ def render(report) -> None:
     if _extras(d):
         t.add_row("details", _extras(d))
     t.add_row("target", report.target or "not given (pairing not checked; use --target)")
+    if report.target_copy:
+        t.add_row("", f"read from {report.target_copy}")
     print_table(console, t)
     console.print()
     if not report.problems:

@@ -12,7 +12,7 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json
-from speckit.cli._options import traffic_option
+from speckit.cli._options import options_for
 from speckit.cli._traffic import print_rows, traffic_rows
 from speckit.core.plan.schedule import pays_text, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
@@ -24,24 +24,19 @@ from speckit.io.terminal import output_console, print_table
 from speckit.plan import TrafficSpeed, check_options, plan_from_refs, plan_traffic
 
 GiB = 1024**3
+opt = options_for("plan")
 
 
 @click.command("plan")
-@click.option("--target", "-t", metavar="PATH|ID|REPO", help="Target model: a checkpoint "
-              "directory, a registry id or a Hub repo (read header-only). Default: the "
-              "registry draft's target.")
-@click.option("--draft", "-d", metavar="PATH|ID|REPO", help="Draft checkpoint (same forms).")
-@click.option("--method", "-m", help="Speculative method when the draft does not say "
-              "(eagle3, peagle, dflash, dflash2, dspark, mtp, gemma4_assistant, draft_model, "
-              "ngram).")
-@click.option("-k", "--num-speculative-tokens", "k", type=int,
-              help="Draft tokens per step (default: the draft's own).")
-@click.option("--gpu", default=None, help="GPU model from the catalog (default H200); an "
-              "unknown name lists the catalog.")
+@opt("target")
+@opt("draft")
+@opt("method")
+@opt("k")
+@opt("gpu")
 @click.option("--gpu-mem-gib", type=float, help="Any device, by its total memory in GiB.")
 @click.option("--gpu-file", type=click.Path(dir_okay=False, exists=True),
               help="TOML with more [[gpu]] entries (also $SPECKIT_GPUS).")
-@click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True)
+@opt("tp")
 @click.option("--draft-tp", type=int, help="speculative draft_tensor_parallel_size (1 or --tp).")
 @click.option("--gpu-memory-utilization", type=float, default=0.92, show_default=True)
 @click.option("--max-model-len", type=int, help="Default: the target's max_position_embeddings.")
@@ -54,7 +49,7 @@ GiB = 1024**3
 @click.option("--kv-cache-memory-bytes", type=int,
               help="A fixed KV budget, as vLLM's flag of the same name.")
 @click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (as vLLM's flag).")
-@click.option("--revision", help="Target revision on the Hub.")
+@opt("revision")
 @click.option("--draft-revision", help="Draft revision on the Hub.")
 @click.option("--acceptance", metavar="P1,P2,...", help="Per-position acceptance rates (as "
               "speckit validate / vLLM report them): adds the projected speed by k x "
@@ -67,18 +62,13 @@ GiB = 1024**3
 @click.option("--context", "contexts", default="1024,4096", show_default=True,
               metavar="N,N", help="KV context lengths of the projected speed tables; the k "
               "schedule is picked at the first.")
-@traffic_option("Your traffic (a JSONL of chat requests, docs/traffic.md): its context mix "
-                "replaces --context. The projection averages each concurrency's ratio over the "
-                "mix, picks the k schedule for it and adds the (concurrency x context) best-k "
-                "table. Needs --acceptance-from, --acceptance or --al.")
+@opt("traffic")
 @click.option("--acceptance-from", type=click.Path(dir_okay=False), metavar="REPORT",
               help="With --traffic: each context bucket's acceptance from a `speckit validate` "
               "report.json (its acceptance_by_context); a bucket it did not measure takes its "
               "nearest neighbour's.")
-@click.option("--gpu-profile", type=click.Path(dir_okay=False, exists=True),
-              help="A GPU profile from `speckit calibrate` (step-model constants fitted on "
-              "your GPU) instead of the shipped H200 fit.")
-@click.option("--json", "json_mode", is_flag=True, help="Print the PlanResult as JSON.")
+@opt("gpu_profile")
+@opt("json_mode")
 @handle_errors
 def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
              gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,

@@ -7,21 +7,21 @@ from __future__ import annotations
 
 import click
 
-from speckit.cli._common import handle_errors, print_json
-from speckit.cli._options import json_option, target_option
+from speckit.cli._common import handle_errors, show
+from speckit.cli._options import options_for
 from speckit.push import push
+
+opt = options_for("push")
 
 
 @click.command("push")
 @click.argument("path", metavar="DIR", type=click.Path(file_okay=False))
 @click.argument("repo_id", metavar="REPO_ID")
 @click.option("--private", is_flag=True, help="Create the repo private (when it does not exist).")
-@click.option("--revision", help="Branch to commit to (created from main when missing); with "
-              "--create-pr, the branch the pull request targets.")
+@opt("revision")
 @click.option("--create-pr", is_flag=True, help="Open a pull request instead of committing.")
 @click.option("--commit-message", help="Commit summary (default names the method and target).")
-@click.option("--token", help="Hub token with write access (default: HF_TOKEN, else the token "
-              "saved by `hf auth login`).")
+@opt("token")
 @click.option("--license", "license_", metavar="ID",
               help="License id for the card when the source does not carry one (apache-2.0, "
               "mit, llama3.1, gemma, other, ...).")
@@ -29,13 +29,12 @@ from speckit.push import push
               help="The speckit validate report.json (or its directory) for the card's figures. "
               "Default: the newest report.json whose draft is DIR, looked for up to two levels "
               "under DIR's parent and under the current directory.")
-@target_option("The target's Hub repo id for base_model, when the checkpoint "
-               "does not name it.")
-@click.option("--gpu", help="Add `speckit plan`'s verdict for this GPU (e.g. H100) to the card.")
+@opt("target")
+@opt("gpu")
 @click.option("--plan-target", help="Target for --gpu as a directory or registry id (default: "
               "the base_model repo, read header-only).")
-@click.option("--dry-run", is_flag=True, help="Print the file list and the card; upload nothing.")
-@json_option()
+@opt("dry_run")
+@opt("json_mode")
 @handle_errors
 def push_cmd(path, repo_id, private, revision, create_pr, commit_message, token, license_, report,
              target, gpu, plan_target, dry_run, json_mode):
@@ -50,10 +49,7 @@ def push_cmd(path, repo_id, private, revision, create_pr, commit_message, token,
     result = push(path, repo_id, private=private, revision=revision, create_pr=create_pr,
                   commit_message=commit_message, token=token, license=license_, report=report,
                   target=target, gpu=gpu, plan_target=plan_target, dry_run=dry_run)
-    if json_mode:
-        print_json(result)
-        return
-    _render(result)
+    show(result, json_mode=json_mode, render=_render)
 
 
 def _render(r) -> None:

@@ -6,89 +6,72 @@ from __future__ import annotations
 
 import click
 
-from speckit.cli._common import handle_errors, print_json, progress_enabled
-from speckit.core.quant import LAYOUTS, for_flag
+from speckit.cli._common import handle_errors, progress_enabled, show
+from speckit.cli._options import options_for, with_method_lists
+from speckit.core.quant import LAYOUTS, SCHEMES, SWITCHES, QuantScheme, for_switches, format_help
 from speckit.quant import quantize
 
 
-def _scheme(mxfp4: bool, w4a4: bool, fp8: bool, nvfp4: bool, static: bool, fmt: str | None
-            ) -> str:
-    """The core scheme the flags name (speckit.core.quant.for_flag)."""
-
-    flags = (("--mxfp4", mxfp4, "mxfp4"), ("--mxfp4-w4a4", w4a4, "mxfp4"), ("--fp8", fp8, "fp8"),
-             ("--nvfp4", nvfp4, "nvfp4"))
-    chosen = [(n, fam) for n, on, fam in flags if on]
-    if len(chosen) != 1:
-        raise click.UsageError("choose exactly one of " + ", ".join(n for n, _, _ in flags)
-                               + (f" (got {' '.join(n for n, _ in chosen)})" if chosen else ""))
-    if static and not fp8:
-        raise click.UsageError("--per-tensor-static goes with --fp8")
-    return for_flag(chosen[0][1], fmt, static=static, w4a4=w4a4).name
+def _switch_options(command):
+    """One flag per switch of the scheme table (speckit.core.quant.SWITCHES), and --format."""
+    command = click.option("--format", "fmt", type=click.Choice(tuple(LAYOUTS)),
+                           help=format_help())(command)
+    for switch in reversed(SWITCHES):
+        command = click.option(switch.flag, switch.dest, is_flag=True, help=switch.help)(command)
+    return command
 
 
+def _scheme(switches: dict[str, bool], fmt: str | None) -> QuantScheme:
+    """The core scheme the flags name (speckit.core.quant.for_switches)."""
+    return for_switches({w.flag for w in SWITCHES if switches.get(w.dest)}, fmt)
+
+
+opt = options_for("quantize")
+
+
+@with_method_lists
 @click.command("quantize")
 @click.argument("ckpt", metavar="CKPT", type=click.Path(file_okay=False))
-@click.option("--mxfp4", is_flag=True,
-              help="OCP MXFP4 weights (E2M1 + E8M0 scale per 32 inputs), activations unquantized.")
-@click.option("--mxfp4-w4a4", "w4a4", is_flag=True,
-              help="MXFP4 weights + dynamic MXFP4 activations.")
-@click.option("--fp8", is_flag=True,
-              help="FP8 E4M3 per-channel weights + dynamic per-token activations (no data needed).")
-@click.option("--nvfp4", is_flag=True,
-              help="NVFP4 weights (E2M1 + E4M3 scale per 16 inputs + F32 global scale), "
-              "activations unquantized (compressed-tensors layout, llm-compressor's NVFP4A16).")
-@click.option("--format", "fmt", type=click.Choice(LAYOUTS),
-              help="The quantization_config layout: quark (default for --fp8/--mxfp4), "
-              "compressed-tensors (llm-compressor's; default for --nvfp4) or modelopt "
-              "(NVIDIA ModelOpt's, --nvfp4 only).")
-@click.option("--per-tensor-static", "static", is_flag=True,
-              help="With --fp8: static per-tensor activation scales (per-channel weights), "
-              "calibrated on the draft's real inputs: target hidden states for EAGLE-3 / P-EAGLE "
-              "(--calib-target), the draft's own forward for a plain causal LM.")
+@_switch_options
 @click.option("--calib-target", type=click.Path(file_okay=False, exists=True), metavar="T",
               help="Local target checkpoint whose hidden states calibrate --per-tensor-static.")
-@click.option("-o", "--out", type=click.Path(file_okay=False),
-              help="Output directory (default: <CKPT>-<scheme> beside CKPT).")
+@opt("out")
 @click.option("--exclude", multiple=True, metavar="PATTERN",
               help="Keep a Linear unquantized: its vLLM run-time module name (e.g. "
               "model.layers.32.mlp.down_proj) or re:REGEX. Repeatable.")
 @click.option("--target-layers", type=click.IntRange(min=1), metavar="L",
               help="Target layer count; vLLM names EAGLE-3/DFlash draft layer i "
                    "model.layers.{L+i}.")
-@click.option("--device", default="cpu", show_default=True, metavar="cpu|cuda",
-              help="Where the numerics run (output is identical).")
+@opt("device")
 @click.option("--strict", is_flag=True,
               help="Fail on a Linear MXFP4 cannot hold (input dim not a multiple of 32) instead "
               "of keeping it unquantized.")
-@click.option("--force", is_flag=True,
-              help="Replace OUT; re-quantize an already quantized input from its dequantized "
-              "values (reported loudly).")
-@click.option("--allow-external-links", is_flag=True,
-              help="Follow symlinks of checkpoint files that point outside the checkpoint "
-              "directory (and the Hugging Face cache); refused by default.")
-@click.option("--json", "json_mode", is_flag=True,
-              help="Print the result as JSON; no progress bar.")
-@click.option("-q", "--quiet", is_flag=True, help="No progress output (results still print).")
+@opt("force")
+@click.option("--requantize", is_flag=True,
+              help="Quantize an already quantized input again, from its dequantized values "
+              "(both rounding errors compound; reported loudly).")
+@opt("allow_external_links")
+@opt("json_mode")
+@opt("quiet")
 @handle_errors
-def quantize_cmd(ckpt, mxfp4, w4a4, fp8, nvfp4, fmt, static, calib_target, out, exclude,
-                 target_layers, device, strict, force, allow_external_links, json_mode, quiet):
+def quantize_cmd(ckpt, fmt, calib_target, out, exclude, target_layers, device, strict, force,
+                 requantize, allow_external_links, json_mode, quiet, **switches):
     """Quantize the Linear weights of draft CKPT for vLLM (Quark or compressed-tensors layout).
 
-    Reads speculators drafts (eagle3, peagle, dflash, dflash2, dspark), Gemma-4 assistants and
-    plain causal LMs (for method draft_model). lm_head, embeddings, norms, vocab maps and biases
-    keep their dtype. Writes into a temporary directory, checks it, then renames it to OUT.
+    Reads drafts of {quantizable} in the layouts {quantize_layouts} (a plain causal LM is a
+    draft_model). lm_head, embeddings, norms, vocab maps and biases keep their dtype. Writes into
+    a temporary directory, checks it, then renames it to OUT.
     """
-    scheme = _scheme(mxfp4, w4a4, fp8, nvfp4, static, fmt)
-    if calib_target and not static:
-        raise click.UsageError("--calib-target is only used by --fp8 --per-tensor-static")
-    r = quantize(ckpt, scheme=scheme, out=out, exclude=tuple(exclude), device=device,
-                 force=force, strict=strict, target_layers=target_layers,
+    scheme = _scheme(switches, fmt)
+    if calib_target and not scheme.static_input:
+        raise click.UsageError("--calib-target is only used by " + " / ".join(
+            s.flags for s in SCHEMES.values() if s.static_input))
+    r = quantize(ckpt, scheme=scheme.name, out=out, exclude=tuple(exclude), device=device,
+                 force=force, requantize=requantize or None, strict=strict,
+                 target_layers=target_layers,
                  calib_target=calib_target, allow_external_links=allow_external_links,
                  progress=progress_enabled(json_mode or quiet))
-    if json_mode:
-        print_json(r)
-        return
-    render(r)
+    show(r, json_mode=json_mode, render=render)
 
 
 def _mb(n: int) -> str:

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import click
 
-from speckit.cli._common import handle_errors, print_json
+from speckit.cli._common import SuggestingGroup, handle_errors, print_json
+from speckit.cli._options import options_for
 from speckit.core.plan.options import check_options, optional_positive_int
 from speckit.core.refs import printable
 from speckit.core.registry import Deployment, list_entries, resolve
@@ -21,16 +22,8 @@ from speckit.io.datafiles import get_gpu, load_registry
 from speckit.io.terminal import output_console, print_table
 from speckit.registry import registry_add
 
-# Importable by other commands (fetch, convert, ...) that take registry ids.
-registry_option = click.option(
-    "--registry",
-    "registry_files",
-    multiple=True,
-    metavar="FILE",
-    type=click.Path(dir_okay=False, path_type=Path),
-    help="Extra registry TOML layered on top of the built-in one, the config-dir file and "
-    "$SPECKIT_REGISTRY (repeatable; later files override earlier ones by id).",
-)
+list_opt, show_opt = options_for("registry list"), options_for("registry show")
+resolve_opt, add_opt = options_for("registry resolve"), options_for("registry add")
 
 
 def load_from_cli(*registry_files: Path):
@@ -53,8 +46,8 @@ def _files(ctx: click.Context, extra: tuple[Path, ...]) -> list[Path]:
     return [*group, *extra]
 
 
-@click.group()
-@registry_option
+@click.group(cls=SuggestingGroup)
+@options_for("registry")("registry_files")
 @click.pass_context
 def registry(ctx: click.Context, registry_files: tuple[Path, ...]) -> None:
     """Curated draft checkpoints: which draft to use for a target, and what it reached."""
@@ -63,24 +56,23 @@ def registry(ctx: click.Context, registry_files: tuple[Path, ...]) -> None:
 
 
 @registry.command("list")
-@click.option("--provider", help="Only this provider (case-insensitive substring, e.g. 'redhat').")
-@click.option("-m", "--method", help="Only this vLLM method (eagle3, dflash, dspark, mtp, ...).")
-@click.option("-t", "--target",
-              help="Only drafts whose target repo contains this (case-insensitive).")
+@list_opt("provider")
+@list_opt("method")
+@list_opt("target")
 @click.option("--kind", type=click.Choice(["draft", "target", "all"]), default="draft",
               show_default=True, help="Which entries to list.")
 @click.option("--all", "show_all", is_flag=True, help="Same as --kind all.")
-@registry_option
-@click.option("--json", "as_json", is_flag=True, help="Print the listing as JSON.")
+@list_opt("registry_files")
+@list_opt("json_mode")
 @click.pass_context
 @handle_errors
-def list_cmd(ctx, provider, method, target, kind, show_all, registry_files, as_json):
+def list_cmd(ctx, provider, method, target, kind, show_all, registry_files, json_mode):
     """List registry entries (drafts by default) with their best published figure."""
 
     reg = load_from_cli(*_files(ctx, registry_files))
     kind_filter = None if (show_all or kind == "all") else kind
     listing = list_entries(reg, provider=provider, method=method, target=target, kind=kind_filter)
-    if as_json:
+    if json_mode:
         print_json(listing)
         return
     _render_list(listing, show_kind=kind_filter != "draft")
@@ -88,43 +80,40 @@ def list_cmd(ctx, provider, method, target, kind, show_all, registry_files, as_j
 
 @registry.command("show")
 @click.argument("entry_id", metavar="ID")
-@registry_option
-@click.option("--json", "as_json", is_flag=True, help="Print the entry as JSON.")
+@show_opt("registry_files")
+@show_opt("json_mode")
 @click.pass_context
 @handle_errors
-def show_cmd(ctx, entry_id, registry_files, as_json):
+def show_cmd(ctx, entry_id, registry_files, json_mode):
     """Everything the registry records for one entry, published results included."""
     reg = load_from_cli(*_files(ctx, registry_files))
     entry = reg.get(entry_id)
-    if as_json:
+    if json_mode:
         print_json(entry)
         return
     _render_entry(entry)
 
 
 @registry.command("resolve")
-@click.option("-t", "--target", required=True,
-              help="Target repo id, e.g. Qwen/Qwen3-8B (exact match).")
-@click.option("-m", "--method", help="Only drafts of this vLLM method.")
-@click.option("--gpu", default="H200", show_default=True,
-              help="GPU to check each draft on (speckit plan --gpu names).")
-@click.option("--concurrency", type=int,
-              help="Requests in flight (vLLM max_num_seqs). Default: vLLM's for the GPU.")
-@click.option("--tp", "--tensor-parallel-size", "tp", type=int, default=1, show_default=True)
-@registry_option
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@resolve_opt("target", required=True)
+@resolve_opt("method")
+@resolve_opt("gpu")
+@resolve_opt("concurrency")
+@resolve_opt("tp")
+@resolve_opt("registry_files")
+@resolve_opt("json_mode")
 @click.pass_context
 @handle_errors
-def resolve_cmd(ctx, target, method, gpu, concurrency, tp, registry_files, as_json):
+def resolve_cmd(ctx, target, method, gpu, concurrency, tp, registry_files, json_mode):
     """Drafts for a target: what starts on the GPU first (at the largest k that starts), then
     comparable published figures. Exit status 2 when no draft is registered."""
 
     optional_positive_int(concurrency, "--concurrency")
     check_options(tp=tp)
     reg = load_from_cli(*_files(ctx, registry_files))
-    dep = Deployment(get_gpu(gpu), tp=tp, concurrency=concurrency)
+    dep = Deployment(get_gpu(gpu or "H200"), tp=tp, concurrency=concurrency)
     result = resolve(reg, target=target, method=method, deployment=dep)
-    if as_json:
+    if json_mode:
         print_json(result)
         if not result.found:
             sys.exit(UsageError.exit_code)
@@ -140,21 +129,21 @@ def resolve_cmd(ctx, target, method, gpu, concurrency, tp, registry_files, as_js
 
 @registry.command("add")
 @click.argument("repo_id", metavar="REPO_ID")
-@click.option("--revision", help="Branch, tag or commit to pin (default: main's head commit).")
+@add_opt("revision")
 @click.option("--id", "entry_id", help="Registry id (default: the repo name, lowercased).")
-@click.option("--provider", help="Provider name (default: the repo's namespace).")
-@click.option("--token", help="Hub token for a private repo (default: HF_TOKEN).")
+@add_opt("provider")
+@add_opt("token")
 @click.option("--file", "registry_file", type=click.Path(dir_okay=False, path_type=Path),
               help="Registry file to write (default: the user registry, "
               "$XDG_CONFIG_HOME/speckit/registry.toml).")
-@click.option("--force", is_flag=True, help="Replace an entry with the same id.")
+@add_opt("force")
 @click.option("--shadows-builtin", is_flag=True,
               help="Allow an id that a curated entry has: your entry then replaces it (with a "
               "warning wherever it is used).")
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@add_opt("json_mode")
 @handle_errors
 def add_cmd(repo_id, revision, entry_id, provider, token, registry_file, force, shadows_builtin,
-            as_json):
+            json_mode):
     """Add a draft published by `speckit push` to your registry, pinned to its commit, with the
     figures its model card records."""
 
@@ -163,7 +152,7 @@ def add_cmd(repo_id, revision, entry_id, provider, token, registry_file, force, 
                           shadows_builtin=shadows_builtin)
     for w in result.warnings:
         click.secho(f"warning: {printable(w)}", fg="yellow", err=True)
-    if as_json:
+    if json_mode:
         print_json(result)
         return
     click.echo(f"{'replaced' if result.replaced else 'added'} {result.entry_id} "

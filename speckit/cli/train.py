@@ -1,7 +1,8 @@
-"""`speckit train`: train drafts; `train eagle3` and `train dflash` are thin shells over ops.train.
+"""`speckit train`: train drafts; `train eagle3` and `train dflash` are thin shells over
+speckit.train.
 
 --json prints the TrainResult; otherwise a progress bar on a TTY and a short summary. --nproc N
-re-launches the command as N torchrun ranks (ops.train.launch).
+re-launches the command as N torchrun ranks (speckit.train.launch).
 """
 
 from __future__ import annotations
@@ -12,18 +13,8 @@ import sys
 
 import click
 
-from speckit.cli._common import handle_errors, print_json, progress_enabled
-from speckit.cli._options import (
-    device_option,
-    force_option,
-    json_option,
-    max_tokens_option,
-    out_option,
-    quiet_option,
-    seed_option,
-    target_option,
-)
-from speckit.errors import UsageError
+from speckit.cli._common import SuggestingGroup, handle_errors, print_json, progress_enabled
+from speckit.cli._options import options_for
 from speckit.train import launch
 from speckit.train.common import check_online
 from speckit.train.dflash import train_dflash
@@ -31,19 +22,12 @@ from speckit.train.eagle3 import Eagle3Options, train_eagle3
 from speckit.train.options import DflashOptions
 
 
-@click.group("train")
+@click.group("train", cls=SuggestingGroup)
 def train() -> None:
     """Train speculative-decoding drafts on the target's own answers."""
 
 
-def _int_list(value: str | None) -> list[int] | None:
-    if not value:
-        return None
-    try:
-        return [int(x) for x in value.split(",") if x.strip()]
-    except ValueError as e:
-        raise UsageError(f"--aux-layers {value!r} must be comma-separated integers, e.g. 2,15,27",
-                         hint="id k = the residual stream entering target layer k") from e
+e3, df = options_for("train eagle3"), options_for("train dflash")
 
 
 def _command_line() -> str:
@@ -57,37 +41,30 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
     args: list[str] = []
     for param in ctx.command.params:
         name = param.name
-        if name in skip or ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
-            continue
+        if name in skip or name not in ctx.params \
+                or ctx.get_parameter_source(name) is click.core.ParameterSource.DEFAULT:
+            continue  # (an old spelling's hidden option hands its value to the new one)
         value, flag = ctx.params[name], param.opts[-1]
         if getattr(param, "is_flag", False):
             args += [flag] if value else []
         elif getattr(param, "multiple", False):  # a repeatable option: the flag once per value
             args += [a for v in value for a in (flag, str(v))]
+        elif isinstance(value, list):  # a comma-separated list (--aux-layers)
+            args += [flag, ",".join(map(str, value))]
         elif value is not None:
             args += [flag, str(value)]
     return args
 
 
 @train.command("eagle3")
-@target_option("Target: a Hugging Face checkpoint directory or a built-in target id "
-               "(smollm2-135m-instruct).", required=True, metavar="DIR|ID")
-@click.option("--prompts", default="speckit-mix", show_default=True, metavar="SOURCES",
-              help="Comma-separated prompt sources: speckit-mix (speckit's own templates; "
-              "speckit-mix:chat+code for some of its sets), target-asks[:N], "
-              "humaneval, mtbench, or a .jsonl/.txt file. validate's built-in prompts are always "
-              "held out.")
-@click.option("--samples", default=2000, show_default=True, type=int,
-              help="Number of training conversations.")
-@max_tokens_option(512, "Longest on-policy answer, in tokens.")
+@e3("target", required=True)
+@e3("prompts")
+@e3("samples")
+@e3("max_tokens")
 @click.option("--draft-vocab", default=None, type=int, metavar="V",
               help="Draft vocabulary size (most frequent answer tokens); default: the target's.")
-@click.option("--aux-layers", default=None, metavar="A,B,C",
-              help="Target aux layer ids (vLLM convention: k = residual stream entering layer "
-              "k); default: vLLM's 2,L/2,L-3.")
-@click.option("--layers", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Decoder layers of the head: layer 0 reads [embedding ; hidden state], the "
-              "others are plain Llama layers (vLLM's llama_eagle3 runs any number).")
+@e3("aux_layers")
+@e3("layers")
 @click.option("--shared-lm-head", is_flag=True,
               help="No lm_head of the draft's own: train against the target's (frozen, the full "
               "vocabulary) and leave it out of the export; vLLM gives the draft the target's. "
@@ -98,17 +75,14 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               "(config fc_norm: true; vLLM's llama_eagle3 reads it).")
 @click.option("--ttt-steps", default=3, show_default=True, type=int,
               help="Unrolled draft steps per position (training-time test).")
-@click.option("--epochs", default=3, show_default=True, type=int)
-@click.option("--lr", default=1e-3, show_default=True, type=float, help="Peak learning rate.")
-@click.option("--batch-tokens", default=None, type=int,
-              help="Padded tokens per batch (default 16384 on cuda, 2048 on cpu).")
+@e3("epochs")
+@e3("lr")
+@e3("batch_tokens")
 @click.option("--step-decay", default=0.8, show_default=True, type=float,
               help="Loss weight of TTT step j is decay**j.")
-@seed_option()
-@device_option()
-@click.option("--engine", type=click.Choice(["auto", "vllm", "transformers"]), default="auto",
-              show_default=True,
-              help="Who generates the on-policy answers (auto: vLLM on CPU when installed).")
+@e3("seed")
+@e3("device")
+@e3("engine")
 @click.option("--holdout", default=16, show_default=True, type=int,
               help="Prompts kept out of training for the in-loop vLLM acceptance check.")
 @click.option("--eval-every", default=0, show_default=True, type=int, metavar="E",
@@ -116,9 +90,8 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               "when vLLM is installed and --holdout > 0).")
 @click.option("--eval-k", default=3, show_default=True, type=int,
               help="num_speculative_tokens of the acceptance check.")
-@click.option("--work-dir", type=click.Path(file_okay=False),
-              help="Data shards and checkpoints (default: OUT.work beside OUT).")
-@click.option("--resume", is_flag=True, help="Continue from the latest checkpoint in --work-dir.")
+@e3("work_dir")
+@e3("resume")
 @click.option("--save-every", default=0, show_default=True, type=int,
               help="Checkpoint every N optimizer steps (0: at each epoch end).")
 @click.option("--fsdp", is_flag=True,
@@ -132,9 +105,7 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
               "with --grad-accum N*A).")
 @click.option("--data-order-seed", default=None, type=int,
               help="Seed of the batch order alone (default: --seed); init and data stay.")
-@click.option("--val-fraction", default=0.02, show_default=True, type=float,
-              help="Share of captured conversations kept out of training for held-out "
-              "loss/top-1 per epoch.")
+@e3("val_fraction")
 @click.option("--gen-batch", default=None, type=int,
               help="Prompts per transformers generate() call (default 512 on cuda, 16 on cpu).")
 @click.option("--answers", type=click.Path(dir_okay=False, exists=True), multiple=True,
@@ -150,9 +121,7 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 @click.option("--soft-labels", is_flag=True,
               help="Learn the target's probabilities over the draft vocabulary (recomputed from "
               "its captured final hidden states) instead of only its argmax token.")
-@click.option("--max-minutes", default=0.0, type=float, show_default=True,
-              help="Cap the training loop's wall time: fewer epochs when they would not fit "
-              "(0: no cap).")
+@e3("max_minutes")
 @click.option("--online", is_flag=True,
               help="Write no hidden-state shards of the training conversations (their bf16 aux "
               "and final hidden states, often tens of GB): the target stays loaded and runs on "
@@ -162,10 +131,10 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
 @click.option("--data-only", is_flag=True,
               help="Stop after generating and capturing the data (runs with the same data "
               "flags and --work-dir reuse it).")
-@force_option("Replace OUT and start over.")
-@out_option("Output draft directory (speculators layout).", required=True)
-@json_option()
-@quiet_option()
+@e3("force")
+@e3("out", required=True)
+@e3("json_mode")
+@e3("quiet")
 @handle_errors
 def eagle3(aux_layers, nproc, json_mode, quiet, **same):
     """Train an EAGLE-3 draft on the target's own greedy answers and export it.
@@ -180,7 +149,7 @@ def eagle3(aux_layers, nproc, json_mode, quiet, **same):
                   device=same["device"])
         return
     # ``same``: the options whose destination is the Eagle3Options field of that name
-    options = Eagle3Options(**same, aux_layers=_int_list(aux_layers),
+    options = Eagle3Options(**same, aux_layers=aux_layers,
                             progress=progress_enabled(json_mode or quiet),
                             command=_command_line())
     result = train_eagle3(options)
@@ -209,29 +178,21 @@ def eagle3(aux_layers, nproc, json_mode, quiet, **same):
 
 
 @train.command("dflash")
-@target_option("Target: a Hugging Face checkpoint directory or a built-in target id "
-               "(smollm2-135m-instruct).", required=True, metavar="DIR|ID")
+@df("target", required=True)
 @click.option("--data-dir", type=click.Path(file_okay=False, exists=True),
               help="Shards captured before (a data-* folder of `train eagle3 --data-only`); "
               "default: run or reuse eagle3's data stage in --work-dir.")
-@click.option("--prompts", default="speckit-mix", show_default=True, metavar="SOURCES",
-              help="Prompt sources of the data stage (as train eagle3).")
-@click.option("--samples", default=2000, show_default=True, type=int,
-              help="Number of training conversations (data stage).")
-@max_tokens_option(512, "Longest on-policy answer, in tokens (data stage).")
-@click.option("--aux-layers", default=None, metavar="A,B,C",
-              help="Target aux layer ids (vLLM convention, as train eagle3); default: eagle3's "
-              "default, or the ids the --data-dir shards hold.")
-@click.option("--layers", default=3, show_default=True, type=int, help="Draft decoder layers.")
+@df("prompts")
+@df("samples")
+@df("max_tokens")
+@df("aux_layers")
+@df("layers")
 @click.option("--block-size", default=8, show_default=True, type=int,
               help="Block length B: anchor + B-1 mask slots (num_speculative_tokens = B-1).")
-@click.option("--mask-token-id", default=None, type=int,
-              help="Token fed to the mask slots (frozen target embedding); default: an unused "
-              "special token.")
-@click.option("--epochs", default=3, show_default=True, type=int)
-@click.option("--lr", default=6e-4, show_default=True, type=float, help="Peak learning rate.")
-@click.option("--batch-tokens", default=None, type=int,
-              help="Padded tokens per batch (default 16384 on cuda, 2048 on cpu).")
+@df("mask_token_id")
+@df("epochs")
+@df("lr")
+@df("batch_tokens")
 @click.option("--blocks-per-seq", default=0, show_default=True, type=int,
               help="Random blocks per sequence per step (0: 2 x answer tokens / block size).")
 @click.option("--init-from", type=click.Path(file_okay=False, exists=True), metavar="DIR",
@@ -246,21 +207,17 @@ def eagle3(aux_layers, nproc, json_mode, quiet, **same):
               "weights than it was trained with (docs/train.md).")
 @click.option("--pos-gamma", default=4.0, show_default=True, type=float,
               help="Loss weight of mask slot i is exp(-(i-1)/gamma).")
-@click.option("--val-fraction", default=0.02, show_default=True, type=float,
-              help="Share of captured conversations held out for the acceptance simulator.")
-@seed_option()
-@device_option()
-@click.option("--engine", type=click.Choice(["auto", "vllm", "transformers"]), default="auto",
-              show_default=True, help="Who generates the answers in the data stage.")
-@click.option("--work-dir", type=click.Path(file_okay=False),
-              help="Data shards and checkpoints (default: OUT.work beside OUT).")
-@click.option("--resume", is_flag=True, help="Continue from the last epoch checkpoint.")
-@click.option("--max-minutes", default=0.0, type=float, show_default=True,
-              help="Stop training at the first step past this, then evaluate and export.")
-@force_option("Replace OUT and start over.")
-@out_option("Output draft directory (speculators dflash layout).", required=True)
-@json_option()
-@quiet_option()
+@df("val_fraction")
+@df("seed")
+@df("device")
+@df("engine")
+@df("work_dir")
+@df("resume")
+@df("max_minutes")
+@df("force")
+@df("out", required=True)
+@df("json_mode")
+@df("quiet")
 @handle_errors
 def dflash(aux_layers, json_mode, quiet, **same):
     """Train a DFlash (block-parallel) draft on the target's own greedy answers and export it.
@@ -269,7 +226,7 @@ def dflash(aux_layers, json_mode, quiet, **same):
     simulation (vLLM's greedy rule) on held-out conversations and the best epoch is exported.
     """
     # ``same``: the options whose destination is the DflashOptions field of that name
-    options = DflashOptions(**same, aux_layers=_int_list(aux_layers),
+    options = DflashOptions(**same, aux_layers=aux_layers,
                             progress=progress_enabled(json_mode or quiet),
                             log=(lambda m: None) if (json_mode or quiet) else None,
                             command=_command_line())

@@ -15,10 +15,10 @@ from typing import Any
 from speckit.convert.checks import vetted_extra_files
 from speckit.convert.common import Options, ReadContext
 from speckit.convert.stages import (
+    conversion_plan,
     default_name,
     open_source,
     open_target,
-    plan_moves,
     serve_config,
     write_output,
 )
@@ -56,6 +56,7 @@ class ConvertResult:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     code_dropped: list[str] = field(default_factory=list)  # source code / auto_map not carried
+    target_copy: str | None = None  # which copy on this machine TARGET was read from
     seconds: float = 0.0
 
 
@@ -86,7 +87,9 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
                       opts=Options(num_speculative_tokens=num_speculative_tokens,
                                    aux_layers=list(aux_layers) if aux_layers is not None else None,
                                    mask_token_id=mask_token_id, registry_k=reg_k))
-    plan, dropped, inputs, moves = plan_moves(ctx, drop)
+    plan, dropped, inputs, moves = conversion_plan(ctx, drop)
+    if t_res is not None and t_res.local_copy:  # which copy of a Hub target was read
+        plan.notes.append(f"target read from {t_res.local_copy}")
     extra_files = vetted_extra_files(plan, src_ckpt, allow_pickle=allow_pickle)
     options = {"method": method, "num_speculative_tokens": num_speculative_tokens,
                "aux_layers": list(aux_layers) if aux_layers is not None else None,
@@ -109,6 +112,7 @@ def convert(src: str | os.PathLike, *, target: str | os.PathLike | None = None,
         files=sorted(files), speculative_config=spec, serve_command=serve, dropped=dropped,
         omitted=dict(plan.omitted),
         warnings=list(plan.warnings), notes=list(plan.notes), code_dropped=code_dropped,
+        target_copy=t_res.local_copy if t_res is not None else None,
         seconds=round(time.monotonic() - started, 3))
 
 

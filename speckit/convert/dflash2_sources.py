@@ -16,7 +16,7 @@ _DFLASH2_KEYS = ("conv_kernel_size", "conv_group_size", "selector_rank", "select
 _CODEBOOKS = ("candidate_selector.predecessor_codebook", "candidate_selector.successor_codebook")
 
 
-def plan(ctx: ReadContext) -> ConversionPlan:
+def read(ctx: ReadContext) -> ConversionPlan:
     bb = backbone(ctx, method="dflash2", layer_extras=("attention_conv.", "mlp_conv."),
                   consumed={k: f"top-level {k}" for k in _DFLASH2_KEYS})
     if bb.vocab.selected is not None:

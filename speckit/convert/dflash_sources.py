@@ -320,7 +320,7 @@ def finish(ctx: ReadContext, bb: Backbone, *, architecture: str,
     return bb.plan
 
 
-def plan(ctx: ReadContext) -> ConversionPlan:
+def read(ctx: ReadContext) -> ConversionPlan:
     """z-lab / SpecForge / Laguna DFlash -> speculators dflash."""
     bb = backbone(ctx, method="dflash")
     proj = bb.dflash_config.get("projector_type")

@@ -24,7 +24,7 @@ _TOP_CONSUMED = {
 _HEAD_TENSORS = {"gated": "markov_head.gate_proj.*", "rnn": "markov_head.joint_proj.*"}
 
 
-def plan(ctx: ReadContext) -> ConversionPlan:
+def read(ctx: ReadContext) -> ConversionPlan:
     bb = backbone(ctx, method="dspark", consumed=_TOP_CONSUMED,
                   variant_keys=("sample_from_anchor",))
     names = _head_names(bb)

@@ -66,7 +66,7 @@ _CONSUMED = {
 }
 
 
-def plan(ctx: ReadContext) -> ConversionPlan:
+def read(ctx: ReadContext) -> ConversionPlan:
     """SafeAILab / SpecForge EAGLE-3 (and SpecForge P-EAGLE) -> speculators eagle3 / peagle."""
     mod = methods.get(ctx.layout.method)  # eagle3, or peagle (the parallel-drafting variant)
     dtype = source_dtype(ctx)

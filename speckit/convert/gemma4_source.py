@@ -9,7 +9,7 @@ from speckit.convert.moves import ConversionPlan
 from speckit.errors import FormatError, UsageError
 
 
-def plan(ctx: ReadContext) -> ConversionPlan:
+def read(ctx: ReadContext) -> ConversionPlan:
     src, cfg, tgt = ctx.src, ctx.src.config, ctx.tgt
     source_dtype(ctx)  # refuses mixed float dtypes
     out = ConversionPlan(method="gemma4_assistant", layout="gemma4-assistant", config={},

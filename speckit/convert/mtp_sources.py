@@ -18,6 +18,7 @@ from speckit.convert.common import (
 )
 from speckit.convert.moves import ConversionPlan, Slab, TensorMove
 from speckit.core import methods
+from speckit.core.quant import QUANT_SUFFIXES
 from speckit.errors import FormatError
 from speckit.io.checkpoint import CONFIG_DTYPE
 
@@ -31,11 +32,9 @@ _EXACT = {
 }
 _LAYER = re.compile(r"^mtp\.layers\.(\d+)\.(.+)$")
 _EXPERT = re.compile(r"^mlp\.experts\.(\d+)\.(gate|up|down)_proj\.weight$")
-_QUANT = ("weight_scale", "weight_scale_inv", "input_scale", "weight_packed", "qweight",
-          "weight_global_scale")
 
 
-def plan(ctx: ReadContext) -> ConversionPlan:
+def read(ctx: ReadContext) -> ConversionPlan:
     src = ctx.src
     mtp, dtype = _mtp_tensors(src)
     out = ConversionPlan(method="mtp", layout="speculators", config={}, moves=[])
@@ -61,7 +60,7 @@ def _mtp_tensors(src) -> tuple[list[str], str]:
             f"style) are not a speculators layout", hint="vLLM serves native MTP from the target "
             "itself: --speculative-config '{\"method\": \"mtp\", \"num_speculative_tokens\": 1}'")
     quant = [n for n in mtp
-             if n.rsplit(".", 1)[-1] in _QUANT or src.tensors[n].dtype.startswith("F8")]
+             if n.endswith(QUANT_SUFFIXES) or src.tensors[n].dtype.startswith("F8")]
     if quant:
         raise FormatError(f"{src.path}: the MTP head is quantized ({', '.join(quant[:4])}...)",
                           hint="the speculators MTP layout holds unquantized weights; extract "

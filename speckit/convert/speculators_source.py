@@ -29,7 +29,7 @@ from speckit.io.checkpoint import CONFIG_DTYPE
 _VOCAB_TENSORS = ("lm_head.weight", "d2t", "t2d")
 
 
-def plan(ctx: ReadContext) -> ConversionPlan:
+def read(ctx: ReadContext) -> ConversionPlan:
     cfg = dict(ctx.src.config)
     mod = _spec_of(ctx, cfg)
     out = ConversionPlan(method=mod.name, layout="speculators", config={}, moves=[])

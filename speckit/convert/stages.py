@@ -5,7 +5,6 @@ TARGET, plan the moves through the layout's reader, write and re-inspect the out
 
 from __future__ import annotations
 
-import importlib
 import os
 from pathlib import Path
 from typing import Any
@@ -25,10 +24,10 @@ from speckit.convert.moves import (
     copied_from,
     execute,
 )
-from speckit.core import methods, specconfig
+from speckit.core import links, methods, specconfig
 from speckit.core.methods.detect import LAYOUT_BY_NAME, SERVED_AS_PUBLISHED, pick_method
 from speckit.errors import FormatError, UsageError
-from speckit.io.checkpoint import Checkpoint, CheckpointWriter, load_config, write_json
+from speckit.io.checkpoint import Checkpoint, load_config, write_json
 from speckit.io.datafiles import load_registry
 from speckit.io.hub.hashing import BesideCopyHasher
 from speckit.io.output import (
@@ -41,6 +40,7 @@ from speckit.io.output import (
 from speckit.io.progress import byte_progress
 from speckit.io.refs import Resolved, resolve
 from speckit.io.targets import cache_root
+from speckit.io.writer import CheckpointWriter
 
 
 def open_source(ref: str, *, method: str, allow_pickle: bool, allow_external_links: bool,
@@ -86,11 +86,11 @@ def open_target(s: Resolved, src_ckpt: Checkpoint, layout, target: str | os.Path
     return t_res, tgt, reg_k
 
 
-def plan_moves(ctx: ReadContext, drop) -> tuple[ConversionPlan, dict[str, str], dict, list]:
+def conversion_plan(ctx: ReadContext, drop) -> tuple[ConversionPlan, dict[str, str], dict, list]:
     """The reader's plan, less --drop, checked strictly; and its moves in copy order."""
     src_ckpt, tgt = ctx.src, ctx.target
-    plan: ConversionPlan = importlib.import_module(
-        "speckit.convert." + str(LAYOUT_BY_NAME[ctx.layout.name].reader)).plan(ctx)
+    reader = links.load(links.READER, str(LAYOUT_BY_NAME[ctx.layout.name].reader))
+    plan: ConversionPlan = reader.read(ctx)
     dropped = apply_drops(plan, src_ckpt, drop)
     check_coverage(plan, src_ckpt, dropped)
     inputs = {SOURCE: src_ckpt}
@@ -171,8 +171,9 @@ def _registry_defaults(s: Resolved) -> tuple[str | None, tuple[int, str] | None]
 def _resolve_target(ref: str) -> tuple[Resolved, Any]:
     """TARGET: a local directory, or a Hub/registry target of which only config.json is fetched
     now (and, later, the index and the one shard of a borrowed tensor, through ``download``)."""
-    t = resolve(ref, role="target", need="config", what="TARGET")
-    return t, (t.download if t.kind in ("hub", "registry") and t.repo is not None else None)
+    t = resolve(ref, role="target", need="config", what="TARGET", local_first=True)
+    remote = t.kind in ("hub", "registry") and t.repo is not None and t.local_copy is None
+    return t, (t.download if remote else None)
 
 
 def default_name(s: Resolved, layout) -> str:
@@ -198,6 +199,8 @@ def _provenance(plan: ConversionPlan, *, layout, s: Resolved, t: Resolved | None
         d: dict[str, Any] = {"ref": r.ref, "kind": r.kind, "repo": r.repo,
                              "revision": r.revision, "commit": r.commit,
                              "path": str(r.path.resolve())}
+        if r.local_copy:
+            d["local_copy"] = r.local_copy
         if with_files:
             d["files"] = hashes
         return d

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from speckit.errors import FormatError, UsageError
@@ -218,7 +218,3 @@ def custom_gpu(memory_gib: float, *, vendor: str = "unknown",
         raise UsageError(f"--gpu-mem-gib must be positive (got {memory_gib})")
     return GPU(f"{memory_gib:g} GiB device", vendor, int(memory_gib * GiB),
                "--gpu-mem-gib", formats=_HOPPER if formats_ is None else formats(**formats_))
-
-
-def with_memory(gpu: GPU, memory_bytes: int, source: str) -> GPU:
-    return replace(gpu, memory_bytes=memory_bytes, memory_source=source)

@@ -1,6 +1,6 @@
 """Plain JSON views of speckit's result objects (dataclasses, paths, tuples, nested dicts).
 
-Shared by `--json` output (cli) and the report files operations write (ops), so both agree.
+Shared by `--json` output (cli) and the report files the operations write, so both agree.
 """
 
 from __future__ import annotations

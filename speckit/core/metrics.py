@@ -367,3 +367,36 @@ def lossless_check(baseline: Sequence[Sequence[int]], spec: Sequence[Sequence[in
                 f"{div[len(div) // 2]} tokens: bf16 numerics of batched verification "
                 "(engines are not batch-invariant), not a speculation bug")
     return LosslessCheck(n, exact, share, rate, firsts, status, note)
+
+
+def lossless_cell(c: LosslessCheck) -> str:
+    """The table cell: "exact 8/8", or "drift: 3/8 exact, 72.1% of tokens" (exact = equal to the
+    baseline token for token; the share counts baseline tokens before each output's first
+    divergence)."""
+    if c.status == "exact":
+        return f"exact {c.exact_matches}/{c.prompts}"
+    return (f"{c.status}: {c.exact_matches}/{c.prompts} exact, "
+            f"{100 * c.token_match_rate:.1f}% of tokens")
+
+
+def drift_counts(c: LosslessCheck) -> str:
+    """Where a drifting run left the baseline, in words."""
+    div = sorted(f for f in c.first_divergence if f is not None)
+    return (f"{len(div)} of {c.prompts} greedy outputs left the baseline's after a median of "
+            f"{div[len(div) // 2]} tokens (the first after {div[0]}); the other "
+            f"{c.exact_matches} equal it token for token")
+
+
+def drift_meaning(*, cpu: bool) -> str:
+    """What "drift" means and why it is not the draft's fault; said under every table showing it."""
+    why = ("drift: the target verifies every drafted token, so no draft, good or bad, can change "
+           "a greedy output; arithmetic can. Verifying k+1 tokens in one forward pass sums the "
+           "same products in another order than decoding one token, the logits differ in their "
+           "last bits, and where two tokens are nearly tied the argmax flips; from there the two "
+           "texts go their own ways")
+    if cpu:
+        why += (". vLLM's CPU kernels are not batch-invariant: their bf16 sums follow the batch "
+                "shape, which speculation changes at every step")
+    return (why + f". A bug (a wrong pairing, an engine fault) shows instead as divergence "
+            f"within the first {EARLY_DIVERGENCE_TOKENS} tokens or under "
+            f"{SUSPECT_MATCH_RATE:.0%} of tokens matching, reported as suspect")

@@ -35,7 +35,7 @@ _FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)\r?\n---[ \t]*(?:\r?\n|\Z)", re.DOTAL
 
 @dataclass
 class CardInputs:
-    """Everything the card says, gathered by ops.push."""
+    """Everything the card says, gathered by speckit.push."""
 
     repo_id: str
     method: str  # speckit method name (eagle3, dflash, ...)

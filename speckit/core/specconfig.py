@@ -18,6 +18,9 @@ from speckit.core.evidence import CANNOT_TELL, DOES_NOT_PAY, PAYS, Interval, cla
 from speckit.errors import UsageError
 
 SERVE_MAX_NUM_SEQS = 256  # vLLM's serve default on most GPUs; the budget below scales with it
+# the one name of the serve line's file, in validate's and bench's --out (bench wrote
+# serve-line.txt before; nothing read that name back)
+SERVE_COMMAND_FILE = "serve-command.sh"
 
 
 @dataclass
@@ -70,6 +73,13 @@ def synthetic_acceptance(spec_config: Mapping[str, Any], al: float) -> dict[str,
                          hint="lower the AL or raise -k")
     return {**spec_config, "rejection_sample_method": "synthetic",
             "synthetic_acceptance_length": float(al)}
+
+
+def serve_script(command: str, *, by: str, comments: Sequence[str] = ()) -> str:
+    """The text of SERVE_COMMAND_FILE: a POSIX sh file holding the serve line, after a header
+    saying which command wrote it (and ``comments``, one line each). It is not made executable."""
+    head = ["#!/bin/sh", f"# written by speckit {by}", *(f"# {c}" for c in comments)]
+    return "\n".join([*head, command]) + "\n"
 
 
 def token_budget(method: str, k: int, *, max_num_seqs: int = SERVE_MAX_NUM_SEQS) -> int:

@@ -17,15 +17,21 @@ from typing import Any
 
 from speckit.core.methods.detect import pick_method
 from speckit.core.plan.computed import Computed, computed_draft_tensors, computed_tensors
-from speckit.core.refs import is_repo_id, split_revision
 from speckit.errors import FormatError, HubError, UsageError
 from speckit.io import targets
 from speckit.io.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo, load_config
 from speckit.io.datafiles import load_registry
-from speckit.io.hub import NotCachedError, cached_snapshot, hub_settings, safetensors_headers
-from speckit.io.refs import Resolved, looks_like_path, resolve
-
-_WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.pth", "*.gguf")
+from speckit.io.hub import NotCachedError, safetensors_headers
+from speckit.io.refs import (
+    Resolved,
+    config_only,
+    has_local_weights,
+    hub_repo,
+    local_copy,
+    looks_like_path,
+    registry_entry,
+    resolve,
+)
 
 
 @dataclass
@@ -49,25 +55,6 @@ class LoadedRef:
 def _load_local(path: Path, what: str = "safetensors headers") -> LoadedRef:
     ck = Checkpoint.open(path)
     return LoadedRef(str(path), ck.config, list(ck.tensors.values()), local=path, origin=what)
-
-
-def _has_local_weights(path: Path) -> bool:
-    """Every safetensors file of a (cache) snapshot is on disk."""
-
-    if (path / "model.safetensors").is_file():
-        return True
-    try:
-        shards = set(json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
-                     .values())
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        return False
-    return bool(shards) and all((path / str(f)).is_file() for f in shards)
-
-
-def _config_only(path: Path) -> bool:
-    """A folder with config.json and no weight file at all (a shape to plan from)."""
-    return (path / "config.json").is_file() and not any(
-        next(path.glob(g), None) is not None for g in _WEIGHT_GLOBS)
 
 
 def _computed(name: str, config: dict[str, Any], where: str, *, draft: bool = False,
@@ -114,14 +101,6 @@ def _read_config_file(p: Path) -> dict[str, Any]:
 
 # ---- registry and Hub --------------------------------------------------------------------------
 
-def registry_entry(ref: str) -> Any | None:
-    """The registry entry for ``ref`` if it is a registry id."""
-
-    reg = load_registry()
-    key = ref.strip()
-    return reg.entries.get(key) or reg.entries.get(key.lower())
-
-
 def _entry_for_repo(repo: str, *, kind: str | None = None) -> Any | None:
     """The registry entry whose repo (or, for a rebuilt local copy, local_copy_of) is ``repo``."""
     want = repo.lower()
@@ -133,44 +112,20 @@ def _entry_for_repo(repo: str, *, kind: str | None = None) -> Any | None:
     return None
 
 
-def _local_copy(repo: str) -> tuple[Any, Path] | None:
-    """A registry target built on this machine as a copy of ``repo`` (the demo's GGUF rebuild)."""
-    for e in load_registry().entries.values():
-        if e.kind == "target" and (e.local_copy_of or "").lower() == repo.lower():
-            path = targets.target_dir(e.id)
-            if targets.is_materialized(path):
-                return e, path
-    return None
-
-
-def _hub_repo(ref: str, entry: Any) -> tuple[str | None, str | None]:
-    if entry is not None:
-        return entry.repo, entry.revision
-    if looks_like_path(ref):
-        return None, None
-    repo, rev = split_revision(ref.strip())
-    return (repo, rev) if is_repo_id(repo) else (None, None)
-
-
 def _on_disk(ref: str, entry: Any, revision: str | None, role: str | None) -> LoadedRef | None:
-    """The Hub cache's copy of the repo with its weights, else (a target) a local rebuild of it."""
-    repo, rev = _hub_repo(ref, entry)
-    if repo is None:
-        return None
-    snap = cached_snapshot(hub_settings(), repo, revision or rev)
-    if snap is not None and _has_local_weights(snap):
-        got = _load_local(snap, f"the checkpoint's safetensors headers in the Hub cache ({snap})")
-        got.name = repo
-        return got
-    copy = _local_copy(repo) if role != "draft" and (entry is None or entry.kind == "target") \
-        else None
+    """The Hub cache's copy of the repo with its weights, else (a target) a local rebuild of it
+    (speckit.io.refs.local_copy, the rule validate, inspect and convert --target use too)."""
+    copy = local_copy(ref, role=role, revision=revision, entry=entry)
     if copy is None:
         return None
-    e, path = copy
-    got = _load_local(path, f"the checkpoint's safetensors headers in {path}")
-    got.name = e.id
-    got.notes.append(f"{repo} is not in the Hub cache; using {e.id}, its local copy at {path}: "
-                     f"{e.copy_differs or 'it is not the Hub checkpoint'}")
+    if copy.entry is None:
+        got = _load_local(copy.path, "the checkpoint's safetensors headers in the Hub cache "
+                          f"({copy.path})")
+        got.name = copy.repo
+        return got
+    got = _load_local(copy.path, f"the checkpoint's safetensors headers in {copy.path}")
+    got.name = copy.entry.id
+    got.notes.append(copy.said)
     return got
 
 
@@ -179,7 +134,7 @@ def _load_hub(r: Resolved, role: str, method: str | None = None) -> LoadedRef:
     else config.json plus safetensors headers through HTTP range requests (no weights); offline,
     the weights computed from the cached config.json."""
     where = f"{r.repo}@{(r.commit or '')[:12] or r.revision or 'main'}"
-    if _has_local_weights(r.path):
+    if has_local_weights(r.path):
         return LoadedRef(r.repo or str(r.path), r.config, _load_local(r.path).tensors, local=r.path)
     if r.settings.offline:
         got = _computed(r.repo or where, r.config, f"the cached config.json of {where}",
@@ -203,7 +158,7 @@ def _load_hub(r: Resolved, role: str, method: str | None = None) -> LoadedRef:
 def _recorded(ref: str, entry: Any, why: HubError, role: str,
               method: str | None = None) -> LoadedRef:
     """The registry's recorded shape of the repo when the Hub cannot give its config."""
-    repo, _ = _hub_repo(ref, entry)
+    repo, _ = hub_repo(ref, entry)
     e = entry if entry is not None else (_entry_for_repo(repo, kind=role) if repo else None)
     if e is None or e.config is None:
         known = f"registry entry {e.id} records no shape" if e is not None else \
@@ -273,7 +228,7 @@ def _resolve_and_load(ref: str, entry: Any, revision: str | None, role: str,
     remote = r.kind == "hub" or (r.kind == "registry" and r.repo is not None)
     if remote:
         return _load_hub(r, role, method)
-    if _config_only(r.path):
+    if config_only(r.path):
         return _computed(str(r.path), load_config(r.path), f"{r.path}/config.json",
                          draft=role == "draft", entry=entry, method=method)
     return _load_local(r.path)

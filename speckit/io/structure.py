@@ -12,15 +12,11 @@ from typing import Any
 from speckit.core import methods
 from speckit.core.methods import Problem, TensorSpec
 from speckit.core.methods.detect import Layout
+from speckit.core.quant import WEIGHT_SUFFIXES, quantized_weight_of
 from speckit.core.tensors import check_vocab_maps
 from speckit.errors import SpeckitError
 from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint
 
-# companions a quantized linear carries next to its `.weight` (Quark, compressed-tensors, FP8)
-QUANT_SUFFIXES = (".weight_scale", ".weight_scale_inv", ".weight_scale_2", ".input_scale",
-                  ".output_scale", ".weight_zero_point", ".input_zero_point",
-                  ".weight_global_scale", ".input_global_scale", ".k_scale", ".v_scale",
-                  ".q_scale", ".prob_scale")
 _VOCAB_MAPS = ("d2t", "t2d")
 
 
@@ -138,12 +134,13 @@ def _envelope_problems(cfg: dict[str, Any]) -> list[Problem]:
     return out
 
 
-def _quant_base(name: str) -> str | None:
-    """The `.weight` a quantization companion belongs to, or None if ``name`` is not one."""
-    for suffix in QUANT_SUFFIXES:
-        if name.endswith(suffix):
-            return name[: -len(suffix)] + ".weight"
-    return None
+def _stored(present: dict[str, Any], name: str) -> Any:
+    """The tensor that holds ``name``: itself, or for a quantized Linear weight the form a
+    scheme stores it in instead (`.weight_packed`); None when neither is there."""
+    if name in present or not name.endswith(".weight"):
+        return present.get(name)
+    module = name.removesuffix(".weight")
+    return next((present[module + s] for s in WEIGHT_SUFFIXES if module + s in present), None)
 
 
 def _shape_ok(want: tuple[int, ...], got: tuple[int, ...], *, packed: bool) -> bool:
@@ -161,10 +158,10 @@ def compare_tensors(ckpt: Checkpoint, specs: list[TensorSpec], *, scope: str = "
     out: list[Problem] = []
     present = {n: t for n, t in ckpt.tensors.items() if n.startswith(scope)}
     wanted = {s.name: s for s in specs}
-    companions = {n: b for n in present if (b := _quant_base(n)) is not None}
+    companions = {n: b for n in present if (b := quantized_weight_of(n)) is not None}
     quantized = set(companions.values())
     for spec in specs:
-        info = present.get(spec.name)
+        info = _stored(present, spec.name)
         if info is None:
             if spec.required:
                 shape = "x".join("?" if d == -1 else str(d) for d in spec.shape)
@@ -222,5 +219,5 @@ def vocab_map_problems(ckpt: Checkpoint, layout: Layout) -> list[Problem]:
                             full_vocab_ok=layout.name != "speculators")
 
 
-__all__ = ["QUANT_SUFFIXES", "check_structure", "compare_tensors", "cpu_k_norm_problems",
+__all__ = ["check_structure", "compare_tensors", "cpu_k_norm_problems",
            "vocab_map_problems"]

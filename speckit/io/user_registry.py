@@ -17,7 +17,7 @@ from filelock import Timeout
 
 from speckit.core.registry import SCHEMA_VERSION, parse_registry_text
 from speckit.errors import FormatError, UsageError
-from speckit.io.hub.lock import LOCK_WAIT_S, file_lock
+from speckit.io.hub.lock import LOCK_WAIT_S, file_lock, lock_file_of
 
 HEADER = ("# speckit user registry: entries added by `speckit registry add` (edit freely; "
           "later files override earlier ones by id)\n")
@@ -32,9 +32,9 @@ def add_entry(path: Path, entry_id: str, entry_text: str, *, force: bool = False
         with file_lock(path):
             return _add_locked(path, entry_id, entry_text, force=force)
     except Timeout:
-        raise UsageError(f"{path}: another speckit run has held {path.name}.lock for "
-                         f"{LOCK_WAIT_S:g} s", hint="wait for it, or delete the .lock file if no "
-                         "other run is going") from None
+        raise UsageError(f"{path}: another speckit run has held its lock for {LOCK_WAIT_S:g} s",
+                         hint=f"wait for it, or delete {lock_file_of(path)} if no other run is "
+                         "going") from None
 
 
 def _add_locked(path: Path, entry_id: str, entry_text: str, *, force: bool) -> bool:

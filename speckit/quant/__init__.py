@@ -27,8 +27,8 @@ from speckit.quant import schemes
 from speckit.quant.decisions import (
     check_device,
     count_quantized,
+    decide_tensors,
     open_source,
-    plan_tensors,
     prior_and_requant,
     target_layers_from,
 )
@@ -37,7 +37,7 @@ from speckit.quant.execute import (
     SKIP_EXTRA,
     QuantizeResult,
     TensorReport,
-    calibrate_activations,
+    measure_activations,
     output_config,
     provenance,
     tensor_summary,
@@ -51,7 +51,8 @@ __all__ = ["PROVENANCE", "SCHEMES", "QuantizeResult", "TensorReport", "quantize"
 
 def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | None = None,
              exclude: tuple[str, ...] | list[str] = (), device: str = "cpu",
-             force: bool = False, strict: bool = False, target_layers: int | None = None,
+             force: bool = False, requantize: bool | None = None, strict: bool = False,
+             target_layers: int | None = None,
              calib_target: str | os.PathLike | None = None, calib_prompts: list[str] | None = None,
              max_shard_bytes: int = DEFAULT_SHARD_BYTES, allow_external_links: bool = False,
              progress: bool = False) -> QuantizeResult:
@@ -60,8 +61,9 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     ``exclude``: vLLM run-time module names (e.g. `model.layers.32.mlp.down_proj`) or `re:`
     regexes to keep in their dtype. ``target_layers``: the target's layer count, needed to name
     EAGLE-3/DFlash draft layers as vLLM does (`model.layers.{L+i}`) when a layer stays unquantized.
-    ``force``: replace ``out`` and allow re-quantizing an already quantized input (from its
-    dequantized values). ``strict``: fail instead of keeping a Linear that MXFP4 cannot hold.
+    ``force``: replace ``out``. ``requantize``: quantize an already quantized input again, from
+    its dequantized values (None: as ``force``, the old meaning of --force, for one more release).
+    ``strict``: fail instead of keeping a Linear that MXFP4 cannot hold.
     ``allow_external_links``: follow checkpoint files that are symlinks out of the directory.
     """
     started = time.monotonic()
@@ -76,14 +78,16 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
         Path.cwd() / f"{src_path.resolve().name}-{sch.name}"
     out_dir = check_output(out_dir, {"CKPT": src_path, "--calib-target": calib_target},
                            force=force)
-    prior, requant, warnings = prior_and_requant(ckpt, src_path, force=force)
+    prior, requant, warnings = prior_and_requant(
+        ckpt, src_path, allowed=force if requantize is None else requantize,
+        by_force=requantize is None)
 
     if target_layers is None:
         target_layers = target_layers_from(ckpt.config, calib_target)
-    items, exclude_list = plan_tensors(ckpt, mod, sch, exclude=list(exclude), strict=strict,
+    items, exclude_list = decide_tensors(ckpt, mod, sch, exclude=list(exclude), strict=strict,
                                        target_layers=target_layers, requant=requant)
     n_quant = count_quantized(items, src_path, mod)
-    input_amax, calibration = calibrate_activations(
+    input_amax, calibration = measure_activations(
         ckpt, mod, sch, items, calib_target=calib_target, prompts=calib_prompts,
         target_layers=target_layers, requant=requant, dev=dev)
 

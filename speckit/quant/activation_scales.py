@@ -33,7 +33,7 @@ PROMPTS = [
 
 
 @dataclass
-class Calibration:
+class ActivationStats:
     """The largest |input| seen by each quantized Linear (vLLM run-time module name)."""
 
     amax: dict[str, float]
@@ -52,7 +52,7 @@ class Calibration:
 def collect(ckpt: Checkpoint, method: str, *, modules: list[str], names: dict[str, str],
             calib_target: str | Path | None, prompts: list[str] | None = None,
             target_layers: int | None = None, requant: dict | None = None,
-            device: str = "cpu") -> Calibration:
+            device: str = "cpu") -> ActivationStats:
     """Run the calibration for the quantized ``modules`` (run-time names; ``names`` maps each
     to a checkpoint tensor name)."""
     if requant is not None:
@@ -61,9 +61,9 @@ def collect(ckpt: Checkpoint, method: str, *, modules: list[str], names: dict[st
                          "activations, no calibration)")
     prompts = list(prompts or PROMPTS)
     spec = methods.get(method)
-    if spec.calibration == "causal-lm":
+    if spec.activation_inputs == "causal-lm":
         cal = _causal_lm(ckpt, names, calib_target, prompts, device)
-    elif spec.calibration == "eagle-head":
+    elif spec.activation_inputs == "eagle-head":
         if calib_target is None:
             raise UsageError(
                 f"--per-tensor-static needs the {method} draft's real inputs: the hidden states "
@@ -113,7 +113,7 @@ def _tokenizer(*dirs: Path | None):
 
 
 def _causal_lm(ckpt: Checkpoint, names: dict[str, str], calib_target, prompts: list[str],
-               device: str) -> Calibration:
+               device: str) -> ActivationStats:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -135,7 +135,7 @@ def _causal_lm(ckpt: Checkpoint, names: dict[str, str], calib_target, prompts: l
     tokens = _run_prompts(tok, prompts, lambda ids: model(input_ids=ids.to(device)))
     for h in hooks:
         h.remove()
-    return Calibration(amax, "draft_model", None, len(prompts), tokens,
+    return ActivationStats(amax, "draft_model", None, len(prompts), tokens,
                        notes=["the draft's own forward (transformers) on the built-in prompts"])
 
 
@@ -160,7 +160,7 @@ def _run_prompts(tok, prompts: list[str], fn) -> int:
 # ---- EAGLE-3 / P-EAGLE: replay the head's first step on the target's hidden states -------------
 
 def _eagle3(ckpt: Checkpoint, spec: methods.MethodSpec, names: dict[str, str], target: Path,
-            prompts: list[str], device: str) -> Calibration:
+            prompts: list[str], device: str) -> ActivationStats:
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -203,7 +203,7 @@ def _eagle3(ckpt: Checkpoint, spec: methods.MethodSpec, names: dict[str, str], t
         head.run(feats, emb, record)
 
     tokens = _run_prompts(tok, prompts, step)
-    return Calibration(amax, spec.name, str(target), len(prompts), tokens,
+    return ActivationStats(amax, spec.name, str(target), len(prompts), tokens,
                        notes=[("target forward (transformers, bf16) -> aux hidden states "
                               f"{list(aux)} -> the head's first drafting step")])
 

@@ -15,7 +15,6 @@ from speckit.core import quant as core_quant
 from speckit.core.methods.common import layer_config
 from speckit.core.methods.detect import LAYOUT_BY_NAME, pick_method
 from speckit.core.quant import QuantScheme as Scheme
-from speckit.core.quant.quark import weight_numerics
 from speckit.core.tensors import selected_ids
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
@@ -29,10 +28,6 @@ from speckit.io.checkpoint import (
 from speckit.quant import schemes
 
 _QUANT_DTYPES = {"U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0", "F4", "F6_E2M3", "F6_E3M2"}
-
-
-_QUANT_SUFFIXES = (".weight_scale", ".input_scale", ".weight_packed", ".qweight", ".scales",
-                   ".weight_scale_inv", ".weight_zero_point")
 
 
 @dataclass
@@ -124,23 +119,29 @@ def open_source(path: Path, *, allow_external_links: bool = False):
     return ckpt, mod, layout
 
 
-def prior_and_requant(ckpt: Checkpoint, src_path: Path, *, force: bool
+def prior_and_requant(ckpt: Checkpoint, src_path: Path, *, allowed: bool, by_force: bool = False
                       ) -> tuple[str | None, dict[str, Any] | None, list[str]]:
-    """An already quantized input is refused, or with --force dequantized and quantized again
-    (its description, what the dequantization needs, and the warning saying so)."""
+    """An already quantized input is refused, or (``allowed``: --requantize) dequantized and
+    quantized again (its description, what the dequantization needs, and the warning saying so).
+    ``by_force``: allowed by --force alone, the flag's old second meaning (said, one more
+    release)."""
     warnings: list[str] = []
     prior = prior_quantization(ckpt)
-    if prior is not None and not force:
+    if prior is not None and not allowed:
         raise FormatError(
             f"{src_path} is already quantized ({prior})",
-            hint="quantize the original bf16/fp16 checkpoint; --force re-quantizes from the "
-            "dequantized values, which compounds both rounding errors")
+            hint="quantize the original bf16/fp16 checkpoint; --requantize re-quantizes from "
+            "the dequantized values, which compounds both rounding errors")
     requant = None
     if prior is not None:
         requant = _requant_source(ckpt, prior)
         warnings.append(f"RE-QUANTIZED: the input was already quantized ({prior}); its weights "
                         f"were dequantized to {requant['dtype']} and quantized again, so the "
                         f"output carries both rounding errors")
+        if by_force:
+            warnings.append("--force re-quantized an already quantized input: that meaning of "
+                            "--force is deprecated, pass --requantize (from the next release "
+                            "--force only replaces OUT)")
     return prior, requant, warnings
 
 
@@ -152,7 +153,7 @@ def prior_quantization(ckpt: Checkpoint) -> str | None:
         if isinstance(q, dict):
             return f"config.json {key}: quant_method {q.get('quant_method', '?')!r}"
     for name, info in ckpt.tensors.items():
-        if name.endswith(_QUANT_SUFFIXES):
+        if name.endswith(core_quant.QUANT_SUFFIXES):
             return f"tensor {name} ({info.dtype})"
         if info.dtype in _QUANT_DTYPES and name.endswith(".weight"):
             return f"tensor {name} is {info.dtype}"
@@ -160,22 +161,21 @@ def prior_quantization(ckpt: Checkpoint) -> str | None:
 
 
 def _requant_source(ckpt: Checkpoint, prior: str) -> dict[str, Any]:
-    """What --force needs to dequantize: the numerics of a table scheme whose Linear is `.weight`
-    plus one `.weight_scale` (MXFP4, FP8 in either layout), or of a Quark global weight spec."""
-    q = ckpt.config.get("quantization_config")
-    sch = core_quant.recognise(q)
-    found = (sch.numerics, sch.tensors[0].shape == "packed4") if sch is not None and \
-        [t.suffix for t in sch.tensors] == [".weight", ".weight_scale"] else weight_numerics(q)
+    """What --requantize needs to dequantize: the numerics of a table scheme whose Linear is
+    `.weight` plus one `.weight_scale` (MXFP4, FP8 in either layout), or of a Quark global
+    weight spec."""
+    found = core_quant.dequantizing_scheme(ckpt.config.get("quantization_config"))
     if found is None:
         raise FormatError(f"{ckpt.path} is already quantized ({prior}), and not in a layout "
                           "speckit can dequantize",
-                          hint="--force re-quantizes MXFP4 / FP8 checkpoints in the Quark or "
+                          hint="--requantize re-quantizes MXFP4 / FP8 checkpoints in the Quark or "
                           "compressed-tensors layout (one config for every layer); start from the "
                           "unquantized checkpoint")
     floats = [i.dtype for i in ckpt.tensors.values() if i.dtype in FLOAT_DTYPES]
     dtype = _config_dtype(ckpt.config) or (max(set(floats), key=floats.count) if floats
                                            else "BF16")
-    return {"numerics": found[0], "packed": found[1], "dtype": dtype}
+    return {"numerics": found.numerics, "packed": found.tensors[0].shape == "packed4",
+            "dtype": dtype}
 
 
 def _config_dtype(config: dict[str, Any]) -> str | None:
@@ -228,7 +228,7 @@ def _runtime_names(mod, name: str, *, target_layers: int | None, config: dict[st
     return a if a == b else None
 
 
-def plan_tensors(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: bool,
+def decide_tensors(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: bool,
                  target_layers: int | None, requant: dict | None) -> tuple[list[Item], list[str]]:
     """What happens to each tensor, in file order, and Quark's exclude list for the config."""
     used: set[str] = set()

@@ -1,16 +1,17 @@
-"""quantize's execution: calibration, then every planned tensor quantized, byte-copied or
-dropped into the new shards; the output config, provenance and the re-opened result checked.
+"""quantize's execution: activation scales measured, then every planned tensor quantized,
+byte-copied or dropped into the new shards; the output config, provenance and the re-opened
+result checked.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core import links
 from speckit.core import quant as core_quant
 from speckit.core.quant import QuantScheme as Scheme
 from speckit.errors import FormatError
@@ -18,7 +19,6 @@ from speckit.io.checkpoint import (
     DTYPE_BITS,
     INDEX_NAME,
     Checkpoint,
-    CheckpointWriter,
     TensorInfo,
     code_to_torch,
 )
@@ -27,6 +27,7 @@ from speckit.io.output import (
     strip_config,
 )
 from speckit.io.progress import byte_progress
+from speckit.io.writer import CheckpointWriter
 from speckit.quant import activation_scales, fp8, schemes
 from speckit.quant.chunks import ErrorStats, single_threaded
 from speckit.quant.decisions import Item, looks_linear, prior_quantization
@@ -70,7 +71,7 @@ class QuantizeResult:
     tensors: list[TensorReport]
     files: list[str]
     calibration: dict[str, Any] | None = None
-    requantized_from: str | None = None  # set when --force re-quantized a quantized input
+    requantized_from: str | None = None  # set when --requantize re-quantized a quantized input
     target_layers: int | None = None
     warnings: list[str] = field(default_factory=list)
     code_dropped: list[str] = field(default_factory=list)  # source code / auto_map not carried
@@ -78,20 +79,19 @@ class QuantizeResult:
     layout: str = "quark"  # the quantization_config dialect written (core.quant scheme layout)
 
 
-def calibrate_activations(ckpt: Checkpoint, mod, sch: Scheme, items: list[Item], *,
-                          calib_target, prompts, target_layers: int | None,
-                          requant: dict | None, dev: str) -> tuple[dict[str, float], Any]:
+def measure_activations(ckpt: Checkpoint, mod, sch: Scheme, items: list[Item], *,
+                        calib_target, prompts, target_layers: int | None,
+                        requant: dict | None, dev: str) -> tuple[dict[str, float], Any]:
     """Activation maxima of the quantized modules, run through the target (for schemes with
-    static input scales; none for the others)."""
+    static input scales; none for the others), and their summary (the result's calibration)."""
     if not sch.static_input:
         return {}, None
-    cal = activation_scales.collect(ckpt, mod.name, modules=[it.module for it in items
-                                                      if it.action == "quantize"],
-                            names={it.module: it.info.name for it in items
-                                   if it.action == "quantize"},
-                            calib_target=calib_target, prompts=prompts,
-                            target_layers=target_layers, requant=requant, device=dev)
-    return cal.amax, cal.summary()
+    quantized = [it for it in items if it.action == "quantize"]
+    stats = activation_scales.collect(
+        ckpt, mod.name, modules=[it.module for it in quantized],
+        names={it.module: it.info.name for it in quantized}, calib_target=calib_target,
+        prompts=prompts, target_layers=target_layers, requant=requant, device=dev)
+    return stats.amax, stats.summary()
 
 
 def write_tensors(tmp: Path, ckpt: Checkpoint, mod, items: list[Item], sch: Scheme, dev: str,
@@ -200,7 +200,7 @@ def _load(ckpt: Checkpoint, info: TensorInfo, it: Item, requant: dict | None, de
 
     scale = _read(ckpt, ckpt.tensors[it.companions[0]]).to(t.device)
     dtype = code_to_torch(requant["dtype"])
-    numerics = importlib.import_module(f"speckit.quant.{requant['numerics']}")
+    numerics = links.load(links.NUMERICS, requant["numerics"])
     return numerics.dequantize(t, scale, dtype=dtype)
 
 
@@ -208,7 +208,7 @@ def _quantize_one(it: Item, w, sch: Scheme, writer: CheckpointWriter, input_amax
                   group_amax=None) -> TensorReport:
     name = it.info.name
     stats = ErrorStats()
-    numerics = importlib.import_module(f"speckit.quant.{sch.numerics}")
+    numerics = links.load(links.NUMERICS, sch.numerics)
     try:
         tensors = numerics.quantize_weight(w, stats=stats, group_amax=group_amax)
     except ValueError as e:

@@ -73,13 +73,20 @@ def _quantize_rows(x, gscale, stats: ErrorStats | None):
     s = torch.where(s == 0, torch.tensor(0.125, device=x.device), s)
     eff = (s / gscale).unsqueeze(-1)  # F32
     scaled = x.float().unflatten(-1, (-1, GROUP)) / eff + 0.0  # the zero point: -0.0 -> +0.0
+    return pack(scaled, g, eff, x, stats), s.to(torch.float8_e4m3fn)
+
+
+def pack(scaled, g, eff, x, stats: ErrorStats | None):
+    """The E2M1 codes of ``scaled`` (groups of weights over their effective scale ``eff``),
+    two per byte, low nibble first; the error against the groups ``g`` goes into ``stats``."""
+    import torch
+
     codes = e2m1_codes(scaled.clamp(-FP4_MAX, FP4_MAX))
     if stats is not None:
         deq = table(str(x.device)).index_select(0, codes.reshape(-1).long()).view(codes.shape)
         stats.add((g.float() - deq * eff).flatten(1), x)
     flat = codes.flatten(1)
-    packed = (flat[:, 0::2] | (flat[:, 1::2] << 4)).to(torch.uint8)
-    return packed, s.to(torch.float8_e4m3fn)
+    return (flat[:, 0::2] | (flat[:, 1::2] << 4)).to(torch.uint8)
 
 
 def e2m1_codes(v):

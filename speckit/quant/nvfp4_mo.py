@@ -13,7 +13,7 @@ quotient by a global scale, another zero rule and a floor at 2^-9. Bit-identical
 from __future__ import annotations
 
 from speckit.quant.chunks import ErrorStats
-from speckit.quant.nvfp4 import FP4_MAX, FP8_MAX, GROUP, e2m1_codes, quantize_blocks, table
+from speckit.quant.nvfp4 import FP4_MAX, FP8_MAX, GROUP, pack, quantize_blocks, table
 
 
 def quantize_weight(w, *, stats: ErrorStats | None = None, group_amax=None,
@@ -36,13 +36,7 @@ def _quantize_rows(x, scale2, stats: ErrorStats | None):
     s = s.clamp(min=2.0**-9, max=FP8_MAX).to(torch.float8_e4m3fn)
     eff = (s.float() * scale2).unsqueeze(-1)  # F32
     scaled = g / eff + 0.0  # weight dtype / F32 -> F32; + 0: its sign test is x < 0 (-0 -> +0)
-    codes = e2m1_codes(scaled.clamp(-FP4_MAX, FP4_MAX))
-    if stats is not None:
-        deq = table(str(x.device)).index_select(0, codes.reshape(-1).long()).view(codes.shape)
-        stats.add((g.float() - deq * eff).flatten(1), x)
-    flat = codes.flatten(1)
-    packed = (flat[:, 0::2] | (flat[:, 1::2] << 4)).to(torch.uint8)
-    return packed, s
+    return pack(scaled, g, eff, x, stats), s
 
 
 def dequantize(packed, scales, scale2, *, dtype=None):

@@ -6,15 +6,15 @@ the target's (the head trained with it frozen).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from speckit.core import speculators
 from speckit.core.dtypes import torch_to_code
 from speckit.core.methods import eagle3
-from speckit.io.checkpoint import CheckpointWriter, write_json
+from speckit.io.checkpoint import write_json
 from speckit.io.output import atomic_output_dir, write_provenance
+from speckit.io.writer import CheckpointWriter
 from speckit.train.model import HeadConfig, exported
 from speckit.train.vocab import DraftVocab, check_draft_vocab
 
@@ -100,7 +100,3 @@ def verifier_name(target: str, target_cfg: dict[str, Any]) -> str:
     if isinstance(name, str) and name.count("/") == 1 and not Path(name).exists():
         return name
     return target
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    return json.loads(Path(path).read_text())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import shutil
 import time
+import warnings as warnings_
 from typing import Any
 
 from speckit.core.options import options_of
@@ -40,6 +41,10 @@ def validate(options: ValidateOptions | None = None, /, **fields: Any) -> Valida
     compare draft's quantized kernels are emulated here): the compare run covers as many prompts
     as fit in ``compare_budget_s`` and reports acceptance only.
     """
+    if "force" in fields:  # the old name, one more release
+        warnings_.warn("validate(force=...) is now force_start=... (force replaces outputs "
+                       "elsewhere)", DeprecationWarning, stacklevel=2)
+        fields["force_start"] = fields.pop("force")
     opts = options_of(ValidateOptions, options, fields)
     t_start = time.monotonic()
     eargs = check_args(opts)

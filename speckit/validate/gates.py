@@ -24,7 +24,7 @@ def check_gates(inp: Inputs, opts: ValidateOptions, *, eargs: dict[str, Any], co
                 warnings: list[str]) -> dict[str, Any] | None:
     """Pairing and memory refusals before any engine starts (also for the compare draft), for
     the largest ``concurrency`` the runs will reach."""
-    tp, cpu_kv_bytes, force = opts.tp, opts.cpu_kv_bytes, opts.force
+    tp, cpu_kv_bytes, force = opts.tp, opts.cpu_kv_bytes, opts.force_start
     for flag, path, cfg in (("--draft", inp.dpath, inp.dcfg), ("--compare-draft", inp.cpath,
                                                                 inp.ccfg)):
         if inp.cpu and path is not None:
@@ -50,14 +50,14 @@ def _check_cpu_quant(flag: str, path: Path, cfg: dict[str, Any], *, force: bool,
     why = (f"{flag} {path} is quantized with {sch.name} ({sch.layout} layout), which vLLM's CPU "
            f"backend does not serve: {sch.cpu_refusal}")
     if force:
-        warnings.append(why + " (--force: started anyway)")
+        warnings.append(why + " (--force-start: started anyway)")
         return
     gpus = gpu_support(sch, catalog())
     where = ", ".join(f"{k}: {', '.join(v)}" for k, v in gpus.items() if k != "no" and v)
     served = " or ".join(f"`{s.flags}`" for s in SCHEMES.values() if not s.cpu_refusal)
     raise PlanError(why, hint=f"validate it on a GPU whose vLLM serves {sch.vllm_scheme} "
                     f"({where}); on this machine, compare a copy quantized with {served}; "
-                    "--force starts the engine anyway")
+                    "--force-start starts the engine anyway")
 
 
 def _plan_gate(tpath: Path, dpath: Path | None, spec: MethodSpec, k: int, *, tcfg, dcfg, tp: int,
@@ -101,8 +101,8 @@ def _plan_gate(tpath: Path, dpath: Path | None, spec: MethodSpec, k: int, *, tcf
         if not force:
             tries = "; ".join(f"{t.flag} ({t.effect})" for t in res.tries if t.starts)
             raise PlanError(msg, hint=(f"try {tries}; " if tries else "")
-                            + "or pass --force to start vLLM anyway")
-        warnings.append(msg + " (--force: started anyway)")
+                            + "or pass --force-start to start vLLM anyway")
+        warnings.append(msg + " (--force-start: started anyway)")
     return info
 
 

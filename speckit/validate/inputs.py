@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,7 @@ from speckit.io.datafiles import load_registry
 from speckit.io.draftrecord import read_trained_length
 from speckit.io.output import check_output, output_errors
 from speckit.io.prompts import load_prompts
-from speckit.io.refs import resolve
+from speckit.io.refs import config_only, resolve
 from speckit.io.tokenizer import load_tokenizer
 from speckit.io.traffic import TrafficRun, traffic_for_run
 from speckit.validate.concurrency import default_batches
@@ -45,6 +45,7 @@ class Inputs:
     cpath: Path | None
     cname: str | None
     ccfg: dict[str, Any]
+    copies: list[str] = field(default_factory=list)  # which local copy a Hub ref was read from
     traffic: TrafficRun | None = None  # --traffic: holds the users' prompts, never reported
     traffic_report: TrafficReport | None = None  # what the report says about it (no text)
     trained: TrainedLength | None = None  # the context the draft was trained on (or declares)
@@ -78,13 +79,14 @@ def gather_inputs(opts: ValidateOptions, warnings: list[str]) -> Inputs:
     """Target, draft and compare draft resolved and read, the method picked, the k values and
     the prompts; refusals that need no engine happen here."""
     target, draft, method, compare_draft = opts.target, opts.draft, opts.method, opts.compare_draft
-    tpath, tname = resolve_input(target, role="target")
+    copies: list[str] = []
+    tpath, tname = resolve_input(target, role="target", copies=copies)
     tcfg = _config(tpath, what="target")
     _check_chat_template(tpath, name=tname)
     dpath = dname = None
     dcfg: dict[str, Any] = {}
     if draft is not None:
-        dpath, dname = resolve_input(draft, role="draft")
+        dpath, dname = resolve_input(draft, role="draft", copies=copies)
         dcfg = _config(dpath, what="draft")
     spec = _pick_method(method, dcfg if draft else None, dpath, draft)
     if spec.has_checkpoint and dpath is None and not _draft_in_target(spec):
@@ -108,11 +110,11 @@ def gather_inputs(opts: ValidateOptions, warnings: list[str]) -> Inputs:
     if compare_draft is not None:
         if not spec.has_checkpoint:
             raise UsageError("--compare-draft needs a method with a draft checkpoint")
-        cpath, cname = resolve_input(compare_draft, role="draft")
+        cpath, cname = resolve_input(compare_draft, role="draft", copies=copies)
         ccfg = _config(cpath, what="compare draft")
     trained = read_trained_length(dpath, dcfg) if dpath is not None else None
     return Inputs(tpath, tname, tcfg, dpath, dname, dcfg, spec, cpu, ks, prompts, cpath, cname,
-                  ccfg, traffic, treport, trained)
+                  ccfg, copies, traffic=traffic, traffic_report=treport, trained=trained)
 
 
 def _traffic(opts: ValidateOptions, tpath: Path, tname: str, tcfg: dict[str, Any],
@@ -159,10 +161,17 @@ def output_dirs(out, inp: Inputs, dataset) -> tuple[Path | None, Path]:
     return outdir, outdir / "logs"
 
 
-def resolve_input(ref: str | Path, *, role: str) -> tuple[Path, str]:
-    """A local directory for a path, registry id or Hub repo id (fetched, pinned, offline-safe)."""
-
-    path = resolve(str(ref), role=role).path.resolve()
+def resolve_input(ref: str | Path, *, role: str, copies: list[str] | None = None
+                  ) -> tuple[Path, str]:
+    """A local directory for a path, registry id or Hub repo id: a copy already on this machine
+    first (said in ``copies``), else fetched and pinned. Configs without weights are refused:
+    validate runs the models."""
+    _refuse_configs(ref, role, Path(str(ref)).expanduser())
+    r = resolve(str(ref), role=role, local_first=True)
+    path = r.path.resolve()
+    _refuse_configs(ref, role, path)
+    if r.local_copy and copies is not None:
+        copies.append(f"{role} {ref}: {r.local_copy}")
     if role == "target" and not any((path / f).exists() for f in ("tokenizer.json",
                                                                    "tokenizer.model",
                                                                    "tokenizer_config.json")):
@@ -170,6 +179,20 @@ def resolve_input(ref: str | Path, *, role: str) -> tuple[Path, str]:
                          hint="validate needs the target's tokenizer and chat template: pass a "
                          "local directory with them, or fetch the draft with --with-target")
     return path, str(ref)
+
+
+def _refuse_configs(ref: str | Path, role: str, path: Path) -> None:
+    """A config.json, or a folder of configs only, is a shape: plan projects from it, but
+    validate runs the model on vLLM and needs its weights (docs/validate.md)."""
+    if not (path.is_file() and path.suffix == ".json") and not (path.is_dir()
+                                                                and config_only(path)):
+        return
+    raise UsageError(
+        f"{role} {ref} holds a config only, no weights: validate runs the {role} on vLLM",
+        hint="pass the checkpoint directory, a registry id or a Hub repo (validate fetches the "
+        "weights); to project a GPU you cannot run on, validate a model you can run with "
+        "--serve-gpu, or run `speckit plan --target CONFIG --draft D --gpu G --acceptance "
+        "P1,P2,...` with the per-position acceptance a validate run measured")
 
 
 def _check_chat_template(path: Path, *, name: str) -> None:

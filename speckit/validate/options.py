@@ -51,7 +51,7 @@ class ValidateOptions:
     compare_budget_s: float = 90.0  # seconds an acceptance-only compare run may take
     # the run itself
     out: str | Path | None = None  # report directory; None leaves nothing behind
-    force: bool = False  # start vLLM even when speckit plan says it will not fit
+    force_start: bool = False  # start vLLM even when speckit plan says it will not fit
     confirm: bool = True  # with sweep: confirm the recommended k with one more run
     baseline: EngineRun | None = None  # an earlier report's baseline_run on the same settings
     progress: bool | str = False  # True: a rich bar; "lines": plain lines; False: silence

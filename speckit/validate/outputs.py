@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from speckit.core.specconfig import serve_line
+from speckit.core.specconfig import SERVE_COMMAND_FILE, serve_line, serve_script
 from speckit.io.checkpoint import write_json
 from speckit.validate.analysis import emulated_quant, run_summary
 from speckit.validate.inputs import Inputs
@@ -63,7 +63,7 @@ def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, 
         warnings=warnings, engine_starts=r.starts, seconds=time.monotonic() - t_start,
         chat_template=base.chat_template, concurrency=r.concurrency, verdict=v,
         acceptance_by_context=r.by_context, trained_length=inp.trained,
-        traffic=inp.traffic_report)
+        traffic=inp.traffic_report, copies=list(inp.copies))
     rep.baseline_run = base
     return rep
 
@@ -96,16 +96,16 @@ def write_outputs(rep: ValidationReport, outdir: Path) -> None:
     spec_name, stale = ((SPEC_CONFIG, NOT_RECOMMENDED) if rep.recommended
                         else (NOT_RECOMMENDED, SPEC_CONFIG))
     files = {"spec_config": str(outdir / spec_name),
-             "serve_command": str(outdir / "serve-command.sh"),
+             "serve_command": str(outdir / SERVE_COMMAND_FILE),
              "report_json": str(outdir / "report.json"),
              "report_md": str(outdir / "report.md")}
     files.update(write_plots(rep, outdir))
     rep.files = files
     (outdir / stale).unlink(missing_ok=True)
     write_json(outdir / spec_name, rep.spec_config)
-    head = "#!/bin/sh\n# written by speckit validate\n"
-    if not rep.recommended:
-        head += f"# {rep.verdict.summary}\n# ({NOT_RECOMMENDED} holds the measured config)\n"
-    (outdir / "serve-command.sh").write_text(head + rep.serve_command + "\n")
+    said = [] if rep.recommended else [rep.verdict.summary,
+                                       f"({NOT_RECOMMENDED} holds the measured config)"]
+    (outdir / SERVE_COMMAND_FILE).write_text(serve_script(rep.serve_command, by="validate",
+                                                          comments=said))
     write_json(outdir / "report.json", rep.to_dict())
     (outdir / "report.md").write_text(to_markdown(rep))

@@ -14,7 +14,15 @@ from typing import Any
 
 from speckit.core.context import context_table
 from speckit.core.evidence import Interval, shown
-from speckit.core.metrics import KPrediction, LosslessCheck, SpecCounters, StepCosts
+from speckit.core.metrics import (
+    KPrediction,
+    LosslessCheck,
+    SpecCounters,
+    StepCosts,
+    drift_counts,
+    drift_meaning,
+    lossless_cell,
+)
 from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.terminal import output_console, print_rows, print_table
@@ -115,8 +123,16 @@ class CompareReport:
                                       strict=False)]
 
     @property
-    def ratio_drop_pct(self) -> float:
+    def acceptance_only(self) -> bool:
+        """The compare measured acceptance, not throughput (its kernels emulated here)."""
+        return self.other.acceptance_only or self.primary.acceptance_only
+
+    @property
+    def ratio_drop_pct(self) -> float | None:
+        """None for an acceptance-only compare: no throughput was compared."""
         p = self.primary.throughput_ratio
+        if self.acceptance_only:
+            return None
         return 100.0 * (p - self.other.throughput_ratio) / p if p else 0.0
 
 
@@ -155,6 +171,8 @@ class ValidationReport:
     acceptance_by_context: Any = None
     trained_length: Any = None
     traffic: Any = None
+    # which copy already on this machine a Hub target or draft was read from (local first)
+    copies: list[str] = field(default_factory=list)
 
     @property
     def recommended(self) -> bool:
@@ -194,7 +212,8 @@ class ValidationReport:
             d["compare"]["al_drop"] = self.compare.al_drop
             d["compare"]["al_drop_pct"] = self.compare.al_drop_pct
             d["compare"]["per_position_drop"] = self.compare.per_position_drop
-            d["compare"]["ratio_drop_pct"] = self.compare.ratio_drop_pct
+            d["compare"]["ratio_drop_pct"] = self.compare.ratio_drop_pct  # None: not timed
+            d["compare"]["acceptance_only"] = self.compare.acceptance_only
         if self.sweep is not None and self.sweep.confirmation is not None:
             d["sweep"]["confirmation"]["al_error"] = self.sweep.confirmation.al_error
             d["sweep"]["confirmation"]["ratio_error"] = self.sweep.confirmation.ratio_error
@@ -246,6 +265,19 @@ def _pos(xs: list[float]) -> str:
     return " / ".join(f"{x:.3f}" for x in xs)
 
 
+def lossless_lines(r: ValidationReport) -> list[str]:
+    """Under the table: where each drifting run left the baseline, and once what drift means
+    (why a CPU shows it, and why it is not the draft's fault)."""
+    drifting = [s for s in r.runs if s.lossless.status == "drift"]
+    lines = [f"{s.run.label}: {drift_counts(s.lossless)}" for s in drifting]
+    if drifting:
+        lines.append(drift_meaning(cpu=r.environment.get("platform") == "cpu"))
+    if any(s.lossless.status == "n/a" for s in r.runs):
+        lines.append("lossless n/a: temperature > 0, the outputs are samples; equality with the "
+                     "baseline is not expected")
+    return lines
+
+
 def _thinking(value: Any) -> str:
     return "no switch in the chat template" if value is None else ("on" if value else "off")
 
@@ -281,7 +313,7 @@ def _md_header(r: ValidationReport) -> list[str]:
         f"{st.get('temperature')}, concurrency {st.get('concurrency')}"),
         (f"- chat template sha256 `{str(st.get('chat_template_sha256'))[:16]}`, thinking: "
         f"{_thinking(st.get('thinking'))}"),
-    ]
+    ] + [f"- {c}" for c in r.copies]
 
 
 def _md_verdict(r: ValidationReport) -> list[str]:
@@ -327,10 +359,10 @@ def _md_runs(r: ValidationReport) -> list[str]:
             f"| {s.run.label} | {s.run.k} | {s.acceptance_length:.3f}"
             f"{' ± ' + format(s.al_stderr, '.3f') if s.al_stderr is not None else ''} | "
             f"{_pct(s.acceptance_rate)} | {_pos(s.per_position)} | {_speed(s)} | "
-            f"{_ratio(s)} | {s.lossless.status} "
-            f"({s.lossless.exact_matches}/{s.lossless.prompts} exact, "
-            f"{_pct(s.lossless.token_match_rate)} tokens) |")
-    return lines
+            f"{_ratio(s)} | {lossless_cell(s.lossless)} |")
+    said = lossless_lines(r)
+    return lines + (["", "Lossless (greedy outputs against the baseline's, token for token):", ""]
+                    + [f"- {x}" for x in said] if said else [])
 
 
 def _md_sweep(sw: SweepReport) -> list[str]:
@@ -362,14 +394,18 @@ def _md_sweep(sw: SweepReport) -> list[str]:
 
 
 def _md_compare(cp: CompareReport) -> list[str]:
+    timed = not cp.acceptance_only
     lines = ["", f"## Draft comparison at k={cp.k}", "",
-             "| draft | AL | per position | tokens/s | ratio |", "|---|---|---|---|---|"]
+             "| draft | AL | per position |" + (" tokens/s | ratio |" if timed else ""),
+             "|---|---|---|" + ("---|---|" if timed else "")]
     for name, s in ((cp.primary_draft, cp.primary), (cp.other_draft, cp.other)):
-        lines.append(f"| `{name}` | {s.acceptance_length:.3f} | {_pos(s.per_position)} | "
-                     f"{_speed(s)} | {_ratio(s)} |")
+        lines.append(f"| `{name}` | {s.acceptance_length:.3f} | {_pos(s.per_position)} |"
+                     + (f" {_speed(s)} | {_ratio(s)} |" if timed else ""))
+    drop = (f"throughput ratio drop {cp.ratio_drop_pct:+.1f}%" if timed else
+            f"throughput not compared: acceptance only, on the {len(cp.other.per_prompt_al)} "
+            "prompts both drafts ran (the warnings say why)")
     lines += ["", (f"AL drop {cp.al_drop:+.3f} ({cp.al_drop_pct:+.1f}%), per position "
-              f"{_pos(cp.per_position_drop)}, throughput ratio drop "
-              f"{cp.ratio_drop_pct:+.1f}%.")]
+              f"{_pos(cp.per_position_drop)}, {drop}.")]
     return lines
 
 
@@ -411,29 +447,7 @@ def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
     plt.close(fig)
     files["acceptance_per_position_png"] = str(p)
     if r.sweep is not None:
-        sw = r.sweep
-        fig, ax1 = plt.subplots(figsize=(6.4, 4.0))
-        ks = [p.k for p in sw.predictions]
-        ax1.plot(ks, [p.acceptance_length for p in sw.predictions], "o-", label="AL (derived)")
-        ax1.set_xlabel("k (num_speculative_tokens)")
-        ax1.set_ylabel("mean acceptance length")
-        ax2 = ax1.twinx()
-        ax2.plot(ks, [p.throughput_ratio for p in sw.predictions], "s--", color="tab:orange",
-                 label="predicted throughput ratio")
-        if sw.calibrated:
-            ax2.plot(ks, [p.throughput_ratio for p in sw.calibrated], "^:", color="tab:green",
-                     label="calibrated after confirmation")
-        ax1.set_xticks(ks)
-        ax2.axhline(1.0, color="grey", lw=0.8)
-        ax2.set_ylabel("throughput ratio vs baseline")
-        for s in r.runs:
-            if s.run.role in ("speculative", "confirm") and s.run.k is not None:
-                ax1.plot([s.run.k], [s.acceptance_length], "k*", ms=10)
-                ax2.plot([s.run.k], [s.throughput_ratio], "rx", ms=9)
-        ax1.set_title(f"k sweep (recommended k={sw.recommended_k}; * / x = measured)")
-        h1, l1 = ax1.get_legend_handles_labels()
-        h2, l2 = ax2.get_legend_handles_labels()
-        ax1.legend(h1 + h2, l1 + l2, fontsize=8, loc="best")
+        fig = k_sweep_figure(r, plt)
         p = out / "k-sweep.png"
         fig.tight_layout()
         fig.savefig(p, dpi=110)
@@ -449,6 +463,42 @@ def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
     return files
 
 
+def k_sweep_figure(r: ValidationReport, plt):
+    """AL by k on the left axis, throughput ratio by k on the right one (its break-even line
+    1.0 drawn on that axis), the measured runs marked on each; every series in the legend, named
+    with its axis."""
+    sw = r.sweep
+    fig, ax1 = plt.subplots(figsize=(6.4, 4.0))
+    ks = [p.k for p in sw.predictions]
+    ax1.plot(ks, [p.acceptance_length for p in sw.predictions], "o-",
+             label="AL, derived (left axis)")
+    ax1.set_xlabel("k (num_speculative_tokens)")
+    ax1.set_ylabel("mean acceptance length")
+    ax2 = ax1.twinx()
+    ax2.plot(ks, [p.throughput_ratio for p in sw.predictions], "s--", color="tab:orange",
+             label="throughput ratio, predicted (right axis)")
+    if sw.calibrated:
+        ax2.plot(ks, [p.throughput_ratio for p in sw.calibrated], "^:", color="tab:green",
+                 label="throughput ratio, calibrated after confirmation (right axis)")
+    ax2.axhline(1.0, color="grey", lw=0.8, ls="-", label="ratio 1.0: break-even (right axis)")
+    timed = [s for s in r.runs if s.run.role in ("speculative", "confirm")
+             and s.run.k is not None and not s.acceptance_only]
+    if timed:
+        ax1.plot([s.run.k for s in timed], [s.acceptance_length for s in timed], "k*", ms=10,
+                 ls="none", label="AL, measured (left axis)")
+        ax2.plot([s.run.k for s in timed], [s.throughput_ratio for s in timed], "rx", ms=9,
+                 ls="none", label="throughput ratio, measured (right axis)")
+    lo, hi = ax2.get_ylim()
+    ax2.set_ylim(min(lo, 0.95), max(hi, 1.05))  # the break-even line always inside the axis
+    ax1.set_xticks(ks)
+    ax2.set_ylabel("throughput ratio vs baseline")
+    ax1.set_title(f"k sweep (recommended k={sw.recommended_k})")
+    h1, l1 = ax1.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax1.legend(h1 + h2, l1 + l2, fontsize=7, loc="best")
+    return fig
+
+
 def print_report(r: ValidationReport, *, console=None) -> None:
     """A rich table for the terminal."""
     from rich.table import Table
@@ -462,16 +512,18 @@ def print_report(r: ValidationReport, *, console=None) -> None:
                   f"{r.dataset.get('name')} x{r.dataset.get('prompts')} · max_tokens "
                   f"{st.get('max_tokens')} · T={st.get('temperature')} · thinking "
                   f"{_thinking(st.get('thinking'))}")
+    for c in r.copies:
+        console.print(f"read from: {c}", markup=False, highlight=False)
     t = Table(title="acceptance and speed")
     for col in ("run", "k", "AL", "accept rate", "per position", "tok/s", "ratio", "lossless"):
         t.add_column(col, justify="right" if col not in ("run", "lossless") else "left")
     t.add_row("baseline", "-", "-", "-", "-", f"{r.baseline.tokens_per_s:.2f}", "1.000", "-")
     for s in r.runs:
         t.add_row(s.run.label, str(s.run.k), f"{s.acceptance_length:.3f}", _pct(s.acceptance_rate),
-                  _pos(s.per_position), _speed(s), _ratio(s),
-                  f"{s.lossless.status} {s.lossless.exact_matches}/{s.lossless.prompts}, "
-                  f"{_pct(s.lossless.token_match_rate)}")
+                  _pos(s.per_position), _speed(s), _ratio(s), lossless_cell(s.lossless))
     print_table(console, t)
+    for line in lossless_lines(r):
+        console.print(f"lossless: {line}", markup=False, highlight=False)
     if r.sweep is not None:
         sw = r.sweep
         t2 = Table(title=f"k sweep (measured at k={sw.k_measured})")
@@ -493,7 +545,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
             console.print(f"note: {n}")
     if r.compare is not None:
         cp = r.compare
-        speed = ("throughput not compared (acceptance only)" if cp.other.acceptance_only else
+        speed = ("throughput not compared (acceptance only)" if cp.acceptance_only else
                  f"ratio {cp.primary.throughput_ratio:.3f} -> {cp.other.throughput_ratio:.3f}")
         console.print(f"compare at k={cp.k}: AL {cp.primary.acceptance_length:.3f} -> "
                       f"{cp.other.acceptance_length:.3f} (drop {cp.al_drop_pct:+.1f}%), {speed}")

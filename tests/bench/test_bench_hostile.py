@@ -33,9 +33,9 @@ def _with_auth(url: str, auth: str = AUTH) -> str:
 
 
 def _cli(url: str, *extra: str, concurrency: str = "1", baseline: str | None = None):
-    args = ["bench", "--endpoint", url, "--concurrency", concurrency,
+    args = ["bench", "--endpoint", url, "--concurrencies", concurrency,
             "--prompts-per-concurrency", "2", "--warmups-per-concurrency", "1",
-            "--max-tokens", "30", "--cpu-threads", "0", "--seeds", "0", "-q", *extra]
+            "--max-tokens", "30", "--cpu-threads", "0", "--repeats", "1", "-q", *extra]
     if baseline:
         args += ["--baseline-endpoint", baseline]
     return CliRunner().invoke(main, args, catch_exceptions=False)

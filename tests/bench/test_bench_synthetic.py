@@ -84,7 +84,10 @@ def test_recorded_cells_that_clearly_pay_are_reported_as_paying(tmp_path):
     assert report.measured_schedule[0][2] >= 1 and report.measured_schedule[-1][2] == 0
     write_files(report, tmp_path)
     assert report.recommended in report.spec_configs
-    assert "--speculative-config" in (tmp_path / "serve-line.txt").read_text()
+    script = (tmp_path / "serve-command.sh").read_text()  # validate's file name and header
+    assert script.startswith("#!/bin/sh\n# written by speckit bench\n") and \
+        "--speculative-config" in script and not (tmp_path / "serve-line.txt").exists()
+    assert report.files["serve_command"] == "serve-command.sh"
     md = (tmp_path / "report.md").read_text()
     assert "## Verdict" in md and "**Speculation pays on this server" in md
     assert f"{row.ratio.mean:.2f} ({row.ratio_interval.lo:.2f}-{row.ratio_interval.hi:.2f})" in md
@@ -97,11 +100,12 @@ def test_one_seed_decides_nothing_and_the_serve_line_follows(tmp_path):
     assert report.verdict.status == "cannot tell" and report.recommended is None
     assert all(r.ratio_interval is None for r in report.summary)
     assert all(c.measured_k == 0 for c in report.k_choices)
-    assert "more seeds per cell" in report.verdict.summary
+    assert "more runs per cell (--repeats" in report.verdict.summary
     write_files(report, tmp_path)
     assert not (tmp_path / "spec-config.json").exists()
-    line = (tmp_path / "serve-line.txt").read_text()
-    assert "--speculative-config" not in line and line.startswith("vllm serve")
+    line = (tmp_path / "serve-command.sh").read_text().splitlines()
+    assert line[2].startswith("# the target alone") and line[-1].startswith("vllm serve")
+    assert "--speculative-config" not in line[-1]
     assert "the target alone, no --speculative-config" in markdown(report)
 
 
@@ -142,7 +146,7 @@ def test_the_fields_are_the_ones_vllm_declares():
 
 
 def test_bad_synthetic_als_are_refused():
-    with pytest.raises(UsageError, match="above k \\+ 1 for every -k"):
+    with pytest.raises(UsageError, match="above k \\+ 1 for every --sweep k"):
         synthetic_arms(_dep(), BenchOptions(target="t", ks=[1], synthetic_al=[3.0]))
     with pytest.raises(UsageError, match=">= 1"):
         run_mod.check_options(BenchOptions(target="t", synthetic_al=[0.5]))
@@ -175,7 +179,7 @@ def test_vllm_cpu_refuses_synthetic_acceptance_before_any_server(monkeypatch, tm
                            out=tmp_path / "o"))
     assert started == [] and not (tmp_path / "o").exists()
     assert "GPU" in e.value.hint and "--fit-profile" in e.value.hint
-    res = CliRunner().invoke(main, ["bench", "-t", str(TARGET), "-d", str(DRAFT), "-k", "3",
+    res = CliRunner().invoke(main, ["bench", "-t", str(TARGET), "-d", str(DRAFT), "--sweep", "3",
                                     "--synthetic-al", "2.0,3.0"])
     assert res.exit_code == 2 and "error:" in res.output and "hint:" in res.output
     assert "Synthetic acceptance not supported with CPU sampling" in res.output

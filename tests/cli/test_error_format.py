@@ -34,6 +34,25 @@ def test_click_usage_errors_use_speckit_format(args):
     assert "Traceback" not in r.stderr and "Usage:" not in r.stderr
 
 
+@pytest.mark.parametrize(("args", "meant"), [
+    (("valdiate",), "`speckit validate`"),
+    (("registry", "lsit"), "`speckit registry list`"),
+    (("train", "eagle"), "`speckit train eagle3`"),
+])
+def test_a_mistyped_subcommand_gets_did_you_mean(args, meant):
+    r = _run(*args)
+    assert r.returncode == 2, r
+    err, hint = r.stderr.strip().splitlines()[-2:]
+    assert err == f"error: no command {args[-1]!r} in `{meant.strip('`').rsplit(' ', 1)[0]}`"
+    assert hint.startswith(f"hint: did you mean {meant}") and "--help` lists" in hint
+
+
+def test_an_unknown_subcommand_far_from_all_lists_them():
+    r = _run("zzzz")
+    hint = r.stderr.strip().splitlines()[-1]
+    assert "did you mean" not in hint and "validate" in hint and "bench" in hint
+
+
 def test_json_mode_errors_are_a_json_object_on_stdout(tmp_path):
     r = _run("inspect", str(tmp_path / "missing"), "--json")
     assert r.returncode != 0

@@ -22,6 +22,7 @@ from tests.support.factories import (
     make_spec_eagle3,
     make_target,
 )
+from tests.support.registries import write_registry
 
 hub_server = hubserver.hub_server
 hub = hubserver.hub
@@ -153,11 +154,8 @@ def test_registry_id_resolves_draft_and_its_target(hub, pair, tmp_path, monkeypa
     target, eagle, _ = pair
     for repo, src in (("org/tiny-target", target), ("org/tiny-eagle3", eagle)):
         hub.server.add_commit(repo, {p.name: p.read_bytes() for p in src.iterdir()})
-    reg = tmp_path / "registry.toml"
-    reg.write_text('schema_version = 1\n\n[[entry]]\nid = "tiny-eagle3"\nprovider = "tests"\n'
-                   'license = "apache-2.0"\nmethod = "eagle3"\nrepo = "org/tiny-eagle3"\n'
-                   'revision = "main"\npinned = false\ntarget = "org/tiny-target"\n'
-                   'num_speculative_tokens = 2\nk_source = "tests"\n')
+    reg = write_registry(tmp_path / "registry.toml", id="tiny-eagle3", license="apache-2.0",
+                         repo="org/tiny-eagle3", num_speculative_tokens=2)
     monkeypatch.setenv("SPECKIT_REGISTRY", str(reg))
     code, out = run("--draft", "tiny-eagle3", "--gpu", "B200", "--max-model-len", "2048",
                     "--json")

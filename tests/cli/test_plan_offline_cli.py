@@ -8,7 +8,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from speckit.cli import main
@@ -18,20 +17,6 @@ from speckit.plan import plan_from_refs
 from tests.support.factories import make_target
 from tests.support.moe_shapes import write_sparse
 from tests.support.plan_shapes import QWEN3_8B
-
-
-@pytest.fixture
-def offline(tmp_path, monkeypatch):
-    """A fresh machine without network: empty HF cache, offline mode, own cache dirs."""
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
-    monkeypatch.delenv("SPECKIT_CACHE", raising=False)
-    monkeypatch.delenv("SPECKIT_REGISTRY", raising=False)
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -22,17 +22,12 @@ from speckit.io.structure import check_structure
 from tests.support import factories as F
 from tests.support import factories_convert as FC
 from tests.support import hubserver
+from tests.support.registries import write_registry
 
 V, VD, H = F.DIMS.vocab, F.DIMS.draft_vocab, F.DIMS.hidden
 # the local Hub server (session) and the per-test isolated HF cache + HF_ENDPOINT
 hub_server = hubserver.hub_server
 hub = hubserver.hub
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    """convert keeps a hash memo in speckit's cache: keep it out of the real home directory."""
-    monkeypatch.setenv("SPECKIT_CACHE", str(tmp_path_factory.mktemp("speckit-cache")))
 
 
 @pytest.fixture(scope="module")
@@ -654,7 +649,7 @@ def test_resident_memory_stays_below_the_largest_tensor(targets, tmp_path):
     import subprocess
     import sys
 
-    from speckit.io.checkpoint import CheckpointWriter
+    from speckit.io.writer import CheckpointWriter
 
     vocab = 1 << 21  # embed_tokens: 2**21 x 64 bf16 = 256 MiB; lm_head borrowed from the target
     src = F.make_specforge_eagle3(tmp_path / "small", export="sglang")
@@ -785,11 +780,9 @@ def test_registry_draft_brings_its_target_and_published_k(hub, tmp_path, monkeyp
     hub.server.add_commit("org/draft", {p.name: p.read_bytes() for p in draft.iterdir()})
     tgt = F.make_target(tmp_path / "t")
     hub.server.add_commit("org/target", {p.name: p.read_bytes() for p in tgt.iterdir()})
-    reg = tmp_path / "registry.toml"
-    reg.write_text("schema_version = 1\n[[entry]]\nid = \"my-draft\"\nprovider = \"me\"\n"
-                   "license = \"MIT\"\nmethod = \"eagle3\"\nrepo = \"org/draft\"\n"
-                   "revision = \"main\"\npinned = false\ntarget = \"org/target\"\n"
-                   "num_speculative_tokens = 5\nk_source = \"the model card\"\n")
+    reg = write_registry(tmp_path / "registry.toml", id="my-draft", repo="org/draft",
+                         target="org/target", num_speculative_tokens=5,
+                         k_source="the model card")
     monkeypatch.setenv("SPECKIT_REGISTRY", str(reg))
     r = convert("my-draft", out=tmp_path / "out")
     assert r.verifier == "org/target" and r.target == "org/target"

@@ -27,11 +27,6 @@ from tests.support import factories as F
 L = F.TARGET_LAYERS
 
 
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("SPECKIT_CACHE", str(tmp_path_factory.mktemp("speckit-cache")))
-
-
 @pytest.fixture(scope="module")
 def targets(tmp_path_factory):
     root = tmp_path_factory.mktemp("targets")

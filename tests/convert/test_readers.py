@@ -7,15 +7,18 @@ import importlib
 import re
 from pathlib import Path
 
+from speckit.core import links
 from speckit.core.methods.detect import LAYOUT_SPECS
 
 
-def test_every_convertible_layout_names_a_reader_module_with_plan():
+def test_every_convertible_layout_names_a_reader_module_with_read():
     readers = {spec.name: spec.reader for spec in LAYOUT_SPECS if spec.reader}
     assert readers, "no layout names a reader"
     for layout, reader in readers.items():
-        module = importlib.import_module(f"speckit.convert.{reader}")
-        assert callable(getattr(module, "plan", None)), (layout, reader)
+        module = links.load(links.READER, reader)
+        assert module.__name__ == f"speckit.convert.{reader}"
+        assert all(callable(getattr(module, f, None)) for f in links.READER.functions), \
+            (layout, reader)
 
 
 def test_layouts_without_a_reader_say_why():

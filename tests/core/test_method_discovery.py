@@ -6,12 +6,12 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import sys
-import textwrap
 
 import pytest
 
 from speckit.core import methods
 from speckit.core.methods import detect
+from tests.support.toy_methods import write_toy_methods
 
 # today's listing of methods and the detection order of layouts; a change here changes what
 # `--method` offers and which layout a checkpoint is recognised as
@@ -62,37 +62,9 @@ def test_declared_method_asks_the_layouts_read_from_the_config_alone():
     assert detect.declared_method({"model_type": "llama"}) is None
 
 
-TOY_METHOD = '''
-    """A throwaway method: the whole of what a newcomer writes in core."""
-    from speckit.core.methods import spec_from
-    from speckit.core.methods.layout import LayoutSpec
-
-
-    def _recognise(cfg, names):
-        if "toy_head.weight" in names:
-            return "toy-layout", "toy", ["tensor toy_head.weight"]
-        return None
-
-
-    LAYOUT_SPECS = (LayoutSpec("toy-layout", "toy", "a toy draft (toy_head)", _recognise,
-                               priority=150, reader="toy_source"),)
-
-
-    def draft_kv_layers(config):
-        return []
-
-
-    def describe(config):
-        return {}
-
-
-    SPEC = spec_from(globals(), name="toy", vllm_method="toy")
-'''
-
-
 @pytest.fixture
 def toy_method(tmp_path, monkeypatch):
-    (tmp_path / "toy.py").write_text(textwrap.dedent(TOY_METHOD))
+    write_toy_methods(tmp_path)
     monkeypatch.setattr(methods, "__path__", [*methods.__path__, str(tmp_path)])
     importlib.invalidate_caches()
     methods._modules.cache_clear()

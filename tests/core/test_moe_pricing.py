@@ -11,6 +11,7 @@ from dataclasses import replace
 import pytest
 
 from speckit.core import PACKAGE_DIR
+from speckit.core import quant as core_quant
 from speckit.core.gpus import get_gpu
 from speckit.core.plan import engine, formats, probe, steps
 from speckit.core.plan.projection import StepModel, target_shape
@@ -54,6 +55,15 @@ def test_formats_bytes_and_native_compute():
     assert formats.scheme_of_config(KIMI_K25_MXFP4) == ("bf16", "mxfp4")
     with pytest.raises(PlanError, match="not in the step-cost model"):
         formats.scheme_of_config({"quantization_config": {"quant_method": "bitsandbytes"}})
+    # every scheme speckit writes prices as its own family (fp8-ct was refused before)
+    for s in core_quant.SCHEMES.values():
+        cfg = {"quantization_config": s.quantization_config(["lm_head"])}
+        assert formats.scheme_of_config(cfg) == (s.capability, s.capability), s.name
+    # other producers' spellings
+    for q, family in (({"quant_method": "mxfp4"}, "mxfp4"), ({"quant_method": "fp8"}, "fp8"),
+                      ({"quant_method": "modelopt_fp4"}, "nvfp4"),
+                      ({"quant_method": "gptq", "bits": 4}, "int4")):
+        assert formats.scheme_of_config({"quantization_config": q}) == (family, family)
 
 
 def test_kimi_k25_rank_shape_bytes_and_flops():

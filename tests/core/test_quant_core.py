@@ -15,6 +15,7 @@ from speckit.core.plan.weights import DRAFT_QUANTS, HeaderTensor, rank_bytes
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, Checkpoint
 from speckit.io.datafiles import load_user_gpus
+from speckit.io.host import probe_kernel
 
 SHIPPED_DRAFT = Path(__file__).parents[2] / "speckit/data/drafts/smollm2-135m-eagle3"
 TARGET_LAYERS = 30  # SmolLM2-135M, the shipped draft's target
@@ -105,15 +106,30 @@ def test_user_gpu_formats_table(tmp_path):
 def test_cli_flags_name_every_scheme(args, scheme):
     from speckit.cli.quantize import _scheme
 
-    on = {a: a in args for a in ("--mxfp4", "--mxfp4-w4a4", "--fp8", "--nvfp4")}
+    on = {w.dest: w.flag in args for w in core_quant.SWITCHES}
     fmt = args[args.index("--format") + 1] if "--format" in args else None
-    assert _scheme(on["--mxfp4"], on["--mxfp4-w4a4"], on["--fp8"], on["--nvfp4"],
-                   "--per-tensor-static" in args, fmt) == scheme
+    assert _scheme(on, fmt).name == scheme
+    # and each scheme's own flags name it
+    assert core_quant.get(scheme).flags.split() in (args, args[:1])
+
+
+def test_quantize_options_are_the_scheme_tables_switches():
+    from speckit.cli.quantize import quantize_cmd
+
+    opts = {o: p for p in quantize_cmd.params for o in p.opts}
+    for w in core_quant.SWITCHES:
+        assert opts[w.flag].is_flag and opts[w.flag].help == w.help and opts[w.flag].name == w.dest
+    assert list(opts["--format"].type.choices) == list(core_quant.LAYOUTS)
+    assert all(w in core_quant.SWITCHES for s in core_quant.SCHEMES.values() for w in s.switches)
 
 
 def test_no_nvfp4_in_quark_layout():
-    with pytest.raises(UsageError, match="no nvfp4 scheme in the quark layout"):
-        core_quant.for_flag("nvfp4", "quark")
+    with pytest.raises(UsageError, match="no scheme for --nvfp4 in the quark layout"):
+        core_quant.for_switches({"--nvfp4"}, "quark")
+    with pytest.raises(UsageError, match="--per-tensor-static goes with --fp8"):
+        core_quant.for_switches({"--mxfp4", "--per-tensor-static"})
+    with pytest.raises(UsageError, match="choose exactly one of --mxfp4, --mxfp4-w4a4, --fp8"):
+        core_quant.for_switches({"--mxfp4", "--fp8"})
 
 
 def test_validate_reads_the_scheme_table():
@@ -124,7 +140,7 @@ def test_validate_reads_the_scheme_table():
     val = importlib.import_module("speckit.validate.analysis")
     for s in core_quant.SCHEMES.values():
         why = val.emulated_quant({"quantization_config": s.quantization_config(["lm_head"])})
-        native = val._probe_kernel(s.capability).status == "native"  # the same cached probe
+        native = probe_kernel(s.capability).status == "native"  # the same cached probe
         assert (why is None) == native, (s.name, why)
         if why:
             assert why.startswith(s.capability.upper())

@@ -130,6 +130,11 @@ def _entry(**fields) -> dict:
         "k_source": "test",
         "license": "MIT",
     }
+    return _over(base, fields)
+
+
+def _over(base: dict, fields: dict) -> dict:
+    """``base`` with ``fields`` set over it (a None value removes the field)."""
     for k, v in fields.items():
         if v is None:
             base.pop(k, None)
@@ -152,12 +157,7 @@ def _write(path: Path, *entries: dict, published: list[dict] = (), extra: str = 
 
 def _result(**fields) -> dict:
     base = {"metric": "throughput_ratio", "value": 2.0, "dataset": "GSM8K", "source": "test"}
-    for k, v in fields.items():
-        if v is None:
-            base.pop(k, None)
-        else:
-            base[k] = v
-    return base
+    return _over(base, fields)
 
 
 # --------------------------------------------------------------------------- content

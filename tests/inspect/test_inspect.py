@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 from speckit.cli import main
 from speckit.core.methods.common import check_vocab_maps
 from speckit.core.methods.detect import detect
+from speckit.core.quant import SCHEMES
 from speckit.errors import FormatError
 from speckit.inspect import InspectReport, inspect
 from speckit.io.checkpoint import Checkpoint
@@ -84,6 +85,30 @@ def test_clean_fixtures_pair_with_the_8_layer_target(tmp_path, target, name):
     r = inspect(make(tmp_path / name), target=target, allow_pickle=True)
     assert _errors(r) == EXPECTED_ERRORS.get(name, set()), r.problems
     assert r.target == str(target)
+
+
+@pytest.fixture(scope="module")
+def quant_sources(tmp_path_factory) -> tuple[Path, Path]:
+    """An EAGLE-3 draft and a target with a tokenizer whose hidden states calibrate it."""
+    where = tmp_path_factory.mktemp("q")
+    return (F.make_spec_eagle3(where / "draft"),
+            F.make_target(where / "target", with_tokenizer=True))
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_quantize_output_of_every_scheme_inspects_clean(tmp_path, quant_sources, scheme):
+    """`speckit quantize DRAFT <the scheme's flags> -o OUT && speckit inspect OUT` exits 0: the
+    tensors every scheme writes (`.weight_packed` included) are ones inspect expects."""
+    draft, target = quant_sources
+    out = tmp_path / scheme
+    args = [*SCHEMES[scheme].flags.split(), "-o", str(out), "-q"]
+    if SCHEMES[scheme].static_input:
+        args += ["--calib-target", str(target)]
+    res = CliRunner().invoke(main, ["quantize", str(draft), *args])
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(main, ["inspect", str(out)])
+    assert res.exit_code == 0, res.output
+    assert "0 errors" in res.output and "quantized-tensors" in res.output
 
 
 def test_report_fields(tmp_path):

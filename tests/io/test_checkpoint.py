@@ -17,12 +17,12 @@ from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
     INDEX_NAME,
     Checkpoint,
-    CheckpointWriter,
     read_ints,
     read_safetensors_header,
     safe_relpath,
     write_json,
 )
+from speckit.io.writer import CheckpointWriter
 from tests.support import factories as F
 
 
@@ -298,7 +298,7 @@ def test_writer_page_aligns_copied_tensors_and_keeps_source_shards(tmp_path, mon
     the same offset within a 4 KiB page as in its source (kernel copies run faster), and a new
     shard starts where the source file changes once the shard holds ALIGNED_SHARD_MIN bytes.
     safetensors (Rust) still opens the padded files and reads the right bytes."""
-    import speckit.io.checkpoint as ck
+    import speckit.io.writer as ck
 
     monkeypatch.setattr(ck, "ALIGNED_SHARD_MIN", 10_000)
     a = {"a.big": torch.arange(4000, dtype=torch.int32), "a.small": torch.ones(4)}

@@ -75,7 +75,8 @@ def on_mi300x(monkeypatch):
 
 def _gate(target, *, eargs, force=False):
     warnings: list[str] = []
-    opts = ValidateOptions(target=str(target), method="ngram", k=2, num_prompts=2, force=force)
+    opts = ValidateOptions(target=str(target), method="ngram", k=2, num_prompts=2,
+                           force_start=force)
     inp = inputs.gather_inputs(opts, warnings)
     assert inp.cpu is False
     info = gates.check_gates(inp, opts, eargs=eargs, concurrency=1, warnings=warnings)
@@ -93,7 +94,7 @@ def test_validate_memory_gate_runs_on_rocm(on_mi300x, tmp_path):
     with pytest.raises(PlanError, match="will not start"):
         _gate(target, eargs={"kv_cache_memory_bytes": 400 * GiB})
     info, warnings = _gate(target, eargs={"kv_cache_memory_bytes": 400 * GiB}, force=True)
-    assert any("--force: started anyway" in w for w in warnings)
+    assert any("--force-start: started anyway" in w for w in warnings)
 
 
 # ---- the kernel verdict: vLLM's CPU backend by its code, a GPU timed with a margin ------------

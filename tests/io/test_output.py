@@ -291,14 +291,20 @@ def _wait_for_temp(parent: Path, proc: subprocess.Popen) -> Path:
         time.sleep(0.05)
 
 
-def test_sigterm_during_convert_leaves_no_temp_dir(tmp_path, target):
+def _slow_convert(tmp_path: Path, target: Path):
+    """A `speckit convert` child that waits 60 s before publishing: (source, work dir, process,
+    its temp dir once it exists)."""
     src = F.make_specforge_eagle3(tmp_path / "src", export="sglang")
     work = tmp_path / "work"
     work.mkdir()
     proc = subprocess.Popen(_convert_cmd(src, target, work / "out"),
                             env=_env(SPECKIT_TEST_PUBLISH_DELAY="60"),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _wait_for_temp(work, proc)
+    return src, work, proc, _wait_for_temp(work, proc)
+
+
+def test_sigterm_during_convert_leaves_no_temp_dir(tmp_path, target):
+    _src, work, proc, _tmp = _slow_convert(tmp_path, target)
     proc.send_signal(signal.SIGTERM)
     _out, err = proc.communicate(timeout=60)
     assert proc.returncode != 0, err
@@ -307,13 +313,7 @@ def test_sigterm_during_convert_leaves_no_temp_dir(tmp_path, target):
 
 
 def test_kill_9_leftover_is_removed_by_the_next_run(tmp_path, target):
-    src = F.make_specforge_eagle3(tmp_path / "src", export="sglang")
-    work = tmp_path / "work"
-    work.mkdir()
-    proc = subprocess.Popen(_convert_cmd(src, target, work / "out"),
-                            env=_env(SPECKIT_TEST_PUBLISH_DELAY="60"),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    leftover = _wait_for_temp(work, proc)
+    src, work, proc, leftover = _slow_convert(tmp_path, target)
     proc.kill()
     proc.communicate(timeout=60)
     assert leftover.exists()  # kill -9 cannot clean up

@@ -135,7 +135,7 @@ def test_every_command_resolves_a_target_reference_identically(world, kind, tmp_
     assert Path(fetch(ref, role="target").path).resolve() == want
     assert resolve_target(ref).resolve() == want
     assert validate_inputs.resolve_input(ref, role="target")[0] == want
-    assert inspect_op._target_config(ref) == config
+    assert inspect_op._target(ref).config == config
     assert load_headers(ref).config == config
     convert(world.drafts["path"], target=ref, out=tmp_path / "out", num_speculative_tokens=3)
     prov = json.loads((tmp_path / "out" / PROVENANCE).read_text())["target"]
@@ -156,7 +156,7 @@ def _bytes(w):
 def test_a_registry_draft_is_not_a_target(world):
     for call in (lambda: resolve("ref-draft", role="target", what="TARGET"),
                  lambda: resolve_target("ref-draft"),
-                 lambda: inspect_op._target_config("ref-draft")):
+                 lambda: inspect_op._target("ref-draft")):
         with pytest.raises(UsageError, match="is a registry draft, not a target"):
             call()
 

@@ -22,6 +22,7 @@ from speckit.fetch import fetch
 from speckit.io.hub import LOCK_NAME, Lock
 from tests.fetch.test_hub import DRAFT, draft_files, sha, sharded_files
 from tests.support import hubserver
+from tests.support.registries import write_registry
 
 hub_server = hubserver.hub_server
 hub = hubserver.hub
@@ -200,11 +201,8 @@ def test_bad_revision_is_refused_at_every_entry_point(hub, rev):
 
 
 def test_registry_revision_cannot_escape_refs(hub, tmp_path, monkeypatch):
-    reg = tmp_path / "evil.toml"
-    reg.write_text('schema_version = 1\n[[entry]]\nid = "evil"\nprovider = "x"\n'
-                   'license = "mit"\nmethod = "eagle3"\nrepo = "org/tiny-draft"\n'
-                   'revision = "../../../../home/.profile"\npinned = false\n'
-                   'target = "Qwen/Qwen3-8B"\nnum_speculative_tokens = 3\nk_source = "x"\n')
+    reg = write_registry(tmp_path / "evil.toml", id="evil",
+                         revision="../../../../home/.profile", target="Qwen/Qwen3-8B")
     monkeypatch.setenv("SPECKIT_REGISTRY", str(reg))
     with pytest.raises(FormatError, match="neither a commit sha nor a branch"):
         fetch("evil")
@@ -461,3 +459,26 @@ def test_two_runs_sharing_one_lock_both_keep_their_pins(hub):
         fetch_b.commit
     assert repos[DRAFT]["files"]["model.safetensors"]["sha256"] == \
         sha(draft_files()["model.safetensors"])
+
+
+def test_the_lock_of_a_lock_file_lives_in_the_cache_and_excludes(tmp_path, monkeypatch):
+    """speckit-lock.json's file lock is not left beside it (issue 45): it lives in speckit's cache,
+    one per absolute path, and a second holder waits for it (then is told which file to delete)."""
+    from speckit.errors import FormatError
+    from speckit.io.hub import lock as lock_mod
+
+    monkeypatch.setenv("SPECKIT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(lock_mod, "LOCK_WAIT_S", 0.2)
+    path = tmp_path / "project" / LOCK_NAME
+    where = lock_mod.lock_file_of(path)
+    assert where.parent == tmp_path / "cache" / "locks" and where.name.startswith(LOCK_NAME)
+    assert where != lock_mod.lock_file_of(tmp_path / "other" / LOCK_NAME)
+    held = lock_mod.file_lock(path)
+    with held:
+        run = Lock(path)
+        run.put(DRAFT, {"commit": "a" * 40, "files": {}})
+        with pytest.raises(FormatError, match="another speckit run has held its lock") as e:
+            run.save()
+        assert str(where) in e.value.hint
+    run.save()
+    assert sorted(p.name for p in path.parent.iterdir()) == [LOCK_NAME]

@@ -12,7 +12,8 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from speckit.errors import FormatError, UsageError
-from speckit.io.checkpoint import Checkpoint, CheckpointWriter
+from speckit.io.checkpoint import Checkpoint
+from speckit.io.writer import CheckpointWriter
 from speckit.quant import PROVENANCE, fp8, mxfp4, quantize
 from tests.support import factories as F
 
@@ -192,8 +193,15 @@ def test_already_quantized_input(tmp_path):
     quantize(src, scheme="mxfp4", out=tmp_path / "mx")
     with pytest.raises(FormatError, match="already quantized"):
         quantize(tmp_path / "mx", scheme="fp8", out=tmp_path / "again")
-    r = quantize(tmp_path / "mx", scheme="fp8", out=tmp_path / "again", force=True)
+    with pytest.raises(FormatError, match="--requantize re-quantizes"):
+        quantize(tmp_path / "mx", scheme="fp8", out=tmp_path / "again", requantize=False,
+                 force=True)
+    r = quantize(tmp_path / "mx", scheme="fp8", out=tmp_path / "again", requantize=True)
     assert r.requantized_from and any("RE-QUANTIZED" in w for w in r.warnings)
+    assert not any("deprecated" in w for w in r.warnings)
+    # --force alone still re-quantizes for one release, and says that meaning is deprecated
+    old = quantize(tmp_path / "mx", scheme="fp8", out=tmp_path / "old", force=True)
+    assert old.requantized_from and any("pass --requantize" in w for w in old.warnings)
     # the FP8 weights are the FP8 of the MXFP4-dequantized bf16 values
     mx = load_file(str(tmp_path / "mx" / "model.safetensors"))
     deq = mxfp4.dequantize(mx["fc.weight"], mx["fc.weight_scale"], dtype=torch.bfloat16)
@@ -205,13 +213,13 @@ def test_already_quantized_input(tmp_path):
         "quantization_config"]["global_quant_config"]["weight"]["dtype"] == "fp8_e4m3"
 
 
-def test_foreign_quantization_is_refused_even_with_force(tmp_path):
+def test_foreign_quantization_is_refused_even_with_requantize(tmp_path):
     src = F.make_causal_lm(tmp_path / "src", num_layers=1)
     cfg = json.loads((src / "config.json").read_text())
     cfg["quantization_config"] = {"quant_method": "fp8", "activation_scheme": "dynamic"}
     (src / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(FormatError, match="not in a layout speckit can dequantize"):
-        quantize(src, scheme="fp8", out=tmp_path / "out", force=True)
+        quantize(src, scheme="fp8", out=tmp_path / "out", requantize=True)
 
 
 def test_refusals(tmp_path):
@@ -376,14 +384,14 @@ def test_output_is_readable_like_any_new_directory(tmp_path):
         assert stat.S_IMODE(p.stat().st_mode) == 0o666 & ~mask, p.name
 
 
-def test_force_requantizes_a_compressed_tensors_fp8_input(tmp_path):
-    """--force dequantizes with the numerics module of the scheme the config is recognised as
+def test_requantize_a_compressed_tensors_fp8_input(tmp_path):
+    """--requantize dequantizes with the numerics module of the scheme the config is recognised as
     (here fp8-ct: FP8 codes times their BF16 row scale), not with a Quark-only switch."""
     from speckit.quant import ct_fp8
 
     src = F.make_spec_eagle3(tmp_path / "src")
     quantize(src, scheme="fp8-ct", out=tmp_path / "ct")
-    r = quantize(tmp_path / "ct", scheme="mxfp4", out=tmp_path / "mx", force=True)
+    r = quantize(tmp_path / "ct", scheme="mxfp4", out=tmp_path / "mx", requantize=True)
     assert r.requantized_from and any("RE-QUANTIZED" in w for w in r.warnings)
     ct = load_file(str(tmp_path / "ct" / "model.safetensors"))
     deq = ct_fp8.dequantize(ct["fc.weight"], ct["fc.weight_scale"], dtype=torch.bfloat16)
@@ -392,4 +400,4 @@ def test_force_requantizes_a_compressed_tensors_fp8_input(tmp_path):
     assert torch.equal(out["fc.weight"], packed) and torch.equal(out["fc.weight_scale"], scales)
     nv = quantize(src, scheme="nvfp4", out=tmp_path / "nv")
     with pytest.raises(FormatError, match="not in a layout speckit can dequantize"):
-        quantize(nv.out, scheme="fp8", out=tmp_path / "again", force=True)
+        quantize(nv.out, scheme="fp8", out=tmp_path / "again", requantize=True)

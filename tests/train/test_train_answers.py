@@ -133,9 +133,10 @@ def test_ranks_get_every_answers_file_in_order(runs):
     from speckit.cli.train import _given_args, eagle3
 
     argv = ["--target", "t", "--answers", str(runs["b"]), "--answers", str(runs["a"]),
-            "--nproc", "2", "-o", "d"]
+            "--nproc", "2", "-o", "d", "--aux-layers", "1,4,8"]
     with eagle3.make_context("eagle3", argv) as ctx, ctx:
         args = _given_args(("nproc", "device", "fsdp"))
     i = args.index("--answers")
     assert args[i:i + 4] == ["--answers", str(runs["b"]), "--answers", str(runs["a"])]
     assert "--nproc" not in args
+    assert args[args.index("--aux-layers") + 1] == "1,4,8"  # a list goes as it was typed

@@ -4,9 +4,7 @@ curve within noise, an export of identical structure; plus the rank bookkeeping 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,17 +14,13 @@ from click.testing import CliRunner
 from speckit.errors import UsageError
 from speckit.train import launch
 from speckit.train.loop import LoopConfig, _plans
+from tests.support.scripts import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("train_scaling",
-                                                  ROOT / "bench" / "train_scaling.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("bench", "train_scaling")
 
 
 @pytest.fixture(scope="module")

@@ -9,6 +9,7 @@ import dataclasses
 import json
 import shlex
 
+import click
 import pytest
 from click.testing import CliRunner
 
@@ -242,15 +243,16 @@ def test_cli_exit_codes_before_any_engine(tiny, tmp_path):
 
 def test_engine_arg_values_are_json_or_strings():
     from speckit.cli._common import parse_engine_args as _parse_engine_args
-    from speckit.cli.validate import _parse_sweep
+    from speckit.cli._options import FLAGS
 
     assert _parse_engine_args(("max_model_len=4096", "--enforce-eager=true",
                                "kv_cache_dtype=fp8", 'hf_overrides={"a": 1}')) == {
         "max_model_len": 4096, "enforce_eager": True, "kv_cache_dtype": "fp8",
         "hf_overrides": {"a": 1}}
-    assert _parse_sweep("7, 1,3") == [7, 1, 3]
-    with pytest.raises(UsageError):
-        _parse_sweep("0,2")
+    sweep = FLAGS["sweep"].type  # --sweep's type, the same in validate, demo and bench
+    assert sweep.convert("7, 1,3", None, None) == [7, 1, 3]
+    with pytest.raises(click.BadParameter, match="every value must be >= 1"):
+        sweep.convert("0,2", None, None)
 
 
 # ---- renderings of a full report (synthetic numbers, no engine) ----------------------------------
@@ -353,3 +355,104 @@ def test_hub_dataset_offline_is_a_hub_error():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "HF_HUB_OFFLINE": "1"}, timeout=120, check=False)
     assert "HUBERROR" in out.stdout and "offline set" in out.stdout, out.stderr[-2000:]
+
+
+def _drifting(rep):
+    """rep with its k=3 run drifting: 3 of 8 greedy outputs leave the baseline's after 20+
+    tokens (the numerics of batched verification), the other 5 equal it."""
+    import dataclasses
+
+    from speckit.core.metrics import lossless_check
+
+    base = [list(range(40)) for _ in range(8)]
+    spec = [b[:cut] + [999] * (40 - cut) for b, cut in zip(base, [20, 25, 31] + [40] * 5,
+                                                           strict=True)]
+    ll = lossless_check(base, spec, temperature=0)
+    assert ll.status == "drift"
+    rep.runs[0] = dataclasses.replace(rep.runs[0], lossless=ll)
+    return rep
+
+
+def test_drift_is_explained_where_it_is_shown(tmp_path):
+    """The lossless cell says what its numbers count, and under the table: where each drifting
+    run left the baseline, what drift is, why a CPU shows it, and why it is not the draft."""
+    from rich.console import Console
+
+    from speckit.validate import print_report, write_outputs
+
+    rep = _drifting(_synthetic_report(tmp_path))
+    rep.environment["platform"] = "cpu"
+    console = Console(record=True, width=200)
+    print_report(rep, console=console)
+    text = " ".join(console.export_text().split())  # as read, not as wrapped
+    assert "drift: 5/8 exact, 86.2% of tokens" in text and "exact 1/1 " in text
+    assert "lossless: dm-k3: 3 of 8 greedy outputs left the baseline's after a median of 25 " \
+        "tokens (the first after 20); the other 5 equal it token for token" in text
+    assert "no draft, good or bad, can change a greedy output" in text
+    assert "vLLM's CPU kernels are not batch-invariant" in text and "suspect" in text
+    write_outputs(rep, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "| drift: 5/8 exact, 86.2% of tokens |" in md
+    assert "- dm-k3: 3 of 8 greedy outputs left the baseline's" in md
+    rep.environment["platform"] = "cuda"  # a GPU: the CPU sentence goes
+    console = Console(record=True, width=200)
+    print_report(rep, console=console)
+    assert "CPU kernels" not in console.export_text()
+
+
+def test_an_exact_report_says_nothing_more_about_losslessness(tmp_path):
+    from speckit.validate.report import lossless_lines
+
+    assert lossless_lines(_synthetic_report(tmp_path)) == []
+
+
+def test_an_acceptance_only_compare_prints_no_throughput_figure(tmp_path):
+    """report.md, report.json and the terminal: AL compared, no ratio drop and no tokens/s."""
+    from rich.console import Console
+
+    from speckit.validate import print_report, write_outputs
+
+    rep = _synthetic_report(tmp_path)
+    timed = rep.to_dict()["compare"]
+    assert timed["ratio_drop_pct"] == 0.0 and timed["acceptance_only"] is False
+    rep.compare.other.acceptance_only = True
+    write_outputs(rep, tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    cmp = md[md.index("## Draft comparison"):md.index("## Serve it")]
+    assert "ratio drop" not in cmp and "tokens/s" not in cmp and "0.900" not in cmp
+    assert "throughput not compared: acceptance only, on the 0 prompts" in cmp
+    d = json.loads((tmp_path / "report.json").read_text())["compare"]
+    assert d["ratio_drop_pct"] is None and d["acceptance_only"] is True
+    console = Console(record=True, width=200)
+    print_report(rep, console=console)
+    line = next(x for x in console.export_text().splitlines() if x.startswith("compare at"))
+    assert line.endswith("throughput not compared (acceptance only)") and "ratio" not in line
+
+
+def test_k_sweep_plot_draws_break_even_on_the_ratio_axis_and_names_every_series(tmp_path):
+    """Read from the figure's artists, no pixels: 1.0 lies on the right (ratio) axis, inside
+    its limits, and the legend carries the measured markers with the axis of each series."""
+    pytest.importorskip("matplotlib")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from speckit.validate.report import k_sweep_figure
+
+    rep = _synthetic_report(tmp_path)
+    fig = k_sweep_figure(rep, plt)
+    left, right = fig.axes
+    assert left.get_ylabel() == "mean acceptance length"
+    assert right.get_ylabel() == "throughput ratio vs baseline"
+    flat = [ln for ln in right.lines if set(ln.get_ydata()) == {1.0}]
+    assert [ln.get_label() for ln in flat] == ["ratio 1.0: break-even (right axis)"]
+    assert not any(set(ln.get_ydata()) == {1.0} for ln in left.lines)
+    assert right.get_ylim()[0] <= 1.0 <= right.get_ylim()[1]
+    labels = [t.get_text() for t in left.get_legend().get_texts()]
+    assert "AL, measured (left axis)" in labels and \
+        "throughput ratio, measured (right axis)" in labels
+    assert "ratio 1.0: break-even (right axis)" in labels
+    measured = next(ln for ln in right.lines if ln.get_label().startswith("throughput ratio, m"))
+    assert sorted(measured.get_xdata()) == [1, 3]  # the k=3 run and the k=1 confirmation
+    plt.close(fig)

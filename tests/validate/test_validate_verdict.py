@@ -256,3 +256,49 @@ def test_outputs_and_json_carry_the_verdict(tmp_path):
     write_outputs(rep, tmp_path)
     assert (tmp_path / "spec-config.json").exists()
     assert not (tmp_path / "spec-config.not-recommended.json").exists()
+
+
+# ---- the demo's headline (issue 45) ----------------------------------------------------------
+
+def _report(v, conc, *, compare=None):
+    return SimpleNamespace(verdict=v, k=3, sweep=SimpleNamespace(k_measured=3),
+                           concurrency=conc, compare=compare)
+
+
+def test_the_headline_is_an_end_to_end_run_and_every_other_ratio_is_named():
+    """The shipped draft's recorded run: the answer is the verdict's, its figure the measured
+    end-to-end ratio with its interval; the schedule run, the sweep's predictions, the fitted
+    model, the probes and the serving GPU's projection are each said to be what they are."""
+    from speckit.core.evidence import shown
+    from speckit.validate.headline import headline
+
+    conc = _conc(EAGLE3, serve={"gpu": "MI300X"})
+    v = verdict(_runs(EAGLE3), concurrency=1, conc=conc, cpu=True)
+    h = headline(_report(v, conc))
+    assert h.answer == v.status == "pays" and h.figure == v.best
+    assert h.figure.source == "run eagle3-k3" and h.figure.interval is not None
+    assert h.text == ("does speculation pay on this machine? pays: "
+                      f"{shown(h.figure.ratio, h.figure.interval)} measured end to end at k=3, "
+                      "concurrency 1 (run eagle3-k3) - validate's headline ratio")
+    others = "\n".join(h.others)
+    assert "run eagle3-schedule at k=3" in others and "another end-to-end run" in others
+    assert "predicted ratios" in others and "fitted step model by concurrency" in others
+    assert "batch probes" in others and "decide nothing" in others
+    assert "projected for MI300X" in others and "not measured" in others
+    assert shown(h.figure.ratio, h.figure.interval) not in others  # said once, as the answer
+
+
+def test_a_headline_that_cannot_tell_still_names_the_run_at_the_served_k():
+    from speckit.validate.headline import headline
+
+    runs, conc = _runs(SELF), _conc(SELF)
+    v = verdict(runs, concurrency=1, conc=conc, cpu=True)
+    rep = _report(v, conc, compare=SimpleNamespace(
+        other=SimpleNamespace(run=SimpleNamespace(label="compare-k1")), acceptance_only=True))
+    rep.k = 1
+    h = headline(rep)
+    assert h.answer == "cannot tell" and h.figure.source.startswith("run ") and h.figure.k == 1
+    assert "compare-k1: the compare draft, acceptance only: no throughput" in h.others
+    untimed = headline(SimpleNamespace(verdict=None, k=1, sweep=None, concurrency=None,
+                                       compare=None))
+    assert untimed.figure is None and untimed.text.endswith("not timed: no run was timed")

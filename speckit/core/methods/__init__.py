@@ -4,7 +4,9 @@ Generic stages (inspect, convert, quantize, plan, validate) ask `get(name)` for 
 `MethodSpec` and read its fields; they never test `method == "..."` themselves. Each method module
 builds its one ``SPEC`` from data and small pure functions over a config dict (no torch), with the
 layouts it comes in (``LAYOUT_SPECS``). Every module of this package but the helpers is a method:
-adding one is adding its file.
+adding one is adding its file (docs/architecture.md). Discovery reads the folders on this
+package's ``__path__`` at the first lookup, so a module in a folder added there before it (as
+tests do with throwaway methods) is a method too.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class MethodSpec:
     """
 
     name: str  # speckit's name (its module's name)
+    aliases: tuple[str, ...] = ()  # other spellings get() accepts ("eagle" for eagle3)
     # its place in listings (METHOD_NAMES: --method choices, "known methods", doctor): lower
     # first, ties by name
     order: int = 1000
@@ -102,9 +105,10 @@ class MethodSpec:
     shares_target_kv: bool = False  # attends to the target's KV cache, adds none (gemma4)
     proposes_on_cpu: bool = False  # proposals computed on the host (ngram): no async scheduling
     supported_markov_heads: tuple[str, ...] = ()  # DSpark head types vLLM builds
-    # how `quantize --per-tensor-static` feeds the draft: "causal-lm" (its own tokens),
-    # "eagle-head" (embeddings + the target's aux hidden states), None (not supported)
-    calibration: str | None = None
+    # how `quantize --per-tensor-static` feeds the draft to measure its activation scales:
+    # "causal-lm" (its own tokens), "eagle-head" (embeddings + the target's aux hidden states),
+    # None (not supported)
+    activation_inputs: str | None = None
     norm_before_residual_default: bool | None = None  # vLLM's value when the config omits it
     reads_mask_embedding: bool = False  # vLLM reads a mask_embedding.pt next to the weights
     # the layout `speckit convert` writes for it (None: nothing to convert, e.g. a plain LM)
@@ -253,10 +257,9 @@ def __getattr__(name: str) -> Any:
 def get(name: str) -> MethodSpec:
     """The spec of a speckit or vLLM method name (peagle, dflash2 ... included)."""
     key = name.strip().lower().replace("-", "_")
-    aliases = {"eagle": "eagle3", "p_eagle": "peagle", "gemma4_mtp": "gemma4_assistant",
-               "assistant": "gemma4_assistant", "draft": "draft_model"}
-    key = aliases.get(key, key)
     modules = _modules()
+    if key not in modules:  # another spelling a method module declares
+        key = next((s.name for s in _specs().values() if key in s.aliases), key)
     if key not in modules:
         close = difflib.get_close_matches(key, tuple(modules), n=3)
         raise UsageError(

@@ -48,7 +48,8 @@ def _speculators(cfg: dict[str, Any], names: frozenset[str]) -> Found | None:
         raise FormatError(
             f"config.json: speculators_model_type {stype!r} is not a method speckit supports "
             f"(known: {', '.join(known)})",
-            hint="vLLM 0.33 serves eagle3, peagle, dflash, dflash2 and dspark speculators drafts")
+            hint="vLLM 0.33 serves speculators drafts of " + ", ".join(
+                s.name for s in methods.all_specs() if s.vllm_loads_speculators))
     ev = [f"config.speculators_model_type = {stype!r}"]
     if "speculators_config" in cfg:
         ev.append("config.speculators_config present")

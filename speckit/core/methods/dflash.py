@@ -327,6 +327,16 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
 )
 
 
+# what every method of the DFlash family (dflash, dflash2, dspark) is, beside its own facts
+FAMILY_FACTS: dict[str, Any] = {
+    "parallel": True, "has_checkpoint": True, "aux_layers_key": "aux_hidden_state_layer_ids",
+    # projects the target's context features into its own K/V
+    "draft_style": "block",
+    "reads_mask_embedding": True,  # replaces the mask token's embedding
+    "convert_layout": "speculators", "vllm_loads_speculators": True,
+}
+
+
 SPEC = spec_from(
     globals(),
     name="dflash",
@@ -337,11 +347,5 @@ SPEC = spec_from(
     vllm_method="dflash",
     speculators_type="dflash",
     speculators_architecture="DFlashDraftModel",
-    parallel=True,
-    has_checkpoint=True,
-    aux_layers_key="aux_hidden_state_layer_ids",
-    draft_style="block",  # projects the target's context features into its own K/V
-    reads_mask_embedding=True,  # DFlash family: replaces the mask token's embedding
-    convert_layout="speculators",
-    vllm_loads_speculators=True,
+    **FAMILY_FACTS,
 )

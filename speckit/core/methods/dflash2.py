@@ -145,11 +145,5 @@ SPEC = spec_from(
     vllm_method="dflash",
     speculators_type="dflash2",
     speculators_architecture="DFlash2DraftModel",
-    parallel=True,
-    has_checkpoint=True,
-    aux_layers_key="aux_hidden_state_layer_ids",
-    draft_style="block",  # projects the target's context features into its own K/V
-    reads_mask_embedding=True,  # DFlash family: replaces the mask token's embedding
-    convert_layout="speculators",
-    vllm_loads_speculators=True,
+    **_dflash.FAMILY_FACTS,
 )

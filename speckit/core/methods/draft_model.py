@@ -124,10 +124,11 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
 SPEC = spec_from(
     globals(),
     name="draft_model",
+    aliases=("draft",),  # other spellings methods.get() accepts
     order=80,
     vllm_method="draft_model",
     speculators_type=None,
     parallel=False,
     has_checkpoint=True,
-    calibration="causal-lm",
+    activation_inputs="causal-lm",
 )

@@ -234,13 +234,7 @@ SPEC = spec_from(
     vllm_method="dspark",
     speculators_type="dspark",
     speculators_architecture="DSparkDraftModel",
-    parallel=True,
-    has_checkpoint=True,
-    aux_layers_key="aux_hidden_state_layer_ids",
     cpu_supported=False,
     supported_markov_heads=("vanilla",),  # vLLM's qwen3_dspark implements only the vanilla head
-    draft_style="block",  # projects the target's context features into its own K/V
-    reads_mask_embedding=True,  # DFlash family: replaces the mask token's embedding
-    convert_layout="speculators",
-    vllm_loads_speculators=True,
+    **_dflash.FAMILY_FACTS,
 )

@@ -315,24 +315,29 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
 )
 
 
+# what every method of the EAGLE-3 family (eagle3, peagle) is, beside its own facts
+FAMILY_FACTS: dict[str, Any] = {
+    # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
+    "speculators_defaults": (("norm_before_residual", False), ("norm_before_fc", False),
+                             ("fc_norm", False), ("norm_output", False)),
+    "has_checkpoint": True,
+    "aux_layers_key": "eagle_aux_hidden_state_layer_ids", "trainer_aux_default": True,
+    "activation_inputs": "eagle-head", "convert_layout": "speculators",
+    "vllm_loads_speculators": True,
+}
+
+
 SPEC = spec_from(
     globals(),
     name="eagle3",
+    aliases=("eagle",),  # other spellings methods.get() accepts
     order=10,
-    # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
-    speculators_defaults=(("norm_before_residual", False), ("norm_before_fc", False),
-                          ("fc_norm", False), ("norm_output", False)),
     vllm_method="eagle3",
     speculators_type="eagle3",
     speculators_architecture="Eagle3DraftModel",
     parallel=False,
-    has_checkpoint=True,
-    aux_layers_key="eagle_aux_hidden_state_layer_ids",
-    trainer_aux_default=True,
     # every EAGLE-3 entry of speckit/registry.toml and vLLM's recipes and CI serve k = 3
     usual_k=3,
-    calibration="eagle-head",
     norm_before_residual_default=True,  # vLLM algos.py
-    convert_layout="speculators",
-    vllm_loads_speculators=True,
+    **FAMILY_FACTS,
 )

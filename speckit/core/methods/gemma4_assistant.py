@@ -171,6 +171,7 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
 SPEC = spec_from(
     globals(),
     name="gemma4_assistant",
+    aliases=("gemma4_mtp", "assistant"),  # other spellings methods.get() accepts
     order=70,
     vllm_method="mtp",
     speculators_type=None,

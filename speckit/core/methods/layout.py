@@ -16,7 +16,8 @@ Recogniser = Callable[[dict[str, Any], frozenset[str]], Found | None]
 @dataclass(frozen=True)
 class LayoutSpec:
     """One published layout: what it is, the method it holds, the recogniser that reports it,
-    and the module of speckit.convert whose ``plan(ctx)`` reads it (None: nothing to convert).
+    and ``reader``: the module of speckit/convert whose ``read(ctx)`` reads it (None: nothing to
+    convert), a link the import contract checks (speckit.core.links.READER).
 
     ``name`` is positional: the import contract reads a ``name=`` of a *Spec call as a method
     name, and a layout name is none.

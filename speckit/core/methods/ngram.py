@@ -25,8 +25,6 @@ SPEC = spec_from(
     name="ngram",
     order=90,
     vllm_method="ngram",
-    speculators_type=None,
-    parallel=False,
     has_checkpoint=False,
     proposes_on_cpu=True,  # host-side proposer: vLLM turns async scheduling off
 )

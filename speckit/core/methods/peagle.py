@@ -101,23 +101,16 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
 SPEC = spec_from(
     globals(),
     name="peagle",
+    aliases=("p_eagle",),  # other spellings methods.get() accepts
     order=20,
-    # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
-    speculators_defaults=(("norm_before_residual", False), ("norm_before_fc", False),
-                          ("fc_norm", False), ("norm_output", False)),
-    vllm_method="eagle3",
+    vllm_method="eagle3",  # vLLM serves it as eagle3 with parallel drafting
     speculators_type="peagle",
     speculators_architecture="PEagleDraftModel",
     parallel=True,
-    has_checkpoint=True,
-    aux_layers_key="eagle_aux_hidden_state_layer_ids",
-    trainer_aux_default=True,
     # AWS's published P-EAGLE heads (amazon/gpt-oss-120b-p-eagle, trained 8 deep) are served
     # with num_speculative_tokens 5 on their model cards
     usual_k=5,
     draft_style="append",  # the verified tokens plus k-1 mask slots in one pass
-    calibration="eagle-head",
     norm_before_residual_default=False,  # vLLM algos.py
-    convert_layout="speculators",
-    vllm_loads_speculators=True,
+    **_eagle3.FAMILY_FACTS,
 )

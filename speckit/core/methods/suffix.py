@@ -25,8 +25,6 @@ SPEC = spec_from(
     name="suffix",
     order=100,
     vllm_method="suffix",
-    speculators_type=None,
-    parallel=False,
     has_checkpoint=False,
     proposes_on_cpu=True,  # host-side suffix trees
 )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from speckit.core import quant as core_quant
 from speckit.core.gpus import GPU
+from speckit.core.quant import Spelling
 from speckit.errors import PlanError
 
 # bytes per weight element, scales included:
@@ -40,6 +41,13 @@ def native_compute(gpu: GPU, scheme: str) -> bool:
     return q.native_matmul and gpu.native(q.capability)
 
 
+# the priced formats speckit writes no scheme of, as other producers' configs name them (the
+# families of speckit's schemes are spelled in speckit.core.quant.SPELLINGS)
+_INT4 = Spelling("int4", methods=("gptq", "awq", "compressed-tensors"),
+                 words=("int4", "'num_bits': 4", "'bits': 4"))
+_SKIP_KEYS = ("exclude", "ignore", "ignored_layers", "modules_to_not_convert")
+
+
 def scheme_of_config(config: dict) -> tuple[str, str]:
     """(attention/dense format, routed-expert format) of a target's linear weights, from
     config.json's quantization_config; attention stays bf16 where the exclude list names it
@@ -47,24 +55,25 @@ def scheme_of_config(config: dict) -> tuple[str, str]:
     q = config.get("quantization_config") or {}
     if not isinstance(q, dict) or not q:
         return "bf16", "bf16"
+    scheme = _family(q)
+    skipped = repr([q.get(k) for k in _SKIP_KEYS]).lower()
+    return ("bf16" if "attn" in skipped else scheme), scheme
+
+
+def _family(q: dict) -> str:
+    """The priced format of a quantization_config: a scheme speckit writes is its own
+    capability family; another producer's is named by its spelling."""
+    written = core_quant.recognise(q)
+    if written is not None:
+        return written.capability
     method = str(q.get("quant_method", "")).lower()
-    text = repr({k: v for k, v in q.items() if k not in ("exclude", "ignore", "ignored_layers",
-                                                         "modules_to_not_convert")}).lower()
-    if "mxfp4" in text or method == "mxfp4" or (method == "quark" and "fp4" in text):
-        scheme = "mxfp4"
-    elif "nvfp4" in text or method == "modelopt_fp4":
-        scheme = "nvfp4"
-    elif method in ("fp8", "fbgemm_fp8") or "fp8" in text:
-        scheme = "fp8"
-    elif method in ("gptq", "awq", "compressed-tensors") and (
-            "int4" in text or "'num_bits': 4" in text or "'bits': 4" in text):
-        scheme = "int4"
-    else:
+    text = repr({k: v for k, v in q.items() if k not in _SKIP_KEYS}).lower()
+    found = next((s.family for s in (*core_quant.SPELLINGS, _INT4) if s.matches(method, text)),
+                 None)
+    if found is None:
         raise PlanError(f"target quantization {method or text[:60]!r} is not in the step-cost "
                         "model", hint="priced formats: " + ", ".join(SCHEMES))
-    skipped = repr([q.get(k) for k in ("exclude", "ignore", "ignored_layers",
-                                       "modules_to_not_convert")]).lower()
-    return ("bf16" if "attn" in skipped else scheme), scheme
+    return found
 
 
 __all__ = ["SCHEMES", "native_compute", "scheme_of_config", "weight_bytes"]

@@ -179,11 +179,6 @@ class ModelShape:
         return qkv + h * self.head_dim * self.hidden
 
     @property
-    def layer_params(self) -> int:
-        """A dense layer's weights (attention + dense MLP)."""
-        return self.attn_params + 3 * self.hidden * self.intermediate
-
-    @property
     def expert_params(self) -> int:
         return 3 * self.hidden * self.moe_inter
 

@@ -1,16 +1,26 @@
 """Quantization schemes as core knowledge: one QuantScheme per scheme (speckit.core.quant.table).
 """
 
-from speckit.core.quant.scheme import QuantScheme, TensorOut
+from speckit.core.quant.scheme import QuantScheme, Spelling, Switch, TensorOut
 from speckit.core.quant.table import (
+    COMPANION_SUFFIXES,
     LAYOUTS,
+    QUANT_SUFFIXES,
     SCHEMES,
+    SPELLINGS,
+    SWITCHES,
+    WEIGHT_SUFFIXES,
+    dequantizing_scheme,
     draft_quant_suggestions,
-    for_flag,
+    for_switches,
+    format_help,
     get,
     gpu_support,
+    quantized_weight_of,
     recognise,
 )
 
-__all__ = ["LAYOUTS", "SCHEMES", "QuantScheme", "TensorOut", "draft_quant_suggestions", "for_flag",
-           "get", "gpu_support", "recognise"]
+__all__ = ["COMPANION_SUFFIXES", "LAYOUTS", "QUANT_SUFFIXES", "SCHEMES", "SPELLINGS", "SWITCHES",
+           "WEIGHT_SUFFIXES", "QuantScheme", "Spelling", "Switch", "TensorOut",
+           "dequantizing_scheme", "draft_quant_suggestions", "for_switches", "format_help", "get",
+           "gpu_support", "quantized_weight_of", "recognise"]

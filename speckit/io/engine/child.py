@@ -23,9 +23,8 @@ _HINTS: list[tuple[str, str]] = [
      "`speckit plan`, lower max_model_len or raise gpu_memory_utilization")),
     ("out of memory", ("the device ran out of memory: run `speckit plan` for this pair, then lower "
      "--max-tokens, max_model_len (--engine-arg) or gpu_memory_utilization")),
-    ("does not support: dspark", ("DSpark needs vLLM's V2 model runner (CUDA/ROCm); it cannot run "
-     "on this platform")),
-    ("Model Runner V1 does not support", "this method needs vLLM's V2 model runner (CUDA/ROCm)"),
+    ("Model Runner V1 does not support", ("this method needs vLLM's V2 model runner (CUDA/ROCm); "
+     "it cannot run on this platform")),
     ("size mismatch", ("a draft tensor does not have the shape its config implies: run "
      "`speckit inspect DRAFT` (and `speckit convert` if the layout is not vLLM's)")),
     ("quant_method", ("the checkpoint's quantization_config is not one vLLM accepts here: check it "

@@ -7,6 +7,7 @@ only the repos they changed, so no run's pin is lost.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from speckit import __version__
 from speckit.core.refs import is_commit_sha, is_revision, printable
 from speckit.errors import FormatError
 from speckit.io.checkpoint import write_json
+from speckit.io.targets import cache_root
 
 LOCK_NAME = "speckit-lock.json"
 LOCK_VERSION = 1
@@ -27,10 +29,21 @@ def default_lock_path() -> Path:
     return Path.cwd() / LOCK_NAME
 
 
+def lock_file_of(path: Path) -> Path:
+    """Where the lock of ``path`` lives: speckit's cache (locks/), named by the file's absolute
+    path. Not beside it: an fcntl lock file outlives the run (deleting it would let a waiting run
+    and a new one both hold the lock), and a project directory is no place for it."""
+    real = Path(path).expanduser().resolve()
+    key = hashlib.sha256(str(real).encode()).hexdigest()[:16]
+    return cache_root() / "locks" / f"{real.name}-{key}.lock"
+
+
 def file_lock(path: Path):
-    """An exclusive lock beside ``path`` (``path``.lock) for a read-modify-write of it."""
+    """An exclusive lock for a read-modify-write of ``path`` (its lock file: lock_file_of)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    return FileLock(str(path) + ".lock", timeout=LOCK_WAIT_S)
+    where = lock_file_of(path)
+    where.parent.mkdir(parents=True, exist_ok=True)
+    return FileLock(str(where), timeout=LOCK_WAIT_S)
 
 
 class Lock:
@@ -69,9 +82,9 @@ class Lock:
                                        "generated_by": f"speckit {__version__}",
                                        "repos": dict(sorted(repos.items()))})
         except Timeout:
-            raise FormatError(f"{self.path}: another speckit run has held {self.path.name}.lock "
-                              f"for {LOCK_WAIT_S:g} s", hint="wait for it, or delete the .lock "
-                              "file if no other run is going") from None
+            raise FormatError(f"{self.path}: another speckit run has held its lock for "
+                              f"{LOCK_WAIT_S:g} s", hint=f"wait for it, or delete "
+                              f"{lock_file_of(self.path)} if no other run is going") from None
         self.repos = repos
         self._mine.clear()
         self.changed = False

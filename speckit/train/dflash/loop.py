@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from speckit.train.data import Batch, ShardDataset
 from speckit.train.dflash.evaluate import anchor_candidates, simulate
 from speckit.train.dflash.model import DFlashDraft
-from speckit.train.loop import load_checkpoint, lr_at, save_checkpoint
+from speckit.train.loop import lr_at
+from speckit.train.state import load_checkpoint, save_checkpoint
 
 CKPT_DIR = "dflash-checkpoints"  # beside eagle3's checkpoints/ when a work dir is shared
 BEST = "best.safetensors"

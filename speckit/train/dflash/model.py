@@ -231,12 +231,5 @@ def block_mask(anchors: torch.Tensor, ctx_len: int, blk: int, *, causal: bool) -
     return torch.cat([ctx, same.expand(bsz, -1, -1)], dim=2)
 
 
-def export_state(draft: DFlashDraft) -> dict[str, torch.Tensor]:
-    """The draft's own tensors under speculators names (no embed_tokens, no shared lm_head)."""
-    return {n: p for n, p in draft.state_dict().items()
-            if not n.startswith(("embed_tokens.", "lm_head.")) and ".rope." not in n
-            and not n.startswith("rope.")}
-
-
 def param_count(draft: DFlashDraft) -> int:
     return sum(p.numel() for p in draft.trainable().values())

@@ -51,7 +51,8 @@ def train_eagle3(options: Eagle3Options | None = None, /, **fields: Any) -> Trai
     earlier samples.jsonl files, in order; ``fsdp``: implied by torchrun; ``online``: no
     shards)."""
     from speckit.train.export import verifier_name
-    from speckit.train.loop import LoopConfig, full_model_state, train_loop
+    from speckit.train.loop import LoopConfig, train_loop
+    from speckit.train.state import full_model_state
 
     o = options_of(Eagle3Options, options, fields)
     t_start, say, stage = time.monotonic(), o.log or to_stderr, {}

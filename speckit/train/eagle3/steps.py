@@ -133,7 +133,7 @@ def join_ranks(fsdp: bool, device: str, say: Callable[[str], None]):
     """(fsdp, rank, world, this rank's device, its log); torchrun's WORLD_SIZE > 1 means FSDP."""
     if not fsdp and int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return False, 0, 1, device, say
-    from speckit.train.loop import init_distributed
+    from speckit.train.state import init_distributed
 
     rank, world, device = init_distributed(device)
     return True, rank, world, device, (say if rank == 0 else silent)
