@@ -24,7 +24,7 @@ from speckit.io.coverage import traffic_coverage
 from speckit.io.draftrecord import read_trained_length, recorded_targets
 from speckit.io.refs import Resolved, resolve
 from speckit.io.structure import check_structure
-from speckit.io.tokenizer import load_tokenizer
+from speckit.io.tokenizer import load_tokenizer, tokenizer_dir
 from speckit.io.traffic import measure_lengths, read_traffic, summarize_traffic
 
 
@@ -131,7 +131,7 @@ def inspect_traffic(ref: str | os.PathLike, traffic: str | os.PathLike, *,
     ckpt = Checkpoint.open(path, allow_pickle=allow_pickle)
     tr = read_traffic(traffic)
     tref, tfrom, tres = _traffic_target(path, ckpt.config, target)
-    tok = load_tokenizer(_tokenizer_dir(tres), what=f"target {tref}")
+    tok = load_tokenizer(tokenizer_dir(tres), what=f"target {tref}")
     dims = methods.get(detect(ckpt).method).describe(ckpt.config)
     vocab = dims.get("target_vocab") or tres.config.get("vocab_size")
     if not isinstance(vocab, int) or vocab < 1:
@@ -166,23 +166,6 @@ def _traffic_target(path: Path, config: dict[str, Any], target) -> tuple[str, st
                         "none of the targets it records could be read: " + "; ".join(failures)),
                      hint="pass --target with the target's directory, registry id or Hub id "
                      "(its tokenizer counts the traffic's tokens)")
-
-
-def _tokenizer_dir(res: Resolved) -> Path:
-    """The target's directory, its tokenizer files brought next to config.json (a Hub target's
-    tokenizer.json, else its tokenizer_config.json and tokenizer.model)."""
-    names = ("tokenizer.json",), ("tokenizer_config.json", "tokenizer.model")
-    for group in names:
-        got = 0
-        for name in group:
-            try:
-                res.download(name)
-                got += 1
-            except FileNotFoundError:
-                continue
-        if got:
-            break
-    return res.path
 
 
 # ---- resolving references ---------------------------------------------------------------------

@@ -6,6 +6,7 @@ headers; `plan_from_refs()` reads those (local dir, registry id or Hub repo, hea
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ from speckit.core.plan import compose
 from speckit.core.plan.compose import header_tensors, pick_draft_method
 from speckit.core.plan.dims import check_tp, target_kv_layers, valid_tps
 from speckit.core.plan.kv import KV_DTYPES
+from speckit.core.plan.mix import MixProjection, al_by_k, fill_buckets
 from speckit.core.plan.options import check_options
 from speckit.core.plan.overhead import OverheadModel
 from speckit.core.plan.pairing import check_pairing
+from speckit.core.plan.projection import acceptance_rates, project_mix_speed
 from speckit.core.plan.report import (
     DraftCost,
     KVReport,
@@ -28,10 +31,16 @@ from speckit.core.plan.report import (
 )
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.plan.weights import is_top_level as _is_top_level
+from speckit.core.traffic import TrafficReport
 from speckit.errors import UsageError
 from speckit.io.checkpoint import TensorInfo
+from speckit.io.context_report import read_acceptance_by_context
 from speckit.io.datafiles import get_gpu
 from speckit.io.headers import LoadedRef, load_headers, registry_entry
+from speckit.io.projection import step_model_from_refs
+from speckit.io.refs import resolve
+from speckit.io.tokenizer import load_tokenizer, tokenizer_dir
+from speckit.io.traffic import traffic_for_run
 
 
 def plan(*, gpu: GPU | str | None = "H200", gpu_mem_gib: float | None = None,
@@ -118,6 +127,64 @@ def _say_where_from(res: PlanResult, t: LoadedRef, d: LoadedRef | None) -> None:
     res.weights.notes[:0] = said
 
 
+# ---- speed for a traffic's context mix -----------------------------------------------------------
+
+@dataclass
+class TrafficSpeed:
+    """plan --traffic: the traffic in numbers, where each context bucket's acceptance came from,
+    and the projection for its context mix (every figure projected)."""
+
+    traffic: TrafficReport
+    acceptance_source: str
+    acceptance: dict[str, dict[int, float]]  # bucket -> k -> AL used for it
+    mix: MixProjection
+    gpu: str
+    tp: int
+    notes: list[str] = field(default_factory=list)
+    label: str = "projected"
+
+
+def plan_traffic(*, traffic: str | Path, target: str, draft: str | None = None,
+                 method: str, revision: str | None = None, draft_revision: str | None = None,
+                 acceptance_from: str | Path | None = None,
+                 acceptance: list[float] | None = None, acceptance_kind: str = "per-position",
+                 al: float | None = None, k: int | None = None, gpu: GPU, tp: int = 1,
+                 max_batch: int, kv_tokens: int | None = None, lookahead: int = 0,
+                 **model_kwargs: Any) -> TrafficSpeed:
+    """The projected speed for ``traffic``'s context mix: its requests counted with the target's
+    tokenizer, each bucket's AL from a validate report's acceptance_by_context
+    (``acceptance_from``) or one set of rates for every bucket (``acceptance`` / ``al`` at
+    ``k``), priced on ``gpu`` with plan's step model (``model_kwargs``: draft_tp,
+    kv_cache_dtype, draft_quant, constants)."""
+    if acceptance_from is not None and (acceptance is not None or al is not None):
+        raise UsageError("--acceptance-from and --acceptance/--al do not combine",
+                         hint="the report gives each context bucket its own acceptance")
+    if acceptance_from is None and acceptance is None and al is None:
+        raise UsageError("--traffic projects speed and needs the draft's acceptance",
+                         hint="pass --acceptance-from REPORT (a validate report.json with "
+                         "acceptance_by_context) or --acceptance P1,P2,... / --al X -k K")
+    tok = load_tokenizer(tokenizer_dir(resolve(target, role="target", need="config",
+                                               what="--target")), what=f"target {target}")
+    run = traffic_for_run(traffic, tok)
+    notes: list[str] = []
+    if acceptance_from is not None:
+        rec = read_acceptance_by_context(acceptance_from)
+        al_by, filled = fill_buckets({b: al_by_k(p) for b, p in rec.per_position.items()},
+                                     list(run.weights))
+        source, notes = f"measured per context bucket: {rec.source}", rec.notes + filled
+    else:
+        rates, source = acceptance_rates(acceptance, acceptance_kind, al, k)
+        al_by = {b: al_by_k(rates) for b in run.weights}
+        source += "; the same for every context bucket"
+    model = step_model_from_refs(target=target, draft=draft, revision=revision,
+                                 draft_revision=draft_revision, method=method, gpu=gpu, tp=tp,
+                                 **model_kwargs)
+    mix = project_mix_speed(model, weights=run.weights, contexts=run.contexts, al=al_by,
+                            max_batch=max_batch, kv_tokens=kv_tokens, lookahead=lookahead)
+    used = {b: al_by[b] for b in run.weights}
+    return TrafficSpeed(run.report(), source, used, mix, gpu.name, tp, notes)
+
+
 __all__ = [
     "DRAFT_QUANTS",
     "KV_DTYPES",
@@ -127,6 +194,7 @@ __all__ = [
     "OverheadReport",
     "PlanResult",
     "Scenario",
+    "TrafficSpeed",
     "Try",
     "WeightsReport",
     "check_options",
@@ -134,6 +202,7 @@ __all__ = [
     "check_tp",
     "plan",
     "plan_from_refs",
+    "plan_traffic",
     "target_kv_layers",
     "valid_tps",
 ]

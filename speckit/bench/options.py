@@ -76,6 +76,7 @@ class BenchOptions:
     concurrencies: list[int] = field(default_factory=lambda: [1, 2, 4, 8])
     rates: list[float] = field(default_factory=list)
     dataset: str = "mixed"
+    traffic: str | None = None  # the user's traffic (JSONL of chat requests) instead of dataset
     prompts_per_concurrency: int = 10  # the published sweeps: num_prompts = 10 x concurrency
     min_prompts: int = 1
     warmups_per_concurrency: int = 2

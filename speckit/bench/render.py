@@ -9,10 +9,15 @@ from pathlib import Path
 
 from speckit.bench.report import BenchReport, SummaryRow
 from speckit.bench.stats import Spread
+from speckit.core.context import context_table
 from speckit.core.evidence import CANNOT_TELL, DOES_NOT_PAY, Interval
 from speckit.core.jsonable import to_jsonable
 from speckit.core.specconfig import SERVE_COMMAND_FILE, serve_script
+from speckit.core.traffic_text import traffic_rows, trained_rows
+from speckit.io.context_plot import write_context_plot
 from speckit.io.output import write_provenance
+
+CONTEXT_PLOT = "acceptance-by-context.png"
 
 
 def write_files(report: BenchReport, out: Path) -> None:
@@ -105,6 +110,7 @@ def markdown(r: BenchReport) -> str:
              "interval)", "", *summary_table(r.summary), ""]
     lines += _k_lines(r)
     lines += _choice_lines(r)
+    lines += _context_lines(r)
     if r.measured_schedule:
         lines += ["", f"Measured schedule (batch lo, hi, k): `{r.measured_schedule}`"]
     arm = _serve_arm(r)
@@ -157,6 +163,31 @@ def _k_lines(r: BenchReport) -> list[str]:
     return out
 
 
+def _context_lines(r: BenchReport) -> list[str]:
+    """The traffic in numbers and each arm's AL by context (counts and labels, no text)."""
+    out: list[str] = []
+    if r.traffic is not None:
+        out += ["", "## Traffic", ""] + [f"- {label}: {text}"
+                                         for label, text in traffic_rows(r.traffic)]
+    if not r.acceptance_by_context:
+        return out
+    first = next(iter(r.acceptance_by_context.values()))
+    out += ["", "## Acceptance by context", "",
+            f"AL per context bucket from the acceptance summary vLLM returns with each response "
+            f"(context: usage.prompt_tokens, the prompt as the server tokenized it). Interval: "
+            f"{first.interval_method}; a bucket needs at least {first.min_requests} requests."]
+    for arm, ctx in r.acceptance_by_context.items():
+        rows = context_table(ctx)
+        out += ["", f"{arm} ({ctx.source}):", "", "| " + " | ".join(rows[0]) + " |",
+                "|" + "---|" * len(rows[0])]
+        out += ["| " + " | ".join(row) + " |" for row in rows[1:] if row[1] != "0"]
+    if r.trained_length is not None:
+        out += [""] + [f"- {label}: {text}" for label, text in trained_rows(r.trained_length)]
+    if "acceptance_by_context_png" in r.files:
+        out += ["", f"![AL by context]({r.files['acceptance_by_context_png']})"]
+    return out
+
+
 def _choice_lines(r: BenchReport) -> list[str]:
     if not r.method_choice:
         return []
@@ -203,6 +234,12 @@ def write_plots(r: BenchReport, out: Path) -> dict[str, str]:
         plt.close(fig)
         files[name.split(".")[0]] = name
     files.update(_acceptance_plot(r, out, plt))
+    if r.acceptance_by_context:  # the arm with the most requests counted
+        arm, ctx = max(r.acceptance_by_context.items(),
+                       key=lambda kv: sum(b.requests for b in kv[1].buckets))
+        if write_context_plot(ctx, out / CONTEXT_PLOT, trained=r.trained_length,
+                              title=f"AL by context, {arm} (95% interval per bucket)"):
+            files["acceptance_by_context_png"] = CONTEXT_PLOT
     return files
 
 

@@ -18,6 +18,7 @@ from speckit.bench.stats import (
     schedule_from_best,
     spread,
 )
+from speckit.core.context import RequestAcceptance, acceptance_by_context, past_training
 from speckit.core.evidence import (
     PAYS,
     Interval,
@@ -120,6 +121,10 @@ class BenchReport:
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     files: dict[str, str] = field(default_factory=dict)
+    # arm -> AL per context bucket from the server's per-request summaries (ContextAcceptance)
+    acceptance_by_context: dict[str, Any] = field(default_factory=dict)
+    traffic: Any = None  # --traffic in numbers (speckit.core.traffic.TrafficReport), no text
+    trained_length: Any = None  # the draft's trained (or declared) context (TrainedLength)
 
 
 # ---- the summary -----------------------------------------------------------------------------
@@ -230,6 +235,38 @@ def _k_choices(rows: Sequence[SummaryRow], opts: BenchOptions):
         best[c] = k
     top = max(opts.concurrencies, default=1)
     return out, schedule_from_best(best, max_batch=top)
+
+
+# ---- acceptance by context ----------------------------------------------------------------------
+
+NO_PER_REQUEST = ("the server returned no per-request acceptance, so AL is not split by "
+                  "context there (vLLM >= 0.32 with --per-request-spec-decode-metrics summary "
+                  "returns it; speckit starts its servers so); its overall AL from /metrics "
+                  "stands")
+
+
+def context_acceptance(report: BenchReport, opts: BenchOptions) -> None:
+    """Each speculating arm's AL per context bucket, from the acceptance summary vLLM puts in
+    every response and the prompt tokens of its usage, over the arm's cells at the first
+    temperature and thinking setting (all loads and seeds pooled: acceptance does not depend on
+    the load); the trained-length warning over the same prompts."""
+    t0, th0 = opts.temperatures[0], sorted(opts.thinking)[0]
+    arms: dict[str, tuple[int, list[RequestAcceptance]]] = {}
+    for c in report.cells:
+        if c.ok and c.kind != "baseline" and c.temperature == t0 and c.thinking == th0:
+            arms.setdefault(c.arm, (c.k, []))[1].extend(c.figures.requests_acceptance)
+    report.acceptance_by_context = {
+        arm: acceptance_by_context(recs, k=k or None, source=f"arm {arm}: the acceptance "
+                                   f"summaries of its {len(recs)} responses at T={t0:g}")
+        for arm, (k, recs) in arms.items() if recs}
+    missing = [a for a, (_, recs) in arms.items() if not recs]
+    if missing:
+        report.warnings.append(f"{', '.join(missing)}: {NO_PER_REQUEST}")
+    prompts = [r.prompt_tokens for _, recs in arms.values() for r in recs]
+    over = past_training(report.trained_length, prompts) \
+        if report.trained_length is not None else None
+    if over and over not in report.warnings:
+        report.warnings.append(over + " (prompt tokens as the server counted them)")
 
 
 # ---- does speculation pay? ---------------------------------------------------------------------

@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from speckit.core.context import RequestAcceptance, request_from_histogram
 from speckit.core.metrics import BEST_K_TOLERANCE, SpecCounters, counters_from_histograms
 
 PERCENTILES = (50, 90, 99)
@@ -70,6 +71,9 @@ class CellFigures:
     per_request: SpecCounters | None  # the same, summed over the responses that carried it
     k_drafted: float | None  # mean draft tokens per draft: what the engine actually proposed
     prompt_tokens: float | None = None  # mean per successful request (the KV context it starts at)
+    # each successful request's own acceptance (server summary + usage.prompt_tokens): counts
+    # only, for the acceptance by context
+    requests_acceptance: list[RequestAcceptance] = field(default_factory=list)
 
     @property
     def acceptance_length(self) -> float | None:
@@ -90,7 +94,16 @@ def cell_figures(records: Sequence[RequestRecord], *, duration_s: float, gpus: i
                        tok_s / max(1, gpus), percentiles_ms([r.ttft_s for r in ok]),
                        percentiles_ms(tpots), percentiles_ms(itls), counters,
                        per_request_counters(ok), k_drafted,
-                       sum(r.prompt_tokens for r in ok) / len(ok) if ok else None)
+                       sum(r.prompt_tokens for r in ok) / len(ok) if ok else None,
+                       request_acceptance(ok))
+
+
+def request_acceptance(records: Sequence[RequestRecord]) -> list[RequestAcceptance]:
+    """The records of the requests whose response carried vLLM's acceptance summary."""
+    return [request_from_histogram(r.prompt_tokens, r.output_tokens,
+                                   r.spec.get("acceptance_histogram") or [0],
+                                   int(r.spec.get("num_draft_tokens", 0)))
+            for r in records if r.spec]
 
 
 def per_request_counters(records: Sequence[RequestRecord]) -> SpecCounters | None:

@@ -14,7 +14,13 @@ from speckit.bench.choice import advice, method_choices
 from speckit.bench.endpoint import Endpoint, StreamLimits
 from speckit.bench.options import BenchOptions, dataset_path
 from speckit.bench.render import write_files
-from speckit.bench.report import BenchReport, primary, summarise, verdict
+from speckit.bench.report import (
+    BenchReport,
+    context_acceptance,
+    primary,
+    summarise,
+    verdict,
+)
 from speckit.bench.run import (
     BenchError,
     RunContext,
@@ -26,10 +32,16 @@ from speckit.bench.run import (
 )
 from speckit.core.evidence import PAYS, classify
 from speckit.core.jsonable import to_jsonable
+from speckit.core.traffic import sampling_notes
 from speckit.errors import SpeckitError, UsageError
+from speckit.io.checkpoint import Checkpoint, load_config
+from speckit.io.coverage import traffic_coverage
+from speckit.io.draftrecord import read_trained_length
 from speckit.io.host import cpu_model
 from speckit.io.output import atomic_output_dir
-from speckit.io.prompts import load_prompts
+from speckit.io.prompts import PromptSet, load_prompts
+from speckit.io.tokenizer import load_tokenizer
+from speckit.io.traffic import traffic_for_run
 
 
 def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = False) -> BenchReport:
@@ -44,7 +56,7 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
                          dep.method if dep else None, to_jsonable(_as_shown(opts)),
                          platform=_platform(opts, cpu))
     extra = _thinking(opts, dep, report.warnings)
-    messages = _messages(opts, dep, report.warnings, thinking=len(extra))
+    messages = _messages(opts, dep, report, thinking=len(extra))
     say = progress_printer(progress)
     if opts.out is None:
         logs = Path(tempfile.mkdtemp(prefix="speckit-bench-logs-"))
@@ -80,6 +92,7 @@ def _run(ctx: RunContext) -> BenchError | KeyboardInterrupt | None:
         ctx.report.warnings.append(f"no projection: {e.message}")
         ctx.report.projection = {}
         summarise(ctx.report, ctx.opts, dep=None)
+    context_acceptance(ctx.report, ctx.opts)
     ctx.report.verdict = verdict(ctx.report, ctx.opts)
     ctx.report.recommended = _recommended(ctx.report)
     _advise(ctx.report, ctx.opts)
@@ -112,10 +125,16 @@ def _recommended(r: BenchReport) -> str | None:
     return None
 
 
-def _messages(opts: BenchOptions, dep, warnings: list[str], *,
+def _messages(opts: BenchOptions, dep, report: BenchReport, *,
               thinking: int = 1) -> list[list[dict[str, str]]]:
     need = prompts_per_arm(opts, thinking)
-    ps = load_prompts(dataset_path(opts.dataset), num_prompts=need)
+    warnings = report.warnings
+    if dep is not None and dep.draft_path is not None:
+        report.trained_length = read_trained_length(dep.draft_path, dep.draft_config or {})
+    if opts.traffic is not None:
+        ps = _traffic(opts, dep, report, need)
+    else:
+        ps = load_prompts(dataset_path(opts.dataset), num_prompts=need)
     if ps.skipped:
         warnings.append(f"{len(ps.skipped)} prompt rows skipped; first: {ps.skipped[0]}")
     if len(ps.prompts) < need:
@@ -126,6 +145,33 @@ def _messages(opts: BenchOptions, dep, warnings: list[str], *,
     if opts.input_len is not None:
         msgs = fixed_input(msgs, _tokenizer(opts, dep), opts.input_len)
     return msgs
+
+
+def _traffic(opts: BenchOptions, dep, report: BenchReport, need: int) -> PromptSet:
+    """--traffic's requests (up to ``need``, in turn from each context bucket when the target's
+    tokenizer counts them), its summary and the draft's vocabulary coverage into the report.
+    Each request runs at the cell's temperature and thinking setting (bench's grid), not the
+    row's own: the summary shows what the rows ask for."""
+    if opts.dataset != "mixed" or opts.input_len is not None:
+        raise UsageError("--traffic does not combine with --dataset or --input-len",
+                         hint="--traffic FILE is the prompt set, at its own lengths")
+    src = opts.tokenizer or (str(dep.target_path) if dep else None)
+    tok = load_tokenizer(src, what="target") if src and Path(src).is_dir() else None
+    run = traffic_for_run(opts.traffic, tok, num_prompts=need)
+    coverage = None
+    if tok is not None and dep is not None and dep.draft_path is not None:
+        vocab = load_config(dep.target_path).get("vocab_size")
+        if isinstance(vocab, int):
+            coverage = traffic_coverage(Checkpoint.open(dep.draft_path), run.traffic, tok,
+                                        target_vocab=vocab)
+    report.traffic = run.report(coverage)
+    if tok is None:
+        report.traffic.notes.append("no tokenizer here (pass --tokenizer DIR with --endpoint): "
+                                    "lengths in characters, requests taken in file order; the "
+                                    "context buckets come from the server's prompt tokens")
+    report.warnings += sampling_notes(run.summary, temperature=opts.temperatures[0],
+                                      thinking=sorted(opts.thinking)[0])
+    return run.prompts
 
 
 def fixed_input(msgs: list[list[dict[str, str]]], tok, n: int) -> list[list[dict[str, str]]]:

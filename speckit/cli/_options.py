@@ -222,7 +222,18 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
          notes={"inspect": "Summarises it and measures the share of its target tokens the "
                            "draft's vocabulary can propose (the replies' tokens when it has them, "
                            "else the prompts'); the tokenizer is --target's, else the target the "
-                           "draft records. No engine."}),
+                           "draft records. No engine.",
+                "validate": "Instead of --dataset: up to --num-prompts of its requests, taken in "
+                            "turn from each context bucket; the report adds its summary, the "
+                            "draft's vocabulary coverage and the AL by context, and --serve-gpu "
+                            "schedules for its context mix. No prompt text is written to --out.",
+                "bench": "Instead of --dataset: its requests, taken in turn from each context "
+                         "bucket; the report adds its summary and each arm's AL by context (from "
+                         "vLLM's per-request summaries).",
+                "plan": "Its context mix replaces --context: the projection averages each "
+                        "concurrency's ratio over the mix, picks the k schedule for it and adds "
+                        "the (concurrency x context) best-k table. Needs --acceptance-from, "
+                        "--acceptance or --al."}),
     # ---- drafts and training ----
     Flag(("--aux-layers",), "aux_layers", "Target layers the draft reads (k = the residual "
          "stream entering target layer k; 0 = the embeddings), e.g. 2,15,28.",
@@ -287,7 +298,7 @@ COMMAND_ONLY: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
     "plan": "--gpu-mem-gib --gpu-file --draft-tp --gpu-memory-utilization --max-model-len "
             "--max-num-seqs --max-num-batched-tokens --kv-cache-dtype --draft-quant "
             "--kv-cache-memory-bytes --enforce-eager --draft-revision --acceptance "
-            "--acceptance-kind --al --context",
+            "--acceptance-kind --al --context --acceptance-from",
     "validate": "--temperature --compare-draft --force-start --no-confirm --timeout --batch-sizes "
                 "--serve-gpu --serve-tp --compare-acceptance-only --compare-timed "
                 "--compare-budget",

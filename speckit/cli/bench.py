@@ -36,6 +36,7 @@ opt = options_for("bench")
 @click.option("--request-rate", default="", metavar="R1,R2,...",
               help="Poisson request rates in requests/s, one cell each.")
 @opt("dataset")
+@opt("traffic")
 @click.option("--prompts-per-concurrency", type=int, default=10, show_default=True)
 @click.option("--warmups-per-concurrency", type=int, default=2, show_default=True)
 @opt("max_tokens")
@@ -69,7 +70,7 @@ opt = options_for("bench")
 @aliases("bench")
 @handle_errors
 def bench_cmd(target, draft, method, sweep, schedule, untrained, untrained_k, synthetic_al,
-              endpoint, baseline_endpoint, concurrencies, request_rate, dataset,
+              endpoint, baseline_endpoint, concurrencies, request_rate, dataset, traffic,
               prompts_per_concurrency, warmups_per_concurrency, max_tokens, input_len, output_len,
               temperatures, thinking, seed, repeats, tp, gpus, gpu, tokenizer, engine_arg,
               startup_timeout, request_timeout, cpu_threads, out, force, fit_profile, profile_out,
@@ -89,7 +90,7 @@ def bench_cmd(target, draft, method, sweep, schedule, untrained, untrained_k, sy
         startup_timeout_s=startup_timeout, cpu_threads=cpu_threads or None, endpoint=endpoint,
         baseline_endpoint=baseline_endpoint,
         concurrencies=parse_ints(concurrencies, "--concurrencies", lo=1),
-        rates=parse_floats(request_rate, "--request-rate"), dataset=dataset,
+        rates=parse_floats(request_rate, "--request-rate"), dataset=dataset, traffic=traffic,
         prompts_per_concurrency=prompts_per_concurrency,
         warmups_per_concurrency=warmups_per_concurrency, max_tokens=max_tokens,
         input_len=input_len, output_len=output_len,

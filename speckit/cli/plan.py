@@ -13,6 +13,7 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import options_for
+from speckit.cli._traffic import print_rows, traffic_rows
 from speckit.core.plan.schedule import pays_text, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.errors import PlanError, UsageError
@@ -20,7 +21,7 @@ from speckit.io.datafiles import get_gpu
 from speckit.io.profiles import load_profile
 from speckit.io.projection import project_speed_from_refs
 from speckit.io.terminal import output_console, print_table
-from speckit.plan import check_options, plan_from_refs
+from speckit.plan import TrafficSpeed, check_options, plan_from_refs, plan_traffic
 
 GiB = 1024**3
 opt = options_for("plan")
@@ -61,13 +62,19 @@ opt = options_for("plan")
 @click.option("--context", "contexts", default="1024,4096", show_default=True,
               metavar="N,N", help="KV context lengths of the projected speed tables; the k "
               "schedule is picked at the first.")
+@opt("traffic")
+@click.option("--acceptance-from", type=click.Path(dir_okay=False), metavar="REPORT",
+              help="With --traffic: each context bucket's acceptance from a `speckit validate` "
+              "report.json (its acceptance_by_context); a bucket it did not measure takes its "
+              "nearest neighbour's.")
 @opt("gpu_profile")
 @opt("json_mode")
 @handle_errors
 def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
              gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
              kv_cache_dtype, draft_quant, kv_cache_memory_bytes, enforce_eager, revision,
-             draft_revision, acceptance, acceptance_kind, al, contexts, gpu_profile, json_mode):
+             draft_revision, acceptance, acceptance_kind, al, contexts, traffic, acceptance_from,
+             gpu_profile, json_mode):
     """Memory plan for serving TARGET (+ DRAFT) with vLLM: weights, KV cache, the rest.
 
     Reads only config.json and safetensors headers. Prints what fits (KV tokens, concurrency at
@@ -84,6 +91,7 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
         raise UsageError("--gpu and --gpu-mem-gib are exclusive", hint="pass one of them")
     if not target and not draft:
         raise UsageError("nothing to plan: pass --target (and --draft)")
+    _check_traffic_flags(traffic, acceptance_from)
     g = get_gpu(gpu or "H200", gpu_file=gpu_file) if gpu_mem_gib is None else None
     if k is None and acceptance is not None:
         k = len(_floats(acceptance, "--acceptance"))  # N rates: k = N
@@ -96,7 +104,17 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
         draft_quant=draft_quant, kv_cache_memory_bytes=kv_cache_memory_bytes,
         enforce_eager=enforce_eager)
     speed = unpriced = None
-    if acceptance is not None or al is not None:
+    if traffic is not None:
+        try:
+            speed = _traffic_speed(result, g, traffic=traffic, target=target, draft=draft,
+                                   revision=revision, draft_revision=draft_revision,
+                                   acceptance=acceptance, acceptance_kind=acceptance_kind,
+                                   al=al, acceptance_from=acceptance_from,
+                                   kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant,
+                                   gpu_profile=gpu_profile)
+        except PlanError as e:
+            unpriced = f"speed not projected: {e.message}" + (f" ({e.hint})" if e.hint else "")
+    elif acceptance is not None or al is not None:
 
         try:
             speed = _speed(result, g, target=target, draft=draft, revision=revision,
@@ -108,14 +126,109 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
             unpriced = f"speed not projected: {e.message}" + (f" ({e.hint})" if e.hint else "")
     if json_mode:
         print_json(result if speed is None and unpriced is None else
-                   {"plan": result, "speed": speed, "speed_unpriced": unpriced})
+                   {"plan": result, "speed" if not isinstance(speed, TrafficSpeed) else
+                    "traffic_speed": speed, "speed_unpriced": unpriced})
     else:
         render(result)
-        if speed is not None:
+        if isinstance(speed, TrafficSpeed):
+            render_traffic_speed(speed)
+        elif speed is not None:
             render_speed(speed)
         if unpriced:
             click.echo(unpriced)
     sys.exit(0 if result.starts else 1)
+
+
+def _check_traffic_flags(traffic, acceptance_from) -> None:
+    """--traffic replaces --context; --acceptance-from needs --traffic."""
+    src = click.get_current_context().get_parameter_source("contexts")
+    if traffic is not None and src == click.core.ParameterSource.COMMANDLINE:
+        raise UsageError("--traffic and --context do not combine",
+                         hint="the traffic's context mix replaces --context")
+    if acceptance_from is not None and traffic is None:
+        raise UsageError("--acceptance-from goes with --traffic",
+                         hint="it gives each of the traffic's context buckets its own "
+                         "acceptance; without a traffic pass --acceptance or --al")
+
+
+def _traffic_speed(result, gpu, *, traffic, target, draft, revision, draft_revision,
+                   acceptance, acceptance_kind, al, acceptance_from, kv_cache_dtype,
+                   draft_quant, gpu_profile=None):
+    if gpu is None:
+        raise UsageError("--traffic projects speed for a catalog GPU, not --gpu-mem-gib",
+                         hint="pass --gpu NAME (its bandwidth and peak drive the projection)")
+    if result.method is None:
+        raise UsageError("--traffic needs a draft or --method")
+    return plan_traffic(
+        traffic=traffic, target=result.target if target is None else target, draft=draft,
+        method=result.method, revision=revision, draft_revision=draft_revision,
+        acceptance_from=acceptance_from,
+        acceptance=_floats(acceptance, "--acceptance") if acceptance is not None else None,
+        acceptance_kind=acceptance_kind, al=al, k=result.k, gpu=gpu, tp=result.tp,
+        draft_tp=result.draft_tp, max_batch=int(result.settings["max_num_seqs"]),
+        kv_tokens=result.with_draft.kv_tokens, lookahead=result.lookahead_slots,
+        kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant,
+        constants=load_profile(gpu_profile) if gpu_profile is not None else None)
+
+
+def render_traffic_speed(ts: TrafficSpeed) -> None:
+    """The traffic, each bucket's acceptance, the mix's ratios with their bands, the schedule
+    for the mix and the (concurrency x context) best-k table; every figure projected."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    con, m = output_console(), ts.mix
+    con.print(f"\n[bold]projected speed for the traffic's context mix[/] on {escape(ts.gpu)} x "
+              f"TP={ts.tp} (acceptance {escape(ts.acceptance_source)})")
+    print_rows(con, traffic_rows(ts.traffic))
+    t = Table(title="the context mix (weight: see the note above)",
+              box=None, pad_edge=False, header_style="bold", title_justify="left")
+    for col in ("context", "weight", "KV context", *(f"AL k={k}" for k in m.ks)):
+        t.add_column(col, justify="left" if col == "context" else "right")
+    for b in m.buckets:
+        t.add_row(b.bucket, f"{100 * b.weight:.1f}%", f"{b.context:,}",
+                  *(f"{b.al[k]:.2f}" for k in m.ks))
+    print_table(con, t)
+    _mix_ratio_table(con, m)
+    con.print("projected best k per concurrency for the mix (the schedule vLLM takes):")
+    for lo, hi, k in m.schedule:
+        con.print(f"  concurrency {lo}-{hi}: " + (f"k={k}" if k else "off (k=0)"))
+    top = max(k for _, _, k in m.schedule) or max(m.ks)
+    con.print("projected schedule for --speculative-config: " + escape(json.dumps(
+        {"num_speculative_tokens": top,
+         "num_speculative_tokens_per_batch_size": [list(r) for r in m.schedule]})))
+    bc = Table(title="best k by context (concurrency x context), if vLLM chose k by context",
+               box=None, pad_edge=False, header_style="bold",
+               title_justify="left")
+    bc.add_column("context (KV)")
+    for b in m.batches:
+        bc.add_column(f"B={b}", justify="right")
+    for r in m.by_context:
+        bc.add_row(f"{r.bucket} (~{r.context:,})", *(str(k) if k else "off" for k in r.best_k))
+    print_table(con, bc)
+    for n in [*ts.notes, *m.notes, m.averaging]:
+        con.print(f"[dim]  - {escape(n)}[/]")
+
+
+def _mix_ratio_table(con, m) -> None:
+    from rich.table import Table
+
+    t = Table(title="projected throughput ratio for the mix vs no speculation"
+              + (" (under each ratio: its band)" if m.band else ""), box=None, pad_edge=False,
+              header_style="bold", title_justify="left")
+    t.add_column("k")
+    for b in m.batches:
+        t.add_column(f"B={b}", justify="right")
+    for k in m.ks:
+        flags = m.uncertain.get(k) or [False] * len(m.batches)
+        t.add_row(str(k), *(f"{r:.2f}x" + (UNCERTAIN_MARK if u else "")
+                            for r, u in zip(m.ratio[k], flags, strict=True)))
+        if m.band:
+            t.add_row("  band", *(f"{lo:.2f}-{hi:.2f}" for lo, hi in m.band[k]))
+    t.add_row("best k", *(str(k) if k else "off" for k in m.best_k))
+    print_table(con, t)
+    if any(any(u) for u in m.uncertain.values()):
+        con.print(f"  {UNCERTAIN_MARK} {UNCERTAIN_NOTE}")
 
 
 def _floats(text: str, flag: str) -> list[float]:

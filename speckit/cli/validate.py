@@ -41,6 +41,7 @@ def _thinking(value: str) -> bool:
 @opt("k")
 @opt("sweep")
 @opt("dataset")
+@opt("traffic")
 @opt("num_prompts")
 @opt("max_tokens")
 @click.option("--temperature", type=float, default=0.0, show_default=True,

@@ -39,6 +39,16 @@ class RequestAcceptance:
         return 1.0 + self.accepted / self.drafts if self.drafts else None
 
 
+def request_from_histogram(prompt_tokens: int, output_tokens: int, histogram: Sequence[int],
+                           draft_tokens: int) -> RequestAcceptance:
+    """One request's record from vLLM's per-request summary: ``histogram[j]`` verify steps that
+    carried drafts had j of them accepted; ``draft_tokens`` proposed in all."""
+    hist = [int(x) for x in histogram]
+    per_pos = [sum(hist[j + 1:]) for j in range(max(0, len(hist) - 1))]
+    return RequestAcceptance(int(prompt_tokens), int(output_tokens), sum(hist), int(draft_tokens),
+                             sum(j * n for j, n in enumerate(hist)), tuple(per_pos))
+
+
 @dataclass(frozen=True)
 class BucketAcceptance:
     bucket: str
@@ -65,21 +75,29 @@ class ContextAcceptance:
     context: str = ("the prompt's length in target tokens as the engine received it (chat "
                     "template applied); buckets [lo, hi)")
     warnings: list[str] = field(default_factory=list)
+    k: int | None = None  # the k drafted (the largest k of the run the records came from)
+    source: str = ""  # which run the per-request counters came from
 
     def measured(self) -> list[BucketAcceptance]:
         return [b for b in self.buckets if b.requests]
 
+    def per_position(self) -> dict[str, list[float]]:
+        """bucket -> its per-position acceptance rates, for every bucket that drafted."""
+        return {b.bucket: list(b.per_position) for b in self.buckets
+                if b.per_position and b.acceptance_length is not None}
+
 
 def acceptance_by_context(records: Sequence[RequestAcceptance], *, k: int | None = None,
-                          min_requests: int = MIN_REQUESTS) -> ContextAcceptance:
+                          min_requests: int = MIN_REQUESTS, source: str = "") -> ContextAcceptance:
     """AL per context bucket with its interval (INTERVAL_METHOD); ``k`` (the largest k drafted)
-    bounds each interval to [1, k + 1]."""
+    bounds each interval to [1, k + 1]; ``source`` says which run counted."""
     by: dict[str, list[RequestAcceptance]] = {b.label: [] for b in CONTEXT_BUCKETS}
     for r in records:
         by[context_bucket(r.prompt_tokens).label].append(r)
     buckets = [_bucket(b, by[b.label], k=k, min_requests=min_requests) for b in CONTEXT_BUCKETS]
     warnings = [f"{b.bucket}: {b.note}" for b in buckets if b.note and b.requests]
-    return ContextAcceptance(buckets, min_requests=min_requests, warnings=warnings)
+    return ContextAcceptance(buckets, min_requests=min_requests, warnings=warnings, k=k,
+                             source=source)
 
 
 def context_table(ctx: ContextAcceptance) -> list[list[str]]:
@@ -204,4 +222,4 @@ def past_training(trained: TrainedLength, prompt_tokens: Sequence[int]) -> str |
 
 __all__ = ["INTERVAL_METHOD", "MIN_REQUESTS", "BucketAcceptance", "ContextAcceptance",
            "RequestAcceptance", "TrainedLength", "acceptance_by_context", "context_table",
-           "past_training", "trained_length"]
+           "past_training", "request_from_histogram", "trained_length"]

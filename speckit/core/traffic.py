@@ -11,7 +11,7 @@ import math
 import statistics
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 # OpenAI chat roles ("developer" is the newer name of "system"; "function" the older of "tool")
@@ -187,6 +187,22 @@ def context_bucket(tokens: int) -> ContextBucket:
     return next(b for b in CONTEXT_BUCKETS if b.holds(tokens))
 
 
+def spread_over_buckets(prompt_tokens: Sequence[int], n: int | None) -> list[int]:
+    """The indices of up to ``n`` requests (all when None), taken in turn from each context
+    bucket the traffic fills, each bucket in file order, returned in file order: the first n
+    cover every bucket (as the longctx sets do), so a short run measures each context."""
+    queues = [[i for i, t in enumerate(prompt_tokens) if b.holds(int(t))]
+              for b in CONTEXT_BUCKETS]
+    queues = [q for q in queues if q]
+    want = len(prompt_tokens) if n is None else min(n, len(prompt_tokens))
+    out: list[int] = []
+    while len(out) < want:
+        for q in queues:
+            if q and len(out) < want:
+                out.append(q.pop(0))
+    return sorted(out)
+
+
 # ---- the summary --------------------------------------------------------------------------------
 
 Unit = Literal["tokens", "characters"]
@@ -229,6 +245,22 @@ class TrafficSummary:
     context_mix: list[BucketShare] | None  # by prompt tokens; None when counted in characters
 
 
+@dataclass
+class TrafficReport:
+    """What a validate, bench or plan report says about its --traffic file: numbers and the
+    user's labels, never a prompt's or a reply's text."""
+
+    file: str
+    sha256: str  # of the requests used, as parsed
+    summary: TrafficSummary
+    used: int  # requests the run sent (all of them for plan)
+    weights: dict[str, float]  # context bucket -> share of the generated tokens (the speed mix)
+    contexts: dict[str, int]  # context bucket -> mean KV context while decoding
+    skipped: list[str] = field(default_factory=list)  # "line N: why"
+    notes: list[str] = field(default_factory=list)
+    coverage: Any = None  # speckit.core.coverage.VocabCoverage, for a reduced-vocabulary draft
+
+
 def distribution(values: Sequence[int]) -> Distribution | None:
     """min, 10th/50th/90th percentile (inclusive method), max and mean; None when empty."""
     if not values:
@@ -266,6 +298,23 @@ def summarize(requests: Sequence[TrafficRequest], *, prompt_lengths: Sequence[in
         context_mix=mix)
 
 
+def sampling_notes(summary: TrafficSummary, *, temperature: float,
+                   thinking: bool | None) -> list[str]:
+    """What the traffic's rows ask for that a run with one ``temperature`` and one thinking
+    setting does not give them (a run sends every request alike)."""
+    out = []
+    asked = {t: n for t, n in summary.temperature.items() if t not in ("unset", f"{temperature:g}")}
+    if asked:
+        out.append(f"{sum(asked.values())} traffic rows ask for temperature "
+                   f"{', '.join(asked)}; every request ran at {temperature:g} (--temperature)")
+    mine = "on" if thinking else "off"
+    other = {t: n for t, n in summary.thinking.items() if t not in ("unset", mine)}
+    if other:
+        out.append(f"{sum(other.values())} traffic rows ask for thinking "
+                   f"{', '.join(other)}; every request ran with thinking {mine}")
+    return out
+
+
 def context_mix(prompt_tokens: Sequence[int]) -> list[BucketShare]:
     """Requests per context bucket (every bucket listed, empty ones too) and their share."""
     n = len(prompt_tokens)
@@ -284,5 +333,5 @@ def _counts(keys) -> dict[str, int]:
 
 
 __all__ = ["CONTEXT_BUCKETS", "ROLES", "BucketShare", "ContextBucket", "Distribution",
-           "TrafficRequest", "TrafficSummary", "context_bucket", "context_mix", "distribution",
-           "parse_request", "summarize"]
+           "TrafficReport", "TrafficRequest", "TrafficSummary", "context_bucket", "context_mix",
+           "distribution", "parse_request", "sampling_notes", "spread_over_buckets", "summarize"]

@@ -9,7 +9,7 @@ from typing import Any
 
 from speckit.core.gpus import GPU
 from speckit.core.plan import steps as _steps
-from speckit.core.plan.projection import SpeedResult, project_speed
+from speckit.core.plan.projection import SpeedResult, StepModel, project_speed, step_model
 from speckit.io.datafiles import load_engine_costs, load_step_constants
 from speckit.io.headers import load_ref
 from speckit.io.profiles import find_profile
@@ -30,15 +30,28 @@ def project_speed_from_refs(*, target: str, draft: str | None = None,
     """Read target (+ draft) configs and headers (speckit.io.headers over speckit.io.refs.resolve),
     then project_speed(**kwargs) with this GPU's step constants and the shipped engine terms
     unless given."""
+    return project_speed(**_read(target, draft, revision, draft_revision, kwargs))
 
+
+def step_model_from_refs(*, target: str, draft: str | None = None, revision: str | None = None,
+                         draft_revision: str | None = None, **kwargs: Any) -> StepModel:
+    """The StepModel of target (+ draft) read as project_speed_from_refs reads them (configs and
+    headers), with this GPU's step constants and the shipped engine terms unless given."""
+    return step_model(**_read(target, draft, revision, draft_revision, kwargs))
+
+
+def _read(target: str, draft: str | None, revision: str | None, draft_revision: str | None,
+          kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The configs and draft tensors of target (+ draft), and the step constants and engine
+    terms unless ``kwargs`` gives them."""
     tcfg, _ = load_ref(target, revision=revision)
     dcfg, dtensors = load_ref(draft, revision=draft_revision) if draft else (None, [])
     if kwargs.get("constants") is None:
         kwargs["constants"] = step_constants(kwargs["gpu"])
     if kwargs.get("engine") is None:
         kwargs["engine"] = load_engine_costs()
-    return project_speed(target_config=tcfg, draft_config=dcfg, draft_tensors=dtensors,
-                         target_name=target, draft_name=draft, **kwargs)
+    return {"target_config": tcfg, "draft_config": dcfg, "draft_tensors": dtensors,
+            "target_name": target, "draft_name": draft, **kwargs}
 
 
-__all__ = ["project_speed_from_refs", "step_constants"]
+__all__ = ["project_speed_from_refs", "step_constants", "step_model_from_refs"]

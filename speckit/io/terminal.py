@@ -73,4 +73,19 @@ def print_table(console, table) -> None:
                 highlight=False, end="")
 
 
-__all__ = ["OFF_TTY_WIDTH", "output_console", "output_width", "print_table", "unclipped"]
+def print_rows(console, rows: list[tuple[str, str]]) -> None:
+    """(label, text) rows in two columns, the text as plain text (labels from a user's file are
+    never rich markup)."""
+    from rich.table import Table
+    from rich.text import Text
+
+    t = Table(show_header=False, box=None, pad_edge=False)
+    t.add_column(style="bold", no_wrap=True)
+    t.add_column(overflow="fold")
+    for label, text in rows:
+        t.add_row(label, Text(text))
+    print_table(console, t)
+
+
+__all__ = ["OFF_TTY_WIDTH", "output_console", "output_width", "print_rows", "print_table",
+           "unclipped"]

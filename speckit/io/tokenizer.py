@@ -61,4 +61,22 @@ def load_tokenizer(directory: str | Path, *, what: str = "target") -> TextTokeni
     return TextTokenizer(d, "transformers AutoTokenizer", tok, False)
 
 
-__all__ = ["TextTokenizer", "load_tokenizer"]
+def tokenizer_dir(res: Any) -> Path:
+    """The directory of a resolved target (speckit.io.refs.Resolved) with its tokenizer files
+    brought next to config.json: a Hub target's tokenizer.json, else its tokenizer_config.json
+    and tokenizer.model (a local directory has them already)."""
+    names = ("tokenizer.json",), ("tokenizer_config.json", "tokenizer.model")
+    for group in names:
+        got = 0
+        for name in group:
+            try:
+                res.download(name)
+                got += 1
+            except FileNotFoundError:
+                continue
+        if got:
+            break
+    return Path(res.path)
+
+
+__all__ = ["TextTokenizer", "load_tokenizer", "tokenizer_dir"]

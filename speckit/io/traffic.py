@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Literal
 
-from speckit.core.traffic import TrafficRequest, TrafficSummary, parse_request, summarize
+from speckit.core.plan.mix import mix_from_traffic, output_lengths
+from speckit.core.traffic import (
+    TrafficReport,
+    TrafficRequest,
+    TrafficSummary,
+    parse_request,
+    spread_over_buckets,
+    summarize,
+)
 from speckit.errors import FormatError, UsageError
 from speckit.io.envlimits import limits_from_env
 from speckit.io.prompts import Prompt, PromptSet
@@ -199,14 +207,70 @@ def summarize_traffic(traffic: Traffic, tokenizer=None, *,
                      unit=ln.unit, length_note=ln.note, skipped=traffic.skipped_count)
 
 
-def traffic_prompt_set(traffic: Traffic) -> PromptSet:
-    """The traffic's prompts (every message before the reply) as the prompt set validate and
-    bench run: ids ``line-N``, the row's category, hashed like every set. The engine's job and
-    result files then hold the users' prompts and the target's text: keep them out of reports."""
-    prompts = [Prompt(f"line-{r.line}", r.messages, r.category or "") for r in traffic.requests]
+def traffic_prompt_set(traffic: Traffic, indices: Sequence[int] | None = None) -> PromptSet:
+    """The traffic's prompts (every message before the reply; the requests at ``indices``, all
+    by default) as the prompt set validate and bench run: ids ``line-N``, the row's category,
+    hashed like every set. The engine's job and result files then hold the users' prompts and
+    the target's text: keep them out of reports."""
+    reqs = traffic.requests if indices is None else [traffic.requests[i] for i in indices]
+    prompts = [Prompt(f"line-{r.line}", r.messages, r.category or "") for r in reqs]
     return PromptSet(f"traffic {traffic.path.name}", f"{traffic.path} (--traffic)", prompts,
                      list(traffic.skipped))
 
 
-__all__ = ["FORMAT_HINT", "Lengths", "Traffic", "TrafficLimits", "measure_lengths", "read_traffic",
-           "summarize_traffic", "traffic_prompt_set"]
+# ---- a traffic read for a run -------------------------------------------------------------------
+
+@dataclass
+class TrafficRun:
+    """A traffic file read for validate, bench or plan: its requests, their lengths, the
+    requests the run sends (spread over the context buckets) and the context mix of them all.
+    Holds the users' prompts (``traffic``, ``prompts``): reports take ``report()`` only."""
+
+    traffic: Traffic
+    lengths: Lengths
+    summary: TrafficSummary
+    picked: list[int]  # indices of the requests the run sends, in file order
+    prompts: PromptSet
+    weights: dict[str, float]  # context bucket -> share of the generated tokens (all requests)
+    contexts: dict[str, int]  # context bucket -> mean KV context while decoding
+    weighed_by: str = ""  # what the weights count
+
+    def report(self, coverage=None) -> TrafficReport:
+        n, used = len(self.traffic.requests), len(self.picked)
+        notes = self.traffic.notes()
+        if used < n:
+            notes.append(f"{used} of the {n} requests were sent, taken in turn from each context "
+                         "bucket the traffic fills (--num-prompts)")
+        if self.weights:
+            notes.append(f"the speed mix weighs each context bucket by {self.weighed_by} over "
+                         f"all {n} requests; {self.lengths.note}")
+        return TrafficReport(str(self.traffic.path), self.traffic.sha256, self.summary, used,
+                             self.weights, self.contexts, list(self.traffic.skipped), notes,
+                             coverage)
+
+
+def traffic_for_run(path: str | Path, tokenizer, *, num_prompts: int | None = None
+                    ) -> TrafficRun:
+    """``path`` read (bad rows skipped), measured in the target's tokens with ``tokenizer``, and
+    up to ``num_prompts`` requests picked in turn from each context bucket (without a tokenizer:
+    lengths in characters, the first requests, no context mix)."""
+    if num_prompts is not None and num_prompts < 1:
+        raise UsageError(f"--num-prompts must be >= 1, got {num_prompts}")
+    tr = read_traffic(path)
+    lengths = measure_lengths(tr, tokenizer)
+    if lengths.unit != "tokens":  # no tokenizer: no context buckets, the first requests
+        n = len(tr.requests) if num_prompts is None else min(num_prompts, len(tr.requests))
+        return TrafficRun(tr, lengths, summarize_traffic(tr, lengths=lengths), list(range(n)),
+                          traffic_prompt_set(tr, range(n)), {}, {})
+    picked = spread_over_buckets(lengths.prompts, num_prompts)
+    outs = output_lengths(lengths.replies, [r.max_tokens for r in tr.requests])
+    weights, contexts = mix_from_traffic(lengths.prompts, outs)
+    by = ("its share of the output tokens (each reply's, else the row's max_tokens, else the "
+          "median reply)" if outs is not None else
+          "its share of the requests (no row has a reply or a max_tokens to count output by)")
+    return TrafficRun(tr, lengths, summarize_traffic(tr, lengths=lengths), picked,
+                      traffic_prompt_set(tr, picked), weights, contexts, by)
+
+
+__all__ = ["FORMAT_HINT", "Lengths", "Traffic", "TrafficLimits", "TrafficRun", "measure_lengths",
+           "read_traffic", "summarize_traffic", "traffic_for_run", "traffic_prompt_set"]

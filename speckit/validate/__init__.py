@@ -12,6 +12,7 @@ import warnings as warnings_
 from typing import Any
 
 from speckit.core.options import options_of
+from speckit.io.engine import forget_exchange
 from speckit.io.output import output_errors
 from speckit.validate.analysis import low_ratio_causes, run_warnings
 from speckit.validate.gates import check_gates
@@ -55,7 +56,11 @@ def validate(options: ValidateOptions | None = None, /, **fields: Any) -> Valida
     outdir, workdir = output_dirs(opts.out, inp, opts.dataset)
     ctx = run_context(inp, opts, workdir, eargs)
     with ctx.bar:
-        r = run_engines(ctx, batches=batches, warnings=warnings)
+        try:
+            r = run_engines(ctx, batches=batches, warnings=warnings)
+        finally:
+            if inp.traffic is not None:  # the users' prompts never stay in --out
+                forget_exchange(workdir)
     if outdir is None:  # no --out: leave nothing behind (a failure above keeps its logs)
         shutil.rmtree(workdir, ignore_errors=True)
         for s in r.runs:

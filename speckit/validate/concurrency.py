@@ -18,11 +18,17 @@ from speckit.core.jsonable import to_jsonable
 from speckit.core.plan import fit as _fit
 from speckit.core.plan import schedule as _sched
 from speckit.core.plan import steps as _steps
-from speckit.core.plan.projection import draft_shape, project_speed
+from speckit.core.plan.projection import (
+    draft_shape,
+    project_mix_speed,
+    project_speed,
+    step_model,
+)
 from speckit.errors import PlanError, UsageError
 from speckit.io.datafiles import load_engine_costs
 from speckit.io.engine import EngineRun
 from speckit.io.projection import step_constants
+from speckit.validate.context import mix_markdown
 
 CPU_BATCHES = (1, 2, 4, 8, 16)
 GPU_BATCHES = (1, 4, 16, 64, 128)
@@ -147,17 +153,31 @@ def project_serve(rep: ConcurrencyReport, *, gpu: str, tp: int, method: str,
                   target_config: Mapping[str, Any], draft_config: Mapping[str, Any] | None,
                   draft_tensors: Sequence[tuple[str, Sequence[int]]],
                   per_position: Sequence[float], max_batch: int = 256,
-                  profile: str | None = None) -> None:
+                  profile: str | None = None, mix: Mapping[str, Any] | None = None) -> None:
     """The serving GPU's projected table and schedule (plan's model: the H200-fitted constants,
     or ``profile`` from speckit calibrate; this run's acceptance); it becomes the schedule the
-    spec-config carries."""
+    spec-config carries. With ``mix`` (validate.context.serve_mix: a context mix and AL per
+    bucket) the schedule is the one chosen for that mix (speckit.core.plan.mix)."""
 
+    g = get_gpu(gpu)
+    consts, eng = step_constants(g, profile), load_engine_costs()
     sp = project_speed(target_config=target_config, method=method, draft_config=draft_config,
                        draft_tensors=draft_tensors, acceptance=list(per_position),
-                       gpu=get_gpu(gpu), tp=tp, max_batch=max_batch,
-                       constants=step_constants(get_gpu(gpu), profile), engine=load_engine_costs())
+                       gpu=g, tp=tp, max_batch=max_batch, constants=consts, engine=eng)
     rep.serve = to_jsonable(sp)
     rep.schedule_source = f"{sp.gpu} x TP={tp} (projected)"
+    if mix is None:
+        return
+    model = step_model(target_config=target_config, method=method, draft_config=draft_config,
+                       draft_tensors=draft_tensors, gpu=g, tp=tp, constants=consts, engine=eng)
+    mp = project_mix_speed(model, weights=mix["weights"], contexts=mix["contexts"],
+                           al=mix["al"], max_batch=max_batch)
+    mp.notes[:0] = [f"the mix: {mix['whose']}", *mix["notes"]]
+    sched = [list(map(int, r)) for r in mp.schedule]
+    rep.serve.update(mix=to_jsonable(mp), schedule=sched, speculative_config={
+        "num_speculative_tokens": max(r[2] for r in sched) or max(mp.ks),
+        "num_speculative_tokens_per_batch_size": sched})
+    rep.schedule_source = f"{sp.gpu} x TP={tp} for the context mix (projected)"
 
 
 def chosen_schedule(rep: ConcurrencyReport) -> list[list[int]]:
@@ -271,10 +291,17 @@ def summary_lines(rep: ConcurrencyReport) -> list[str]:
                       _sched.pays_text(rep.schedule)))
     if rep.serve is not None:
         s = rep.serve
-        be2 = s["tables"][-1]["break_even"]
+        be2 = (s.get("mix") or s["tables"][-1])["break_even"]
         lines.append(f"projected for {s['gpu']} x TP={s['tp']}: schedule {s['schedule']}; " +
                      (f"break-even concurrency {be2}" if be2 else _sched.pays_text(s["schedule"])) +
                      " (projected from the H200-fitted step model, not measured)")
+        if s.get("mix"):
+            m = s["mix"]
+            lines.append("that schedule is chosen for the context mix ("
+                         + ", ".join(f"{b['bucket']} {100 * b['weight']:.0f}%"
+                                     for b in m["buckets"])
+                         + f"; AL per bucket measured here); the schedule for one context "
+                         f"({s['schedule_context']:,}) would be {s['tables'][0]['schedule']}")
     if rep.checks:
         seen = ", ".join(f"B={c.batch}: k {c.expected_k} -> drafted "
                          f"{'-' if c.observed_k is None else f'{c.observed_k:.2f}'}"
@@ -312,6 +339,7 @@ def _serve_markdown(serve: Mapping[str, Any]) -> str:
             + " |\n|---|" + "---|" * len(cols) + "\n"
             + "".join(f"| {k} | " + " | ".join(_x(v) for v in ratio[k]) + " |\n"
                       for k in sorted(ratio))
+            + (mix_markdown(serve["mix"]) if serve.get("mix") else "")
             + f"\nSchedule: `{serve['speculative_config']}`\n")
 
 

@@ -11,15 +11,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.context import TrainedLength
 from speckit.core.methods import MethodSpec
 from speckit.core.methods.detect import pick_method
+from speckit.core.traffic import TrafficReport, sampling_notes
 from speckit.errors import PlanError, SpeckitError, UsageError
 from speckit.io import host
-from speckit.io.checkpoint import load_config, tensor_names
+from speckit.io.checkpoint import Checkpoint, load_config, tensor_names
+from speckit.io.coverage import traffic_coverage
 from speckit.io.datafiles import load_registry
+from speckit.io.draftrecord import read_trained_length
 from speckit.io.output import check_output, output_errors
 from speckit.io.prompts import load_prompts
 from speckit.io.refs import config_only, resolve
+from speckit.io.tokenizer import load_tokenizer
+from speckit.io.traffic import TrafficRun, traffic_for_run
 from speckit.validate.concurrency import default_batches
 from speckit.validate.options import ValidateOptions
 
@@ -40,6 +46,9 @@ class Inputs:
     cname: str | None
     ccfg: dict[str, Any]
     copies: list[str] = field(default_factory=list)  # which local copy a Hub ref was read from
+    traffic: TrafficRun | None = None  # --traffic: holds the users' prompts, never reported
+    traffic_report: TrafficReport | None = None  # what the report says about it (no text)
+    trained: TrainedLength | None = None  # the context the draft was trained on (or declares)
 
     @property
     def k_max(self) -> int:
@@ -87,9 +96,15 @@ def gather_inputs(opts: ValidateOptions, warnings: list[str]) -> Inputs:
         raise PlanError(f"method {spec.name} cannot run on vLLM's CPU backend (it needs the V2 "
                         "model runner on CUDA/ROCm)", hint="validate it on a GPU machine")
     ks = _k_plan(spec, dcfg, k=opts.k, sweep=opts.sweep, warnings=warnings)
-    prompts = load_prompts(opts.dataset, num_prompts=opts.num_prompts)
-    if prompts.skipped:
-        warnings.append(f"{len(prompts.skipped)} prompt rows skipped; first: {prompts.skipped[0]}")
+    traffic = treport = None
+    if opts.traffic is not None:
+        traffic, treport = _traffic(opts, tpath, tname, tcfg, dpath, warnings)
+        prompts = traffic.prompts
+    else:
+        prompts = load_prompts(opts.dataset, num_prompts=opts.num_prompts)
+        if prompts.skipped:
+            warnings.append(f"{len(prompts.skipped)} prompt rows skipped; first: "
+                            f"{prompts.skipped[0]}")
     cpath = cname = None
     ccfg: dict[str, Any] = {}
     if compare_draft is not None:
@@ -97,8 +112,30 @@ def gather_inputs(opts: ValidateOptions, warnings: list[str]) -> Inputs:
             raise UsageError("--compare-draft needs a method with a draft checkpoint")
         cpath, cname = resolve_input(compare_draft, role="draft", copies=copies)
         ccfg = _config(cpath, what="compare draft")
+    trained = read_trained_length(dpath, dcfg) if dpath is not None else None
     return Inputs(tpath, tname, tcfg, dpath, dname, dcfg, spec, cpu, ks, prompts, cpath, cname,
-                  ccfg, copies)
+                  ccfg, copies, traffic=traffic, traffic_report=treport, trained=trained)
+
+
+def _traffic(opts: ValidateOptions, tpath: Path, tname: str, tcfg: dict[str, Any],
+             dpath: Path | None, warnings: list[str]) -> tuple[TrafficRun, TrafficReport]:
+    """--traffic read with the target's tokenizer (bad rows skipped and counted), the requests
+    the runs send picked across the context buckets, and the draft's vocabulary coverage."""
+    if str(opts.dataset) != "mixed":
+        raise UsageError(f"--traffic and --dataset {opts.dataset} do not combine",
+                         hint="--traffic FILE is the prompt set: leave --dataset out")
+    tok = load_tokenizer(tpath, what=f"target {tname}")
+    run = traffic_for_run(opts.traffic, tok, num_prompts=opts.num_prompts)
+    coverage = None
+    vocab = tcfg.get("vocab_size")
+    if dpath is not None and isinstance(vocab, int):
+        coverage = traffic_coverage(Checkpoint.open(dpath), run.traffic, tok, target_vocab=vocab)
+    report = run.report(coverage)
+    warnings += sampling_notes(run.summary, temperature=opts.temperature,
+                               thinking=opts.thinking)
+    if run.traffic.skipped_count:
+        warnings.append(report.notes[0])
+    return run, report
 
 
 def pick_batch_sizes(given: Sequence[int] | None, *, cpu: bool, concurrency: int) -> list[int]:
@@ -116,7 +153,8 @@ def output_dirs(out, inp: Inputs, dataset) -> tuple[Path | None, Path]:
         return None, Path(tempfile.mkdtemp(prefix="speckit-validate-"))
     # a report dir written into, never inside an input
     outdir = check_output(out, {"--target": inp.tpath, "--draft": inp.dpath,
-                                "--compare-draft": inp.cpath, "--dataset": Path(str(dataset))},
+                                "--compare-draft": inp.cpath, "--dataset": Path(str(dataset)),
+                                "--traffic": inp.traffic.traffic.path if inp.traffic else None},
                           force=True, flag="--out", reuse=True)
     with output_errors(outdir):
         outdir.mkdir(parents=True, exist_ok=True)

@@ -25,6 +25,9 @@ class ValidateOptions:
     compare_draft: str | None = None  # a second draft on the same prompts and final k
     # the prompts and how they are decoded
     dataset: str | Path = "mixed"
+    # the user's traffic (JSONL of chat requests): its prompts replace --dataset's, spread over
+    # the context buckets; its summary, coverage and context mix go into the report
+    traffic: str | Path | None = None
     num_prompts: int | None = 32
     max_tokens: int = 128
     temperature: float = 0.0

@@ -62,7 +62,8 @@ def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, 
         serve_command=serve.command, serve_notes=serve.notes, plan=plan_info,
         warnings=warnings, engine_starts=r.starts, seconds=time.monotonic() - t_start,
         chat_template=base.chat_template, concurrency=r.concurrency, verdict=v,
-        copies=list(inp.copies))
+        acceptance_by_context=r.by_context, trained_length=inp.trained,
+        traffic=inp.traffic_report, copies=list(inp.copies))
     rep.baseline_run = base
     return rep
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.context import context_table
 from speckit.core.evidence import Interval, shown
 from speckit.core.metrics import (
     KPrediction,
@@ -22,8 +23,11 @@ from speckit.core.metrics import (
     drift_meaning,
     lossless_cell,
 )
-from speckit.io.terminal import output_console, print_table
+from speckit.core.traffic_text import traffic_rows, trained_rows
+from speckit.io.context_plot import write_context_plot
+from speckit.io.terminal import output_console, print_rows, print_table
 from speckit.validate import concurrency as C
+from speckit.validate import context
 
 
 @dataclass
@@ -161,6 +165,12 @@ class ValidationReport:
     concurrency: Any = None  # speckit.validate.concurrency.ConcurrencyReport
     # does speculation pay where it was measured? (speckit.core.specconfig.SpeculationVerdict)
     verdict: Any = None
+    # AL per context bucket from the largest-k run's per-request counters
+    # (speckit.core.context.ContextAcceptance), the draft's trained length (TrainedLength) and
+    # the --traffic file in numbers (speckit.core.traffic.TrafficReport; never its text)
+    acceptance_by_context: Any = None
+    trained_length: Any = None
+    traffic: Any = None
     # which copy already on this machine a Hub target or draft was read from (local first)
     copies: list[str] = field(default_factory=list)
 
@@ -274,6 +284,9 @@ def _thinking(value: Any) -> str:
 
 def to_markdown(r: ValidationReport) -> str:
     lines = _md_header(r) + _md_verdict(r) + _md_runs(r)
+    lines += context.markdown(r.acceptance_by_context, r.trained_length, r.traffic,
+                              Path(r.files["acceptance_by_context_png"]).name
+                              if "acceptance_by_context_png" in r.files else None)
     if r.sweep is not None:
         lines += _md_sweep(r.sweep)
     if r.compare is not None:
@@ -442,6 +455,11 @@ def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
         files["k_sweep_png"] = str(p)
     if r.concurrency is not None:
         files["ratio_by_concurrency_png"] = C.plot(r.concurrency, out, plt)
+    ctx = r.acceptance_by_context
+    if ctx is not None and write_context_plot(
+            ctx, out / context.PLOT, trained=r.trained_length,
+            title=f"acceptance length by context, k={ctx.k} (95% interval per bucket)"):
+        files["acceptance_by_context_png"] = str(out / context.PLOT)
     return files
 
 
@@ -534,6 +552,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     if r.concurrency is not None:
         for line in C.summary_lines(r.concurrency):
             console.print(line)
+    _print_context(r, console)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     _print_verdict(r, console)
@@ -542,6 +561,28 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     console.print(r.serve_command, soft_wrap=True, highlight=False, markup=False)
     if r.files:
         console.print(f"files in {Path(next(iter(r.files.values()))).parent}")
+
+
+def _print_context(r: ValidationReport, console) -> None:
+    """The traffic in numbers and the AL-by-context table (numbers and the user's labels)."""
+    from rich.table import Table
+
+    if r.traffic is not None:
+        print_rows(console, traffic_rows(r.traffic))
+    ctx = r.acceptance_by_context
+    if ctx is None:
+        return
+    cells = context_table(ctx)
+    t = Table(title=f"acceptance by context ({ctx.source}, k={ctx.k})")
+    for i, col in enumerate(cells[0]):
+        t.add_column(col, justify="right" if 0 < i < 4 else "left")
+    for row in cells[1:]:
+        if row[1] != "0":
+            t.add_row(*row)
+    print_table(console, t)
+    console.print(f"interval: {ctx.interval_method}", markup=False, highlight=False)
+    if r.trained_length is not None:
+        print_rows(console, trained_rows(r.trained_length))
 
 
 def _print_verdict(r: ValidationReport, console) -> None:

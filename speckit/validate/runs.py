@@ -15,6 +15,7 @@ from speckit.io.checkpoint import Checkpoint
 from speckit.io.engine import EngineJob, EngineRun
 from speckit.io.progress import EngineProgress
 from speckit.validate import concurrency as C
+from speckit.validate import context
 from speckit.validate.analysis import (
     calibrate_sweep,
     emulated_quant,
@@ -66,6 +67,7 @@ class Runs:
     concurrency: Any  # ConcurrencyReport | None
     final_cfg: dict[str, Any]
     starts: int
+    by_context: Any = None  # ContextAcceptance of the largest-k run (None: no per-request data)
 
 
 def _spec_cfg(ctx: RunCtx, draft_path: Path | None, cfg: dict[str, Any],
@@ -99,11 +101,15 @@ def run_engines(ctx: RunCtx, *, batches: list[int], warnings: list[str]) -> Runs
     main, main_rep = _spec_run(ctx, base, f"{inp.spec.name}-k{inp.k_max}", "speculative",
                                inp.dpath, inp.dcfg, inp.k_max, inp.dname, **probe)
     runs = [main_rep]
+    by_context, records = context.measure(main, k=inp.k_max, trained=inp.trained,
+                                          warnings=warnings)
     sw = sweep_report(base, main, main_rep, inp.spec, inp.ks, warnings) if opts.sweep else None
     final_k = sw.recommended_k if sw else inp.k_max
     conc = _concurrency(ctx, base, main, main_rep, serve_gpu=opts.serve_gpu,
                         serve_tp=opts.serve_tp, warnings=warnings,
-                        serve_profile=opts.serve_profile) if batches else None
+                        serve_profile=opts.serve_profile,
+                        mix=context.serve_mix(by_context, records, inp.traffic)) \
+        if batches else None
     final_cfg = _spec_cfg(ctx, inp.dpath, inp.dcfg, final_k)
     # the spec-config carries the serving schedule (--serve-gpu, else this machine's); the
     # confirmation engine runs this machine's, the one its counters can check
@@ -127,7 +133,7 @@ def run_engines(ctx: RunCtx, *, batches: list[int], warnings: list[str]) -> Runs
                            opts.compare_budget_s, warnings)
         if compare is not None:
             runs.append(compare.other)
-    return Runs(base, main, runs, sw, final_k, compare, conc, final_cfg, ctx.starts)
+    return Runs(base, main, runs, sw, final_k, compare, conc, final_cfg, ctx.starts, by_context)
 
 
 def _baseline(ctx: RunCtx, baseline: EngineRun | None, probe: dict[str, Any]) -> EngineRun:
@@ -142,7 +148,7 @@ def _baseline(ctx: RunCtx, baseline: EngineRun | None, probe: dict[str, Any]) ->
 
 def _concurrency(ctx: RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRunReport, *,
                  serve_gpu: str | None, serve_tp: int, warnings: list[str],
-                 serve_profile: str | None = None):
+                 serve_profile: str | None = None, mix: dict[str, Any] | None = None):
     inp = ctx.inp
     tensors = draft_tensors(inp.dpath)
     rep = C.analyse(base, main, k=inp.k_max, per_position=main_rep.per_position,
@@ -159,7 +165,7 @@ def _concurrency(ctx: RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRu
         C.project_serve(rep, gpu=serve_gpu, tp=serve_tp, method=inp.spec.name,
                         target_config=inp.tcfg, draft_config=inp.dcfg or None,
                         draft_tensors=tensors, per_position=main_rep.per_position,
-                        profile=serve_profile)
+                        profile=serve_profile, mix=mix)
     return rep
 
 

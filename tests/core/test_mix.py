@@ -11,13 +11,15 @@ from speckit.core import methods
 from speckit.core.gpus import get_gpu
 from speckit.core.plan.mix import (
     al_by_k,
+    fill_buckets,
     mix_buckets,
     mix_from_traffic,
+    output_lengths,
     project_mix,
 )
-from speckit.core.plan.projection import StepModel, draft_shape, target_shape
+from speckit.core.plan.projection import StepModel, draft_shape, project_mix_speed, target_shape
 from speckit.core.plan.schedule import geometric_rates, project
-from speckit.errors import UsageError
+from speckit.errors import PlanError, UsageError
 from speckit.io.datafiles import load_engine_costs, load_step_constants
 from tests.support.plan_shapes import LLAMA31_70B, eagle3_llama70b
 
@@ -114,3 +116,49 @@ def test_bad_mixes_are_usage_errors():
                     max_batch=4)
     with pytest.raises(UsageError):
         mix_from_traffic([])
+
+
+def test_output_lengths_fill_from_max_tokens_then_the_median_reply():
+    assert output_lengths([10, None, 30], [None, 7, None]) == [10, 7, 30]
+    assert output_lengths([10, None, 30, None]) == [10, 30, 30, 30]
+    assert output_lengths([None, None]) is None  # nothing known: weigh by requests
+    assert output_lengths([None, None], [None, 5]) == [1, 5]
+
+
+def test_an_unmeasured_bucket_takes_its_nearest_measured_neighbour():
+    al, notes = fill_buckets(AL, ["[0, 1k)", "[1k, 2k)", "[2k, 4k)", ">= 8k"])
+    assert al["[1k, 2k)"] == AL[SHORT] and al[">= 8k"] == AL[LONG] and al["[2k, 4k)"] == AL[LONG]
+    assert notes == ["[1k, 2k): not measured; [0, 1k)'s acceptance is used for it",
+                     "[2k, 4k): not measured; [4k, 8k)'s acceptance is used for it",
+                     ">= 8k: not measured; [4k, 8k)'s acceptance is used for it"]
+    tie, _ = fill_buckets({SHORT: AL[SHORT], "[2k, 4k)": AL[LONG]}, ["[1k, 2k)"])
+    assert tie["[1k, 2k)"] == AL[SHORT]  # one step from both: the shorter one
+    with pytest.raises(UsageError, match="no context bucket"):
+        fill_buckets({}, [SHORT])
+
+
+def test_a_band_keeps_the_schedule_until_a_k_is_clearly_better():
+    al = {SHORT: {1: 1.8, 2: 2.4}}
+    b = mix_buckets({SHORT: 1}, al, {SHORT: 500})
+    plain = project_mix(_Toy(), b, max_batch=2)
+    assert plain.best_k == [2, 2] and plain.band == {} and plain.uncertain == {}
+    # a band of x0.61..x1.65: k=2's ratio (1.47) does not lie wholly above plain decoding's 1.0
+    wide = project_mix(_Toy(), b, max_batch=2, band=lambda batch: (-0.5, 0.5))
+    assert wide.best_k == [0, 0] and wide.schedule == [(1, 2, 0)] and wide.break_even == 1
+    lo, hi = wide.band[2][0]
+    assert wide.ratio[2][0] == pytest.approx(2.4 * 1.5 / 2.45)
+    assert lo == pytest.approx(wide.ratio[2][0] * 0.60653, rel=1e-4) and wide.uncertain[2][0]
+    assert [r.best_k for r in wide.by_context] == [[0, 0]]
+
+
+def test_the_kv_cache_caps_the_mix_at_its_mean_context(model):
+    weights, ctx = {SHORT: 0.5, LONG: 0.5}, {SHORT: 600, LONG: 6000}
+    full = project_mix_speed(model, weights=weights, contexts=ctx, al=AL, max_batch=256)
+    capped = project_mix_speed(model, weights=weights, contexts=ctx, al=AL, max_batch=256,
+                               kv_tokens=3300 * 10, lookahead=0)
+    assert max(full.batches) == 256 and max(capped.batches) == 10
+    assert capped.schedule[-1][1] == 256 and capped.schedule[0][0] == 1
+    assert any("holds 10 sequences" in n for n in capped.notes)
+    with pytest.raises(PlanError, match="holds no sequence"):
+        project_mix_speed(model, weights=weights, contexts=ctx, al=AL, max_batch=8,
+                          kv_tokens=100)

@@ -12,6 +12,8 @@ from speckit.core.traffic import (
     context_mix,
     distribution,
     parse_request,
+    sampling_notes,
+    spread_over_buckets,
     summarize,
 )
 
@@ -130,3 +132,25 @@ def test_context_mix_shares_sum_to_one():
     mix = context_mix([10, 20, 1500, 5000])
     assert sum(b.share for b in mix) == pytest.approx(1.0)
     assert [b.requests for b in mix] == [2, 1, 0, 1, 0]
+
+
+def test_a_run_takes_requests_in_turn_from_each_bucket_in_file_order():
+    tokens = [100, 200, 300, 1500, 400, 5000, 1600, 5100]
+    assert spread_over_buckets(tokens, 3) == [0, 3, 5]  # one of each bucket first
+    assert spread_over_buckets(tokens, 5) == [0, 1, 3, 5, 6]
+    assert spread_over_buckets(tokens, None) == list(range(8))
+    assert spread_over_buckets(tokens, 99) == list(range(8))
+    assert spread_over_buckets([50] * 3, 2) == [0, 1]
+
+
+def test_sampling_notes_say_what_the_rows_asked_for_and_did_not_get():
+    reqs = [TrafficRequest(1, (("user", "a"),), temperature=0.7, thinking=True),
+            TrafficRequest(2, (("user", "b"),), temperature=0.0),
+            TrafficRequest(3, (("user", "c"),))]
+    s = summarize(reqs, prompt_lengths=[1, 1, 1], reply_lengths=[None] * 3, unit="tokens",
+                  length_note="")
+    assert sampling_notes(s, temperature=0.0, thinking=False) == [
+        "1 traffic rows ask for temperature 0.7; every request ran at 0 (--temperature)",
+        "1 traffic rows ask for thinking on; every request ran with thinking off"]
+    assert sampling_notes(s, temperature=0.7, thinking=True) == [
+        "1 traffic rows ask for temperature 0; every request ran at 0.7 (--temperature)"]

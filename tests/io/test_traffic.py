@@ -12,12 +12,14 @@ from click.testing import CliRunner
 
 from speckit.cli import main
 from speckit.core import PACKAGE_DIR
+from speckit.core.jsonable import to_jsonable
 from speckit.errors import FormatError, UsageError
 from speckit.io.traffic import (
     TrafficLimits,
     measure_lengths,
     read_traffic,
     summarize_traffic,
+    traffic_for_run,
     traffic_prompt_set,
 )
 
@@ -163,3 +165,36 @@ def test_the_cli_reports_bad_traffic_without_a_traceback(tmp_path, content, expe
     assert r.exit_code == FormatError.exit_code, r.output
     assert "error:" in r.output and "hint:" in r.output and expect in r.output
     assert "Traceback" not in r.output and SECRET not in r.output
+
+
+def test_a_run_picks_across_buckets_and_weighs_the_mix_by_output_tokens(tmp_path):
+    def row(words: int, reply: int | None = None, **kw):
+        msgs = [{"role": "user", "content": f"{SECRET} " + "w " * (words - 1)}]
+        if reply:
+            msgs.append({"role": "assistant", "content": "r " * reply})
+        return {"messages": msgs, **kw}
+    p = _write(tmp_path, [row(100, 10), row(200, 30), row(1500, max_tokens=40), row(5000),
+                          "not json"])
+    run = traffic_for_run(p, _Chars(), num_prompts=3)
+    assert run.picked == [0, 2, 3] and [x.id for x in run.prompts.prompts] == [
+        "line-1", "line-3", "line-4"]
+    # outputs: replies 10 and 30, the row's max_tokens 40, else the median reply (30)
+    assert run.weights == {"[0, 1k)": 40 / 110, "[1k, 2k)": 40 / 110, "[4k, 8k)": 30 / 110}
+    assert run.contexts == {"[0, 1k)": round((105 + 215) / 2), "[1k, 2k)": 1520,
+                            "[4k, 8k)": 5015}
+    rep = run.report()
+    assert rep.used == 3 and rep.skipped == ["line 5: invalid JSON (Expecting value at column 1)"]
+    assert any("3 of the 4 requests were sent" in n for n in rep.notes)
+    assert SECRET not in json.dumps(to_jsonable(rep))
+    chars = traffic_for_run(p, None, num_prompts=2)  # no tokenizer: no buckets, no mix
+    assert chars.picked == [0, 1] and chars.weights == {} and chars.lengths.unit == "characters"
+
+
+def test_the_engine_exchange_files_are_forgotten(tmp_path):
+    from speckit.io.engine import forget_exchange
+
+    for name in ("base.job.json", "base.result.json", "base.log", "base.events.jsonl"):
+        (tmp_path / name).write_text(SECRET)
+    gone = forget_exchange(tmp_path)
+    assert sorted(p.name for p in gone) == ["base.job.json", "base.result.json"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["base.events.jsonl", "base.log"]

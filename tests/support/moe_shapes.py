@@ -36,7 +36,7 @@ KIMI_EAGLE3 = {
     "draft_vocab_size": 163840, "max_position_embeddings": 262144, "rms_norm_eps": 1e-5,
     "torch_dtype": "bfloat16", "tie_word_embeddings": False,
 }
-_BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1}
+_BYTES = {"BF16": 2, "F32": 4, "U8": 1, "F8_E4M3": 1, "I64": 8, "BOOL": 1}
 
 
 def kimi_tensors(cfg: dict = KIMI_K25, *, mxfp4: bool = True) -> list[tuple]:

@@ -267,6 +267,27 @@ def test_concurrency_schedule_fitted_checked_and_followed(session):
           f"{c.schedule}; MI300X schedule {sched}; checks {c.checks}")
 
 
+def test_every_speculative_run_reports_its_al_by_context(session):
+    """Short built-in prompts fill one context bucket: it is reported all the same, from vLLM's
+    per-request counters, with the draft's trained length (tests/validate/
+    test_validate_traffic_vllm.py spans several buckets)."""
+    rep = session["shipped"]
+    ctx = rep.acceptance_by_context
+    assert ctx is not None and ctx.k == K and ctx.source == f"run eagle3-k{K}"
+    (b,) = ctx.measured()
+    assert b.bucket == "[0, 1k)" and b.requests == N_PROMPTS and b.enough
+    run = rep.run_at(K, role="speculative")
+    assert b.acceptance_length == pytest.approx(run.acceptance_length, abs=1e-4)
+    assert rep.trained_length.tokens == 294 and rep.trained_length.kind == "trained"
+    assert rep.traffic is None
+    out = session["out"] / "shipped"
+    assert "## Acceptance by context" in (out / "report.md").read_text()
+    saved = json.loads((out / "report.json").read_text())["acceptance_by_context"]
+    assert saved["buckets"][0]["requests"] == N_PROMPTS
+    # built-in prompts are not the users': the engine's exchange files stay in logs/
+    assert (out / "logs" / f"eagle3-k{K}.job.json").is_file()
+
+
 # ---- failures ---------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -25,9 +25,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from speckit.core.plan.schedule import (
+    Offsets,
     Schedule,
     al_from_per_position,
+    break_even,
     default_batches,
+    interval,
+    next_k,
     ranges,
     throughput_ratio,
 )
@@ -37,6 +41,8 @@ from speckit.errors import UsageError
 AVERAGING = ("ratio per batch size = sum over buckets of weight x plain step time / sum of weight "
              "x speculative step time / AL (time-weighted: the mix's tokens per second with k "
              "over without); weight = the bucket's share of generated tokens")
+BAND_NOTE = ("the band of a mix ratio applies the model's residual band at that concurrency "
+             "(speckit.core.plan.band) to the mixed ratio, as plan does to each context's")
 
 
 class StepPricer(Protocol):
@@ -75,6 +81,10 @@ class MixProjection:
     by_context: list[ContextRow]
     averaging: str = AVERAGING
     notes: list[str] = field(default_factory=list)
+    # k -> per column: the mixed ratio's band, and whether it straddles 1.0 (empty: no band)
+    band: dict[int, list[tuple[float, float]]] = field(default_factory=dict)
+    uncertain: dict[int, list[bool]] = field(default_factory=dict)
+    break_even: int | None = None  # first batch size from which the mix is best served off
 
 
 # ---- the mix from traffic ---------------------------------------------------------------------
@@ -99,6 +109,40 @@ def mix_from_traffic(prompt_tokens: Sequence[int], output_tokens: Sequence[int] 
     order = [b.label for b in CONTEXT_BUCKETS if b.label in tokens]
     return ({b: tokens[b] / total for b in order},
             {b: round(sum(kv[b]) / len(kv[b])) for b in order})
+
+
+def output_lengths(replies: Sequence[int | None],
+                   max_tokens: Sequence[int | None] | None = None) -> list[int] | None:
+    """Each request's output length for the mix's weights: its reply's length, else its own
+    max_tokens, else the median reply; None when no request gives either (weigh by requests)."""
+    caps = list(max_tokens) if max_tokens is not None else [None] * len(replies)
+    known = sorted(int(r) for r in replies if r is not None)
+    fill = known[len(known) // 2] if known else None
+    out = [r if r is not None else (c if c is not None else fill)
+           for r, c in zip(replies, caps, strict=True)]
+    if any(o is None for o in out):
+        return None if all(o is None for o in out) else [int(o or 1) for o in out]
+    return [int(o) for o in out]
+
+
+def fill_buckets(al: Mapping[str, Mapping[int, float]], wanted: Sequence[str]
+                 ) -> tuple[dict[str, dict[int, float]], list[str]]:
+    """``al`` with each wanted bucket that has no measurement given its nearest measured
+    neighbour's (the shorter one on a tie), and a note for each one so filled."""
+    order = [b.label for b in CONTEXT_BUCKETS]
+    have = [b for b in order if al.get(b)]
+    if not have:
+        raise UsageError("no context bucket has an acceptance measurement")
+    out = {b: dict(al[b]) for b in have}
+    notes = []
+    for b in wanted:
+        if b in out:
+            continue
+        i = order.index(b)
+        near = min(have, key=lambda h: (abs(order.index(h) - i), order.index(h)))
+        out[b] = dict(al[near])
+        notes.append(f"{b}: not measured; {near}'s acceptance is used for it")
+    return out, notes
 
 
 def al_by_k(per_position: Sequence[float]) -> dict[int, float]:
@@ -131,15 +175,19 @@ def mix_buckets(weights: Mapping[str, float], al: Mapping[str, Mapping[int, floa
 # ---- the projection -----------------------------------------------------------------------------
 
 def project_mix(model: StepPricer, buckets: Sequence[MixBucket], *, max_batch: int,
-                batches: Sequence[int] | None = None, min_gain: float = 1.0) -> MixProjection:
-    """The mix's ratio for every k and batch size 1..max_batch, the per-batch-size schedule that
-    maximises it (a k only where its ratio > ``min_gain``), and the best k per bucket."""
+                batches: Sequence[int] | None = None, min_gain: float = 1.0,
+                band: Offsets | None = None) -> MixProjection:
+    """The mix's ratio for every k and batch size 1..max_batch, the per-batch-size schedule for
+    it, and the best k per bucket. ``band(b)`` (log offsets; none: zero width) is applied to the
+    mixed ratio, and the schedule moves to a k only where its band lies wholly above the current
+    one's (plain decoding: [min_gain, min_gain]), as plan's schedule does."""
     if max_batch < 1:
         raise UsageError(f"max batch size must be >= 1 (got {max_batch})")
     ks = sorted(set.intersection(*(set(b.al) for b in buckets))) if buckets else []
     if not ks or ks[0] < 1:
         raise UsageError("every bucket of the mix needs an AL for the same k >= 1")
     cols = sorted({b for b in (batches or default_batches(max_batch)) if 1 <= b <= max_batch})
+    offsets = band or _no_band
     base: dict[tuple[int, int], float] = {}
 
     def plain(b: int, ctx: int) -> float:
@@ -152,29 +200,44 @@ def project_mix(model: StepPricer, buckets: Sequence[MixBucket], *, max_batch: i
         den = sum(m.weight * model.spec(b, k, m.context, m.al[k]) / m.al[k] for m in buckets)
         return num / den
 
-    dense = [_best(lambda kk, b=b: mix_ratio(b, kk), ks, min_gain)[0]
-             for b in range(1, max_batch + 1)]
+    dense = _dense(mix_ratio, ks, max_batch, offsets, min_gain)
     ratio = {k: [mix_ratio(b, k) for b in cols] for k in ks}
-    rows = [_context_row(model, m, ks, cols, plain, min_gain) for m in buckets]
+    bands = {k: [interval(r, offsets(b)) for r, b in zip(ratio[k], cols, strict=True)]
+             for k in ks}
+    rows = [_context_row(model, m, ks, cols, plain, min_gain, offsets, max_batch)
+            for m in buckets]
     return MixProjection(list(buckets), ks, cols, ratio, [dense[b - 1] for b in cols],
-                         ranges(dense), rows)
+                         ranges(dense), rows, band=bands if band else {},
+                         uncertain={k: [lo < 1.0 < hi for lo, hi in bands[k]] for k in ks}
+                         if band else {}, break_even=break_even(dense))
 
 
-def _best(ratio_of, ks: Sequence[int], min_gain: float) -> tuple[int, float]:
-    best_k, best_r = 0, min_gain
-    for k in ks:
-        r = ratio_of(k)
-        if r > best_r:
-            best_k, best_r = k, r
-    return best_k, (best_r if best_k else 1.0)
+def _no_band(batch: int) -> tuple[float, float]:
+    return 0.0, 0.0
 
 
-def _context_row(model: StepPricer, m: MixBucket, ks, cols, plain, min_gain) -> ContextRow:
-    best = [_best(lambda k, b=b: throughput_ratio(m.al[k], model.spec(b, k, m.context, m.al[k]),
-                                                  plain(b, m.context)), ks, min_gain)
-            for b in cols]
-    return ContextRow(m.bucket, m.context, [k for k, _ in best], [round(r, 4) for _, r in best])
+def _dense(ratio_of, ks: Sequence[int], max_batch: int, offsets: Offsets,
+           min_gain: float) -> list[int]:
+    """The k for every batch size 1..max_batch (schedule.next_k's rule, from plain decoding)."""
+    out, cur = [], 0
+    for b in range(1, max_batch + 1):
+        cur = next_k(cur, {k: ratio_of(b, k) for k in ks}, offsets(b), min_gain=min_gain)
+        out.append(cur)
+    return out
 
 
-__all__ = ["AVERAGING", "ContextRow", "MixBucket", "MixProjection", "StepPricer", "al_by_k",
-           "mix_buckets", "mix_from_traffic", "project_mix"]
+def _context_row(model: StepPricer, m: MixBucket, ks, cols, plain, min_gain, offsets,
+                 max_batch: int) -> ContextRow:
+    def ratio_of(b: int, k: int) -> float:
+        return throughput_ratio(m.al[k], model.spec(b, k, m.context, m.al[k]), plain(b, m.context))
+
+    dense = _dense(ratio_of, ks, max_batch, offsets, min_gain)
+    best = [dense[b - 1] for b in cols]
+    return ContextRow(m.bucket, m.context, best,
+                      [round(ratio_of(b, k), 4) if k else 1.0 for b, k in zip(cols, best,
+                                                                           strict=True)])
+
+
+__all__ = ["AVERAGING", "BAND_NOTE", "ContextRow", "MixBucket", "MixProjection", "StepPricer",
+           "al_by_k", "fill_buckets", "mix_buckets", "mix_from_traffic", "output_lengths",
+           "project_mix"]

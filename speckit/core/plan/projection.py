@@ -16,9 +16,10 @@ from speckit.core import methods as _methods
 from speckit.core.gpus import GPU
 from speckit.core.plan import engine as _engine
 from speckit.core.plan import formats as _formats
+from speckit.core.plan import mix as _mix
 from speckit.core.plan import schedule as _sched
 from speckit.core.plan import steps as _steps
-from speckit.errors import UsageError
+from speckit.errors import PlanError, UsageError
 
 PROJECTED = "projected"  # every figure of a SpeedResult is a model projection, not a measurement
 KV_BYTES = {"auto": None, "bfloat16": 2, "float16": 2, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -70,21 +71,16 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
     first context given).
     """
     mod = _methods.get(method)
-    rates, source = _rates(acceptance, acceptance_kind, al, k)
+    rates, source = acceptance_rates(acceptance, acceptance_kind, al, k)
     if not contexts or any(int(c) < 1 for c in contexts):
         raise UsageError(f"--context values must be positive (got {list(contexts)})")
-    if kv_cache_dtype not in KV_BYTES:
-        raise UsageError(f"--kv-cache-dtype {kv_cache_dtype!r}: use one of {', '.join(KV_BYTES)}")
-    if gqa_pack not in ("always", "decode"):
-        raise UsageError(f"gqa_pack {gqa_pack!r}: use always or decode")
-    const = replace(constants, gqa_pack=gqa_pack)
-    tshape = target_shape(target_config, gpu, where=f"{target_name}/config.json",
-                          expert_parallel=expert_parallel, tp=tp)
-    dshape = draft_shape(mod, target_config, draft_config, draft_tensors, tshape, draft_quant,
-                          gpu, where=draft_name or "draft")
-    eng = engine
-    model = StepModel(tshape, dshape, gpu, tp, draft_tp or tp, const, eng,
-                      float(KV_BYTES[kv_cache_dtype] or 2))  # auto: the model dtype
+    model = step_model(target_config=target_config, method=method, draft_config=draft_config,
+                       draft_tensors=draft_tensors, gpu=gpu, tp=tp, draft_tp=draft_tp,
+                       kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant,
+                       constants=constants, gqa_pack=gqa_pack, engine=engine,
+                       expert_parallel=expert_parallel, target_name=target_name,
+                       draft_name=draft_name)
+    const, dshape, eng = model.constants, model.draft, engine
     al = {kk: _sched.al_from_per_position(rates, kk) for kk in range(1, len(rates) + 1)}
     ctxs = [int(c) for c in dict.fromkeys(int(c) for c in contexts)]
     sched_ctx = int(schedule_context or ctxs[0])
@@ -117,8 +113,63 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
         band_level=eng.band.level, band_source=eng.band.source)
 
 
-def _rates(acceptance: Sequence[float] | None, kind: str, al: float | None,
-           k: int | None) -> tuple[list[float], str]:
+def step_model(*, target_config: Mapping[str, Any], method: str,
+               draft_config: Mapping[str, Any] | None = None,
+               draft_tensors: Iterable[tuple[str, Sequence[int]]] = (), gpu: GPU, tp: int = 1,
+               draft_tp: int | None = None, kv_cache_dtype: str = "auto",
+               draft_quant: str | None = None, constants: _steps.StepConstants,
+               gqa_pack: str = "always", engine: _engine.EngineCosts,
+               expert_parallel: bool = False, target_name: str = "target",
+               draft_name: str | None = None) -> StepModel:
+    """The StepModel of one deployment (project_speed's, and a traffic mix's)."""
+    if kv_cache_dtype not in KV_BYTES:
+        raise UsageError(f"--kv-cache-dtype {kv_cache_dtype!r}: use one of {', '.join(KV_BYTES)}")
+    if gqa_pack not in ("always", "decode"):
+        raise UsageError(f"gqa_pack {gqa_pack!r}: use always or decode")
+    const = replace(constants, gqa_pack=gqa_pack)
+    tshape = target_shape(target_config, gpu, where=f"{target_name}/config.json",
+                          expert_parallel=expert_parallel, tp=tp)
+    dshape = draft_shape(_methods.get(method), target_config, draft_config, draft_tensors,
+                         tshape, draft_quant, gpu, where=draft_name or "draft")
+    return StepModel(tshape, dshape, gpu, tp, draft_tp or tp, const, engine,
+                     float(KV_BYTES[kv_cache_dtype] or 2))  # auto: the model dtype
+
+
+def project_mix_speed(model: StepModel, *, weights: Mapping[str, float],
+                      contexts: Mapping[str, int], al: Mapping[str, Mapping[int, float]],
+                      max_batch: int, kv_tokens: int | None = None,
+                      lookahead: int = 0) -> _mix.MixProjection:
+    """The traffic mix's projection (speckit.core.plan.mix) on ``model``, each mixed ratio with
+    the model's band; ``kv_tokens`` stops the columns at the concurrency the KV cache holds at
+    the mix's mean context (beyond it the schedule keeps its last k, as project_speed's does)."""
+    buckets = _mix.mix_buckets(weights, al, contexts)
+    mean_ctx = round(sum(b.weight * b.context for b in buckets))
+    fit = max_batch if kv_tokens is None else min(max_batch, kv_tokens // (mean_ctx + lookahead))
+    if fit < 1:
+        raise PlanError(f"the KV cache ({kv_tokens:,} tokens) holds no sequence at the traffic "
+                        f"mix's mean context of {mean_ctx:,} tokens",
+                        hint="lower --max-model-len or free memory (see the plan above)")
+    moe, band = bool(model.target.experts), model.engine.band
+    proj = _mix.project_mix(model, buckets, max_batch=fit,
+                            batches=[*(b for b in _sched.default_batches(max_batch) if b < fit),
+                                     fit],
+                            band=(lambda b: band.offsets(b, moe)) if band.level else None)
+    proj.notes.append(f"KV context per bucket: the mean of prompt + half the output over its "
+                      f"requests; the mix's mean is {mean_ctx:,} tokens")
+    if model.engine.band.level:
+        proj.notes.append(_mix.BAND_NOTE)
+    if fit < max_batch:
+        lo, _, last = proj.schedule[-1]
+        proj.schedule = [*proj.schedule[:-1], (lo, max_batch, last)]
+        proj.notes.append(f"the KV cache holds {fit} sequences at the mix's mean context: "
+                          f"concurrency {fit + 1}-{max_batch} keeps k={last} (never reached)")
+    return proj
+
+
+def acceptance_rates(acceptance: Sequence[float] | None, kind: str, al: float | None,
+                     k: int | None) -> tuple[list[float], str]:
+    """vLLM-style per-position rates from --acceptance (per-position or conditional) or from
+    --al at -k (one constant conditional rate), and where they came from."""
     if (acceptance is None) == (al is None):
         raise UsageError("pass exactly one of --acceptance P1,P2,... and --al X",
                          hint="--acceptance: vLLM's per-position acceptance rates (speckit "
@@ -285,4 +336,5 @@ def _assumptions(gpu: GPU, c: _steps.StepConstants, source: str, ctx: int,
 
 
 __all__ = ["DEFAULT_CONTEXTS", "KV_BYTES", "PROJECTED", "SpeedResult", "StepModel", "draft_shape",
-           "project_speed", "target_shape"]
+           "acceptance_rates", "project_mix_speed", "project_speed", "step_model",
+           "target_shape"]

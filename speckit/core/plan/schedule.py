@@ -134,7 +134,7 @@ def project(al: Mapping[int, float], *, base_step: Callable[[int], float],
              for k in ks}
     return SpeedTable(ctx=ctx, ks=ks, batches=cols, al={k: al[k] for k in ks}, base_step_s=base,
                       spec_step_s=spec, ratio=ratio, best_k=[dense[b - 1] for b in cols],
-                      break_even=_break_even(dense), schedule=ranges(dense), max_batch=max_batch,
+                      break_even=break_even(dense), schedule=ranges(dense), max_batch=max_batch,
                       band=bands, uncertain={k: [lo < 1.0 < hi for lo, hi in bands[k]]
                                              for k in ks})
 
@@ -169,7 +169,7 @@ def next_k(current: int, ratios: Mapping[int, float], offsets: tuple[float, floa
     return max(above, key=lambda k: (point[k], -k)) if above else cur
 
 
-def _break_even(dense: Sequence[int]) -> int | None:
+def break_even(dense: Sequence[int]) -> int | None:
     """The smallest batch size from which every larger one is best served with k = 0."""
     if not dense or dense[-1] != 0:
         return None
@@ -244,6 +244,7 @@ def _default_batches(max_batch: int) -> list[int]:
 
 
 __all__ = ["Offsets", "Schedule", "SpeedTable", "al_from_conditional", "al_from_per_position",
+           "break_even",
            "check_rates", "check_schedule", "default_batches", "geometric_rates", "interval",
            "next_k", "pays_text", "per_position_from_conditional", "project", "ranges",
            "throughput_ratio"]

@@ -27,7 +27,21 @@ from speckit.io.engine.job import (
 )
 
 __all__ = ["DEFAULT_TIMEOUT_S", "BatchPoint", "EngineJob", "EngineRun", "RequestResult",
-           "run_engine"]
+           "forget_exchange", "run_engine"]
+
+# the files a run exchanges with its child: the job holds the prompts, the result the outputs
+EXCHANGE_SUFFIXES = (".job.json", ".result.json")
+
+
+def forget_exchange(workdir: Path) -> list[Path]:
+    """Remove every run's job and result files from ``workdir`` (they hold the prompts and the
+    generated text; logs and events stay); returns what was removed."""
+    gone = []
+    for suffix in EXCHANGE_SUFFIXES:
+        for p in sorted(Path(workdir).glob(f"*{suffix}")):
+            p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone
 
 
 def run_engine(job: EngineJob, *, workdir: Path, timeout_s: float = DEFAULT_TIMEOUT_S,

@@ -11,7 +11,7 @@ requests' sums equal the run's counter deltas (request_problems checks that).
 
 from __future__ import annotations
 
-from speckit.core.context import RequestAcceptance
+from speckit.core.context import RequestAcceptance, request_from_histogram
 from speckit.core.metrics import SpecCounters, counters_from_histograms
 from speckit.errors import EngineError
 from speckit.io.engine.job import EngineRun, RequestResult
@@ -36,12 +36,8 @@ def request_acceptance(run: EngineRun) -> list[RequestAcceptance]:
 
 
 def _record(prompt_ids: list[int], r: RequestResult) -> RequestAcceptance:
-    hist = list(r.spec_histogram or [])
-    per_pos = [sum(hist[j + 1:]) for j in range(max(0, len(hist) - 1))]
-    return RequestAcceptance(
-        prompt_tokens=len(prompt_ids), output_tokens=len(r.token_ids), drafts=sum(hist),
-        draft_tokens=int(r.spec_draft_tokens or 0),
-        accepted=sum(j * n for j, n in enumerate(hist)), accepted_per_pos=tuple(per_pos))
+    return request_from_histogram(len(prompt_ids), len(r.token_ids), r.spec_histogram or [],
+                                  int(r.spec_draft_tokens or 0))
 
 
 def request_problems(run: EngineRun, records: list[RequestAcceptance]) -> list[str]:

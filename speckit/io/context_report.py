@@ -1,0 +1,85 @@
+"""A validate report's acceptance by context read back (plan --acceptance-from REPORT): the
+per-position acceptance rates of each context bucket it measured, checked field by field.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speckit.core.traffic import CONTEXT_BUCKETS
+from speckit.errors import FormatError, UsageError
+
+HINT = ("pass the report.json `speckit validate --out DIR` writes (with --traffic FILE or "
+        "--dataset longctx its acceptance_by_context spans the context buckets), or give "
+        "--acceptance P1,P2,... for every bucket alike")
+
+
+@dataclass
+class RecordedAcceptance:
+    """Per-position acceptance rates by context bucket, as a validate report recorded them."""
+
+    per_position: dict[str, list[float]]  # bucket -> rates (share of drafts with position i)
+    source: str  # the file, the run and the k they were measured at
+    notes: list[str] = field(default_factory=list)  # buckets under the minimum request count
+
+
+def read_acceptance_by_context(path: str | Path) -> RecordedAcceptance:
+    """The ``acceptance_by_context`` of the validate report at ``path``; UsageError when there is
+    no such file, FormatError naming the field when it is not one validate writes."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UsageError(f"--acceptance-from {path}: no such file", hint=HINT)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise FormatError(f"{p}: not a JSON report ({e})", hint=HINT) from e
+    abc = data.get("acceptance_by_context") if isinstance(data, dict) else None
+    if not isinstance(abc, dict):
+        raise FormatError(f"{p}: no 'acceptance_by_context' object (field "
+                          "acceptance_by_context)", hint=HINT)
+    buckets = abc.get("buckets")
+    if not isinstance(buckets, list):
+        raise FormatError(f"{p}: acceptance_by_context.buckets is not a list", hint=HINT)
+    out, notes = {}, []
+    for i, b in enumerate(buckets):
+        label, rates = _bucket(p, i, b)
+        if rates:
+            out[label] = rates
+            if b.get("enough") is False:
+                notes.append(f"{label}: measured on {b.get('requests')} request(s), under the "
+                             f"{abc.get('min_requests', 4)} a figure needs")
+    if not out:
+        raise FormatError(f"{p}: no context bucket in acceptance_by_context.buckets drafted "
+                          "(every per_position is empty)", hint=HINT)
+    k = abc.get("k")
+    run = abc.get("source") or "validate"
+    return RecordedAcceptance(out, f"{p} ({run}" + (f", k={k}" if k else "") + ")", notes)
+
+
+def _bucket(p: Path, i: int, b: Any) -> tuple[str, list[float]]:
+    where = f"acceptance_by_context.buckets[{i}]"
+    if not isinstance(b, dict):
+        raise FormatError(f"{p}: {where} is not an object", hint=HINT)
+    label = b.get("bucket")
+    known = [c.label for c in CONTEXT_BUCKETS]
+    if label not in known:
+        raise FormatError(f"{p}: {where}.bucket is {label!r}, not one of {', '.join(known)}",
+                          hint=HINT)
+    rates = b.get("per_position")
+    if not isinstance(rates, list) or not all(
+            isinstance(r, (int, float)) and not isinstance(r, bool) and 0.0 <= r <= 1.0
+            for r in rates):
+        raise FormatError(f"{p}: {where}.per_position must be a list of rates in [0, 1]",
+                          hint=HINT)
+    for j in range(1, len(rates)):
+        if rates[j] > rates[j - 1] + 1e-9:
+            raise FormatError(f"{p}: {where}.per_position[{j}] ({rates[j]}) exceeds the rate "
+                              f"before it ({rates[j - 1]}); per-position rates never rise",
+                              hint=HINT)
+    return label, [float(r) for r in rates]
+
+
+__all__ = ["RecordedAcceptance", "read_acceptance_by_context"]
