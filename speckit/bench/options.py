@@ -96,26 +96,23 @@ class BenchOptions:
 
 
 def parse_ints(value: str | None, flag: str, *, lo: int = 0) -> list[int]:
-    if value is None or not value.strip():
-        return []
-    try:
-        out = [int(x) for x in value.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise UsageError(f"{flag} {value!r}: expected comma-separated integers") from None
-    if any(x < lo for x in out):
-        raise UsageError(f"{flag} {value!r}: every value must be >= {lo}")
-    return out
+    return _parse_list(value, flag, int, lo, "integers")
 
 
 def parse_floats(value: str | None, flag: str) -> list[float]:
+    return _parse_list(value, flag, float, 0, "numbers")
+
+
+def _parse_list(value: str | None, flag: str, kind, lo, what: str) -> list:
+    """A comma-separated list of ``kind`` values, each >= ``lo`` (NaN refused)."""
     if value is None or not value.strip():
         return []
     try:
-        out = [float(x) for x in value.replace(" ", "").split(",") if x]
+        out = [kind(x) for x in value.replace(" ", "").split(",") if x]
     except ValueError:
-        raise UsageError(f"{flag} {value!r}: expected comma-separated numbers") from None
-    if any(not x >= 0 for x in out):
-        raise UsageError(f"{flag} {value!r}: values must be >= 0")
+        raise UsageError(f"{flag} {value!r}: expected comma-separated {what}") from None
+    if any(not x >= lo for x in out):
+        raise UsageError(f"{flag} {value!r}: every value must be >= {lo}")
     return out
 
 

@@ -16,6 +16,7 @@ from speckit.core.specconfig import SERVE_COMMAND_FILE, serve_script
 from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.output import write_provenance
+from speckit.io.plots import pyplot
 
 CONTEXT_PLOT = "acceptance-by-context.png"
 
@@ -204,13 +205,8 @@ def _choice_lines(r: BenchReport) -> list[str]:
 
 def write_plots(r: BenchReport, out: Path) -> dict[str, str]:
     """ratio and TPOT vs concurrency, acceptance per position; none without matplotlib."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        r.warnings.append("matplotlib is not installed: no PNG plots")
+    plt = pyplot(r.warnings)
+    if plt is None:
         return {}
     rows = [s for s in r.summary if s.concurrency is not None]
     files = {}

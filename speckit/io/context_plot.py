@@ -8,19 +8,16 @@ from __future__ import annotations
 from pathlib import Path
 
 from speckit.core.context import ContextAcceptance, TrainedLength
+from speckit.io.plots import pyplot
 
 
 def write_context_plot(ctx: ContextAcceptance, path: str | Path, *,
                        trained: TrainedLength | None = None, title: str = "") -> Path | None:
     """Write the curve to ``path``; None when matplotlib is missing or no bucket was measured."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import matplotlib.ticker
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         return None
+    import matplotlib.ticker
     rows = [b for b in ctx.measured() if b.acceptance_length is not None]
     if not rows:
         return None

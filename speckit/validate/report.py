@@ -25,6 +25,7 @@ from speckit.core.metrics import (
 )
 from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
+from speckit.io.plots import pyplot
 from speckit.io.terminal import output_console, print_rows, print_table
 from speckit.validate import concurrency as C
 from speckit.validate import context
@@ -419,13 +420,8 @@ def _md_serve(r: ValidationReport) -> list[str]:
 
 def write_plots(r: ValidationReport, out: Path) -> dict[str, str]:
     """acceptance-per-position.png and k-sweep.png; empty when matplotlib is missing."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        r.warnings.append("matplotlib is not installed: no PNG plots (pip install matplotlib)")
+    plt = pyplot(r.warnings)
+    if plt is None:
         return {}
     files: dict[str, str] = {}
     fig, ax = plt.subplots(figsize=(6.4, 4.0))

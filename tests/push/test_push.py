@@ -105,14 +105,14 @@ def test_push_then_fetch_is_byte_identical_with_a_verifying_lock(hub_push, draft
         (draft / "model.safetensors").read_bytes()).hexdigest()]  # weights went through LFS
     assert all(x.auth == f"Bearer {hubserver.WRITE_TOKEN}" for x in srv.requests(kind="commit"))
 
-    res = _cli("fetch", REPO, "--local-dir", str(hub_push.work / "back"))
+    res = _cli("fetch", REPO, "-o", str(hub_push.work / "back"))
     assert res.exit_code == 0, res.output
     back = hub_push.work / "back"
     fetched = sorted(p.name for p in back.iterdir() if p.is_file())
     assert "model.safetensors" in fetched and "config.json" in fetched
     for name in fetched:
         assert (back / name).read_bytes() == (draft / name).read_bytes(), name
-    assert _cli("fetch", REPO, "--local-dir", str(back), "--verify").exit_code == 0
+    assert _cli("fetch", REPO, "-o", str(back), "--verify").exit_code == 0
     lock = json.loads((hub_push.work / "speckit-lock.json").read_text())
     assert lock["repos"][REPO]["commit"] == r.commit
 
