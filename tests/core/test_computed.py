@@ -93,19 +93,26 @@ def test_every_recorded_target_shape_computes_and_matches_its_published_total():
     shaped = [e for e in _registry().entries.values() if e.kind == "target" and e.config]
     assert {e.repo or e.local_copy_of for e in shaped} >= {
         "meta-llama/Llama-3.1-8B-Instruct", "Qwen/Qwen3-8B", "openai/gpt-oss-20b",
-        "openai/gpt-oss-120b", "deepseek-ai/DeepSeek-V3"}
+        "openai/gpt-oss-120b", "deepseek-ai/DeepSeek-V3", "Qwen/Qwen3-235B-A22B",
+        "Qwen/Qwen3-235B-A22B-Instruct-2507"}
     totals = {}
     for e in shaped:
         got = computed_tensors(e.config, where=e.id)
         if e.checkpoint_bytes is not None:  # the published index / header totals, cited
             assert got.nbytes == e.checkpoint_bytes, e.id
             totals[e.id] = got
-    assert set(totals) == {"gpt-oss-20b", "gpt-oss-120b", "deepseek-v3"}
+    assert set(totals) == {"gpt-oss-20b", "gpt-oss-120b", "deepseek-v3", "qwen3-235b-a22b"}
     # simpx/model-inspect's listing of deepseek-ai/DeepSeek-V3: "Total Layers: 91991"
     assert len(totals["deepseek-v3"].tensors) == 91991
     assert "FP8 E4M3" in totals["deepseek-v3"].quantization
     # the gpt-oss-20b index lists 459 tensors
     assert len(totals["gpt-oss-20b"].tensors) == 459
+    # Qwen3-235B-A22B: 94 MoE layers of 128 experts x 3 + 9 other tensors, embed, norm, lm_head
+    assert len(totals["qwen3-235b-a22b"].tensors) == 94 * (128 * 3 + 9) + 3
+    # the 2507 instruct model: the same tensors, a longer context
+    shaped_ids = {e.id: e for e in shaped}
+    instruct = computed_tensors(shaped_ids["qwen3-235b-a22b-instruct-2507"].config)
+    assert instruct.tensors == totals["qwen3-235b-a22b"].tensors
 
 
 def test_recorded_draft_shape_computes_from_its_method_schema():
