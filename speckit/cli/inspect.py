@@ -14,11 +14,11 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import options_for
-from speckit.cli._traffic import coverage_rows, print_rows, summary_rows, trained_rows
 from speckit.core.jsonable import to_jsonable
+from speckit.core.traffic_text import coverage_rows, summary_rows, trained_rows
 from speckit.errors import FormatError
 from speckit.inspect import inspect, inspect_traffic
-from speckit.io.terminal import output_console, print_table
+from speckit.io.terminal import output_console, print_rows, print_table
 
 opt = options_for("inspect")
 

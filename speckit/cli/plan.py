@@ -13,14 +13,14 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import options_for
-from speckit.cli._traffic import print_rows, traffic_rows
 from speckit.core.plan.schedule import pays_text, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
+from speckit.core.traffic_text import traffic_rows
 from speckit.errors import PlanError, UsageError
 from speckit.io.datafiles import get_gpu
 from speckit.io.profiles import load_profile
 from speckit.io.projection import project_speed_from_refs
-from speckit.io.terminal import output_console, print_table
+from speckit.io.terminal import output_console, print_rows, print_table
 from speckit.plan import TrafficSpeed, check_options, plan_from_refs, plan_traffic
 
 GiB = 1024**3
