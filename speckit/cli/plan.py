@@ -125,9 +125,9 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
         except PlanError as e:  # the memory plan stands; the speed part is said to be unpriced
             unpriced = f"speed not projected: {e.message}" + (f" ({e.hint})" if e.hint else "")
     if json_mode:
+        key = "traffic_speed" if isinstance(speed, TrafficSpeed) else "speed"
         print_json(result if speed is None and unpriced is None else
-                   {"plan": result, "speed" if not isinstance(speed, TrafficSpeed) else
-                    "traffic_speed": speed, "speed_unpriced": unpriced})
+                   {"plan": result, key: speed, "speed_unpriced": unpriced})
     else:
         render(result)
         if isinstance(speed, TrafficSpeed):
@@ -220,15 +220,12 @@ def _mix_ratio_table(con, m) -> None:
     for b in m.batches:
         t.add_column(f"B={b}", justify="right")
     for k in m.ks:
-        flags = m.uncertain.get(k) or [False] * len(m.batches)
-        t.add_row(str(k), *(f"{r:.2f}x" + (UNCERTAIN_MARK if u else "")
-                            for r, u in zip(m.ratio[k], flags, strict=True)))
+        t.add_row(str(k), *_ratio_cells(m, k))
         if m.band:
             t.add_row("  band", *(f"{lo:.2f}-{hi:.2f}" for lo, hi in m.band[k]))
     t.add_row("best k", *(str(k) if k else "off" for k in m.best_k))
     print_table(con, t)
-    if any(any(u) for u in m.uncertain.values()):
-        con.print(f"  {UNCERTAIN_MARK} {UNCERTAIN_NOTE}")
+    _uncertain_note(con, m)
 
 
 def _floats(text: str, flag: str) -> list[float]:
@@ -291,8 +288,7 @@ def render_speed(sp) -> None:
                           *[""] * len(over))
         t.add_row("best k", *(str(k) if k else "off" for k in tb.best_k), *over)
         print_table(con, t)
-        if any(any(u) for u in tb.uncertain.values()):
-            con.print(f"  {UNCERTAIN_MARK} {UNCERTAIN_NOTE}")
+        _uncertain_note(con, tb)
         con.print(f"  {_pays(tb, sp.max_batch)}")
     con.print(f"projected best k per concurrency (KV context {sp.schedule_context:,}):")
     for lo, hi, k in sp.schedule:
@@ -310,10 +306,17 @@ UNCERTAIN_NOTE = ("uncertain: the band straddles 1.0x (speculation may win or lo
 
 
 def _ratio_cells(tb, k: int) -> list[str]:
-    """Each ratio of row k, marked where its band straddles 1.0."""
+    """Each ratio of row k, marked where its band straddles 1.0 (``tb``: a speed table or the
+    traffic's mix, both with ``ratio`` and ``uncertain`` by k)."""
     flags = tb.uncertain.get(k) or [False] * len(tb.ratio.get(k, []))
     return [f"{r:.2f}x" + (UNCERTAIN_MARK if u else "")
             for r, u in zip(tb.ratio.get(k, []), flags, strict=True)]
+
+
+def _uncertain_note(con, tb) -> None:
+    """What the mark means, under a table that has one."""
+    if any(any(u) for u in tb.uncertain.values()):
+        con.print(f"  {UNCERTAIN_MARK} {UNCERTAIN_NOTE}")
 
 
 def _columns(max_batch: int) -> list[int]:
