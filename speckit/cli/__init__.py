@@ -12,7 +12,7 @@ import sys
 import click
 
 from speckit import __version__
-from speckit.cli._common import SuggestingGroup, report_error
+from speckit.cli._common import NoSuchCommand, SuggestingGroup, report_error
 
 # command name -> (module, attribute); imported only when that command runs or --help lists it
 _COMMANDS = {
@@ -41,9 +41,10 @@ class _LazyGroup(SuggestingGroup):
             rc = super().main(args=argv, prog_name=prog_name, standalone_mode=False, **extra)
         except click.ClickException as e:
             sub = next((a for a in argv if a in _COMMANDS), None)
+            hint = e.hint if isinstance(e, NoSuchCommand) else \
+                f"see `speckit {sub + ' ' if sub else ''}--help`"
             report_error(e.format_message(), exit_code=e.exit_code, json_mode="--json" in argv,
-                         hint=getattr(e, "hint", None)
-                         or f"see `speckit {sub + ' ' if sub else ''}--help`")
+                         hint=hint)
         except click.Abort:
             report_error("interrupted", hint="nothing half-written was left; run it again",
                          exit_code=130, json_mode="--json" in argv)

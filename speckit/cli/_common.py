@@ -23,8 +23,8 @@ from speckit.errors import (
     UsageError,
 )
 
-__all__ = ["SuggestingGroup", "default_hint", "handle_errors", "help_command", "print_json",
-           "progress_enabled", "progress_mode", "report_error", "to_jsonable"]
+__all__ = ["NoSuchCommand", "SuggestingGroup", "default_hint", "handle_errors", "help_command",
+           "print_json", "progress_enabled", "progress_mode", "report_error", "to_jsonable"]
 
 
 def print_json(obj: Any) -> None:

@@ -14,11 +14,12 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import options_for
-from speckit.cli._traffic import coverage_rows, print_rows, summary_rows, trained_rows
 from speckit.core.jsonable import to_jsonable
+from speckit.core.refs import printable
+from speckit.core.traffic_text import coverage_rows, summary_rows, trained_rows
 from speckit.errors import FormatError
 from speckit.inspect import inspect, inspect_traffic
-from speckit.io.terminal import output_console, print_table
+from speckit.io.terminal import output_console, print_rows, print_table
 
 opt = options_for("inspect")
 
@@ -98,6 +99,14 @@ def _aux_line(report) -> str:
     return line
 
 
+def _plain(value: object):
+    """A cell's text as plain text: tensor and file names come from the checkpoint, so they
+    are never rich markup and their control characters are written as escapes."""
+    from rich.text import Text
+
+    return Text(printable(value))
+
+
 def render(report) -> None:
     from rich.table import Table
     from rich.text import Text
@@ -108,25 +117,29 @@ def render(report) -> None:
     t = Table(show_header=False, box=None, pad_edge=False)
     t.add_column(style="bold", no_wrap=True)
     t.add_column(overflow="fold")
-    t.add_row("path", str(report.path))
-    t.add_row("layout", f"{report.layout}: {report.layout_description}")
-    t.add_row("method", report.method + (f" ({d['model_type']} layers)"
-                                         if d.get("model_type") else ""))
-    t.add_row("evidence", "; ".join(report.evidence))
+
+    def row(label: str, value: object) -> None:
+        t.add_row(label, _plain(value))
+
+    row("path", str(report.path))
+    row("layout", f"{report.layout}: {report.layout_description}")
+    row("method", report.method + (f" ({d['model_type']} layers)"
+                                   if d.get("model_type") else ""))
+    row("evidence", "; ".join(report.evidence))
     files = ", ".join(report.files[:3]) + (f", ... ({len(report.files)})"
                                            if len(report.files) > 3 else "")
-    t.add_row("tensors", f"{report.num_tensors} in {files}; {report.num_params:,} params, "
-              f"{_fmt_bytes(report.total_bytes)}, {report.dtype or 'no float'} "
-              f"(config dtype {d.get('dtype') or '-'})")
-    t.add_row("dims", _dims_line(d))
+    row("tensors", f"{report.num_tensors} in {files}; {report.num_params:,} params, "
+        f"{_fmt_bytes(report.total_bytes)}, {report.dtype or 'no float'} "
+        f"(config dtype {d.get('dtype') or '-'})")
+    row("dims", _dims_line(d))
     vocab = f"target {report.target_vocab}"
     if report.draft_vocab is not None and report.draft_vocab != report.target_vocab:
         vocab += f" · draft {report.draft_vocab} (reduced: d2t/t2d map draft ids to target ids)"
-    t.add_row("vocab", vocab)
+    row("vocab", vocab)
     if report.aux_layer_ids is not None:
-        t.add_row("aux layers", _aux_line(report))
+        row("aux layers", _aux_line(report))
     elif "num_aux" in d:
-        t.add_row("aux layers", "not recorded in the config")
+        row("aux layers", "not recorded in the config")
     extra = []
     if report.block_size is not None:
         extra.append(f"block size {report.block_size}")
@@ -135,12 +148,12 @@ def render(report) -> None:
     if d.get("speculative_tokens") is not None:
         extra.append(f"k {d['speculative_tokens']} (speculators_config)")
     if extra:
-        t.add_row("drafting", " · ".join(extra))
+        row("drafting", " · ".join(extra))
     if _extras(d):
-        t.add_row("details", _extras(d))
-    t.add_row("target", report.target or "not given (pairing not checked; use --target)")
+        row("details", _extras(d))
+    row("target", report.target or "not given (pairing not checked; use --target)")
     if report.target_copy:
-        t.add_row("", f"read from {report.target_copy}")
+        row("", f"read from {report.target_copy}")
     print_table(console, t)
     console.print()
     if not report.problems:
@@ -153,7 +166,7 @@ def render(report) -> None:
     for p in report.problems:
         style = "red" if p.is_error else "yellow"
         probs.add_row(Text(p.severity, style=f"bold {style}"), Text(p.code, style=style),
-                      p.message)
+                      _plain(p.message))
     print_table(console, probs)
     ne, nw = len(report.errors), len(report.warnings)
     summary = f"{ne} error{'s' * (ne != 1)}, {nw} warning{'s' * (nw != 1)}"

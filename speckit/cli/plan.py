@@ -12,15 +12,15 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json
-from speckit.cli._options import options_for
-from speckit.cli._traffic import print_rows, traffic_rows
+from speckit.cli._options import CommaList, options_for
 from speckit.core.plan.schedule import pays_text, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
+from speckit.core.traffic_text import traffic_rows
 from speckit.errors import PlanError, UsageError
 from speckit.io.datafiles import get_gpu
 from speckit.io.profiles import load_profile
 from speckit.io.projection import project_speed_from_refs
-from speckit.io.terminal import output_console, print_table
+from speckit.io.terminal import output_console, print_rows, print_table
 from speckit.plan import TrafficSpeed, check_options, plan_from_refs, plan_traffic
 
 GiB = 1024**3
@@ -51,15 +51,15 @@ opt = options_for("plan")
 @click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (as vLLM's flag).")
 @opt("revision")
 @click.option("--draft-revision", help="Draft revision on the Hub.")
-@click.option("--acceptance", metavar="P1,P2,...", help="Per-position acceptance rates (as "
-              "speckit validate / vLLM report them): adds the projected speed by k x "
-              "concurrency and the per-batch-size k schedule.")
+@click.option("--acceptance", type=CommaList(float), metavar="P1,P2,...",
+              help="Per-position acceptance rates (as speckit validate / vLLM report them): adds "
+              "the projected speed by k x concurrency and the per-batch-size k schedule.")
 @click.option("--acceptance-kind", type=click.Choice(["per-position", "conditional"]),
               default="per-position", show_default=True,
               help="conditional: rate i given position i-1 was accepted.")
 @click.option("--al", type=float, help="Mean accepted length (tokens per step, bonus included) "
               "at -k, instead of --acceptance.")
-@click.option("--context", "contexts", default="1024,4096", show_default=True,
+@click.option("--context", "contexts", type=CommaList(int), default="1024,4096", show_default=True,
               metavar="N,N", help="KV context lengths of the projected speed tables; the k "
               "schedule is picked at the first.")
 @opt("traffic")
@@ -94,7 +94,7 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
     _check_traffic_flags(traffic, acceptance_from)
     g = get_gpu(gpu or "H200", gpu_file=gpu_file) if gpu_mem_gib is None else None
     if k is None and acceptance is not None:
-        k = len(_floats(acceptance, "--acceptance"))  # N rates: k = N
+        k = len(acceptance)  # N rates: k = N
     result = plan_from_refs(
         target=target, draft=draft, method=method, revision=revision,
         draft_revision=draft_revision, k=k, gpu=g, gpu_mem_gib=gpu_mem_gib, tp=tp,
@@ -125,9 +125,9 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
         except PlanError as e:  # the memory plan stands; the speed part is said to be unpriced
             unpriced = f"speed not projected: {e.message}" + (f" ({e.hint})" if e.hint else "")
     if json_mode:
+        key = "traffic_speed" if isinstance(speed, TrafficSpeed) else "speed"
         print_json(result if speed is None and unpriced is None else
-                   {"plan": result, "speed" if not isinstance(speed, TrafficSpeed) else
-                    "traffic_speed": speed, "speed_unpriced": unpriced})
+                   {"plan": result, key: speed, "speed_unpriced": unpriced})
     else:
         render(result)
         if isinstance(speed, TrafficSpeed):
@@ -163,7 +163,7 @@ def _traffic_speed(result, gpu, *, traffic, target, draft, revision, draft_revis
         traffic=traffic, target=result.target if target is None else target, draft=draft,
         method=result.method, revision=revision, draft_revision=draft_revision,
         acceptance_from=acceptance_from,
-        acceptance=_floats(acceptance, "--acceptance") if acceptance is not None else None,
+        acceptance=acceptance,
         acceptance_kind=acceptance_kind, al=al, k=result.k, gpu=gpu, tp=result.tp,
         draft_tp=result.draft_tp, max_batch=int(result.settings["max_num_seqs"]),
         kv_tokens=result.with_draft.kv_tokens, lookahead=result.lookahead_slots,
@@ -220,23 +220,12 @@ def _mix_ratio_table(con, m) -> None:
     for b in m.batches:
         t.add_column(f"B={b}", justify="right")
     for k in m.ks:
-        flags = m.uncertain.get(k) or [False] * len(m.batches)
-        t.add_row(str(k), *(f"{r:.2f}x" + (UNCERTAIN_MARK if u else "")
-                            for r, u in zip(m.ratio[k], flags, strict=True)))
+        t.add_row(str(k), *_ratio_cells(m, k))
         if m.band:
             t.add_row("  band", *(f"{lo:.2f}-{hi:.2f}" for lo, hi in m.band[k]))
     t.add_row("best k", *(str(k) if k else "off" for k in m.best_k))
     print_table(con, t)
-    if any(any(u) for u in m.uncertain.values()):
-        con.print(f"  {UNCERTAIN_MARK} {UNCERTAIN_NOTE}")
-
-
-def _floats(text: str, flag: str) -> list[float]:
-
-    try:
-        return [float(x) for x in text.split(",") if x.strip()]
-    except ValueError as e:
-        raise UsageError(f"{flag} {text!r}: expected comma-separated numbers") from e
+    _uncertain_note(con, m)
 
 
 def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
@@ -247,17 +236,15 @@ def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
                          hint="pass --gpu NAME (its bandwidth and peak drive the projection)")
     if result.method is None:
         raise UsageError("--acceptance/--al need a draft or --method")
-    rates = _floats(acceptance, "--acceptance") if acceptance is not None else None
-    ctxs = [int(c) for c in _floats(contexts, "--context")]
     constants = None
     if gpu_profile is not None:
 
         constants = load_profile(gpu_profile)
     return project_speed_from_refs(
         target=result.target if target is None else target, draft=draft, revision=revision,
-        draft_revision=draft_revision, method=result.method, k=result.k, acceptance=rates,
+        draft_revision=draft_revision, method=result.method, k=result.k, acceptance=acceptance,
         acceptance_kind=acceptance_kind, al=al, gpu=gpu, tp=result.tp, draft_tp=result.draft_tp,
-        contexts=ctxs, max_batch=int(result.settings["max_num_seqs"]),
+        contexts=contexts, max_batch=int(result.settings["max_num_seqs"]),
         kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant, constants=constants,
         kv_tokens=result.with_draft.kv_tokens, lookahead=result.lookahead_slots)
 
@@ -291,8 +278,7 @@ def render_speed(sp) -> None:
                           *[""] * len(over))
         t.add_row("best k", *(str(k) if k else "off" for k in tb.best_k), *over)
         print_table(con, t)
-        if any(any(u) for u in tb.uncertain.values()):
-            con.print(f"  {UNCERTAIN_MARK} {UNCERTAIN_NOTE}")
+        _uncertain_note(con, tb)
         con.print(f"  {_pays(tb, sp.max_batch)}")
     con.print(f"projected best k per concurrency (KV context {sp.schedule_context:,}):")
     for lo, hi, k in sp.schedule:
@@ -310,10 +296,17 @@ UNCERTAIN_NOTE = ("uncertain: the band straddles 1.0x (speculation may win or lo
 
 
 def _ratio_cells(tb, k: int) -> list[str]:
-    """Each ratio of row k, marked where its band straddles 1.0."""
+    """Each ratio of row k, marked where its band straddles 1.0 (``tb``: a speed table or the
+    traffic's mix, both with ``ratio`` and ``uncertain`` by k)."""
     flags = tb.uncertain.get(k) or [False] * len(tb.ratio.get(k, []))
     return [f"{r:.2f}x" + (UNCERTAIN_MARK if u else "")
             for r, u in zip(tb.ratio.get(k, []), flags, strict=True)]
+
+
+def _uncertain_note(con, tb) -> None:
+    """What the mark means, under a table that has one."""
+    if any(any(u) for u in tb.uncertain.values()):
+        con.print(f"  {UNCERTAIN_MARK} {UNCERTAIN_NOTE}")
 
 
 def _columns(max_batch: int) -> list[int]:

@@ -8,21 +8,11 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
-from speckit.cli._options import AliasTarget, aliases, options_for
+from speckit.cli._options import AliasTarget, CommaList, aliases, options_for
 from speckit.errors import UsageError
 from speckit.validate import ValidateOptions, print_report, validate
 
 opt = options_for("validate")
-
-
-def _parse_batches(value: str | None) -> list[int] | None:
-    if value is None:
-        return None
-    try:
-        return [int(x) for x in value.replace(" ", "").split(",") if x]
-    except ValueError:
-        raise UsageError(f"--batch-sizes {value!r}: expected comma-separated integers like "
-                         "1,2,4,8,16") from None
 
 
 def _thinking(value: str) -> bool:
@@ -59,7 +49,7 @@ def _thinking(value: str) -> bool:
 @opt("cpu_threads")
 @click.option("--timeout", type=float, default=1200, show_default=True,
               help="Seconds allowed per engine run.")
-@click.option("--batch-sizes", metavar="B1,B2,...",
+@click.option("--batch-sizes", type=CommaList(int), metavar="B1,B2,...",
               help="Measure decode step costs at these concurrencies on the same engines, fit "
               "the step model and emit a per-batch-size k schedule (default 1,2,4,8,16 on CPU, "
               "1,4,16,64,128 on a GPU; '' to skip).")
@@ -89,7 +79,7 @@ def validate_cmd(thinking, engine_arg, no_confirm, cpu_threads, timeout, batch_s
     options = ValidateOptions(
         **same, thinking=_thinking(thinking), engine_args=parse_engine_args(engine_arg),
         confirm=not no_confirm, timeout_s=timeout, cpu_threads=cpu_threads or None,
-        batch_sizes=_parse_batches(batch_sizes), serve_profile=gpu_profile,
+        batch_sizes=batch_sizes, serve_profile=gpu_profile,
         compare_budget_s=compare_budget,
         progress=progress_mode(json_mode, quiet))
     report = validate(options)
