@@ -21,6 +21,7 @@ from speckit.core import hfconfig
 from speckit.core import quant as core_quant
 from speckit.core.methods import MethodSpec
 from speckit.core.methods.common import layer_config
+from speckit.core.tensors import DTYPE_BITS
 from speckit.errors import FormatError, PlanError
 
 Row = tuple[str, str, tuple[int, ...]]
@@ -60,8 +61,7 @@ class Computed:
 
     @property
     def nbytes(self) -> int:
-        bits = {"BF16": 16, "F16": 16, "F32": 32, "F8_E4M3": 8, "U8": 8, "I32": 32}
-        return sum((math.prod(s) * bits[d] + 7) // 8 for _, d, s in self.tensors)
+        return sum((math.prod(s) * DTYPE_BITS[d] + 7) // 8 for _, d, s in self.tensors)
 
     @property
     def label(self) -> str:
