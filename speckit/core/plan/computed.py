@@ -33,8 +33,6 @@ _DTYPES = {"bfloat16": "BF16", "float16": "F16", "half": "F16", "float32": "F32"
 _FAMILIES = {"llama": "dense", "mistral": "dense", "qwen2": "dense", "qwen3": "dense",
              "qwen3_moe": "moe", "mixtral": "moe", "gpt_oss": "gpt-oss",
              "deepseek_v2": "mla", "deepseek_v3": "mla", "kimi_k2": "mla"}
-_NOT_CONVERTED_KEYS = ("modules_to_not_convert", "exclude", "ignore", "ignored_layers",
-                       "exclude_modules")
 
 
 @dataclass(frozen=True)
@@ -350,7 +348,7 @@ def _is_gpt_oss_mxfp4(qcfg: Any, family: str, where: str) -> bool:
 
 def _not_converted(qcfg: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
-    for key in _NOT_CONVERTED_KEYS:
+    for key in core_quant.EXCLUDE_KEYS:
         v = qcfg.get(key)
         if isinstance(v, list):
             out += [str(x) for x in v]
