@@ -42,6 +42,11 @@ class GPU:
     def memory_gib(self) -> float:
         return self.memory_bytes / GiB
 
+    @property
+    def platform(self) -> str:
+        """The vLLM platform that serves on it: "rocm" (AMD), "cpu", else "cuda"."""
+        return {"amd": "rocm", "cpu": "cpu"}.get(self.vendor, "cuda")
+
     def format_status(self, capability: str) -> str:
         """"native" | "emulated" | "no" for one format key."""
         return self.formats.get(capability, "no")

@@ -53,6 +53,10 @@ def test_formats_bytes_and_native_compute():
     assert not formats.native_compute(get_gpu("A100"), "fp8")
     # Quark MXFP4 with attention excluded: experts 4-bit, attention bf16
     assert formats.scheme_of_config(KIMI_K25_MXFP4) == ("bf16", "mxfp4")
+    # ModelOpt names its excluded modules exclude_modules
+    assert formats.scheme_of_config({"quantization_config": {
+        "quant_method": "modelopt", "quant_algo": "NVFP4",
+        "exclude_modules": ["lm_head", "model.layers.*.self_attn*"]}}) == ("bf16", "nvfp4")
     with pytest.raises(PlanError, match="not in the step-cost model"):
         formats.scheme_of_config({"quantization_config": {"quant_method": "bitsandbytes"}})
     # every scheme speckit writes prices as its own family (fp8-ct was refused before)

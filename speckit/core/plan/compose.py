@@ -141,7 +141,7 @@ def plan(*, target_config: Mapping[str, Any], target_tensors: Iterable[TensorLik
     k = _pick_k(mod, draft.config or {}, opts.k)
     options.check_draft_quant_target(draft_quant, has_weights=bool(draft.tensors))
     g = _pick_gpu(gpu, opts.gpu_mem_gib)
-    plat = platform or {"amd": "rocm", "cpu": "cpu"}.get(g.vendor, "cuda")
+    plat = platform or g.platform
     found = check_pairing(target_config, draft.config if mod and not mod.weights_in_target
                           else None, mod, draft=draft_name or "draft")
     name_dtype, mbytes = model_dtype(target_config, tinfos)

@@ -21,6 +21,7 @@ from speckit.core import hfconfig
 from speckit.core import quant as core_quant
 from speckit.core.methods import MethodSpec
 from speckit.core.methods.common import layer_config
+from speckit.core.tensors import DTYPE_BITS
 from speckit.errors import FormatError, PlanError
 
 Row = tuple[str, str, tuple[int, ...]]
@@ -32,8 +33,6 @@ _DTYPES = {"bfloat16": "BF16", "float16": "F16", "half": "F16", "float32": "F32"
 _FAMILIES = {"llama": "dense", "mistral": "dense", "qwen2": "dense", "qwen3": "dense",
              "qwen3_moe": "moe", "mixtral": "moe", "gpt_oss": "gpt-oss",
              "deepseek_v2": "mla", "deepseek_v3": "mla", "kimi_k2": "mla"}
-_NOT_CONVERTED_KEYS = ("modules_to_not_convert", "exclude", "ignore", "ignored_layers",
-                       "exclude_modules")
 
 
 @dataclass(frozen=True)
@@ -60,8 +59,7 @@ class Computed:
 
     @property
     def nbytes(self) -> int:
-        bits = {"BF16": 16, "F16": 16, "F32": 32, "F8_E4M3": 8, "U8": 8, "I32": 32}
-        return sum((math.prod(s) * bits[d] + 7) // 8 for _, d, s in self.tensors)
+        return sum((math.prod(s) * DTYPE_BITS[d] + 7) // 8 for _, d, s in self.tensors)
 
     @property
     def label(self) -> str:
@@ -350,7 +348,7 @@ def _is_gpt_oss_mxfp4(qcfg: Any, family: str, where: str) -> bool:
 
 def _not_converted(qcfg: Mapping[str, Any]) -> list[str]:
     out: list[str] = []
-    for key in _NOT_CONVERTED_KEYS:
+    for key in core_quant.EXCLUDE_KEYS:
         v = qcfg.get(key)
         if isinstance(v, list):
             out += [str(x) for x in v]

@@ -45,7 +45,6 @@ def native_compute(gpu: GPU, scheme: str) -> bool:
 # families of speckit's schemes are spelled in speckit.core.quant.SPELLINGS)
 _INT4 = Spelling("int4", methods=("gptq", "awq", "compressed-tensors"),
                  words=("int4", "'num_bits': 4", "'bits': 4"))
-_SKIP_KEYS = ("exclude", "ignore", "ignored_layers", "modules_to_not_convert")
 
 
 def scheme_of_config(config: dict) -> tuple[str, str]:
@@ -56,7 +55,7 @@ def scheme_of_config(config: dict) -> tuple[str, str]:
     if not isinstance(q, dict) or not q:
         return "bf16", "bf16"
     scheme = _family(q)
-    skipped = repr([q.get(k) for k in _SKIP_KEYS]).lower()
+    skipped = repr([q.get(k) for k in core_quant.EXCLUDE_KEYS]).lower()
     return ("bf16" if "attn" in skipped else scheme), scheme
 
 
@@ -67,7 +66,7 @@ def _family(q: dict) -> str:
     if written is not None:
         return written.capability
     method = str(q.get("quant_method", "")).lower()
-    text = repr({k: v for k, v in q.items() if k not in _SKIP_KEYS}).lower()
+    text = repr({k: v for k, v in q.items() if k not in core_quant.EXCLUDE_KEYS}).lower()
     found = next((s.family for s in (*core_quant.SPELLINGS, _INT4) if s.matches(method, text)),
                  None)
     if found is None:

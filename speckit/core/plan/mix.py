@@ -29,9 +29,10 @@ from speckit.core.plan.schedule import (
     Schedule,
     al_from_per_position,
     break_even,
+    column_bands,
     default_batches,
-    interval,
-    next_k,
+    dense_schedule,
+    no_band,
     ranges,
     throughput_ratio,
 )
@@ -187,7 +188,7 @@ def project_mix(model: StepPricer, buckets: Sequence[MixBucket], *, max_batch: i
     if not ks or ks[0] < 1:
         raise UsageError("every bucket of the mix needs an AL for the same k >= 1")
     cols = sorted({b for b in (batches or default_batches(max_batch)) if 1 <= b <= max_batch})
-    offsets = band or _no_band
+    offsets = band or no_band
     base: dict[tuple[int, int], float] = {}
 
     def plain(b: int, ctx: int) -> float:
@@ -200,30 +201,15 @@ def project_mix(model: StepPricer, buckets: Sequence[MixBucket], *, max_batch: i
         den = sum(m.weight * model.spec(b, k, m.context, m.al[k]) / m.al[k] for m in buckets)
         return num / den
 
-    dense = _dense(mix_ratio, ks, max_batch, offsets, min_gain)
+    dense = dense_schedule(lambda b: {k: mix_ratio(b, k) for k in ks}, max_batch, offsets,
+                           min_gain=min_gain)
     ratio = {k: [mix_ratio(b, k) for b in cols] for k in ks}
-    bands = {k: [interval(r, offsets(b)) for r, b in zip(ratio[k], cols, strict=True)]
-             for k in ks}
+    bands, uncertain = column_bands(ratio, cols, offsets) if band else ({}, {})
     rows = [_context_row(model, m, ks, cols, plain, min_gain, offsets, max_batch)
             for m in buckets]
     return MixProjection(list(buckets), ks, cols, ratio, [dense[b - 1] for b in cols],
-                         ranges(dense), rows, band=bands if band else {},
-                         uncertain={k: [lo < 1.0 < hi for lo, hi in bands[k]] for k in ks}
-                         if band else {}, break_even=break_even(dense))
-
-
-def _no_band(batch: int) -> tuple[float, float]:
-    return 0.0, 0.0
-
-
-def _dense(ratio_of, ks: Sequence[int], max_batch: int, offsets: Offsets,
-           min_gain: float) -> list[int]:
-    """The k for every batch size 1..max_batch (schedule.next_k's rule, from plain decoding)."""
-    out, cur = [], 0
-    for b in range(1, max_batch + 1):
-        cur = next_k(cur, {k: ratio_of(b, k) for k in ks}, offsets(b), min_gain=min_gain)
-        out.append(cur)
-    return out
+                         ranges(dense), rows, band=bands, uncertain=uncertain,
+                         break_even=break_even(dense))
 
 
 def _context_row(model: StepPricer, m: MixBucket, ks, cols, plain, min_gain, offsets,
@@ -231,7 +217,8 @@ def _context_row(model: StepPricer, m: MixBucket, ks, cols, plain, min_gain, off
     def ratio_of(b: int, k: int) -> float:
         return throughput_ratio(m.al[k], model.spec(b, k, m.context, m.al[k]), plain(b, m.context))
 
-    dense = _dense(ratio_of, ks, max_batch, offsets, min_gain)
+    dense = dense_schedule(lambda b: {k: ratio_of(b, k) for k in ks}, max_batch, offsets,
+                           min_gain=min_gain)
     best = [dense[b - 1] for b in cols]
     return ContextRow(m.bucket, m.context, best,
                       [round(ratio_of(b, k), 4) if k else 1.0 for b, k in zip(cols, best,

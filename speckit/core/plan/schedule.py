@@ -100,7 +100,8 @@ class SpeedTable:
 Offsets = Callable[[int], tuple[float, float]]  # batch -> (lo, hi) log offsets of the band
 
 
-def _no_band(batch: int) -> tuple[float, float]:
+def no_band(batch: int) -> tuple[float, float]:
+    """Zero log offsets at every batch size: a band of no width."""
     return 0.0, 0.0
 
 
@@ -123,20 +124,23 @@ def project(al: Mapping[int, float], *, base_step: Callable[[int], float],
     ks = sorted(int(k) for k in al)
     if not ks or ks[0] < 1:
         raise UsageError("the projection needs k >= 1 with an AL for each")
-    offsets = band or _no_band
+    offsets = band or no_band
     cols = sorted({b for b in (batches or _default_batches(max_batch)) if 1 <= b <= max_batch})
-    dense = _dense_schedule(al, ks, max_batch, base_step, spec_step, offsets, min_gain)
+
+    def ratios_at(b: int) -> dict[int, float]:
+        t = base_step(b)
+        return {k: throughput_ratio(al[k], spec_step(b, k), t) for k in ks}
+
+    dense = dense_schedule(ratios_at, max_batch, offsets, min_gain=min_gain)
     base = [base_step(b) for b in cols]
     spec = {k: [spec_step(b, k) for b in cols] for k in ks}
     ratio = {k: [throughput_ratio(al[k], s, t) for s, t in zip(spec[k], base, strict=True)]
              for k in ks}
-    bands = {k: [interval(r, offsets(b)) for r, b in zip(ratio[k], cols, strict=True)]
-             for k in ks}
+    bands, uncertain = column_bands(ratio, cols, offsets)
     return SpeedTable(ctx=ctx, ks=ks, batches=cols, al={k: al[k] for k in ks}, base_step_s=base,
                       spec_step_s=spec, ratio=ratio, best_k=[dense[b - 1] for b in cols],
                       break_even=break_even(dense), schedule=ranges(dense), max_batch=max_batch,
-                      band=bands, uncertain={k: [lo < 1.0 < hi for lo, hi in bands[k]]
-                                             for k in ks})
+                      band=bands, uncertain=uncertain)
 
 
 def interval(ratio: float, offsets: tuple[float, float]) -> tuple[float, float]:
@@ -144,15 +148,21 @@ def interval(ratio: float, offsets: tuple[float, float]) -> tuple[float, float]:
     return ratio * math.exp(offsets[0]), ratio * math.exp(offsets[1])
 
 
-def _dense_schedule(al: Mapping[int, float], ks: Sequence[int], max_batch: int,
-                    base_step: Callable[[int], float], spec_step: Callable[[int, int], float],
-                    offsets: Offsets, min_gain: float) -> list[int]:
-    """The k for every batch size 1..max_batch, starting from plain decoding below batch 1."""
+def column_bands(ratio: Mapping[int, Sequence[float]], cols: Sequence[int], offsets: Offsets
+                 ) -> tuple[dict[int, list[tuple[float, float]]], dict[int, list[bool]]]:
+    """k -> each column's band of ``ratio[k]``, and k -> whether that band straddles 1.0."""
+    bands = {k: [interval(r, offsets(b)) for r, b in zip(rs, cols, strict=True)]
+             for k, rs in ratio.items()}
+    return bands, {k: [lo < 1.0 < hi for lo, hi in bs] for k, bs in bands.items()}
+
+
+def dense_schedule(ratios_at: Callable[[int], Mapping[int, float]], max_batch: int,
+                   offsets: Offsets, *, min_gain: float = 1.0) -> list[int]:
+    """The k for every batch size 1..max_batch (``ratios_at(b)``: k -> projected ratio), each
+    chosen by next_k from the one before, starting from plain decoding below batch 1."""
     out, cur = [], 0
     for b in range(1, max_batch + 1):
-        t = base_step(b)
-        ratios = {k: throughput_ratio(al[k], spec_step(b, k), t) for k in ks}
-        cur = next_k(cur, ratios, offsets(b), min_gain=min_gain)
+        cur = next_k(cur, ratios_at(b), offsets(b), min_gain=min_gain)
         out.append(cur)
     return out
 
@@ -244,7 +254,6 @@ def _default_batches(max_batch: int) -> list[int]:
 
 
 __all__ = ["Offsets", "Schedule", "SpeedTable", "al_from_conditional", "al_from_per_position",
-           "break_even",
-           "check_rates", "check_schedule", "default_batches", "geometric_rates", "interval",
-           "next_k", "pays_text", "per_position_from_conditional", "project", "ranges",
-           "throughput_ratio"]
+           "break_even", "check_rates", "check_schedule", "column_bands", "default_batches",
+           "dense_schedule", "geometric_rates", "interval", "next_k", "no_band", "pays_text",
+           "per_position_from_conditional", "project", "ranges", "throughput_ratio"]

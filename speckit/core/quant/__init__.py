@@ -4,6 +4,7 @@
 from speckit.core.quant.scheme import QuantScheme, Spelling, Switch, TensorOut
 from speckit.core.quant.table import (
     COMPANION_SUFFIXES,
+    EXCLUDE_KEYS,
     LAYOUTS,
     QUANT_SUFFIXES,
     SCHEMES,
@@ -20,7 +21,7 @@ from speckit.core.quant.table import (
     recognise,
 )
 
-__all__ = ["COMPANION_SUFFIXES", "LAYOUTS", "QUANT_SUFFIXES", "SCHEMES", "SPELLINGS", "SWITCHES",
-           "WEIGHT_SUFFIXES", "QuantScheme", "Spelling", "Switch", "TensorOut",
-           "dequantizing_scheme", "draft_quant_suggestions", "for_switches", "format_help", "get",
-           "gpu_support", "quantized_weight_of", "recognise"]
+__all__ = ["COMPANION_SUFFIXES", "EXCLUDE_KEYS", "LAYOUTS", "QUANT_SUFFIXES", "SCHEMES",
+           "SPELLINGS", "SWITCHES", "WEIGHT_SUFFIXES", "QuantScheme", "Spelling", "Switch",
+           "TensorOut", "dequantizing_scheme", "draft_quant_suggestions", "for_switches",
+           "format_help", "get", "gpu_support", "quantized_weight_of", "recognise"]

@@ -122,6 +122,11 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
 LAYOUTS: dict[str, str] = {"quark": "AMD Quark's", "compressed-tensors": "llm-compressor's",
                            "modelopt": "NVIDIA ModelOpt's"}
 
+# the quantization_config keys that list the modules left unquantized, across dialects: Quark
+# "exclude", compressed-tensors "ignore", HF / gpt-oss "modules_to_not_convert", ModelOpt
+# "exclude_modules", others "ignored_layers"
+EXCLUDE_KEYS = ("exclude", "ignore", "ignored_layers", "modules_to_not_convert", "exclude_modules")
+
 # how other producers' configs name each family the schemes above belong to (their capability),
 # tried in this order: gpt-oss / Quark MXFP4, ModelOpt / compressed-tensors NVFP4, FP8 of any kind
 SPELLINGS: tuple[Spelling, ...] = (

@@ -127,8 +127,7 @@ def _plan(tcfg: Mapping[str, Any], trows: list[Any], dcfg: Mapping[str, Any] | N
 
 def default_concurrency(gpu: GPU, tp: int) -> int:
     """vLLM's max_num_seqs on this GPU when the flag is not given (what plan assumes)."""
-    platform = {"amd": "rocm", "cpu": "cpu"}.get(gpu.vendor, "cuda")  # as compose.plan says
-    return options.serve_defaults(gpu, platform=platform, tp=tp)[1]
+    return options.serve_defaults(gpu, platform=gpu.platform, tp=tp)[1]
 
 
 __all__ = ["NOT_CHECKED", "STARTS", "STARTS_TARGET_SIZED", "WILL_NOT_START", "Deployment", "Fit",

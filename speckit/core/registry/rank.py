@@ -89,10 +89,11 @@ def resolve(registry: Registry, *, target: str, method: str | None = None,
                         methods_for_target=_methods_by(for_target), nearby=[], message="")
     res.ranked_by = _ranked_by(deployment, label)
     res.start_with = _start_with(candidates)
-    res.message = _message(res, method, for_target, drafts, want)
     if not candidates:
+        res.nearby = _nearby_targets(want, drafts)
         res.without_draft = [s.speculative_config(model=None, k=s.default_k({}), config={})
                              for s in methods.all_specs() if not s.has_checkpoint]
+    res.message = _message(res, method, for_target)
     return res
 
 
@@ -148,10 +149,6 @@ def _start_with(candidates: list[Candidate]) -> dict | None:
 _PREFERRED = ("mtbench", "gsm8k", "humaneval", "math500")
 
 
-def _dataset_key(dataset: str) -> str:
-    return squash(dataset)
-
-
 def _comparable(entries: list[Entry]) -> tuple[str, dict[str, PublishedResult]]:
     """The figures to rank on: per entry, its best acceptance length on the prompt set the most
     entries report one for; else its throughput ratio on the (prompt set, GPU, engine) the most
@@ -162,8 +159,8 @@ def _comparable(entries: list[Entry]) -> tuple[str, dict[str, PublishedResult]]:
             for r in e.published:
                 if r.metric != metric:
                     continue
-                key = (_dataset_key(r.dataset),) if metric == "acceptance_length" else \
-                    (_dataset_key(r.dataset), r.hardware or "", r.engine or "")
+                key = (squash(r.dataset),) if metric == "acceptance_length" else \
+                    (squash(r.dataset), r.hardware or "", r.engine or "")
                 best = groups.setdefault(key, {}).get(e.id)
                 if best is None or r.best > best.best:
                     groups[key][e.id] = r
@@ -191,13 +188,11 @@ def _ranked_by(dep: Deployment | None, label: str) -> str:
     return f"{first}; then {then}; ties keep the registry's order"
 
 
-def _message(res: ResolveResult, method: str | None, for_target: list[Entry],
-             drafts: list[Entry], want: str) -> str:
+def _message(res: ResolveResult, method: str | None, for_target: list[Entry]) -> str:
     if res.candidates:
         n = len(res.candidates)
         what = f"{method} draft" if method else "draft"
         return f"{n} {what}{'s' if n > 1 else ''} for {res.target}"
-    res.nearby = _nearby_targets(want, drafts)
     if for_target:
         msg = (f"no {method} draft is registered for {res.target}; registered methods for it: "
                + ", ".join(sorted(res.methods_for_target)))
