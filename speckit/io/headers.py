@@ -49,10 +49,7 @@ class LoadedRef:
     k: int | None = None  # the registry entry's starting k
     origin: str = "safetensors headers"  # where the tensors came from, said by plan
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def computed(self) -> bool:
-        return not self.origin.startswith(("safetensors headers", "the checkpoint's"))
+    computed: bool = False  # the tensors are computed from a config, not read from headers
 
 
 # ---- what is on disk ---------------------------------------------------------------------------
@@ -78,7 +75,7 @@ def _computed(name: str, config: dict[str, Any], where: str, *, draft: bool = Fa
         c = computed_draft_tensors(picked.spec, entry.source_layout if entry is not None
                                    else None, config, where=name)
     return LoadedRef(name, config, list(c.tensors), origin=c.label.replace("config.json", where),
-                     notes=list(c.notes))
+                     notes=list(c.notes), computed=True)
 
 
 def _config_file(ref: str) -> Path | None:
