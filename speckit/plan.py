@@ -163,8 +163,8 @@ def plan_traffic(*, traffic: str | Path, target: str, draft: str | None = None,
         raise UsageError("--traffic projects speed and needs the draft's acceptance",
                          hint="pass --acceptance-from REPORT (a validate report.json with "
                          "acceptance_by_context) or --acceptance P1,P2,... / --al X -k K")
-    tok = load_tokenizer(tokenizer_dir(resolve(target, role="target", need="config",
-                                               what="--target")), what=f"target {target}")
+    tres = resolve(target, role="target", need="config", revision=revision, what="--target")
+    tok = load_tokenizer(tokenizer_dir(tres), what=f"target {target}")
     run = traffic_for_run(traffic, tok)
     notes: list[str] = []
     if acceptance_from is not None:

@@ -361,8 +361,14 @@ def load_config(root: Path, *, required: bool = True,
                                    "weights")
         return {}
     check_link(Path(root), cfg, what="config.json", allow_external_links=allow_external_links)
-    config = hfconfig.parse(read_small(cfg, what="config.json"), where=str(cfg))
-    _refuse_non_finite(config, str(cfg), "")
+    return read_config_file(cfg)
+
+
+def read_config_file(path: Path) -> dict[str, Any]:
+    """A config.json file read as load_config reads one (a regular file of bounded size, checked
+    field by field, no NaN), its symlinks left to the caller."""
+    config = hfconfig.parse(read_small(Path(path), what="config.json"), where=str(path))
+    _refuse_non_finite(config, str(path), "")
     return config
 
 

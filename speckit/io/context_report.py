@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.refs import printable
 from speckit.core.traffic import CONTEXT_BUCKETS
 from speckit.errors import FormatError, UsageError
 
@@ -49,14 +50,21 @@ def read_acceptance_by_context(path: str | Path) -> RecordedAcceptance:
         if rates:
             out[label] = rates
             if b.get("enough") is False:
-                notes.append(f"{label}: measured on {b.get('requests')} request(s), under the "
-                             f"{abc.get('min_requests', 4)} a figure needs")
+                notes.append(f"{label}: measured on {_count(b.get('requests'))} request(s), "
+                             f"under the {_count(abc.get('min_requests', 4))} a figure needs")
     if not out:
         raise FormatError(f"{p}: no context bucket in acceptance_by_context.buckets drafted "
                           "(every per_position is empty)", hint=HINT)
-    k = abc.get("k")
-    run = abc.get("source") or "validate"
+    k = _count(abc.get("k"), default=None)
+    run = printable(abc.get("source") or "validate")  # the file's text, shown on the terminal
     return RecordedAcceptance(out, f"{p} ({run}" + (f", k={k}" if k else "") + ")", notes)
+
+
+def _count(value: Any, default: Any = "?") -> Any:
+    """A count the report records, or ``default`` when it is not a non-negative int (the file's
+    other values never reach the terminal)."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return value if ok else default
 
 
 def _bucket(p: Path, i: int, b: Any) -> tuple[str, list[float]]:

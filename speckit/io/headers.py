@@ -10,7 +10,6 @@ config read offline, a registry entry's recorded shape), the tensors are compute
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,7 +18,13 @@ from speckit.core.methods.detect import pick_method
 from speckit.core.plan.computed import Computed, computed_draft_tensors, computed_tensors
 from speckit.errors import FormatError, HubError, UsageError
 from speckit.io import targets
-from speckit.io.checkpoint import DTYPE_BITS, Checkpoint, TensorInfo, load_config
+from speckit.io.checkpoint import (
+    DTYPE_BITS,
+    Checkpoint,
+    TensorInfo,
+    load_config,
+    read_config_file,
+)
 from speckit.io.datafiles import load_registry
 from speckit.io.hub import NotCachedError, safetensors_headers
 from speckit.io.refs import (
@@ -44,10 +49,7 @@ class LoadedRef:
     k: int | None = None  # the registry entry's starting k
     origin: str = "safetensors headers"  # where the tensors came from, said by plan
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def computed(self) -> bool:
-        return not self.origin.startswith(("safetensors headers", "the checkpoint's"))
+    computed: bool = False  # the tensors are computed from a config, not read from headers
 
 
 # ---- what is on disk ---------------------------------------------------------------------------
@@ -73,7 +75,7 @@ def _computed(name: str, config: dict[str, Any], where: str, *, draft: bool = Fa
         c = computed_draft_tensors(picked.spec, entry.source_layout if entry is not None
                                    else None, config, where=name)
     return LoadedRef(name, config, list(c.tensors), origin=c.label.replace("config.json", where),
-                     notes=list(c.notes))
+                     notes=list(c.notes), computed=True)
 
 
 def _config_file(ref: str) -> Path | None:
@@ -86,17 +88,6 @@ def _config_file(ref: str) -> Path | None:
                          hint="pass a checkpoint directory, its config.json, a registry id or a "
                          "Hub repo id")
     return p
-
-
-def _read_config_file(p: Path) -> dict[str, Any]:
-    try:
-        cfg = json.loads(p.read_text())
-    except (OSError, ValueError) as e:
-        raise FormatError(f"{p}: not a readable JSON config ({type(e).__name__}: {e})",
-                          hint="pass the model's config.json") from None
-    if not isinstance(cfg, dict):
-        raise FormatError(f"{p}: a config.json must hold a JSON object")
-    return cfg
 
 
 # ---- registry and Hub --------------------------------------------------------------------------
@@ -196,7 +187,7 @@ def load_headers(ref: str, *, revision: str | None = None, role: str | None = No
     entry = None if looks_like_path(ref) else registry_entry(ref)
     role = role or (entry.kind if entry is not None else "target")
     if cfg_file is not None:
-        return _computed(str(cfg_file), _read_config_file(cfg_file), str(cfg_file),
+        return _computed(str(cfg_file), read_config_file(cfg_file), str(cfg_file),
                          draft=role == "draft", method=method)
     got = _on_disk(ref, entry, revision, role) or _unbuilt(entry) \
         or _resolve_and_load(ref, entry, revision, role, method)

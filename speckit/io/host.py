@@ -22,6 +22,7 @@ from typing import Any
 
 from speckit.core.gpus import GPU, custom_gpu
 from speckit.core.quant import SCHEMES
+from speckit.core.refs import printable
 
 
 def cpu_model() -> str:
@@ -205,6 +206,7 @@ def kernel_probes() -> tuple[KernelProbe, ...]:
     if engine_on_cpu():
         return tuple(cpu_kernels(_cpu_flags()))
     code = "from speckit.io.host import _print_kernels; _print_kernels()"
+    out = None
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              timeout=600, check=False)
@@ -212,8 +214,18 @@ def kernel_probes() -> tuple[KernelProbe, ...]:
         return tuple(KernelProbe(**{**row, "shape": tuple(row["shape"]) if row.get("shape")
                                     else None}) for row in rows)
     except (OSError, ValueError, TypeError, IndexError, subprocess.SubprocessError) as e:
-        return tuple(KernelProbe(f, "unavailable", "cuda:0", detail=f"the probe failed: {e}",
+        why = _child_failure(out) or f"{type(e).__name__}: {e}"
+        return tuple(KernelProbe(f, "unavailable", "cuda:0", detail=f"the probe failed: {why}",
                                  basis="torch") for f in _formats())
+
+
+def _child_failure(out: subprocess.CompletedProcess | None) -> str | None:
+    """Why the probe's child gave no answer: its exit status and the last line it wrote to
+    stderr (the torch or driver error), or None when it exited cleanly."""
+    if out is None or out.returncode == 0:
+        return None
+    last = (out.stderr or "").strip().splitlines()[-1:] or ["no error output"]
+    return f"the probe's child exited with status {out.returncode}: {printable(last[0][:300])}"
 
 
 def probe_kernel(fmt: str) -> KernelProbe:

@@ -131,3 +131,23 @@ def test_capability_rule_is_vllms():
     assert host.capability_native("fp8", rocm("gfx942:sramecc+:xnack-"))
     assert host.capability_native("mxfp4", rocm("gfx950"))
     assert not host.capability_native("mxfp4", rocm("gfx942"))
+
+
+def test_a_kernel_probe_child_that_dies_says_why(monkeypatch):
+    """A GPU probe whose child exits without an answer reports its status and last stderr line
+    (the torch or driver error), not an IndexError."""
+    import subprocess
+
+    def dead_child(*a, **kw):
+        return subprocess.CompletedProcess(a, 1, stdout="",
+                                           stderr="Traceback ...\nRuntimeError: CUDA driver\x1b[2J")
+
+    monkeypatch.setattr(host, "engine_on_cpu", lambda: False)
+    monkeypatch.setattr(host.subprocess, "run", dead_child)
+    host.kernel_probes.cache_clear()
+    try:
+        got = host.kernel_probes()
+    finally:
+        host.kernel_probes.cache_clear()
+    assert got and all(k.status == "unavailable" for k in got)
+    assert "status 1: RuntimeError: CUDA driver\\x1b[2J" in got[0].detail

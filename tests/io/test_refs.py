@@ -265,3 +265,18 @@ def test_plan_honours_cache_dir_and_offline_mode(world, hub, tmp_path, monkeypat
     assert hub.server.log == []
     local = plan_op.plan_from_refs(target=str(world.target), draft=str(world.draft), **kw)
     assert offline.kv == online.kv == local.kv and _bytes(offline.weights) == _bytes(local.weights)
+
+
+def test_a_config_json_given_alone_is_checked_like_a_checkpoints(tmp_path):
+    """plan --target some/config.json reads it through the checkpoint's checked reader: a field
+    of the wrong type, a NaN or a non-object is refused naming the file."""
+    from speckit.errors import FormatError
+
+    for name, text in (("bad-type.json", '{"num_hidden_layers": "many"}'),
+                       ("nan.json", '{"hidden_size": 64, "rope_theta": NaN}'),
+                       ("list.json", "[1, 2]")):
+        p = tmp_path / name
+        p.write_text(text)
+        with pytest.raises(FormatError) as e:
+            load_headers(str(p))
+        assert name in e.value.message

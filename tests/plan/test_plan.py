@@ -524,3 +524,23 @@ def test_method_vllm_cpu_cannot_run_is_a_reason_not_a_check():
     _consistent(r)
     assert not r.starts and r.without_draft.starts
     assert any("does not run on vLLM's CPU backend" in x for x in r.reasons)
+
+
+def test_plan_traffic_counts_tokens_with_the_targets_tokenizer_at_its_revision(monkeypatch):
+    """--revision pins the tokenizer that counts the traffic, not only the weights priced."""
+    import speckit.plan as plan_module
+
+    asked = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake_resolve(ref, **kw):
+        asked.update(kw, ref=ref)
+        raise Stop
+
+    monkeypatch.setattr(plan_module, "resolve", fake_resolve)
+    with pytest.raises(Stop):
+        plan_module.plan_traffic(traffic="t.jsonl", target="org/model", method="eagle3",
+                                 revision="v1.0", al=2.0, k=3, gpu=get_gpu("H100"), max_batch=8)
+    assert asked["ref"] == "org/model" and asked["revision"] == "v1.0"

@@ -19,37 +19,24 @@ from speckit.errors import EngineError, EngineTimeout
 from speckit.io.engine.child import failure_hint, first_line, kill_group, log_tail, pump_events
 from speckit.io.engine.job import (
     DEFAULT_TIMEOUT_S,
+    EXCHANGE_SUFFIXES,
     BatchPoint,
     EngineJob,
     EngineRun,
     RequestResult,
+    forget_exchange,
     parse_result,
 )
 
 __all__ = ["DEFAULT_TIMEOUT_S", "BatchPoint", "EngineJob", "EngineRun", "RequestResult",
            "forget_exchange", "run_engine"]
 
-# the files a run exchanges with its child: the job holds the prompts, the result the outputs
-EXCHANGE_SUFFIXES = (".job.json", ".result.json")
-
-
-def forget_exchange(workdir: Path) -> list[Path]:
-    """Remove every run's job and result files from ``workdir`` (they hold the prompts and the
-    generated text; logs and events stay); returns what was removed."""
-    gone = []
-    for suffix in EXCHANGE_SUFFIXES:
-        for p in sorted(Path(workdir).glob(f"*{suffix}")):
-            p.unlink(missing_ok=True)
-            gone.append(p)
-    return gone
-
-
 def run_engine(job: EngineJob, *, workdir: Path, timeout_s: float = DEFAULT_TIMEOUT_S,
                on_event: Callable[[dict[str, Any]], None] | None = None) -> EngineRun:
     """Start ``python -m speckit.io.engine.worker`` for ``job``; raise EngineError on failure."""
     workdir.mkdir(parents=True, exist_ok=True)
     stem = workdir / job.label
-    job_path, result_path = Path(f"{stem}.job.json"), Path(f"{stem}.result.json")
+    job_path, result_path = (Path(f"{stem}{s}") for s in EXCHANGE_SUFFIXES)
     events_path, log_path = Path(f"{stem}.events.jsonl"), Path(f"{stem}.log")
     for p in (result_path, events_path):
         p.unlink(missing_ok=True)

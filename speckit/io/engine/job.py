@@ -12,6 +12,20 @@ from speckit.core.metrics import RunTiming, SpecCounters, counters_from_metrics
 
 DEFAULT_TIMEOUT_S = 1200.0
 
+# the files a run exchanges with its child: the job holds the prompts, the result the outputs
+EXCHANGE_SUFFIXES = (".job.json", ".result.json")
+
+
+def forget_exchange(workdir: Path) -> list[Path]:
+    """Remove every run's job and result files from ``workdir`` (they hold the prompts and the
+    generated text; logs and events stay); returns what was removed."""
+    gone = []
+    for suffix in EXCHANGE_SUFFIXES:
+        for p in sorted(Path(workdir).glob(f"*{suffix}")):
+            p.unlink(missing_ok=True)
+            gone.append(p)
+    return gone
+
 
 @dataclass
 class EngineJob:
