@@ -89,10 +89,6 @@ def load_checkpoint(root: Path, head: Eagle3Head, opt, *, fsdp: bool) -> dict[st
     except (OSError, ValueError, KeyError) as e:
         raise FormatError(f"{latest}: cannot resume from this checkpoint ({e})",
                           hint="delete the checkpoints folder to start over") from e
-    trainable = {n for n, p in head.named_parameters() if p.requires_grad}
-    if set(model_sd) != trainable:
-        raise FormatError(f"{where}: checkpoint tensors {sorted(set(model_sd) ^ trainable)[:4]} "
-                          "do not match this head", hint="same flags as the run that saved it?")
     optim_state: dict[str, dict[str, torch.Tensor]] = {}
     rng = None
     for key, val in flat.items():
@@ -102,7 +98,7 @@ def load_checkpoint(root: Path, head: Eagle3Head, opt, *, fsdp: bool) -> dict[st
             continue
         optim_state.setdefault(fqn, {})[k] = val
     optim_sd = {"state": optim_state, "param_groups": state["param_groups"]}
-    _set_full_state(head, opt, model_sd, optim_sd, fsdp=fsdp)
+    _set_full_state(head, opt, model_sd, optim_sd, fsdp=fsdp, where=where)
     if rng is not None:
         torch.set_rng_state(rng.to(torch.uint8))
     return state
@@ -135,14 +131,12 @@ def _full_state(head: Eagle3Head, opt, *, fsdp: bool):
     return msd, {"state": state, "param_groups": groups}
 
 
-def _set_full_state(head: Eagle3Head, opt, model_sd, optim_sd, *, fsdp: bool) -> None:
+def _set_full_state(head: Eagle3Head, opt, model_sd, optim_sd, *, fsdp: bool,
+                    where: Path | str = "training checkpoint") -> None:
+    """The saved trainable tensors and optimizer state into ``head`` and ``opt``; every key is
+    checked: the checkpoint holds exactly the trainable parameters, no more, no fewer."""
     trainable = {n for n, p in head.named_parameters() if p.requires_grad}
-    if set(model_sd) != trainable:
-        raise FormatError(
-            "training checkpoint does not match this head: missing "
-            f"{sorted(trainable - set(model_sd))[:5]}, "
-            f"unexpected {sorted(set(model_sd) - trainable)[:5]}",
-            hint="resume with the same version and flags")
+    _check_keys(where, missing=trainable - set(model_sd), unexpected=set(model_sd) - trainable)
     if fsdp:
         from torch.distributed.checkpoint.state_dict import (
             StateDictOptions,
@@ -151,9 +145,11 @@ def _set_full_state(head: Eagle3Head, opt, model_sd, optim_sd, *, fsdp: bool) ->
         )
 
         # strict=False only because checkpoints hold the trainable tensors (checked above): the
-        # frozen target embedding is deliberately absent
+        # frozen target embedding is deliberately absent; what the load left out is checked too
         opts = StateDictOptions(full_state_dict=True, strict=False)
-        set_model_state_dict(head, model_sd, options=opts)
+        res = set_model_state_dict(head, model_sd, options=opts)
+        _check_keys(where, missing=trainable & set(res.missing_keys),
+                    unexpected=set(res.unexpected_keys))
         set_optimizer_state_dict(head, opt, optim_sd, options=opts)
         return
     params = dict(head.named_parameters())
@@ -176,6 +172,15 @@ def _set_full_state(head: Eagle3Head, opt, model_sd, optim_sd, *, fsdp: bool) ->
         dev = params[n].device
         state[index[n]] = {k: (v.to(dev) if k != "step" else v) for k, v in st.items()}
     opt.load_state_dict({"state": state, "param_groups": groups})
+
+
+def _check_keys(where: Path | str, *, missing: set[str], unexpected: set[str]) -> None:
+    """A trainable tensor the checkpoint lacks, or one this head has no place for, is an error
+    (never dropped silently)."""
+    if missing or unexpected:
+        raise FormatError(f"{where}: checkpoint does not match this head: missing "
+                          f"{sorted(missing)[:5]}, unexpected {sorted(unexpected)[:5]}",
+                          hint="resume with the same version and flags as the run that saved it")
 
 
 # ---- distributed (torchrun + FSDP2) ----------------------------------------------------------

@@ -58,7 +58,7 @@ def _others(rep: Any, measured: list[MeasuredRatio], figure: MeasuredRatio | Non
     if "batch probe" in kinds:
         out.append("batch probes: decode steps alone timed at each concurrency; shown, they "
                    "decide nothing")
-    serve = getattr(rep.concurrency, "serve", None)
+    serve = rep.concurrency.serve if rep.concurrency is not None else None
     if serve:
         out.append(f"projected for {serve['gpu']}: the H200-fitted step model's projection, "
                    "not measured")

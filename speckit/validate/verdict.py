@@ -129,7 +129,7 @@ def _projected_for(conc: Any) -> str | None:
     The projected schedule (core.plan.schedule) leaves k = 0 only where a k's error band lies
     wholly above 1.0, so a projected gain inside the band never reaches here as a reason to
     speculate."""
-    serve = getattr(conc, "serve", None) if conc is not None else None
+    serve = conc.serve if conc is not None else None
     if not serve:
         return None
     if any(int(r[2]) > 0 for r in serve.get("schedule") or []):

@@ -426,3 +426,24 @@ def test_init_from_starts_at_an_exported_draft_and_refuses_other_dims(trained, t
         train_dflash(target=str(tiny_target), out=tmp_path / "bad", epochs=1,
                      init_from=trained.out, data_dir=trained.data_dir,
                      **{**kw, "layers": KW["layers"] + 1})
+
+
+def test_load_exported_refuses_a_tensor_the_draft_has_no_place_for(trained, tiny_target,
+                                                                   tmp_path):
+    """The embedding and lm_head come from the target; any other tensor the DFlash draft does
+    not hold is an error, never dropped silently by the non-strict load."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from speckit.errors import FormatError
+    from speckit.train.dflash.evaluate import load_exported
+
+    copy = tmp_path / "extra"
+    shutil.copytree(trained.out, copy)
+    weights = load_file(str(copy / "model.safetensors"))
+    weights["layers.0.stray.weight"] = torch.zeros(2)
+    save_file(weights, str(copy / "model.safetensors"))
+    with pytest.raises(FormatError, match=r"layers\.0\.stray\.weight.*not part of"):
+        load_exported(copy, tiny_target)
+    assert load_exported(trained.out, tiny_target) is not None

@@ -108,7 +108,13 @@ def load_exported(draft_dir: Path, target_dir: Path, *, vllm_cpu: bool = False) 
     if missing:
         raise FormatError(f"{draft_dir}: tensors {sorted(missing)[:4]} missing",
                           hint="export the draft with speckit train dflash")
-    draft.load_state_dict(weights, strict=False)
+    # strict=False: the embedding and lm_head are the target's (absent from the draft, checked
+    # above); a draft tensor the model has no place for is an error, never dropped
+    res = draft.load_state_dict(weights, strict=False)
+    if res.unexpected_keys:
+        raise FormatError(f"{draft_dir}: tensors {sorted(res.unexpected_keys)[:4]} are not part "
+                          f"of a {dcfg.num_layers}-layer DFlash draft",
+                          hint="export the draft with speckit train dflash")
     return draft.eval()
 
 
