@@ -15,6 +15,7 @@ from speckit.bench.endpoint import Endpoint
 from speckit.bench.options import UNTRAINED, UNTRAINED_NEEDS, Arm, BenchOptions
 from speckit.core import methods as _methods
 from speckit.core.methods.detect import pick_method
+from speckit.core.plan.schedule import schedule_config
 from speckit.core.specconfig import serve_line, speculative_config, synthetic_acceptance
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import tensor_names
@@ -132,7 +133,7 @@ def schedule_arm(dep: Deployment, schedule: Sequence[Sequence[int]], *, source: 
         return None
     cfg = speculative_config(method=dep.method, k=top, draft=_s(dep.draft_path),
                              draft_config=dep.draft_config, tp=dep.tp)
-    cfg["num_speculative_tokens_per_batch_size"] = [[int(x) for x in r] for r in schedule]
+    cfg.update(schedule_config(schedule, k_if_off=top))
     return Arm(f"schedule ({source})", "schedule", top, dep.method, cfg)
 
 

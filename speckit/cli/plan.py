@@ -13,7 +13,7 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import CommaList, options_for
-from speckit.core.plan.schedule import pays_text, uncertain_batches
+from speckit.core.plan.schedule import pays_text, schedule_config, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.traffic_text import traffic_rows
 from speckit.errors import PlanError, UsageError
@@ -193,10 +193,8 @@ def render_traffic_speed(ts: TrafficSpeed) -> None:
     con.print("projected best k per concurrency for the mix (the schedule vLLM takes):")
     for lo, hi, k in m.schedule:
         con.print(f"  concurrency {lo}-{hi}: " + (f"k={k}" if k else "off (k=0)"))
-    top = max(k for _, _, k in m.schedule) or max(m.ks)
     con.print("projected schedule for --speculative-config: " + escape(json.dumps(
-        {"num_speculative_tokens": top,
-         "num_speculative_tokens_per_batch_size": [list(r) for r in m.schedule]})))
+        schedule_config(m.schedule, k_if_off=max(m.ks)))))
     bc = Table(title="best k by context (concurrency x context), if vLLM chose k by context",
                box=None, pad_edge=False, header_style="bold",
                title_justify="left")

@@ -173,10 +173,9 @@ def project_serve(rep: ConcurrencyReport, *, gpu: str, tp: int, method: str,
     mp = project_mix_speed(model, weights=mix["weights"], contexts=mix["contexts"],
                            al=mix["al"], max_batch=max_batch)
     mp.notes[:0] = [f"the mix: {mix['whose']}", *mix["notes"]]
-    sched = [list(map(int, r)) for r in mp.schedule]
-    rep.serve.update(mix=to_jsonable(mp), schedule=sched, speculative_config={
-        "num_speculative_tokens": max(r[2] for r in sched) or max(mp.ks),
-        "num_speculative_tokens_per_batch_size": sched})
+    cfg = _sched.schedule_config(mp.schedule, k_if_off=max(mp.ks))
+    rep.serve.update(mix=to_jsonable(mp), schedule=cfg["num_speculative_tokens_per_batch_size"],
+                     speculative_config=cfg)
     rep.schedule_source = f"{sp.gpu} x TP={tp} for the context mix (projected)"
 
 
@@ -199,8 +198,7 @@ def with_schedule(spec_config: Mapping[str, Any], schedule: Sequence[Sequence[in
         methods.get(method).check_k(dict(draft_config), top)
     except (UsageError, PlanError):
         return None
-    return {**spec_config, "num_speculative_tokens": top,
-            "num_speculative_tokens_per_batch_size": [list(map(int, r)) for r in schedule]}
+    return {**spec_config, **_sched.schedule_config(schedule, k_if_off=top)}
 
 
 def vllm_checked(schedule: Sequence[Sequence[int]], rep: ConcurrencyReport) -> None:

@@ -96,17 +96,15 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
         tables.append(_table(model, al, ctx=ctx, max_batch=fit, batches=cols))
     sched_table = next(t for t in tables if t.ctx == sched_ctx)
     sched = sched_table.schedule
-    if sched_table.max_batch < max_batch:  # beyond what the cache holds: never scheduled
-        sched = [*sched, (sched_table.max_batch + 1, max_batch, sched[-1][2])] if sched_table \
+    if sched_table.max_batch < max_batch:  # beyond what the cache holds: the last k carries on
+        sched = [*sched[:-1], (sched[-1][0], max_batch, sched[-1][2])] if sched_table \
             .max_batch else [(1, max_batch, 0)]
-    top = max(kk for _, _, kk in sched) or max(al)
+    spec_cfg = _sched.schedule_config(sched, k_if_off=max(al))
     return SpeedResult(
         label=PROJECTED, target=target_name, draft=draft_name, method=mod.name, gpu=gpu.name,
         tp=tp, draft_tp=model.draft_tp, acceptance_source=source, per_position=rates,
         tables=[t for t in tables if t.ctx in ctxs], schedule_context=sched_ctx, schedule=sched,
-        num_speculative_tokens=int(top),
-        speculative_config={"num_speculative_tokens": int(top),
-                            "num_speculative_tokens_per_batch_size": [list(r) for r in sched]},
+        num_speculative_tokens=spec_cfg["num_speculative_tokens"], speculative_config=spec_cfg,
         constants_source=const.source,
         assumptions=_assumptions(gpu, const, source, sched_ctx, dshape, eng, data_parallel,
                                  kv_tokens), max_batch=max_batch,

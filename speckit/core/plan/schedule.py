@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from speckit.errors import UsageError
 
@@ -225,6 +226,14 @@ def ranges(best_k: Sequence[int]) -> Schedule:
         else:
             out.append((b, b, int(k)))
     return out
+
+
+def schedule_config(schedule: Sequence[Sequence[int]], *, k_if_off: int) -> dict[str, Any]:
+    """The --speculative-config fields that carry a k schedule: num_speculative_tokens is the
+    schedule's largest k (vLLM caps every range at it), ``k_if_off`` where it never speculates."""
+    rows = [[int(a), int(b), int(k)] for a, b, k in schedule]
+    return {"num_speculative_tokens": max((r[2] for r in rows), default=0) or int(k_if_off),
+            "num_speculative_tokens_per_batch_size": rows}
 
 
 def check_schedule(schedule: Sequence[Sequence[int]]) -> Schedule:
