@@ -14,6 +14,7 @@ import click
 
 from speckit.cli._common import SuggestingGroup, handle_errors, print_json
 from speckit.cli._options import options_for
+from speckit.core.gpus import DEFAULT_GPU
 from speckit.core.plan.options import check_options, optional_positive_int
 from speckit.core.refs import printable
 from speckit.core.registry import Deployment, list_entries, resolve
@@ -111,7 +112,7 @@ def resolve_cmd(ctx, target, method, gpu, concurrency, tp, registry_files, json_
     optional_positive_int(concurrency, "--concurrency")
     check_options(tp=tp)
     reg = load_from_cli(*_files(ctx, registry_files))
-    dep = Deployment(get_gpu(gpu or "H200"), tp=tp, concurrency=concurrency)
+    dep = Deployment(get_gpu(gpu or DEFAULT_GPU), tp=tp, concurrency=concurrency)
     result = resolve(reg, target=target, method=method, deployment=dep)
     if json_mode:
         print_json(result)
