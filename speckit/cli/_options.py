@@ -462,8 +462,7 @@ def method_lists() -> dict[str, str]:
         "vllm_methods": _join(methods.vllm_method_names()),
         "untrained": _join(s.name for s in specs if not s.has_checkpoint),
         "convertible": _join(methods.convertible_names()),
-        "quantizable": _join(s.name for s in specs
-                             if s.quantizable is not None and s.runtime_module_name is not None),
+        "quantizable": _join(methods.quantizable_names()),
         "convert_layouts": _join(layout.name for layout in LAYOUT_SPECS if layout.reader),
         "quantize_layouts": _join(layout.name for layout in LAYOUT_SPECS if layout.quantizable),
     }

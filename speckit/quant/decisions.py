@@ -104,7 +104,7 @@ def _method(ckpt: Checkpoint):
             "loads", hint=f"run `speckit convert {ckpt.path} --target TARGET` first, then "
             "quantize its output")
     mod = methods.get(layout.method)
-    if mod.quantizable is None or mod.runtime_module_name is None:
+    if not mod.can_quantize:
         raise UsageError(f"{ckpt.path}: speckit cannot quantize {mod.name} checkpoints",
                          hint="vLLM serves MTP heads from inside the target checkpoint; quantize "
                          "the target instead")

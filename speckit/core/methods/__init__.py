@@ -150,6 +150,12 @@ class MethodSpec:
             if getattr(self, name) is None:
                 object.__setattr__(self, name, make(self))
 
+    @property
+    def can_quantize(self) -> bool:
+        """speckit quantize takes this method's checkpoints: it knows which weights vLLM builds
+        as quantizable Linear and under which run-time names."""
+        return self.quantizable is not None and self.runtime_module_name is not None
+
     def scope_of(self, layout: str) -> str:
         """What part of a source in ``layout`` is the draft ("" when the whole checkpoint is)."""
         return dict(self.source_scope).get(layout, "")
@@ -285,6 +291,11 @@ def all_specs() -> list[MethodSpec]:
 def vllm_method_names() -> tuple[str, ...]:
     """The distinct `method` strings vLLM accepts for speckit's methods, in table order."""
     return tuple(dict.fromkeys(s.vllm_method for s in all_specs()))
+
+
+def quantizable_names() -> tuple[str, ...]:
+    """Methods `speckit quantize` takes (MethodSpec.can_quantize)."""
+    return tuple(s.name for s in all_specs() if s.can_quantize)
 
 
 def convertible_names() -> tuple[str, ...]:
