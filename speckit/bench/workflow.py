@@ -32,16 +32,12 @@ from speckit.bench.run import (
 )
 from speckit.core.evidence import PAYS, classify
 from speckit.core.jsonable import to_jsonable
-from speckit.core.traffic import sampling_notes
 from speckit.errors import SpeckitError, UsageError
-from speckit.io.checkpoint import Checkpoint, load_config
-from speckit.io.coverage import traffic_coverage
 from speckit.io.draftrecord import read_trained_length
 from speckit.io.host import cpu_model
 from speckit.io.output import atomic_output_dir
 from speckit.io.prompts import PromptSet, load_prompts
-from speckit.io.tokenizer import load_tokenizer
-from speckit.io.traffic import traffic_for_run
+from speckit.io.traffic import traffic_for_target
 
 
 def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = False) -> BenchReport:
@@ -156,21 +152,16 @@ def _traffic(opts: BenchOptions, dep, report: BenchReport, need: int) -> PromptS
         raise UsageError("--traffic does not combine with --dataset or --input-len",
                          hint="--traffic FILE is the prompt set, at its own lengths")
     src = opts.tokenizer or (str(dep.target_path) if dep else None)
-    tok = load_tokenizer(src, what="target") if src and Path(src).is_dir() else None
-    run = traffic_for_run(opts.traffic, tok, num_prompts=need)
-    coverage = None
-    if tok is not None and dep is not None and dep.draft_path is not None:
-        vocab = load_config(dep.target_path).get("vocab_size")
-        if isinstance(vocab, int):
-            coverage = traffic_coverage(Checkpoint.open(dep.draft_path), run.traffic, tok,
-                                        target_vocab=vocab)
-    report.traffic = run.report(coverage)
-    if tok is None:
+    tokenizer = src if src and Path(src).is_dir() else None
+    run, report.traffic = traffic_for_target(
+        opts.traffic, tokenizer, what="target", num_prompts=need,
+        draft=dep.draft_path if dep else None, target_config=dep.target_path if dep else None,
+        temperature=opts.temperatures[0], thinking=sorted(opts.thinking)[0],
+        warnings=report.warnings)
+    if tokenizer is None:
         report.traffic.notes.append("no tokenizer here (pass --tokenizer DIR with --endpoint): "
                                     "lengths in characters, requests taken in file order; the "
                                     "context buckets come from the server's prompt tokens")
-    report.warnings += sampling_notes(run.summary, temperature=opts.temperatures[0],
-                                      thinking=sorted(opts.thinking)[0])
     return run.prompts
 
 

@@ -7,6 +7,9 @@ can (speckit.io.coverage.traffic_coverage takes what both have in hand).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Protocol
+
 from speckit.core.coverage import (
     VocabCoverage,
     counted_texts,
@@ -15,14 +18,22 @@ from speckit.core.coverage import (
     vocab_coverage,
 )
 from speckit.core.tensors import selected_ids
+from speckit.core.traffic import TrafficRequest
 from speckit.errors import FormatError
 from speckit.io.checkpoint import Checkpoint, read_ints
 from speckit.io.tokenizer import TextTokenizer
-from speckit.io.traffic import Traffic
 
 METHOD = ("the target's tokenizer on each counted message's text as written (no chat template, no "
           "special tokens); a token counts as covered when it is one of the target ids the draft "
           "maps: i + d2t[i] for every draft id i")
+
+
+class HasRequests(Protocol):
+    """What traffic_coverage reads of a traffic file (speckit.io.traffic.Traffic): its usable
+    requests. A protocol, so that speckit.io.traffic can call traffic_coverage without a cycle."""
+
+    @property
+    def requests(self) -> Sequence[TrafficRequest]: ...
 
 
 def proposable_ids(ckpt: Checkpoint, *, target_vocab: int) -> list[int] | None:
@@ -35,7 +46,7 @@ def proposable_ids(ckpt: Checkpoint, *, target_vocab: int) -> list[int] | None:
     return selected_ids(d2t, t2d, vocab=target_vocab, where=f"{ckpt.path}: vocab maps")
 
 
-def traffic_coverage(ckpt: Checkpoint, traffic: Traffic, tokenizer: TextTokenizer, *,
+def traffic_coverage(ckpt: Checkpoint, traffic: HasRequests, tokenizer: TextTokenizer, *,
                      target_vocab: int) -> VocabCoverage:
     """Share of the traffic's target tokens (replies when it has them, else prompts) that the
     draft in ``ckpt`` can propose, overall and per category, labelled language and script."""

@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO, Any, Literal
 
 from speckit.core.plan.mix import mix_from_traffic, output_lengths
 from speckit.core.traffic import (
@@ -22,12 +22,16 @@ from speckit.core.traffic import (
     TrafficRequest,
     TrafficSummary,
     parse_request,
+    sampling_notes,
     spread_over_buckets,
     summarize,
 )
 from speckit.errors import FormatError, UsageError
+from speckit.io.checkpoint import Checkpoint, load_config
+from speckit.io.coverage import traffic_coverage
 from speckit.io.envlimits import limits_from_env
 from speckit.io.prompts import Prompt, PromptSet
+from speckit.io.tokenizer import load_tokenizer
 
 FORMAT_HINT = ("each line must be a JSON object {\"messages\": [{\"role\": ..., \"content\": ...}, "
                "...]}, optionally ending with the assistant's reply, with optional \"category\", "
@@ -272,5 +276,31 @@ def traffic_for_run(path: str | Path, tokenizer, *, num_prompts: int | None = No
                       traffic_prompt_set(tr, picked), weights, contexts, by)
 
 
+def traffic_for_target(path: str | Path, tokenizer: str | Path | None, *, what: str,
+                       num_prompts: int | None, draft: Path | None,
+                       target_config: dict[str, Any] | Path | None, temperature: float,
+                       thinking: bool | None, warnings: list[str]
+                       ) -> tuple[TrafficRun, TrafficReport]:
+    """--traffic for a run (validate's, bench's): ``path`` read with the target's tokenizer from
+    the directory ``tokenizer`` (None: no tokenizer, lengths in characters), the requests the run
+    sends picked (traffic_for_run), the ``draft``'s vocabulary coverage when there are a tokenizer
+    and a draft (the target's vocab_size from ``target_config``, a config or the directory whose
+    config.json is read then), and the report of it all. What the rows ask for that one
+    ``temperature`` and ``thinking`` setting does not give them goes to ``warnings``."""
+    tok = load_tokenizer(tokenizer, what=what) if tokenizer is not None else None
+    run = traffic_for_run(path, tok, num_prompts=num_prompts)
+    coverage = None
+    if tok is not None and draft is not None and target_config is not None:
+        cfg = target_config if isinstance(target_config, dict) else load_config(target_config)
+        vocab = cfg.get("vocab_size")
+        if isinstance(vocab, int):
+            coverage = traffic_coverage(Checkpoint.open(draft), run.traffic, tok,
+                                        target_vocab=vocab)
+    report = run.report(coverage)
+    warnings += sampling_notes(run.summary, temperature=temperature, thinking=thinking)
+    return run, report
+
+
 __all__ = ["FORMAT_HINT", "Lengths", "Traffic", "TrafficLimits", "TrafficRun", "measure_lengths",
-           "read_traffic", "summarize_traffic", "traffic_for_run", "traffic_prompt_set"]
+           "read_traffic", "summarize_traffic", "traffic_for_run", "traffic_for_target",
+           "traffic_prompt_set"]

@@ -14,18 +14,16 @@ from typing import Any
 from speckit.core.context import TrainedLength
 from speckit.core.methods import MethodSpec
 from speckit.core.methods.detect import pick_method
-from speckit.core.traffic import TrafficReport, sampling_notes
+from speckit.core.traffic import TrafficReport
 from speckit.errors import PlanError, SpeckitError, UsageError
 from speckit.io import host
-from speckit.io.checkpoint import Checkpoint, load_config, tensor_names
-from speckit.io.coverage import traffic_coverage
+from speckit.io.checkpoint import load_config, tensor_names
 from speckit.io.datafiles import load_registry
 from speckit.io.draftrecord import read_trained_length
 from speckit.io.output import check_output, output_errors
 from speckit.io.prompts import load_prompts
 from speckit.io.refs import config_only, resolve
-from speckit.io.tokenizer import load_tokenizer
-from speckit.io.traffic import TrafficRun, traffic_for_run
+from speckit.io.traffic import TrafficRun, traffic_for_target
 from speckit.validate.concurrency import default_batches
 from speckit.validate.options import ValidateOptions
 
@@ -124,15 +122,10 @@ def _traffic(opts: ValidateOptions, tpath: Path, tname: str, tcfg: dict[str, Any
     if str(opts.dataset) != "mixed":
         raise UsageError(f"--traffic and --dataset {opts.dataset} do not combine",
                          hint="--traffic FILE is the prompt set: leave --dataset out")
-    tok = load_tokenizer(tpath, what=f"target {tname}")
-    run = traffic_for_run(opts.traffic, tok, num_prompts=opts.num_prompts)
-    coverage = None
-    vocab = tcfg.get("vocab_size")
-    if dpath is not None and isinstance(vocab, int):
-        coverage = traffic_coverage(Checkpoint.open(dpath), run.traffic, tok, target_vocab=vocab)
-    report = run.report(coverage)
-    warnings += sampling_notes(run.summary, temperature=opts.temperature,
-                               thinking=opts.thinking)
+    run, report = traffic_for_target(opts.traffic, tpath, what=f"target {tname}",
+                                     num_prompts=opts.num_prompts, draft=dpath,
+                                     target_config=tcfg, temperature=opts.temperature,
+                                     thinking=opts.thinking, warnings=warnings)
     if run.traffic.skipped_count:
         warnings.append(report.notes[0])
     return run, report
