@@ -22,6 +22,7 @@ from typing import Any
 
 from speckit.core.gpus import GPU, custom_gpu
 from speckit.core.quant import SCHEMES
+from speckit.core.quant.kernels import KERNEL_RULES
 from speckit.core.refs import printable
 
 
@@ -38,7 +39,7 @@ def cpu_model() -> str:
 
 # a timed low-precision matmul at most NATIVE_MAX x the bf16 time of the same shape is a native
 # kernel, one at least EMULATED_MIN x is emulated; between the two the probe does not decide and
-# the device's capability does (vLLM's own rule, _capability_native). A native FP8 matmul runs at
+# the device's capability does (vLLM's own rule, capability_native). A native FP8 matmul runs at
 # ~0.5x bf16 on an H100 and an upcast one at >= 2x, so the margin keeps noise from flipping it.
 NATIVE_MAX = 1.25
 EMULATED_MIN = 2.5
@@ -254,31 +255,19 @@ def _print_kernels() -> None:
 #   dequantization ... computed in high precision" path.
 # - NVFP4: the W4A16 path forces MarlinNvFp4LinearKernel, a CUDA kernel (speckit.core.quant
 #   records vLLM's refusal); the alternative is EmulationNvFp4LinearKernel.
-_CPU_FP8_FLAG = "amx_fp8"  # /proc/cpuinfo's name for the AMX-FP8 feature
 
 
 def cpu_kernels(flags: set[str]) -> list[KernelProbe]:
-    """vLLM's CPU backend, by platform: FP8 native only with AMX-FP8 (``flags``: the CPU's
-    /proc/cpuinfo flags), MX and NV FP4 always emulated. Nothing is timed."""
-    basis = "vLLM's CPU backend"
+    """vLLM's CPU backend, by platform (core.quant.kernels): FP8 native only with AMX-FP8
+    (``flags``: the CPU's /proc/cpuinfo flags), MX and NV FP4 always emulated. Nothing is
+    timed."""
     out = []
     for f in _formats():
-        if f == "fp8" and _CPU_FP8_FLAG in flags:
-            out.append(KernelProbe(f, "native", "cpu", basis=basis, detail=(
-                "AMX-FP8 present: vLLM runs CPUFP8W8A8ScaledMMLinearKernel (scaled_mm/cpu.py)")))
-        elif f == "fp8":
-            out.append(KernelProbe(f, "emulated", "cpu", basis=basis, detail=(
-                "no AMX-FP8 on this CPU: vLLM falls back to ChannelWiseTorchFP8ScaledMMLinear"
-                "Kernel, torch._scaled_mm without FP8 arithmetic (vllm/model_executor/kernels/"
-                "linear/scaled_mm/cpu.py, pytorch.py)")))
-        elif f == "mxfp4":
-            out.append(KernelProbe(f, "emulated", "cpu", basis=basis, detail=(
-                "vLLM's CpuPlatform.supports_mx() is False: weights dequantized, matmuls in "
-                "bf16 (vllm/platforms/interface.py, quark/schemes/quark_ocp_mx.py)")))
-        else:
-            out.append(KernelProbe(f, "emulated", "cpu", basis=basis, detail=(
-                "no FP4 kernel on vLLM's CPU backend: its W4A16 path forces the CUDA-only "
-                "MarlinNvFp4LinearKernel, else EmulationNvFp4LinearKernel dequantizes")))
+        rule = KERNEL_RULES[f]
+        native = rule.native_on_cpu(flags)
+        out.append(KernelProbe(f, "native" if native else "emulated", "cpu",
+                               basis="vLLM's CPU backend",
+                               detail=rule.cpu_native if native else rule.cpu_emulated))
     return out
 
 
@@ -422,16 +411,7 @@ def timed_status(ratio: float, fmt: str, device: Device) -> tuple[str, str]:
 
 
 def capability_native(fmt: str, device: Device) -> bool:
-    """vLLM's rule for a native kernel by device: CUDA FP8 from compute capability 8.9
-    (platforms/cuda.py supports_fp8), FP4 from 10.0 (Blackwell); ROCm FP8 on CDNA (gfx9,
-    gfx1250) and RDNA4 (gfx1200/1201), MX FP4 on gfx95x and gfx1250 (platforms/rocm.py
-    supports_fp8 / supports_mx)."""
+    """vLLM's rule for a native kernel on ``device`` (core.quant.kernels.KERNEL_RULES)."""
+    rule = KERNEL_RULES[fmt]
     cap = device.capability or ""
-    if device.kind == "rocm":
-        fp8 = ("gfx9", "gfx1250", "gfx1200", "gfx1201")
-        return cap.startswith(fp8 if fmt == "fp8" else ("gfx95", "gfx1250"))
-    try:
-        major, minor = (int(x) for x in cap.split(".")[:2])
-    except ValueError:
-        return False
-    return (major, minor) >= ((8, 9) if fmt == "fp8" else (10, 0))
+    return rule.native_on_rocm(cap) if device.kind == "rocm" else rule.native_on_cuda(cap)
