@@ -280,7 +280,7 @@ def verdict(report: BenchReport, opts: BenchOptions) -> SpeculationVerdict:
     ratio's 95% interval over seeds lies above 1. Synthetic-acceptance and untrained arms are
     not what the serve line would run, so they never decide."""
     pts = [MeasuredRatio(r.ratio.mean, r.k, int(r.concurrency), f"arm {r.arm}",
-                         r.acceptance_length, r.ratio_interval)
+                         r.acceptance_length, r.ratio_interval, kind="arm")
            for r in primary(report.summary, opts)
            if r.kind in ("static", "schedule") and r.ratio is not None
            and r.concurrency is not None]

@@ -11,7 +11,7 @@ import json
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from speckit.core import methods as _methods
 from speckit.core.evidence import CANNOT_TELL, DOES_NOT_PAY, PAYS, Interval, classify, shown
@@ -136,6 +136,12 @@ def serve_line(*, target: str, spec_config: Mapping[str, Any], method: str, tp: 
 
 # ---- does speculation pay? ----------------------------------------------------------------------
 
+# The kind of evidence behind a MeasuredRatio: "run" an end-to-end validate run (prefill and
+# scheduling included), "fit" the step model fitted to the batch probes, "probe" one batch probe
+# (decode steps only), "arm" a bench arm timed closed loop against a server.
+RatioKind = Literal["run", "fit", "probe", "arm"]
+
+
 @dataclass(frozen=True)
 class MeasuredRatio:
     """One measured throughput ratio (speculative / no speculation, output tokens per second)."""
@@ -143,10 +149,11 @@ class MeasuredRatio:
     ratio: float
     k: int
     concurrency: int
-    source: str  # "run draft_model-k1" (end to end), "batch probe", "fitted step model", an arm
+    source: str  # its label: "run draft_model-k1", "batch probe", "fitted step model", "arm ..."
     acceptance_length: float | None = None
     interval: Interval | None = None  # 95%; None: one measurement, no spread to judge it by
     decides: bool = True  # False: shown beside the verdict, never its evidence (a probe point)
+    kind: RatioKind = field(kw_only=True)  # what the ratio is; read this, never parse ``source``
 
     @property
     def status(self) -> str:
@@ -192,7 +199,7 @@ def speculation_verdict(measured: Sequence[MeasuredRatio], *, where: str = "this
     paying = [m for m in deciding if m.status == PAYS]
     if paying:
         # an end-to-end run is the stronger evidence: named first when one pays
-        best = max(paying, key=lambda m: (m.source.startswith("run"), m.interval.lo
+        best = max(paying, key=lambda m: (m.kind == "run", m.interval.lo
                                           if m.interval else m.ratio))
         return SpeculationVerdict(True, True, (
             f"speculation pays on {where}: {shown(best.ratio, best.interval)} ({_at(best)}), "
@@ -208,7 +215,7 @@ def speculation_verdict(measured: Sequence[MeasuredRatio], *, where: str = "this
     else:
         status, pays = CANNOT_TELL, None
         open_ = sorted((m for m in deciding if m.status == CANNOT_TELL),
-                       key=lambda m: not m.source.startswith("run"))  # end-to-end runs first
+                       key=lambda m: m.kind != "run")  # end-to-end runs first
         listed = "; ".join(f"{shown(m.ratio, m.interval)} ({_at(m)})" for m in open_[:2])
         if len(open_) > 2:
             listed += f"; {len(open_) - 2} more"
@@ -238,7 +245,7 @@ def _why_not(points: Sequence[MeasuredRatio]) -> list[str]:
         al = pts[0].acceptance_length
         how = "well" if al >= 1 + 0.5 * k else "poorly"
         costs = ", ".join(f"{m.acceptance_length / m.ratio:.2f} (concurrency {m.concurrency}"
-                          f"{', ' + m.source if m.source.startswith('run') else ''})"
+                          f"{', ' + m.source if m.kind == 'run' else ''})"
                           for m in pts)
         more = all(m.ratio < 1 for m in pts)
         out.append(f"k={k}: the draft is accepted {how} (AL {al:.2f} of at most {k + 1}), "

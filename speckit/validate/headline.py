@@ -38,7 +38,7 @@ def headline(rep: Any) -> Headline:
     """The headline of a ValidationReport ``rep``."""
     v = rep.verdict
     measured = list(v.measured) if v is not None else []
-    runs = [m for m in measured if m.source.startswith("run ")]
+    runs = [m for m in measured if m.kind == "run"]
     best = v.best if v is not None and v.best is not None and v.best in runs else None
     figure = best or next((m for m in runs if m.k == rep.k), runs[0] if runs else None)
     answer = v.status if v is not None else NOT_TIMED
@@ -47,15 +47,15 @@ def headline(rep: Any) -> Headline:
 
 def _others(rep: Any, measured: list[MeasuredRatio], figure: MeasuredRatio | None) -> list[str]:
     out = [f"{m.source} at k={m.k}: {shown(m.ratio, m.interval)}, another end-to-end run"
-           for m in measured if m.source.startswith("run ") and m is not figure]
+           for m in measured if m.kind == "run" and m is not figure]
     if rep.sweep is not None:
         out.append(f"the k sweep's predicted ratios: the step model's prediction for each k from "
                    f"the run at k={rep.sweep.k_measured} (only that k and a confirmed one ran)")
-    kinds = {m.source for m in measured}
-    if "fitted step model" in kinds:
+    kinds = {m.kind for m in measured}
+    if "fit" in kinds:
         out.append("fitted step model by concurrency: the step-cost model fitted to this "
                    "machine's batch probes, a model with its error band")
-    if "batch probe" in kinds:
+    if "probe" in kinds:
         out.append("batch probes: decode steps alone timed at each concurrency; shown, they "
                    "decide nothing")
     serve = rep.concurrency.serve if rep.concurrency is not None else None

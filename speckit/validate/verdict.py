@@ -16,6 +16,7 @@ Pure over the report pieces (no engine): tests feed it recorded runs.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from speckit.core.evidence import Interval, shown
@@ -33,20 +34,20 @@ def measured_ratios(runs: Sequence[Any], concurrency: int, conc: Any = None
     ``runs``: SpecRunReports; ``conc``: the ConcurrencyReport or None.
     """
     e2e = [MeasuredRatio(float(s.throughput_ratio), int(s.run.k), int(concurrency),
-                         f"run {s.run.label}", float(s.acceptance_length), s.ratio_interval)
+                         f"run {s.run.label}", float(s.acceptance_length), s.ratio_interval,
+                         kind="run")
            for s in runs if s.run.role in TIMED_ROLES and not s.acceptance_only
            and s.run.k is not None]
     if conc is None:
         return e2e, None
     al = _al_at(runs, conc.k)
     probes = [MeasuredRatio(float(m.measured_ratio), int(conc.k), int(m.batch), "batch probe",
-                            al, m.ratio_interval, decides=False)
+                            al, m.ratio_interval, decides=False, kind="probe")
               for m in conc.measured if m.measured_ratio is not None]
     fitted = fitted_points(conc)
     left_out = _disagreement(e2e, fitted, concurrency, conc.k)
     if left_out:
-        fitted = [MeasuredRatio(m.ratio, m.k, m.concurrency, m.source, m.acceptance_length,
-                                m.interval, decides=False) for m in fitted]
+        fitted = [replace(m, decides=False) for m in fitted]
     return e2e + fitted + probes, left_out
 
 
@@ -68,7 +69,8 @@ def fitted_points(conc: Any) -> list[MeasuredRatio]:
         iv = Interval(r * max(0.0, 1 - rel), r * (1 + rel), len(conc.measured),
                       "fitted concurrencies", f"fitted step model, +-{100 * rel:.0f}% (twice its "
                       "worst fit or held-out error)")
-        out.append(MeasuredRatio(r, int(k), int(m.batch), "fitted step model", None, iv))
+        out.append(MeasuredRatio(r, int(k), int(m.batch), "fitted step model", None, iv,
+                                 kind="fit"))
     return out
 
 

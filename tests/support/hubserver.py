@@ -15,6 +15,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -469,11 +470,17 @@ def _make_handler(server: HubServer):
             self._send(st[0], b"", st[1])
             return True
 
-        def _hostile_stream(self, name: str, data: bytes, headers: dict) -> bool:
-            """An endless chunked body or a drip, for the hostile mode; False when not asked."""
+        def _hostile_stream(self, name: str, data: bytes, headers: dict,
+                            record: Callable[[], object] | None = None) -> bool:
+            """An endless chunked body or a drip, for the hostile mode; False when not asked.
+            ``record`` logs the request before the stream starts: a stream can outlive the test
+            that asked for it, and a log entry made at its end would land in the next test's log
+            (the server is shared by the session; reset() clears the log between tests)."""
             mode = server._hostile.body.get(name)
             if mode is None or self.command != "GET":
                 return False
+            if record is not None:
+                record()
             kind, interval, cap = mode
             self.send_response(200)
             for k, v in headers.items():
@@ -513,8 +520,8 @@ def _make_handler(server: HubServer):
 
         def _body(self, repo_id, sha, name, data, kind, headers):
             data = server._body_override.get((repo_id, sha, name), data)
-            if self._hostile_stream(name, data, headers):
-                self._record(kind, repo_id, name, status=200)
+            if self._hostile_stream(name, data, headers,
+                                   lambda: self._record(kind, repo_id, name, status=200)):
                 return
             total = len(data)
             start = 0

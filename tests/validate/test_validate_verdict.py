@@ -140,6 +140,9 @@ def test_a_fit_the_runs_contradict_is_not_counted():
                for r in v.reasons)
     _, left_out = measured_ratios(_runs(SELF), 3, _conc(EAGLE3))  # not probed at 3
     assert "not measured at concurrency 3" in left_out
+    # each point says what it is; a fit left out keeps its kind
+    kinds = {"run draft_model-k1": "run", "fitted step model": "fit", "batch probe": "probe"}
+    assert {(m.source, m.kind) for m in v.measured} == set(kinds.items())
 
 
 def test_a_fit_that_only_overlaps_the_runs_is_not_agreement():
@@ -163,12 +166,14 @@ def test_a_fit_that_only_overlaps_the_runs_is_not_agreement():
 
 def test_the_rule_alone():
     def m(r, lo, hi, **kw):
-        return MeasuredRatio(r, 1, 1, "run x-k1", 1.9, Interval(lo, hi, 32, "prompts", "t"), **kw)
+        return MeasuredRatio(r, 1, 1, "run x-k1", 1.9, Interval(lo, hi, 32, "prompts", "t"),
+                             kind="run", **kw)
 
     assert speculation_verdict([m(1.2, 1.05, 1.37)]).status == "pays"
     assert speculation_verdict([m(0.8, 0.7, 0.9)]).status == "does not pay"
     assert speculation_verdict([m(1.1, 0.9, 1.3)]).status == "cannot tell"
-    one = MeasuredRatio(1.5, 1, 1, "run x-k1", 1.9)  # no interval: one measurement decides nothing
+    # no interval: one measurement decides nothing
+    one = MeasuredRatio(1.5, 1, 1, "run x-k1", 1.9, kind="run")
     assert speculation_verdict([one]).status == "cannot tell"
     assert speculation_verdict([m(0.8, 0.7, 0.9), m(1.2, 1.05, 1.37)]).status == "pays"
     # a point that does not decide is listed, never counted

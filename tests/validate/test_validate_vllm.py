@@ -153,7 +153,7 @@ def test_outputs_written(session):
     # and the verdict the intervals (issue 43): "pays" only when a deciding one lies above 1
     v = dm.verdict
     assert v is not None and v.measured
-    runs = [m for m in v.measured if m.source.startswith("run")]
+    runs = [m for m in v.measured if m.kind == "run"]
     assert runs and all(m.interval is not None and m.interval.n == N_PROMPTS for m in runs)
     assert all(m.interval.lo <= m.ratio <= m.interval.hi for m in runs)
     deciding = [m for m in v.measured if m.decides]
