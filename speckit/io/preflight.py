@@ -1,0 +1,57 @@
+"""Pre-flight over files: read a draft and its target into core.preflight.PairFacts, run the rules,
+and stop an engine start on an error unless the user passed --force-start.
+
+inspect --target, plan, validate and bench all call check_pair(); plan, validate and bench then
+call gate() before anything starts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from speckit.core.preflight import Finding, PairFacts, preflight
+from speckit.errors import PlanError
+
+
+class PreflightError(PlanError):
+    """A pair the engine will serve at (near) zero acceptance: stopped before anything starts."""
+
+
+@dataclass
+class PreflightResult:
+    """The findings for one pair and the identities they compared."""
+
+    findings: list[Finding] = field(default_factory=list)
+    target: str | None = None  # the target identity compared (Hub id / registry repo / origin)
+    target_from: str | None = None  # where that identity came from
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.is_error]
+
+    @property
+    def warnings(self) -> list[Finding]:
+        return [f for f in self.findings if not f.is_error]
+
+
+def check_pair(draft: Path, target: Any | None, *, target_ref: str | None = None,
+               serve_context: int | None = None) -> PreflightResult:
+    """Pre-flight of the draft at ``draft`` (a local checkpoint directory) against ``target`` (a
+    speckit.io.refs.Resolved with at least its config, or None: the draft's own checks only).
+    ``target_ref`` is the reference the user gave (its Hub id is the target's identity)."""
+    facts = gather_facts(draft, target, target_ref=target_ref, serve_context=serve_context)
+    return PreflightResult(preflight(facts))
+
+
+def gather_facts(draft: Path, target: Any | None, *, target_ref: str | None = None,
+                 serve_context: int | None = None) -> PairFacts:
+    """Read the pair's files into PairFacts (headers and small configs only)."""
+    raise NotImplementedError
+
+
+def gate(result: PreflightResult, *, force_start: bool, warnings: list[str]) -> None:
+    """Raise PreflightError naming every error finding, unless ``force_start``: then each finding
+    is appended to ``warnings`` (it is still printed and written into the report)."""
+    raise NotImplementedError
