@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.methods.detect import detect
 from speckit.core.preflight import Finding, PairFacts, preflight
 from speckit.errors import PlanError
+from speckit.io.checkpoint import Checkpoint
 
 
 class PreflightError(PlanError):
@@ -48,10 +50,26 @@ def check_pair(draft: Path, target: Any | None, *, target_ref: str | None = None
 def gather_facts(draft: Path, target: Any | None, *, target_ref: str | None = None,
                  serve_context: int | None = None) -> PairFacts:
     """Read the pair's files into PairFacts (headers and small configs only)."""
-    raise NotImplementedError
+    ckpt = Checkpoint.open(draft)
+    layout = detect(ckpt)
+    tensors = {n: (t.dtype, tuple(t.shape)) for n, t in ckpt.tensors.items()}
+    tcfg = dict(target.config) if target is not None else None
+    tfiles = frozenset(p.name for p in target.path.iterdir()) if target is not None else frozenset()
+    return PairFacts(method=layout.method, layout=layout.name, draft_config=dict(ckpt.config),
+                     draft_tensors=tensors, target_config=tcfg, target_id=target_ref,
+                     target_files=tfiles, serve_context=serve_context)
 
 
 def gate(result: PreflightResult, *, force_start: bool, warnings: list[str]) -> None:
     """Raise PreflightError naming every error finding, unless ``force_start``: then each finding
     is appended to ``warnings`` (it is still printed and written into the report)."""
-    raise NotImplementedError
+    errors = result.errors
+    if force_start:
+        warnings += [f"pre-flight {f.severity}: {f.message} [{f.subject}] (--force-start: started "
+                     "anyway)" for f in errors]
+        return
+    if errors:
+        raise PreflightError("pre-flight: this pair will serve at (near) zero acceptance: "
+                             + "; ".join(f"{f.message} [{f.subject}]" for f in errors),
+                             hint="; ".join(dict.fromkeys(f.fix for f in errors))
+                             + "; or pass --force-start to start anyway")

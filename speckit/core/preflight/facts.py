@@ -19,7 +19,7 @@ class Finding:
 
     severity: str  # "error" | "warning"
     code: str  # stable kebab-case id, e.g. "aux-ids-output-convention"
-    subject: str  # the config field or tensor at fault ("eagle_config.eagle_aux_hidden_state_layer_ids")
+    subject: str  # the config field or tensor at fault
     message: str  # what is wrong and what the engine will do with it
     fix: str  # the repair: a speckit command, a flag, an exclude regex, the right target
     report: str  # the public report this cause reproduces ("vllm-project/vllm#43671")
