@@ -26,6 +26,7 @@ from speckit.core.registry.schema import (
     PackageSource,
     PublishedResult,
     Registry,
+    TrainedOn,
 )
 from speckit.errors import FormatError
 
@@ -118,10 +119,11 @@ _ENTRY_OPTIONAL = (
     "shadows_builtin",
     "speculative_config", "target_hidden_size", "target_vocab_size", "hidden_size", "vocab_size",
     "notes", "published", "citations", "config", "config_sources", "checkpoint_bytes",
-    "checkpoint_bytes_source", "local_copy_of", "copy_differs",
+    "checkpoint_bytes_source", "local_copy_of", "copy_differs", "trained",
 )
 _DRAFT_ONLY = ("method", "target", "num_speculative_tokens", "k_source", "speculative_config",
-               "target_hidden_size", "target_vocab_size")
+               "target_hidden_size", "target_vocab_size", "trained")
+THINKING_MODES = ("on", "off", "both")
 _TARGET_ONLY = ("hidden_size", "vocab_size", "local_copy_of", "copy_differs")
 _RESULT_FIELDS = (
     "metric", "dataset", "source", "value", "min", "max", "k", "hardware", "tp", "engine",
@@ -272,7 +274,29 @@ def _parse_entry(raw: Mapping[str, Any], *, origin: str, index: int) -> Entry:
         config_sources=config_sources, checkpoint_bytes=_int(ctx, raw, "checkpoint_bytes"),
         checkpoint_bytes_source=_bytes_source(ctx, raw),
         local_copy_of=_repo(ctx, raw, "local_copy_of"), copy_differs=_str(ctx, raw, "copy_differs"),
+        trained=_trained(ctx, raw),
     )
+
+
+def _trained(ctx: _Ctx, raw: Mapping[str, Any]) -> TrainedOn | None:
+    """`trained = { verifier, verifier_layers, length, thinking, source, quote }`: what a draft
+    was trained on, every figure cited."""
+    t = raw.get("trained")
+    if t is None:
+        return None
+    if not isinstance(t, dict):
+        ctx.fail("trained", "must be a table: { verifier = 'org/name', length = 2048, "
+                 "source = 'https://...', quote = '...' }")
+    c = _Ctx(ctx.origin, f"{ctx.where}: trained")
+    _check_keys(c, t, required=("source", "quote"),
+                optional=("verifier", "verifier_layers", "length", "thinking"))
+    url = _str(c, t, "source", required=True) or ""
+    if not url.startswith("https://"):
+        c.fail("source", f"{url!r} is not an https:// address", "cite the page itself")
+    return TrainedOn(source=url, quote=_str(c, t, "quote", required=True) or "",
+                     verifier=_repo(c, t, "verifier"),
+                     verifier_layers=_int(c, t, "verifier_layers"), length=_int(c, t, "length"),
+                     thinking=_choice(c, t, "thinking", THINKING_MODES))
 
 
 def _citation(ctx: _Ctx, raw: Any, where: str, *, config_source: bool = False) -> Citation:

@@ -112,6 +112,20 @@ class PublishedResult:
 
 
 @dataclass(frozen=True)
+class TrainedOn:
+    """What a draft was trained on, as a cited source states it (pre-flight reads it):
+    `trained = { verifier = "org/name", verifier_layers = 36, length = 2048, thinking = "off",
+    source = "https://...", quote = "..." }`; every field but source and quote optional."""
+
+    source: str
+    quote: str
+    verifier: str | None = None  # the target model it was trained against (Hub id)
+    verifier_layers: int | None = None  # that model's num_hidden_layers
+    length: int | None = None  # the context length (tokens) it was trained on
+    thinking: str | None = None  # "on" | "off" | "both": the chat mode of its training data
+
+
+@dataclass(frozen=True)
 class Entry:
     """One registry entry: a draft checkpoint (default) or a target model."""
 
@@ -152,6 +166,7 @@ class Entry:
     overrides: str | None = None  # origin of the entry this one replaced, if any
     # a user file's entry may take a curated id only with `shadows_builtin = true` in it
     shadows_builtin: bool = False
+    trained: TrainedOn | None = None  # what it was trained on (drafts; a cited source)
 
     @property
     def location(self) -> str:
