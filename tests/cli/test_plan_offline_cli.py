@@ -43,7 +43,8 @@ def test_done_when_resolve_names_a_draft_with_its_source(offline):
                     "--gpu", "h100")
     assert code == 0, out
     assert "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3@main" in out
-    assert "ranked by: what starts on H100" in out and "start with: --speculative-config" in out
+    assert "ranked by projected throughput ratio at concurrency" in out and "on H100" in out
+    assert "start with: " in out and "--speculative-config" in out
     code, out = run("registry", "show", "llama-3.1-8b-instruct-eagle3")
     assert "https://github.com/vllm-project/speculators/blob/" in out
 

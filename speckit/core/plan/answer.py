@@ -45,6 +45,12 @@ def check_concurrency(values: Sequence[int] | None, max_num_seqs: int) -> list[i
     return cols
 
 
+def without_k(choice: Any) -> bool:
+    """A published AL that records neither its k nor per-position rates: it cannot say what
+    other k accept (the prior is used instead, and the result says why)."""
+    return choice is not None and choice.rates is None and choice.k is None
+
+
 def scaled_rates(rates: Sequence[float], al: float, k: int, want: float) -> list[float]:
     """Per-position rates whose AL at ``k`` is ``want``: each rate scaled by one factor (the
     shape of the measured curve kept), clipped to [0, 1]."""
@@ -88,4 +94,5 @@ def best_ratio_at(table: _sched.SpeedTable, concurrency: int
     return k, table.ratio[k][i], band[i] if band else (table.ratio[k][i],) * 2
 
 
-__all__ = ["PlanReport", "best_ratio_at", "check_concurrency", "scaled_rates", "widen"]
+__all__ = ["PlanReport", "best_ratio_at", "check_concurrency", "scaled_rates", "widen",
+           "without_k"]
