@@ -44,6 +44,7 @@ from speckit.core.plan.report import (
 )
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.plan.weights import is_top_level as _is_top_level
+from speckit.core.registry.fit import draft_entry
 from speckit.core.specconfig import adaptive_verification_advice
 from speckit.core.traffic import TrafficReport
 from speckit.errors import PlanError, UsageError
@@ -320,7 +321,7 @@ def _acceptance(res: PlanResult, ask: _SpeedAsk) -> AcceptanceChoice:
                       al=ask.al, k=res.k)
     rep = read_acceptance(ask.acceptance_from) if ask.acceptance_from is not None else None
     reg = load_registry()
-    entry = _draft_entry(reg, ask.draft)
+    entry = draft_entry(reg, ask.draft)
     choice = choose_acceptance(flag=flag, report=rep, entry=entry, registry=reg,
                                method=res.method or "", dataset=ask.dataset, k=res.k,
                                target_params_b=params_from_name(res.target))
@@ -335,19 +336,6 @@ def _acceptance(res: PlanResult, ask: _SpeedAsk) -> AcceptanceChoice:
                         hint="pass --acceptance P1,P2,... (speckit validate measures them), "
                         "--al X -k K, or --acceptance-from REPORT")
     return choice
-
-
-def _draft_entry(reg: Any, draft: str | None) -> Any:
-    """The registry draft entry ``draft`` names: by id, else by its Hub repo."""
-    if not draft:
-        return None
-    key = draft.strip()
-    e = reg.entries.get(key) or reg.entries.get(key.lower())
-    if e is None:
-        repo = key.split("@", 1)[0].lower()
-        e = next((x for x in reg.entries.values()
-                  if x.kind == "draft" and (x.repo or "").lower() == repo), None)
-    return e if e is not None and e.kind == "draft" else None
 
 
 def _traffic_speed(res: PlanResult, gpu: GPU | None, ask: _SpeedAsk,

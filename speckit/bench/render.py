@@ -9,6 +9,7 @@ from pathlib import Path
 
 from speckit.bench.report import BenchReport, SummaryRow
 from speckit.bench.stats import Spread
+from speckit.core.canary import canary_lines
 from speckit.core.context import context_table
 from speckit.core.evidence import CANNOT_TELL, DOES_NOT_PAY, Interval
 from speckit.core.jsonable import to_jsonable
@@ -129,6 +130,9 @@ def markdown(r: BenchReport) -> str:
         lines += [f"- {arm} not measured: {why}" for arm, why in r.skipped.items()]
         if r.error:
             lines.append(f"- **stopped early**: {r.error}")
+    canary = [x for c in r.canary for x in canary_lines(c)]  # last: a collapse ends the report
+    if canary:
+        lines += ["", "## Acceptance against the published figure", "", *canary]
     return "\n".join(lines) + "\n"
 
 

@@ -125,6 +125,8 @@ class BenchReport:
     acceptance_by_context: dict[str, Any] = field(default_factory=dict)
     traffic: Any = None  # --traffic in numbers (speckit.core.traffic.TrafficReport), no text
     trained_length: Any = None  # the draft's trained (or declared) context (TrainedLength)
+    # the draft's measured AL against its published one (speckit.core.canary.AcceptanceCanary)
+    canary: list[Any] = field(default_factory=list)
 
 
 # ---- the summary -----------------------------------------------------------------------------

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core.canary import canary_lines
 from speckit.core.context import context_table
 from speckit.core.evidence import Interval, shown
 from speckit.core.metrics import (
@@ -174,6 +175,8 @@ class ValidationReport:
     traffic: Any = None
     # which copy already on this machine a Hub target or draft was read from (local first)
     copies: list[str] = field(default_factory=list)
+    # the measured AL against the draft's published one (speckit.core.canary.AcceptanceCanary)
+    canary: Any = None
 
     @property
     def recommended(self) -> bool:
@@ -284,7 +287,8 @@ def _thinking(value: Any) -> str:
 
 
 def to_markdown(r: ValidationReport) -> str:
-    lines = _md_header(r) + _md_verdict(r) + _md_runs(r)
+    lines = _md_header(r) + _md_verdict(r) + [f"- {x}" for x in canary_lines(r.canary)] + \
+        _md_runs(r)
     lines += context.markdown(r.acceptance_by_context, r.trained_length, r.traffic,
                               Path(r.files["acceptance_by_context_png"]).name
                               if "acceptance_by_context_png" in r.files else None)
@@ -557,6 +561,8 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     console.print(r.serve_command, soft_wrap=True, highlight=False, markup=False)
     if r.files:
         console.print(f"files in {Path(next(iter(r.files.values()))).parent}")
+    for line in canary_lines(r.canary):  # last: a collapse is the final word
+        console.print(line, markup=False, highlight=False)
 
 
 def _print_context(r: ValidationReport, console) -> None:

@@ -62,6 +62,25 @@ def target_entry(registry: Registry, target: str) -> Entry | None:
     return None
 
 
+def draft_entry(registry: Registry, ref: str | None) -> Entry | None:
+    """The registry draft entry ``ref`` names: its id, its Hub repo (``@revision`` ignored), or a
+    path ending in the directory speckit bundles it in."""
+    if not ref:
+        return None
+    key = ref.strip()
+    e = registry.entries.get(key) or registry.entries.get(key.lower())
+    if e is not None:
+        return e if e.kind == "draft" else None
+    repo = key.split("@", 1)[0].lower()
+    path = key.replace("\\", "/").rstrip("/")
+    for x in registry.entries.values():
+        if x.kind != "draft":
+            continue
+        if (x.repo or "").lower() == repo or (x.bundled and path.endswith(x.bundled)):
+            return x
+    return None
+
+
 def place(entry: Entry, target: Entry | None, dep: Deployment,
           target_rows: list[Any] | None = None) -> Fit:
     """The largest k (at most the entry's) at which ``entry`` + its target start on ``dep``."""
@@ -151,4 +170,5 @@ def default_concurrency(gpu: GPU, tp: int) -> int:
 
 
 __all__ = ["NOT_CHECKED", "STARTS", "STARTS_TARGET_SIZED", "WILL_NOT_START", "Deployment", "Fit",
-           "default_concurrency", "place", "place_without_draft", "target_entry"]
+           "default_concurrency", "draft_entry", "place", "place_without_draft",
+           "target_entry"]
