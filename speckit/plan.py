@@ -296,7 +296,8 @@ def _speed(res: PlanResult, gpu: GPU | None, ask: _SpeedAsk) -> tuple[Any, Any]:
         max_batch=int(res.settings["max_num_seqs"]), kv_cache_dtype=ask.kv_cache_dtype,
         draft_quant=ask.draft_quant, constants=_constants(ask),
         kv_tokens=res.with_draft.kv_tokens, lookahead=res.lookahead_slots, batches=ask.columns)
-    sp = widen(*runs) if len(runs) == 3 else runs[0]
+    sp = replace(widen(*runs), acceptance_spread=(choice.al_low, choice.al_high)) \
+        if len(runs) == 3 else runs[0]
     sp = replace(sp, acceptance_source=choice.label + _spread_text(choice))
     sp.assumptions[:] = [f"acceptance: {choice.label}{_spread_text(choice)}; acceptance does "
                          "not depend on the batch size" if a.startswith("acceptance:") else a

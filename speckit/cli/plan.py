@@ -217,8 +217,9 @@ def render_speed(sp) -> None:
     banded = bool(sp.band_level)
     for tb in sp.tables:
         title = f"projected throughput ratio vs no speculation, KV context {tb.ctx:,}"
+        band = f"{sp.band_level:.0%} band" + (" x AL spread" if sp.acceptance_spread else "")
         if banded:
-            title += f" (under each ratio: its {sp.band_level:.0%} band)"
+            title += f" (under each ratio: its {band})"
         con.print(title + ":")  # above the table: a title would wrap to the table's width
         t = Table(box=None, pad_edge=False, header_style="bold")
         cols = sp.columns or _columns(sp.max_batch)
@@ -228,7 +229,7 @@ def render_speed(sp) -> None:
         for k in tb.ks:
             t.add_row(f"{k} ({tb.al[k]:.2f})", *_cells(tb, cols, _ratio_cells(tb, k)))
             if banded:
-                t.add_row(f"  {sp.band_level:.0%} band", *_cells(
+                t.add_row(f"  {band}", *_cells(
                     tb, cols, [f"{lo:.2f}-{hi:.2f}" for lo, hi in tb.band.get(k, [])], ""))
         t.add_row("best k", *_cells(tb, cols, [str(k) if k else "off" for k in tb.best_k]))
         print_table(con, t)

@@ -48,6 +48,8 @@ class SpeedResult:
     band_level: float = 0.0  # each table's band covers this share of published points (0: none)
     band_source: str = ""  # where the band comes from
     columns: list[int] = field(default_factory=list)  # the concurrencies asked for (the columns)
+    # (AL low, AL high) at the acceptance's k when the bands also span the acceptance's spread
+    acceptance_spread: tuple[float, float] | None = None
 
 
 def project_speed(*, target_config: Mapping[str, Any], method: str,
