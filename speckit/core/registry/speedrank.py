@@ -30,6 +30,7 @@ from speckit.core.registry.fit import (
     place_without_draft,
 )
 from speckit.core.registry.schema import Entry, Registry
+from speckit.core.specconfig import adaptive_verification_advice
 from speckit.errors import FormatError, PlanError, UsageError
 
 DEFAULT_CONTEXT = 1024  # KV context per request the ranking is projected at (plan's first)
@@ -106,7 +107,8 @@ def rank_by_speed(registry: Registry, *, target: Entry, entries: Sequence[Entry]
                    f"on {dep.gpu.name} x TP={dep.tp} (speckit plan's step model over the "
                    "registry's recorded shapes; each row's best k up to the k that starts)"),
         start_with=pick.speculative_config if pick else None,
-        start_with_id=pick.id if pick else None, notes=_notes(rows, pick, on_prior))
+        start_with_id=pick.id if pick else None,
+        notes=_notes(rows, pick, on_prior) + _adaptive(rows, dep.gpu.platform))
 
 
 @dataclass(frozen=True)
@@ -242,6 +244,16 @@ def _version(text: str) -> tuple[int, ...]:
         digits = "".join(ch for ch in part if ch.isdigit())
         out.append(int(digits) if digits else 0)
     return tuple(out)
+
+
+def _adaptive(rows: list[SpeedRow], platform: str) -> list[str]:
+    """vLLM's adaptive verification, for each ranked method that takes it (DSpark in 0.32)."""
+    out: list[str] = []
+    for name in dict.fromkeys(r.method for r in rows):
+        said = adaptive_verification_advice(method=name, platform=platform)
+        if said:
+            out.append(f"{name}: {said[0]}")
+    return out
 
 
 def _notes(rows: list[SpeedRow], pick: SpeedRow | None, on_prior: list[str]) -> list[str]:
