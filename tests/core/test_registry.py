@@ -66,6 +66,24 @@ ISSUE45_DRAFTS = {
     "deepseek-ai/DeepSeek-V3": ("mtp", "deepseek-ai/DeepSeek-V3"),
 }
 
+# The drafts issue #52 adds (EAGLE 3.1, DSpark for newer targets, DFlash2, P-EAGLE, and more drafts
+# with published acceptance for the targets the registry has shapes for): repo -> (method, target)
+ISSUE52_DRAFTS = {
+    "deepseek-ai/dspark_qwen3_8b_block7": ("dspark", "Qwen/Qwen3-8B"),
+    "nebius/EAGLE3-Llama-3.3-70B-Instruct": ("eagle3", "meta-llama/Llama-3.3-70B-Instruct"),
+    "nebius/EAGLE3-gpt-oss-20b": ("eagle3", "openai/gpt-oss-20b"),
+    "nebius/EAGLE3-gpt-oss-120b": ("eagle3", "openai/gpt-oss-120b"),
+    "nebius/EAGLE3-Qwen3-235B-A22B-Instruct-2507": ("eagle3", "Qwen/Qwen3-235B-A22B-Instruct-2507"),
+    "amazon/gpt-oss-120b-p-eagle": ("eagle3", "openai/gpt-oss-120b"),
+    "amazon/GPT-OSS-20B-P-EAGLE": ("eagle3", "openai/gpt-oss-20b"),
+    "amazon/Qwen3-Coder-30B-A3B-Instruct-P-EAGLE": ("eagle3", "Qwen/Qwen3-Coder-30B-A3B-Instruct"),
+    "lightseekorg/kimi-k2.6-eagle3.1-mla": ("eagle3", "moonshotai/Kimi-K2.6"),
+    "lightseekorg/kimi-k2.6-eagle3-mla": ("eagle3", "moonshotai/Kimi-K2.6"),
+    "RedHatAI/Qwen3.8-27B-speculator.dspark": ("dspark", "Qwen/Qwen3.8-27B"),
+    "RedHatAI/GLM-5.3-speculator.dspark": ("dspark", "zai-org/GLM-5.3"),
+    "z-lab/Qwen3.8-27B-DFlash2": ("dflash", "Qwen/Qwen3.8-27B"),
+}
+
 # Throughput ratios the issue lists: (target, method, value, dataset, k)
 ISSUE_RATIOS = [
     ("google/gemma-4-26B-A4B-it", "dflash", 2.87, "MATH500", 7),
@@ -168,10 +186,10 @@ def test_builtin_has_the_issue_drafts_with_required_fields(builtin):
     bundled = [e for e in builtin.filter(kind="draft") if e.bundled]
     assert [e.id for e in bundled] == ["smollm2-135m-eagle3", "smollm2-135m-dflash"]
     by_repo = {e.repo: e for e in drafts}
-    assert set(by_repo) == set(ISSUE_DRAFTS) | set(ISSUE45_DRAFTS)
+    assert set(by_repo) == set(ISSUE_DRAFTS) | set(ISSUE45_DRAFTS) | set(ISSUE52_DRAFTS)
     ids = [e.id for e in drafts]
     assert len(set(ids)) == len(ids)
-    for repo, (method, target) in {**ISSUE_DRAFTS, **ISSUE45_DRAFTS}.items():
+    for repo, (method, target) in {**ISSUE_DRAFTS, **ISSUE45_DRAFTS, **ISSUE52_DRAFTS}.items():
         e = by_repo[repo]
         assert (e.method, e.target) == (method, target), repo
         assert e.id == e.id.lower() and len(e.id) <= 40
@@ -183,11 +201,11 @@ def test_builtin_has_the_issue_drafts_with_required_fields(builtin):
         # no sha is known offline: every revision is a branch, honestly marked unpinned
         assert e.revision == "main" and e.pinned is False
         assert e.origin == str(builtin_registry_path())
-    for repo in ISSUE45_DRAFTS:  # each cites the page it came from, with an excerpt
+    for repo in {**ISSUE45_DRAFTS, **ISSUE52_DRAFTS}:  # each cites its page, with an excerpt
         cites = by_repo[repo].citations
         assert cites and all(c.url.startswith("https://") and c.quote.strip() for c in cites), repo
     followed = {"Google", "Red Hat AI", "Z-Lab", "DeepSeek AI", "Inferact",
-                "LightSeek Foundation", "speckit"}
+                "LightSeek Foundation", "speckit", "Nebius", "AWS"}
     assert {e.provider for e in builtin.filter(kind="draft")} <= followed
 
 
@@ -457,8 +475,9 @@ def test_filter(builtin):
     assert {"gemma-4-26b-a4b-it-eagle3", "gemma-4-31b-it-dspark"} <= {
         e.id for e in builtin.filter(provider="redhat")}
     assert {e.id for e in builtin.filter(method="dspark")} == {
-        "gemma-4-31b-it-dspark", "kimi-k3-dspark", "qwen3-8b-dflash-block7"}
-    assert len(builtin.filter(target="qwen/qwen3-8b")) == 7
+        "gemma-4-31b-it-dspark", "kimi-k3-dspark", "qwen3-8b-dflash-block7",
+        "qwen3-8b-dspark-block7", "qwen3.8-27b-dspark", "glm-5.3-dspark"}
+    assert len(builtin.filter(target="qwen/qwen3-8b")) == 8
     n_targets = len(builtin.filter(kind="target"))
     assert n_targets >= 8 and len(builtin.filter(kind=None)) == len(builtin.filter()) + n_targets
     with pytest.raises(UsageError, match="did you mean dflash"):
@@ -467,7 +486,9 @@ def test_filter(builtin):
 
 def test_list_entries_carries_registry_level_figures(builtin):
     listing = list_entries(builtin, method="dspark")
-    assert {r.target for r in listing.published} == {"Qwen/Qwen3-8B"}
+    # DSpark paper Table 1 for targets without a shape here (the prior reads them)
+    assert {r.target for r in listing.published} == {
+        "Qwen/Qwen3-4B", "Qwen/Qwen3-14B", "google/gemma-4-12B-it"}
     assert list_entries(builtin, kind="target").published == []
 
 
@@ -508,8 +529,9 @@ def test_resolve_on_a_gpu_starts_first_and_never_offers_a_k_that_will_not_start(
     h100 = get_gpu("H100")
     res = resolve(builtin, target="Qwen/Qwen3-8B", deployment=Deployment(h100))
     top = res.candidates[0]
-    # the one Qwen3-8B draft whose shape the registry records is planned whole
-    assert (top.id, top.fit.verdict, top.fit.k) == ("qwen3-8b-dflash-block7", "starts", 7)
+    # a Qwen3-8B draft whose shape the registry records is planned whole
+    assert builtin.get(top.id).config is not None
+    assert (top.id, top.fit.verdict, top.fit.k) == ("qwen3-8b-dspark-block7", "starts", 7)
     assert res.start_with == top.speculative_config
     # DFlash at k=15 needs 1024 x 16 scheduled tokens; H100's default budget is 8192: k <= 7
     b16 = next(c for c in res.candidates if c.id == "qwen3-8b-dflash-b16")
@@ -555,10 +577,13 @@ def test_resolve_no_match_reports_nearby_targets_and_methods(builtin):
     no_method = resolve(builtin, target="Qwen/Qwen3-8B", method="mtp")
     assert not no_method.found
     assert "registered methods for it: dflash, dspark, eagle3" in no_method.message
-    # DeepSpec's DFlash release serves as dspark; the DSpark figures stay the other checkpoint's
+    # DeepSpec's DFlash release serves as dspark beside its DSpark release, which carries the
+    # AMD study's DSpark ratios now that it has an entry
     dspark = resolve(builtin, target="Qwen/Qwen3-8B", method="dspark")
-    assert [c.id for c in dspark.candidates] == ["qwen3-8b-dflash-block7"]
-    assert {r.value for r in dspark.other_published} == {1.63, 1.15}
+    assert {c.id for c in dspark.candidates} == {"qwen3-8b-dspark-block7", "qwen3-8b-dflash-block7"}
+    assert dspark.other_published == []
+    assert {r.value for r in builtin.get("qwen3-8b-dspark-block7").published
+            if r.metric == "throughput_ratio"} == {1.63, 1.15}
 
     family = resolve(builtin, target="google/gemma-4-7B-it")
     assert {n.target for n in family.nearby} <= {
@@ -602,7 +627,7 @@ def test_cli_list_json_has_all_drafts_with_figures():
     assert {e["id"] for e in data["entries"] if not e["repo"]} == {"smollm2-135m-eagle3",
                                                                  "smollm2-135m-dflash"}
     by_repo = {e["repo"]: e for e in hub}
-    assert set(by_repo) == set(ISSUE_DRAFTS) | set(ISSUE45_DRAFTS)
+    assert set(by_repo) == set(ISSUE_DRAFTS) | set(ISSUE45_DRAFTS) | set(ISSUE52_DRAFTS)
     dflash = by_repo["z-lab/gemma-4-26B-A4B-it-DFlash"]["published"]
     assert {"metric": "throughput_ratio", "value": 2.87, "dataset": "MATH500", "k": 7}.items() \
         <= dflash[0].items()
@@ -620,7 +645,7 @@ def test_cli_list_table_and_filters():
     r = _run("list", "--provider", "z-lab", "--json")
     assert {e["id"] for e in json.loads(r.output)["entries"]} == {
         "gemma-4-26b-a4b-it-dflash", "qwen3-8b-dflash-b16", "llama-3.1-8b-instruct-dflash",
-        "gpt-oss-20b-dflash", "gpt-oss-120b-dflash", "kimi-k2.5-dflash"}
+        "gpt-oss-20b-dflash", "gpt-oss-120b-dflash", "kimi-k2.5-dflash", "qwen3.8-27b-dflash2"}
     r = _run("list", "--method", "eagel3")
     assert r.exit_code == 2 and "did you mean eagle3" in r.output
 
@@ -642,7 +667,7 @@ def test_cli_resolve():
     assert "qwen3-8b-dflash-b16" in r.output and "--speculative-config" in r.output
     assert "ranked by: what starts on H200" in r.output
     data = json.loads(_run("resolve", "--target", "Qwen/Qwen3-8B", "--json").output)
-    assert next(c["id"] for c in data["candidates"]) == "qwen3-8b-dflash-block7"
+    assert next(c["id"] for c in data["candidates"]) == "qwen3-8b-dspark-block7"
     assert data["start_with"]["num_speculative_tokens"] == 7
     r = _run("resolve", "--target", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100")
     assert r.exit_code == 0 and "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3" in r.output
