@@ -738,3 +738,44 @@ def test_cited_fields_are_checked(tmp_path, fields, where, words):
     with pytest.raises(FormatError) as info:
         parse_registry_file(path)
     assert f"field '{where}'" in info.value.message and words in info.value.message
+
+
+def test_every_quoted_figure_is_in_its_quote(builtin):
+    """A figure with an excerpt carries the number it records (decimal comma where the source
+    prints one); only figures the registry derives say so in their note."""
+    from speckit.core.registry.schema import fmt_figure
+
+    checked = 0
+    for _, _, r in _all_results(builtin):
+        if r.quote is None or (r.note or "").startswith("Derived"):
+            continue
+        v = r.value if r.value is not None else r.min
+        spellings = {fmt_figure(v), f"{v:g}", f"{v:.2f}", f"{v:.1f}"}
+        spellings |= {s.replace(".", ",") for s in spellings}
+        assert any(s in r.quote for s in spellings), (r.source, v, r.quote)
+        checked += 1
+    assert checked >= 150
+
+
+def test_issue52_acceptance_evidence(builtin):
+    # DSpark paper Table 1 for the three DeepSpec Qwen3-8B releases, k = 7, temperature 1
+    for eid, gsm8k in (("qwen3-8b-eagle3-ttt7", 5.30), ("qwen3-8b-dflash-block7", 5.33),
+                       ("qwen3-8b-dspark-block7", 6.17)):
+        rows = [r for r in builtin.get(eid).published if "Table 1" in r.source]
+        assert len(rows) == 9 and {r.k for r in rows} == {7} and all(r.thinking is False
+                                                                     for r in rows)
+        assert next(r.value for r in rows if r.dataset == "GSM8K") == gsm8k
+        assert builtin.get(eid).config is not None and builtin.get(eid).trained.thinking == "off"
+    # shapes copied from the published configs of Red Hat's Qwen3-8B drafts
+    for eid in ("qwen3-8b-eagle3", "qwen3-8b-speculators-dflash"):
+        e = builtin.get(eid)
+        assert e.config["draft_vocab_size"] == 32000
+        assert {s.grade for s in e.config_sources} == {"copy"}
+    assert builtin.get("qwen3-8b-speculators-dflash").num_speculative_tokens == 7
+    # P-EAGLE entries carry parallel_drafting; EAGLE 3.1 is served as eagle3
+    assert all(builtin.get(i).vllm_speculative_config()["parallel_drafting"] is True
+               for i in ("gpt-oss-120b-peagle", "gpt-oss-20b-peagle", "qwen3-coder-30b-a3b-peagle"))
+    assert builtin.get("kimi-k2.6-eagle3.1-mla").vllm_speculative_config()["method"] == "eagle3"
+    # per-position rates published with a figure sum to it (AL = 1 + sum of the rates)
+    for r in builtin.get("glm-5.3-dspark").published:
+        assert abs(1 + sum(r.per_position) - r.value) < 0.02, r.dataset
