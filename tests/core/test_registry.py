@@ -70,6 +70,7 @@ ISSUE45_DRAFTS = {
 # with published acceptance for the targets the registry has shapes for): repo -> (method, target)
 ISSUE52_DRAFTS = {
     "deepseek-ai/dspark_qwen3_8b_block7": ("dspark", "Qwen/Qwen3-8B"),
+    "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B": ("eagle3", "meta-llama/Llama-3.1-8B-Instruct"),
     "nebius/EAGLE3-Llama-3.3-70B-Instruct": ("eagle3", "meta-llama/Llama-3.3-70B-Instruct"),
     "nebius/EAGLE3-gpt-oss-20b": ("eagle3", "openai/gpt-oss-20b"),
     "nebius/EAGLE3-gpt-oss-120b": ("eagle3", "openai/gpt-oss-120b"),
@@ -205,7 +206,8 @@ def test_builtin_has_the_issue_drafts_with_required_fields(builtin):
         cites = by_repo[repo].citations
         assert cites and all(c.url.startswith("https://") and c.quote.strip() for c in cites), repo
     followed = {"Google", "Red Hat AI", "Z-Lab", "DeepSeek AI", "Inferact",
-                "LightSeek Foundation", "speckit", "Nebius", "AWS"}
+                "LightSeek Foundation", "speckit", "Nebius", "AWS",
+                "SafeAILab (EAGLE authors)"}
     assert {e.provider for e in builtin.filter(kind="draft")} <= followed
 
 
