@@ -201,3 +201,14 @@ def test_leave_one_source_out_never_sees_the_held_out_source():
         (A.log_error(2.6, 3.9) + A.log_error(2.6, 3.8)) / 2, abs=1e-6)
     # the outlier pulls the others' band up, never their own figures into it
     assert held[_src(0)].error < far.error
+
+
+def test_the_prior_for_an_entry_is_its_own_methods():
+    par = {"parallel_drafting": True}
+    pe = [_draft(f"pe{i}", _al(4.0, "x", source=_src(i)), speculative_config=par)
+          for i in range(2)]
+    e3 = [_draft(f"e{i}", _al(2.0, "x", source=_src(10 + i))) for i in range(2)]
+    bare = _draft("bare-pe", speculative_config=par)
+    got = A.choose_acceptance(entry=bare, registry=_registry(*pe, *e3, bare), method="eagle3")
+    assert got.origin == "prior" and got.label.startswith("prior: peagle")
+    assert got.al == pytest.approx(4.0, abs=1e-6)

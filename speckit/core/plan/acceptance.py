@@ -437,8 +437,9 @@ def choose_acceptance(*, flag: AcceptanceChoice | None = None, report: Any = Non
                       target_params_b: float | None = None) -> AcceptanceChoice | None:
     """The first of: the user's flags (``from_flags``), a validate report (an AcceptanceChoice
     or an object with ``per_position`` and ``source``), the draft's published figures
-    (``published_acceptance``), the method's prior (``acceptance_prior``). None when none
-    applies (no registry figure for the method at all)."""
+    (``published_acceptance``), the method's prior (``acceptance_prior``; the entry's own
+    method when an entry is given, else ``method``). None when none applies (no registry figure
+    for the method at all)."""
     if flag is not None:
         return flag
     if report is not None:
@@ -451,6 +452,8 @@ def choose_acceptance(*, flag: AcceptanceChoice | None = None, report: Any = Non
             target_params_b = params_from_name(entry.target)
     if registry is None:
         return None
+    if entry is not None and entry.method:
+        method = family_of(entry)  # the draft's own method: P-EAGLE's prior, not EAGLE-3's
     return acceptance_prior(registry, method=method, target_params_b=target_params_b,
                             k=k if k is not None else (entry.num_speculative_tokens
                                                        if entry is not None else None))
