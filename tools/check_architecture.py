@@ -236,6 +236,7 @@ def _api_map(mods: dict[str, Module]) -> dict[str, str]:
 
 
 def _imports(mod: Module, mods: dict[str, Module], api: dict[str, str]) -> Iterator[Import]:
+    importers = _importer_names(mod.tree)
     for node, runtime in _walk_scoped(mod.tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -262,6 +263,11 @@ def _imports(mod: Module, mods: dict[str, Module], api: dict[str, str]) -> Itera
               and node.value in mods and node.value != ROOT_PKG):
             # importlib.import_module("speckit.x") and lazy maps {"cmd": ("speckit.x", ...)}
             yield Import(node.value, node.lineno, False, how="lazy")
+        elif isinstance(node, ast.Call) and (call := _import_call(node, importers)) is not None:
+            # import_module(".push", "speckit") / (name, package="speckit"): the module meant
+            target = _meant_module(*call)
+            if target in mods and target != ROOT_PKG:
+                yield Import(target, node.lineno, False, how="lazy")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,24 +443,89 @@ def check_links(mods: dict[str, Module]) -> Iterator[Violation]:
                                 f"does not define {', '.join(missing)}")
 
 
-def _computed_import(node: ast.AST) -> bool:
-    if not isinstance(node, ast.Call) or not node.args:
-        return False
-    func = _dotted(node.func) or ""
-    return func.split(".")[-1] in ("import_module", "__import__") and \
-        _str_const(node.args[0]) is None
+_IMPORT_FUNCS = ("import_module", "__import__")
+
+
+def _importer_names(tree: ast.AST) -> set[str]:
+    """The dotted names that call importlib.import_module or __import__ in this file: the plain
+    spellings, `from importlib import import_module as f`, `import importlib as il` (il.
+    import_module) and `f = importlib.import_module` (any scope: a function's own alias too)."""
+    names = {"import_module", "__import__", "importlib.import_module", "importlib.__import__",
+             "builtins.__import__"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ("importlib", "builtins"):
+            names |= {a.asname or a.name for a in node.names if a.name in _IMPORT_FUNCS}
+        elif isinstance(node, ast.Import):
+            names |= {f"{a.asname}.{f}" for a in node.names
+                      if a.name in ("importlib", "builtins") and a.asname for f in _IMPORT_FUNCS}
+    changed = True
+    while changed:  # aliases of aliases: g = f = importlib.import_module
+        changed = False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and (_dotted(node.value) or "") in names:
+                new = {t.id for t in node.targets if isinstance(t, ast.Name)} - names
+                names |= new
+                changed = changed or bool(new)
+    return names
+
+
+def _import_call(node: ast.Call, importers: set[str]) -> tuple[ast.expr | None,
+                                                                 ast.expr | None] | None:
+    """(name, package) argument nodes of an import_module/__import__ call, else None."""
+    if (_dotted(node.func) or "") not in importers:
+        return None
+    kw = {k.arg: k.value for k in node.keywords if k.arg}
+    name = node.args[0] if node.args else kw.get("name")
+    package = node.args[1] if len(node.args) > 1 and _dotted(node.func).endswith(
+        "import_module") else kw.get("package")
+    return name, package
+
+
+def _meant_module(name: ast.expr | None, package: ast.expr | None) -> str | None:
+    """The module an import call with literal arguments means: a relative name resolved
+    against its package, or an absolute name joined to a package the caller named (importlib
+    ignores the package then, but the intent is that module)."""
+    text, pkg = _str_const(name), _str_const(package)
+    if text is None:
+        return None
+    if text.startswith("."):
+        if pkg is None:
+            return None
+        base = pkg.split(".")
+        up = len(text) - len(text.lstrip("."))
+        base = base[:len(base) - (up - 1)] if up > 1 else base
+        rest = text.lstrip(".")
+        return ".".join(base + ([rest] if rest else []))
+    return f"{pkg}.{text}" if pkg is not None else text
+
+
+def _dynamic_problem(node: ast.AST, importers: set[str]) -> str | None:
+    """Why an import call is one the contract cannot see, else None."""
+    if not isinstance(node, ast.Call) or (call := _import_call(node, importers)) is None:
+        return None
+    name, package = call
+    text = _str_const(name)
+    if text is None:
+        return "imports a module by a computed name the contract cannot see"
+    if package is not None and not text.startswith("."):
+        return (f"passes a package to an absolute name {text!r} (importlib ignores it): name "
+                "the module in full")
+    if text.startswith(".") and _str_const(package) is None:
+        return f"imports {text!r} relative to a computed package the contract cannot see"
+    return None
 
 
 def check_dynamic_imports(mods: dict[str, Module]) -> Iterator[Violation]:
     for mod in mods.values():
         if mod.name in DYNAMIC_IMPORTERS:
             continue
+        importers = _importer_names(mod.tree)
         for node in ast.walk(mod.tree):
-            if _computed_import(node):
+            why = _dynamic_problem(node, importers)
+            if why:
                 yield Violation(mod.rel, node.lineno, "dynamic-import",
-                                f"{mod.name} imports a module by a computed name the contract "
-                                "cannot see: import it by name, or load an operation module "
-                                "through speckit.core.links")
+                                f"{mod.name} {why}: import it by name, or load an operation "
+                                "module through speckit.core.links")
 
 
 def _layer_label(layer: int) -> str:
