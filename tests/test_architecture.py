@@ -559,3 +559,23 @@ def test_a_relative_literal_import_resolves_to_the_module_it_names(tmp_path):
                                                   "'speckit.core')\n",
                               "speckit/io/__init__.py": ""}, "layer")
     assert [f.split(": ")[0] for f in found] == ["speckit/core/x.py:2"]
+
+
+def test_core_modules_import_only_lower_levels(tmp_path):
+    found = _found(tmp_path, {
+        "speckit/core/methods/__init__.py": "from speckit.core.problems import Problem\n",
+        "speckit/core/problems.py": "class Problem: ...\n",
+        "speckit/core/tensors.py": "from speckit.core.problems import Problem\n"
+                                   "from speckit.core.methods import Problem as P\n",
+        "speckit/core/novel.py": "X = 1\n",
+    }, "core-order")
+    assert [f.split(": ")[0] for f in found] == ["speckit/core/novel.py:1",
+                                                 "speckit/core/tensors.py:2"], found
+    assert "no level in CORE_LEVELS" in found[0]
+
+
+def test_the_real_core_has_problem_in_a_leaf_that_tensors_uses():
+    root = Path(__file__).resolve().parent.parent
+    src = (root / "speckit/core/tensors.py").read_text()
+    assert "speckit.core.methods" not in src
+    assert "from speckit.core.problems import Problem" in src

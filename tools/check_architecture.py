@@ -48,15 +48,20 @@ Rules (each violation ends with its rule in brackets):
   sibling        operations are siblings: one operation (a top-level package or module) imports
                  another only through an edge DECLARED_EDGES names with its reason (at most
                  MAX_DECLARED_EDGES); demo, which runs the whole pipeline, sits above them.
+  core-order     inside speckit/core, a module imports only modules of a lower CORE_LEVELS level
+                 (or of its own top-level module/subpackage): Problem lives in the leaf
+                 core/problems.py so the tensor checks need not import the method specs.
   hub-client     huggingface_hub is imported only under speckit/io/hub (the Hub has one door).
   op-link        core names operation modules it cannot import only through the links
                  speckit/core/links.py declares (Link(owner, field, operation, functions): a
                  LayoutSpec's reader, a QuantScheme's numerics). Every value core passes for such
                  a field is a string literal (or None) naming a module of that operation that
                  defines those functions at top level.
-  dynamic-import importlib.import_module / __import__ of a name that is not a literal happens only
-                 in DYNAMIC_IMPORTERS, each with its reason (the literal names of the others are
-                 read as imports by the rules above).
+  dynamic-import importlib.import_module / __import__ (under any alias: `from importlib import
+                 import_module as f`, `il.import_module`, `g = f`) of a name that is not a literal
+                 happens only in DYNAMIC_IMPORTERS, each with its reason; a literal relative name
+                 with a literal package (".push", "speckit") is read as the import it means; an
+                 absolute name given with package= (ignored by importlib) is refused.
   lazy-import    a third-party or stdlib import inside a function is a heavy or optional one
                  (HEAVY_PACKAGES: torch, vllm, quark, transformers, rich, ...; one under try: is
                  an optional dependency's probe); anything else is imported at module level.
@@ -106,6 +111,18 @@ DYNAMIC_IMPORTERS = {
     "speckit.io.hub.errors": "third-party HTTP clients' error types (requests, httpx), never "
                              "speckit's",
 }
+# the order inside core [core-order]: a core module imports only modules of a lower level (or
+# of its own subpackage), so no arrow runs back up (tensors -> methods did, for Problem). Each
+# level lists core's top-level modules and subpackages; a new one is placed here on purpose.
+CORE_LEVELS: tuple[frozenset[str], ...] = (
+    frozenset({"__init__", "problems", "jsontext", "jsonable", "dtypes", "refs", "links",
+               "options", "traffic_text", "metrics", "evidence", "gpus", "speculators",
+               "modelcard"}),
+    frozenset({"hfconfig", "tensors", "traffic"}),
+    frozenset({"context", "coverage", "methods", "quant"}),
+    frozenset({"specconfig", "plan", "preflight"}),
+    frozenset({"registry"}),
+)
 LINKS_MODULE = "speckit.core.links"
 # the one home of huggingface_hub calls [hub-client]
 HUB_CLIENT_PKG = "speckit.io.hub"
@@ -513,6 +530,40 @@ def _dynamic_problem(node: ast.AST, importers: set[str]) -> str | None:
     if text.startswith(".") and _str_const(package) is None:
         return f"imports {text!r} relative to a computed package the contract cannot see"
     return None
+
+
+def _core_unit(name: str) -> str | None:
+    """The top-level module or subpackage of core that ``name`` lies in (None: not in core)."""
+    parts = name.split(".")
+    if parts[:2] != [ROOT_PKG, "core"]:
+        return None
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def _core_level(unit: str) -> int | None:
+    return next((i for i, units in enumerate(CORE_LEVELS) if unit in units), None)
+
+
+def check_core_order(mods: dict[str, Module]) -> Iterator[Violation]:
+    for mod in mods.values():
+        unit = _core_unit(mod.name)
+        if unit is None:
+            continue
+        mine = _core_level(unit)
+        if mine is None:
+            yield Violation(mod.rel, 1, "core-order", f"core unit {unit!r} has no level in "
+                            "CORE_LEVELS (tools/check_architecture.py): place it there")
+            continue
+        for imp in mod.imports:
+            other = _core_unit(imp.target)
+            if other is None or other == unit or other == "__init__":
+                continue
+            level = _core_level(other)
+            if level is not None and level >= mine:
+                yield Violation(mod.rel, imp.line, "core-order",
+                                f"{mod.name} (core level {mine}: {unit}) imports {imp.target} "
+                                f"(level {level}: {other}); inside core a module imports only "
+                                "lower levels (CORE_LEVELS)")
 
 
 def check_dynamic_imports(mods: dict[str, Module]) -> Iterator[Violation]:
@@ -1307,7 +1358,7 @@ def check(root: Path | str) -> list[Violation]:
                              "would check nothing"))
     for rule in (check_layers(mods), check_siblings(mods), check_hub_client(mods),
                  check_links(mods), check_dynamic_imports(mods),
-                 check_private(mods), check_cycles(mods),
+                 check_private(mods), check_cycles(mods), check_core_order(mods),
                  check_method_names(mods, facts), check_method_probes(mods, facts),
                  check_core_purity(mods), check_method_pickers(mods), check_vocab_checks(mods),
                  check_lazy_imports(mods), check_lazy_own_imports(mods)):
