@@ -95,7 +95,9 @@ def measured_steps(report: dict[str, Any], *, where: str = "report.json") -> lis
     for i, row in enumerate(report["summary"]):
         try:
             c, kind, temp = row.get("concurrency"), row["kind"], float(row["temperature"])
-            tpot = (row.get("tpot_ms") or {}).get("p50")
+            # report.json's latency_ms (stats.LATENCY_METRICS); reports before it had tpot_ms
+            tpot = ((row.get("latency_ms") or {}).get("tpot") or row.get("tpot_ms")
+                    or {}).get("p50")
             al = row.get("acceptance_length")
             k = int(row.get("k") or 0)
         except (KeyError, TypeError, ValueError) as e:

@@ -89,7 +89,8 @@ def test_fit_recovers_step_times_it_was_given(tmp_path):
             sec = prof._seconds(truth, step)
             rows.append({"arm": arm, "kind": "static" if k else "baseline", "k": k,
                          "load": f"c={c}", "concurrency": c, "temperature": 0.0,
-                         "thinking": False, "tpot_ms": {"p50": sec / (al or 1.0) * 1e3},
+                         "thinking": False,
+                         "latency_ms": {"tpot": {"p50": sec / (al or 1.0) * 1e3}},
                          "acceptance_length": al})
     synth = {**rep, "summary": rows, "options": {**rep["options"], "temperatures": [0.0]},
              "cells": [{"load": {"concurrency": c, "rate": None},
@@ -159,7 +160,7 @@ def test_suffix_is_skipped_with_its_reason_when_arctic_inference_is_missing(monk
 
 def _row(arm, kind, c, tok_s, sd=0.0, n=1, k=3, iv=None):
     return SummaryRow(arm, kind, 0 if kind == "baseline" else k, f"c={c}", c, None, 0.0, False,
-                      n, Spread(tok_s, sd, n), tok_s, Spread(1.0, 0, n), {}, {}, {}, None, [],
+                      n, Spread(tok_s, sd, n), tok_s, Spread(1.0, 0, n), {}, None, [],
                       None, ratio_interval=iv)
 
 

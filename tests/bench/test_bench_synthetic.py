@@ -210,7 +210,8 @@ def test_profile_fit_recovers_constants_from_synthetic_cells(tmp_path):
             rows.append({"arm": f"eagle3 k=3 synthetic AL={al:g}" if al else "baseline",
                          "kind": "synthetic" if al else "baseline", "k": k, "load": f"c={c}",
                          "concurrency": c, "temperature": 0.0, "thinking": False,
-                         "tpot_ms": {"p50": sec / (al or 1.0) * 1e3}, "acceptance_length": None,
+                         "latency_ms": {"tpot": {"p50": sec / (al or 1.0) * 1e3}},
+                         "acceptance_length": None,
                          "synthetic_al": al})
     synth = {**raw, "summary": rows, "options": {**raw["options"], "temperatures": [0.0]},
              "cells": [{"load": {"concurrency": c, "rate": None},
