@@ -22,12 +22,11 @@ from typing import Any
 
 from speckit.bench.options import UNTRAINED
 from speckit.core import methods as _methods
-from speckit.core.gpus import get_gpu
 from speckit.core.plan import fit as _fit
 from speckit.core.plan import projection as _projection
 from speckit.core.plan import steps as _steps
 from speckit.errors import FormatError, OutputError, UsageError
-from speckit.io.datafiles import load_engine_costs, load_step_constants
+from speckit.io.datafiles import get_gpu, load_engine_costs, load_step_constants
 from speckit.io.headers import load_ref
 
 PROFILE_VERSION = 1  # speckit.calibrate's profile format

@@ -192,10 +192,10 @@ def test_profile_fit_recovers_constants_from_synthetic_cells(tmp_path):
     and 3.5 (the measured acceptance deliberately absent): --fit-profile's fitter, unchanged,
     reads the forced AL and recovers the constants."""
     from speckit.bench import profile as prof
-    from speckit.core.gpus import get_gpu
+    from speckit.core.gpus import builtin_gpu
 
     raw = json.loads(REPORT.read_text())
-    model = prof._step_model(raw, get_gpu("H200"), target=str(TARGET), draft=str(DRAFT),
+    model = prof._step_model(raw, builtin_gpu("H200"), target=str(TARGET), draft=str(DRAFT),
                              where="r")
     # far from the shipped fit (bw_frac 0.59, pass 9e-6 s, layer ~0); flop_frac is left as
     # shipped: a 135M target at these batch sizes never binds on compute, so no step time
