@@ -80,7 +80,6 @@ _PATH_DIR = click.Path(file_okay=False)
 _PROFILE = click.Path(dir_okay=False, exists=True)
 _DATASETS = ("mixed, math, code, chat, humaneval, mtbench, gsm8k, math500, mbpp, or a .jsonl file "
              "with a prompt or messages field")
-TRAIN = ("train eagle3", "train dflash")
 
 FLAGS: dict[str, Flag] = {f.dest: f for f in (
     # ---- output and reporting ----
@@ -361,6 +360,19 @@ def options_for(command: str) -> Callable[..., Decorator]:
                             **kw)
 
     return opt
+
+
+def stacked(decorators: Iterable[Decorator]) -> Decorator:
+    """Apply a command's option decorators, listed in --help order, as one decorator: a long
+    option stack is data beside the command, not part of its function."""
+    stack = tuple(decorators)
+
+    def apply(f: Any) -> Any:
+        for deco in reversed(stack):
+            f = deco(f)
+        return f
+
+    return apply
 
 
 # ---- old spellings: one more release, with a note -------------------------------------------
