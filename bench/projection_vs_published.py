@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from published_points import ANCHORS, EXCLUDED, SERIES, SOURCES, Series
 
-from speckit.core.gpus import get_gpu
+from speckit.core.gpus import builtin_gpu as get_gpu
 from speckit.core.plan import band as _band
 from speckit.core.plan import engine as _engine
 from speckit.core.plan import formats, steps

@@ -12,7 +12,7 @@ import pytest
 
 from speckit.core import PACKAGE_DIR
 from speckit.core import quant as core_quant
-from speckit.core.gpus import get_gpu
+from speckit.core.gpus import builtin_gpu
 from speckit.core.plan import engine, formats, probe, steps
 from speckit.core.plan.projection import StepModel, target_shape
 from speckit.errors import FormatError, PlanError
@@ -26,7 +26,7 @@ from tests.support.moe_shapes import (
 from tests.support.projection import project_speed
 from tests.support.scripts import load_script
 
-MI355X = get_gpu("MI355X")
+MI355X = builtin_gpu("MI355X")
 RESULTS = PACKAGE_DIR.parent / "bench" / "results"
 MXFP4 = 0.5 + 1 / 32  # 4-bit codes + one E8M0 byte per 32 weights
 
@@ -49,8 +49,8 @@ def test_formats_bytes_and_native_compute():
     assert formats.weight_bytes("fp8") == 1.0 + 4 / 4096
     assert formats.weight_bytes("nvfp4") == pytest.approx(0.5 + 1 / 16, rel=1e-5)
     assert formats.native_compute(MI355X, "mxfp4") and formats.native_compute(MI355X, "fp8")
-    assert not formats.native_compute(get_gpu("H200"), "mxfp4")  # dequantize + bf16 there
-    assert not formats.native_compute(get_gpu("A100"), "fp8")
+    assert not formats.native_compute(builtin_gpu("H200"), "mxfp4")  # dequantize + bf16 there
+    assert not formats.native_compute(builtin_gpu("A100"), "fp8")
     # Quark MXFP4 with attention excluded: experts 4-bit, attention bf16
     assert formats.scheme_of_config(KIMI_K25_MXFP4) == ("bf16", "mxfp4")
     # ModelOpt names its excluded modules exclude_modules
@@ -167,8 +167,8 @@ def test_engine_terms_apply_on_nvidia_too():
     kw = {"target_config": LLAMA8B, "method": "draft_model", "draft_config": LLAMA1B,
           "acceptance": [0.7, 0.5, 0.35], "contexts": [1024], "max_batch": 64}
     for g in ("H100", "MI355X"):
-        real = project_speed(gpu=get_gpu(g), **kw).tables[0]
-        ideal = project_speed(gpu=get_gpu(g), engine=engine.IDEAL, **kw).tables[0]
+        real = project_speed(gpu=builtin_gpu(g), **kw).tables[0]
+        ideal = project_speed(gpu=builtin_gpu(g), engine=engine.IDEAL, **kw).tables[0]
         assert real.batches[-1] == 64
         assert real.ratio[3][-1] < ideal.ratio[3][-1]
         assert all(r > i for r, i in zip(real.spec_step_s[3], ideal.spec_step_s[3],
@@ -187,7 +187,7 @@ def test_calibrate_fit_on_recorded_h200_timings():
     raw = json.loads((RESULTS / "calibrate_h200_raw.json").read_text())
     pts = [probe.ProbePoint(p["kind"], p["shape"], p["batch"], p["q"], p["ctx"], p["seconds"],
                             p.get("packed", True)) for p in raw["points"]]
-    prof = probe.fit_profile(pts, get_gpu("H200"), start=load_step_constants(), source="test")
+    prof = probe.fit_profile(pts, builtin_gpu("H200"), start=load_step_constants(), source="test")
     assert prof.median_error < 0.06
     moe = [abs(e) for p, e in zip(prof.points, prof.error, strict=True) if p.kind == "moe"]
     assert max(moe) < 0.15  # the touched-expert model holds from 1 to 1024 tokens
@@ -203,7 +203,7 @@ def test_probe_plan_pins_what_whole_steps_depend_on():
     import statistics
 
     sc = load_script("bench", "step_costs")
-    gpu, ship = get_gpu("H200"), load_step_constants()
+    gpu, ship = builtin_gpu("H200"), load_step_constants()
     rng = random.Random(0)
     pts = [replace(p, seconds=probe.model_seconds(p, gpu, ship) * (1 + rng.gauss(0, 0.03)))
            for p in probe.probe_plan()]
