@@ -210,6 +210,11 @@ EXCLUDED = [
      "R1: main against the PR, both speculative; no baseline without speculation"),
     ("SGLang PR #4247 (EAGLE-3 support: 378.57 tok/s, AL 5.39)", "R7: tree drafting "
      "(topk > 1 by default); R1: no baseline in the same run"),
+    ("SpecDecode-Bench, 'Speculative Decoding: Performance or Illusion?' (arXiv 2601.11580, "
+     "specdecode-bench.github.io: vLLM 0.10.1 on H100, Llama-3.1-8B / Qwen3-8B EAGLE-3 at "
+     "batch 1-128)", "R3: the per-batch speedups and acceptance are in charts; the one number in "
+     "the text ('By batch size 128, this drops to 1.21x for Llama-3.1-8B on GSM8K', EAGLE) "
+     "has no acceptance beside it (R8)"),
     ("Vultr / arXiv 2603.10031 MI325X sweeps; metrum.ai Kimi-K2.5 on MI355X",
      "R1: no speculative decoding measured"),
 ]
