@@ -215,6 +215,12 @@ EXCLUDED = [
      "batch 1-128)", "R3: the per-batch speedups and acceptance are in charts; the one number in "
      "the text ('By batch size 128, this drops to 1.21x for Llama-3.1-8B on GSM8K', EAGLE) "
      "has no acceptance beside it (R8)"),
+    ("vLLM PR #24243 (MiniCPM3 + EAGLE3 on one RTX 4090, AL 2.44-2.47, 1.62-1.71x)",
+     "R7: a consumer GPU outside the catalog"),
+    ("sglang PR #23146 (EAGLE on Qwen3.5-397B-A17B FP8 / MXFP4, 8x MI3xx)",
+     "R7: a linear-attention (Gated DeltaNet) target"),
+    ("SpecForge issue #339's tree rows (topk 3/4/8) and base-only rows at bs 8-64",
+     "R7: tree drafting; R1: no speculative run at bs 8-64 (its chain rows at bs 1/4 are kept)"),
     ("Vultr / arXiv 2603.10031 MI325X sweeps; metrum.ai Kimi-K2.5 on MI355X",
      "R1: no speculative decoding measured"),
 ]
