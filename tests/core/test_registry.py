@@ -525,10 +525,10 @@ def test_resolve_ranks_by_comparable_figures(tmp_path):
 
 
 def test_resolve_on_a_gpu_starts_first_and_never_offers_a_k_that_will_not_start(builtin):
-    from speckit.core.gpus import get_gpu
+    from speckit.core.gpus import builtin_gpu
     from speckit.core.registry import Deployment
 
-    h100 = get_gpu("H100")
+    h100 = builtin_gpu("H100")
     res = resolve(builtin, target="Qwen/Qwen3-8B", deployment=Deployment(h100))
     top = res.candidates[0]
     # a Qwen3-8B draft whose shape the registry records is planned whole
