@@ -19,13 +19,62 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from speckit.core import methods
 from speckit.core.methods.detect import pick_method
 from speckit.core.plan import schedule as _sched
-from speckit.core.registry.schema import Entry, PublishedResult, Registry, squash
 from speckit.errors import UsageError
+
+
+class PublishedResult(Protocol):
+    """A recorded figure as core.registry.schema.PublishedResult holds it (the plan level sits
+    below the registry's, so this module reads its records through these shapes)."""
+
+    metric: str
+    dataset: str
+    source: str
+    value: float | None
+    min: float | None
+    max: float | None
+    k: int | None
+    engine: str | None
+    hardware: str | None
+    temperature: float | None
+    per_position: tuple[float, ...] | None
+    target: str | None
+    method: str | None
+    draft: str | None
+
+    @property
+    def figure(self) -> str: ...
+
+
+class Entry(Protocol):
+    """A registry entry as core.registry.schema.Entry holds it."""
+
+    id: str
+    kind: str
+    method: str | None
+    repo: str | None
+    target: str | None
+    num_speculative_tokens: int | None
+    speculative_config: dict[str, Any]
+    config: dict[str, Any] | None
+    published: tuple[PublishedResult, ...]
+
+
+class Registry(Protocol):
+    """The layered registry as core.registry.schema.Registry holds it."""
+
+    entries: dict[str, Entry]
+    published: list[PublishedResult]
+
+
+def _key(name: str) -> str:
+    """A dataset name for loose matching: lowercase letters and digits only."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
 
 ORIGINS = ("flag", "report", "published", "prior")
 AL_METRIC = "acceptance_length"
@@ -146,8 +195,8 @@ def published_acceptance(entry: Entry, *, dataset: str | None = None,
     rows = _prefer(rows, lambda r: (r.engine or "").lower().startswith("vllm"))
     rows = _prefer(rows, lambda r: r.temperature in (None, 0.0))
     if dataset is not None:
-        named = [r for r in rows if squash(r.dataset) == squash(dataset)] or \
-            [r for r in rows if squash(dataset) and squash(dataset) in squash(r.dataset)]
+        named = [r for r in rows if _key(r.dataset) == _key(dataset)] or \
+            [r for r in rows if _key(dataset) and _key(dataset) in _key(r.dataset)]
         if not named:
             have = sorted({r.dataset for r in rows})
             raise UsageError(f"registry entry {entry.id!r} publishes no acceptance on "
