@@ -92,22 +92,41 @@ def registry_resolve(target: str, *, method: str | None = None,
     is this machine's kind (a CPU engine here)."""
     reg = registry if registry is not None else load_registry()
     g = gpu if isinstance(gpu, GPU) else _catalog_gpu(gpu or DEFAULT_GPU)
-    dep = Deployment(g, tp=tp, concurrency=concurrency)
-    res = resolve(reg, target=target, method=method, deployment=dep)
     tentry = target_entry(reg, target)
     if tentry is None or tentry.config is None:
-        return res
-    if dep.concurrency is None:
-        dep = Deployment(g, tp=tp, concurrency=default_concurrency(g, tp))
+        return resolve(reg, target=target, method=method,
+                       deployment=Deployment(g, tp=tp, concurrency=concurrency))
     here = installed_vllm() if g.platform == "cpu" and engine_on_cpu() else None
     pricing = Pricing(step_constants(g), load_engine_costs(), installed_vllm=here)
-    entries = [reg.entries[c.id] for c in res.candidates]
-    res.ranking = rank_by_speed(reg, target=tentry, entries=entries,
-                                fits={c.id: c.fit for c in res.candidates if c.fit is not None},
-                                dep=dep, pricing=pricing, dataset=dataset)
-    if any(r.ratio is not None for r in res.ranking.rows):
+    c = concurrency or default_concurrency(g, tp)
+    res = _ranked(reg, target, method, Deployment(g, tp=tp, concurrency=c), pricing, dataset)
+    holds = [r.kv_holds for r in res.ranking.rows if r.kv_holds]
+    if concurrency is None and holds and not _projected(res):
+        # no --concurrency and vLLM's default max-num-seqs is more than any KV cache holds:
+        # rank where every draft's cache still holds them all, and say so
+        res = _ranked(reg, target, method, Deployment(g, tp=tp, concurrency=min(holds)),
+                      pricing, dataset)
+        res.ranking.notes.insert(0, f"no --concurrency: ranked at {min(holds)}, the most "
+                                 f"requests every KV cache holds at {res.ranking.context:,} "
+                                 f"tokens (vLLM's default max-num-seqs on {g.name} is {c})")
+    if _projected(res):
         res.start_with = res.ranking.start_with  # else plan's first that starts (said so)
     return res
+
+
+def _ranked(reg: Registry, target: str, method: str | None, dep: Deployment, pricing: Pricing,
+            dataset: str | None) -> ResolveResult:
+    res = resolve(reg, target=target, method=method, deployment=dep)
+    tentry = target_entry(reg, target)
+    res.ranking = rank_by_speed(reg, target=tentry, entries=[reg.entries[c.id]
+                                                             for c in res.candidates],
+                                fits={c.id: c.fit for c in res.candidates if c.fit is not None},
+                                dep=dep, pricing=pricing, dataset=dataset)
+    return res
+
+
+def _projected(res: ResolveResult) -> bool:
+    return any(r.ratio is not None for r in res.ranking.rows)
 
 
 def _catalog_gpu(name: str) -> GPU:

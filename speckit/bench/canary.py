@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.canary import AcceptanceCanary
+from speckit.core.registry.canary import AcceptanceCanary
 from speckit.io.canary import acceptance_canary
 
 

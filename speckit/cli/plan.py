@@ -12,7 +12,7 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json
-from speckit.cli._options import CommaList, options_for
+from speckit.cli._options import CommaList, options_for, stacked
 from speckit.core.gpus import DEFAULT_GPU
 from speckit.core.plan.schedule import pays_text, schedule_config, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
@@ -26,56 +26,55 @@ GiB = 1024**3
 opt = options_for("plan")
 
 
+# in --help order; the dests are speckit.plan.plan's keywords (the command hands them on)
+PLAN_OPTIONS = (
+    opt("target"), opt("draft"), opt("method"), opt("k"), opt("gpu"),
+    click.option("--gpu-mem-gib", type=float, help="Any device, by its total memory in GiB."),
+    click.option("--gpu-file", type=click.Path(dir_okay=False, exists=True),
+                 help="TOML with more [[gpu]] entries (also $SPECKIT_GPUS)."),
+    opt("tp"),
+    click.option("--draft-tp", type=int,
+                 help="speculative draft_tensor_parallel_size (1 or --tp)."),
+    click.option("--gpu-memory-utilization", type=float, default=0.92, show_default=True),
+    click.option("--max-model-len", type=int,
+                 help="Default: the target's max_position_embeddings."),
+    click.option("--max-num-seqs", type=int, help="Default: vLLM serve's for this GPU."),
+    click.option("--max-num-batched-tokens", type=int, help="Default: vLLM serve's for this GPU."),
+    click.option("--kv-cache-dtype", default="auto", show_default=True,
+                 type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3",
+                                    "fp8_e5m2"])),
+    click.option("--draft-quant", type=click.Choice(DRAFT_QUANTS),
+                 help="Price the draft as `speckit quantize` would store it."),
+    click.option("--kv-cache-memory-bytes", type=int,
+                 help="A fixed KV budget, as vLLM's flag of the same name."),
+    click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (as vLLM's flag)."),
+    opt("revision"),
+    click.option("--draft-revision", help="Draft revision on the Hub."),
+    click.option("--acceptance", type=CommaList(float), metavar="P1,P2,...",
+                 help="Per-position acceptance rates (as speckit validate / vLLM report them); "
+                 "default: the draft's published figures, else the method's prior."),
+    click.option("--acceptance-kind", type=click.Choice(["per-position", "conditional"]),
+                 default="per-position", show_default=True,
+                 help="conditional: rate i given position i-1 was accepted."),
+    click.option("--al", type=float, help="Mean accepted length (tokens per step, bonus "
+                 "included) at -k, instead of --acceptance."),
+    click.option("--context", "contexts", type=CommaList(int), default="1024,4096",
+                 show_default=True, metavar="N,N", help="KV context lengths of the projected "
+                 "speed tables; the k schedule is picked at the first."),
+    opt("traffic"),
+    click.option("--acceptance-from", type=click.Path(dir_okay=False), metavar="REPORT",
+                 help="Acceptance measured by `speckit validate`: its report.json's "
+                 "per-position rates; with --traffic each context bucket's (its "
+                 "acceptance_by_context; a bucket it did not measure takes its nearest "
+                 "neighbour's)."),
+    opt("dataset"), opt("concurrency"), opt("gpu_profile"), opt("json_mode"),
+)
+
+
 @click.command("plan")
-@opt("target")
-@opt("draft")
-@opt("method")
-@opt("k")
-@opt("gpu")
-@click.option("--gpu-mem-gib", type=float, help="Any device, by its total memory in GiB.")
-@click.option("--gpu-file", type=click.Path(dir_okay=False, exists=True),
-              help="TOML with more [[gpu]] entries (also $SPECKIT_GPUS).")
-@opt("tp")
-@click.option("--draft-tp", type=int, help="speculative draft_tensor_parallel_size (1 or --tp).")
-@click.option("--gpu-memory-utilization", type=float, default=0.92, show_default=True)
-@click.option("--max-model-len", type=int, help="Default: the target's max_position_embeddings.")
-@click.option("--max-num-seqs", type=int, help="Default: vLLM serve's for this GPU.")
-@click.option("--max-num-batched-tokens", type=int, help="Default: vLLM serve's for this GPU.")
-@click.option("--kv-cache-dtype", default="auto", show_default=True,
-              type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]))
-@click.option("--draft-quant", type=click.Choice(DRAFT_QUANTS),
-              help="Price the draft as `speckit quantize` would store it.")
-@click.option("--kv-cache-memory-bytes", type=int,
-              help="A fixed KV budget, as vLLM's flag of the same name.")
-@click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (as vLLM's flag).")
-@opt("revision")
-@click.option("--draft-revision", help="Draft revision on the Hub.")
-@click.option("--acceptance", type=CommaList(float), metavar="P1,P2,...",
-              help="Per-position acceptance rates (as speckit validate / vLLM report them): adds "
-              "the projected speed by k x concurrency and the per-batch-size k schedule.")
-@click.option("--acceptance-kind", type=click.Choice(["per-position", "conditional"]),
-              default="per-position", show_default=True,
-              help="conditional: rate i given position i-1 was accepted.")
-@click.option("--al", type=float, help="Mean accepted length (tokens per step, bonus included) "
-              "at -k, instead of --acceptance.")
-@click.option("--context", "contexts", type=CommaList(int), default="1024,4096", show_default=True,
-              metavar="N,N", help="KV context lengths of the projected speed tables; the k "
-              "schedule is picked at the first.")
-@opt("traffic")
-@click.option("--acceptance-from", type=click.Path(dir_okay=False), metavar="REPORT",
-              help="Acceptance measured by `speckit validate`: its report.json's per-position "
-              "rates; with --traffic each context bucket's (its acceptance_by_context; a bucket "
-              "it did not measure takes its nearest neighbour's).")
-@opt("dataset")
-@opt("concurrency")
-@opt("gpu_profile")
-@opt("json_mode")
+@stacked(PLAN_OPTIONS)
 @handle_errors
-def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
-             gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
-             kv_cache_dtype, draft_quant, kv_cache_memory_bytes, enforce_eager, revision,
-             draft_revision, acceptance, acceptance_kind, al, contexts, traffic, acceptance_from,
-             dataset, concurrency, gpu_profile, json_mode):
+def plan_cmd(gpu, gpu_mem_gib, gpu_file, traffic, json_mode, **opts):
     """Memory plan for serving TARGET (+ DRAFT) with vLLM: weights, KV cache, the rest.
 
     Reads only config.json and safetensors headers. Prints what fits (KV tokens, concurrency at
@@ -91,33 +90,28 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
       speckit plan -t Qwen/Qwen3-8B -d DRAFT --gpu mi300x --acceptance 0.8,0.6,0.45
       speckit plan -t T -d DRAFT --gpu h200 --acceptance-from val/report.json --json
     """
-
-    # bad numbers fail here, before any checkpoint or Hub repo is read
-    check_options(tp=tp, draft_tp=draft_tp, gpu_memory_utilization=gpu_memory_utilization,
-                  gpu_mem_gib=gpu_mem_gib, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                  max_num_batched_tokens=max_num_batched_tokens,
-                  kv_cache_memory_bytes=kv_cache_memory_bytes, k=k)
-    if gpu and gpu_mem_gib is not None:
-        raise UsageError("--gpu and --gpu-mem-gib are exclusive", hint="pass one of them")
-    if not target and not draft:
-        raise UsageError("nothing to plan: pass --target (and --draft)")
-    _check_traffic_flags(traffic)
+    _check_flags(gpu, gpu_mem_gib, traffic, opts)
     g = get_gpu(gpu or DEFAULT_GPU, gpu_file=gpu_file) if gpu_mem_gib is None else None
-    report = plan(
-        target=target, draft=draft, method=method, revision=revision,
-        draft_revision=draft_revision, k=k, gpu=g, gpu_mem_gib=gpu_mem_gib, tp=tp,
-        draft_tp=draft_tp, gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, kv_cache_dtype=kv_cache_dtype,
-        draft_quant=draft_quant, kv_cache_memory_bytes=kv_cache_memory_bytes,
-        enforce_eager=enforce_eager, acceptance=acceptance, acceptance_kind=acceptance_kind,
-        al=al, acceptance_from=acceptance_from, dataset=dataset, concurrency=concurrency,
-        contexts=contexts, traffic=traffic, gpu_profile=gpu_profile)
+    report = plan(gpu=g, gpu_mem_gib=gpu_mem_gib, traffic=traffic, **opts)
     if json_mode:
         print_json(report)
     else:
         render_report(report)
     sys.exit(0 if report.starts else 1)
+
+
+def _check_flags(gpu, gpu_mem_gib, traffic, o) -> None:
+    """Bad numbers and conflicting flags fail here, before any checkpoint or Hub repo is read."""
+    check_options(tp=o["tp"], draft_tp=o["draft_tp"],
+                  gpu_memory_utilization=o["gpu_memory_utilization"], gpu_mem_gib=gpu_mem_gib,
+                  max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
+                  max_num_batched_tokens=o["max_num_batched_tokens"],
+                  kv_cache_memory_bytes=o["kv_cache_memory_bytes"], k=o["k"])
+    if gpu and gpu_mem_gib is not None:
+        raise UsageError("--gpu and --gpu-mem-gib are exclusive", hint="pass one of them")
+    if not o["target"] and not o["draft"]:
+        raise UsageError("nothing to plan: pass --target (and --draft)")
+    _check_traffic_flags(traffic)
 
 
 def render_report(report: PlanReport) -> None:

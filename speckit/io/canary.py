@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from speckit.core.canary import AcceptanceCanary, compare_acceptance, finding_lines
+from speckit.core.registry.canary import AcceptanceCanary, compare_acceptance, finding_lines
 from speckit.core.registry.fit import draft_entry
 from speckit.errors import SpeckitError
 from speckit.io.datafiles import load_registry

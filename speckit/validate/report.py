@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.core.canary import canary_lines
 from speckit.core.context import context_table
 from speckit.core.evidence import Interval, shown
 from speckit.core.metrics import (
@@ -24,6 +23,7 @@ from speckit.core.metrics import (
     drift_meaning,
     lossless_cell,
 )
+from speckit.core.registry.canary import canary_lines
 from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.plots import pyplot
@@ -175,7 +175,7 @@ class ValidationReport:
     traffic: Any = None
     # which copy already on this machine a Hub target or draft was read from (local first)
     copies: list[str] = field(default_factory=list)
-    # the measured AL against the draft's published one (speckit.core.canary.AcceptanceCanary)
+    # the measured AL against the published one (speckit.core.registry.canary.AcceptanceCanary)
     canary: Any = None
 
     @property

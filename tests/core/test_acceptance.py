@@ -120,7 +120,7 @@ def test_prior_weighs_sources_not_figures():
     lo2 = _draft("lo2", _al(2.4, "x", source=_src(2)))
     p = A.acceptance_prior(_registry(many, lo1, lo2), method="eagle3", k=3)
     assert p.origin == "prior" and p.rates is None and p.k == 3
-    assert "7 figures from 3 sources" in p.label
+    assert "7 figures of 3 draft measurements from 3 sources" in p.label
     assert p.al == pytest.approx(2.4, abs=1e-6)  # the middle source, not the five-figure one
     assert p.al_low <= 2.4 <= p.al_high <= 3.6
 
@@ -179,3 +179,36 @@ def test_names_give_sizes():
     assert A.params_from_name("HuggingFaceTB/SmolLM2-135M-Instruct") == pytest.approx(0.135)
     assert A.params_from_name("meta-llama/Llama-3.1-8B-Instruct") == 8
     assert A.params_from_name("moonshotai/Kimi-K2.5") is None
+
+
+def test_a_source_without_k_takes_the_entrys_k_and_says_so():
+    e = _draft("nok", _al(3.74, "math", k=None), k=7)
+    got = A.published_acceptance(e)
+    assert got.k == 7 and "states no k" in got.label and got.al == 3.74
+
+
+def test_leave_one_source_out_never_sees_the_held_out_source():
+    near = [_draft(f"n{i}", _al(2.5 + 0.1 * i, "x", source=_src(i))) for i in range(3)]
+    outlier = _draft("far", _al(3.9, "x", source=_src(9)), _al(3.8, "y", source=_src(9)))
+    figs = A.prior_figures(_registry(*near, outlier))
+    held = {h.source: h for h in A.leave_one_source_out(figs, method="eagle3")}
+    assert set(held) == {_src(i) for i in (0, 1, 2, 9)}
+    far = held[_src(9)]
+    # predicted from the three near sources only: their middle one, 2.6
+    assert far.predicted == pytest.approx(2.6, abs=1e-6)
+    assert far.figures == 2 and far.covered == 0.0
+    assert far.error == pytest.approx(
+        (A.log_error(2.6, 3.9) + A.log_error(2.6, 3.8)) / 2, abs=1e-6)
+    # the outlier pulls the others' band up, never their own figures into it
+    assert held[_src(0)].error < far.error
+
+
+def test_the_prior_for_an_entry_is_its_own_methods():
+    par = {"parallel_drafting": True}
+    pe = [_draft(f"pe{i}", _al(4.0, "x", source=_src(i)), speculative_config=par)
+          for i in range(2)]
+    e3 = [_draft(f"e{i}", _al(2.0, "x", source=_src(10 + i))) for i in range(2)]
+    bare = _draft("bare-pe", speculative_config=par)
+    got = A.choose_acceptance(entry=bare, registry=_registry(*pe, *e3, bare), method="eagle3")
+    assert got.origin == "prior" and got.label.startswith("prior: peagle")
+    assert got.al == pytest.approx(4.0, abs=1e-6)

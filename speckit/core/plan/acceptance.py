@@ -19,13 +19,62 @@ import math
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from speckit.core import methods
 from speckit.core.methods.detect import pick_method
 from speckit.core.plan import schedule as _sched
-from speckit.core.registry.schema import Entry, PublishedResult, Registry, squash
 from speckit.errors import UsageError
+
+
+class PublishedResult(Protocol):
+    """A recorded figure as core.registry.schema.PublishedResult holds it (the plan level sits
+    below the registry's, so this module reads its records through these shapes)."""
+
+    metric: str
+    dataset: str
+    source: str
+    value: float | None
+    min: float | None
+    max: float | None
+    k: int | None
+    engine: str | None
+    hardware: str | None
+    temperature: float | None
+    per_position: tuple[float, ...] | None
+    target: str | None
+    method: str | None
+    draft: str | None
+
+    @property
+    def figure(self) -> str: ...
+
+
+class Entry(Protocol):
+    """A registry entry as core.registry.schema.Entry holds it."""
+
+    id: str
+    kind: str
+    method: str | None
+    repo: str | None
+    target: str | None
+    num_speculative_tokens: int | None
+    speculative_config: dict[str, Any]
+    config: dict[str, Any] | None
+    published: tuple[PublishedResult, ...]
+
+
+class Registry(Protocol):
+    """The layered registry as core.registry.schema.Registry holds it."""
+
+    entries: dict[str, Entry]
+    published: list[PublishedResult]
+
+
+def _key(name: str) -> str:
+    """A dataset name for loose matching: lowercase letters and digits only."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
 
 ORIGINS = ("flag", "report", "published", "prior")
 AL_METRIC = "acceptance_length"
@@ -146,8 +195,8 @@ def published_acceptance(entry: Entry, *, dataset: str | None = None,
     rows = _prefer(rows, lambda r: (r.engine or "").lower().startswith("vllm"))
     rows = _prefer(rows, lambda r: r.temperature in (None, 0.0))
     if dataset is not None:
-        named = [r for r in rows if squash(r.dataset) == squash(dataset)] or \
-            [r for r in rows if squash(dataset) and squash(dataset) in squash(r.dataset)]
+        named = [r for r in rows if _key(r.dataset) == _key(dataset)] or \
+            [r for r in rows if _key(dataset) and _key(dataset) in _key(r.dataset)]
         if not named:
             have = sorted({r.dataset for r in rows})
             raise UsageError(f"registry entry {entry.id!r} publishes no acceptance on "
@@ -158,10 +207,13 @@ def published_acceptance(entry: Entry, *, dataset: str | None = None,
     pick = at_k[(len(at_k) - 1) // 2]
     lo, hi = min(r.min if r.min is not None else row_al(r) for r in at_k), \
         max(r.max if r.max is not None else row_al(r) for r in at_k)
-    rates = _rates_of(pick)
-    return AcceptanceChoice(al=row_al(pick), rates=rates, k=pick.k, origin="published",
-                            label=_published_label(entry, pick, at_k), al_low=float(lo),
-                            al_high=float(hi))
+    label = _published_label(entry, pick, at_k)
+    kk = pick.k
+    if kk is None and entry.num_speculative_tokens is not None:
+        kk = entry.num_speculative_tokens
+        label += f"; the source states no k: the entry's k={kk} assumed"
+    return AcceptanceChoice(al=row_al(pick), rates=_rates_of(pick), k=kk, origin="published",
+                            label=label, al_low=float(lo), al_high=float(hi))
 
 
 def _prefer(rows: list[PublishedResult], good) -> list[PublishedResult]:
@@ -333,12 +385,18 @@ def weighted_quantile(values: Sequence[float], weights: Sequence[float], q: floa
     return xs[-1]
 
 
+def unit(f: Figure) -> tuple[str, str]:
+    """The draw a figure belongs to: one draft as one source measured it."""
+    return f.source, f.draft
+
+
 def source_weights(rows: Sequence[Figure]) -> list[float]:
-    """1 / (figures of its source) each: every source weighs the same."""
-    n: dict[str, int] = {}
+    """1 / (figures of its unit) each: every draft of every source weighs the same, however many
+    datasets or k it was measured on."""
+    n: dict[tuple[str, str], int] = {}
     for f in rows:
-        n[f.source] = n.get(f.source, 0) + 1
-    return [1.0 / n[f.source] for f in rows]
+        n[unit(f)] = n.get(unit(f), 0) + 1
+    return [1.0 / n[unit(f)] for f in rows]
 
 
 def geometric_al(a: float, k: int) -> float:
@@ -353,12 +411,12 @@ def prior_from(rows: Sequence[Figure], *, k: int, what: str) -> AcceptanceChoice
     a = [f.a for f in rows]
     mid = weighted_quantile(a, w, 0.5)
     lo, hi = (weighted_quantile(a, w, q) for q in PRIOR_QUANTILES)
-    n_src = len({f.source for f in rows})
+    n_src, n_units = len({f.source for f in rows}), len({unit(f) for f in rows})
     return AcceptanceChoice(
         al=geometric_al(mid, k), rates=None, k=k, origin="prior",
-        label=(f"prior: {what}, {len(rows)} figures from {n_src} source"
-               f"{'s' if n_src != 1 else ''} (source-weighted median; none published for "
-               "this draft)"),
+        label=(f"prior: {what}, {len(rows)} figures of {n_units} draft measurements from {n_src} "
+               f"source{'s' if n_src != 1 else ''} (median, each draft weighing the same; none "
+               "published for this draft)"),
         al_low=geometric_al(lo, k), al_high=geometric_al(hi, k))
 
 
@@ -375,6 +433,52 @@ def acceptance_prior(registry: Registry, *, method: str, target_params_b: float 
     return prior_from(rows, k=k, what=what)
 
 
+# ---- out of sample -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class HeldOut:
+    """One source's figures predicted by the prior built without that source."""
+
+    source: str
+    method: str
+    figures: int
+    al: float  # the median of the source's figures (each at its own k)
+    predicted: float  # the median of the prior's AL at the same k
+    error: float  # mean |log(predicted / figure)| over the source's figures
+    covered: float  # share of its figures inside the prior's band
+
+
+def leave_one_source_out(figures: Sequence[Figure], *, method: str,
+                         by_size: bool = True) -> list[HeldOut]:
+    """For each source with figures for ``method``: build the prior from every other source
+    (pooling, size rule and band all decided inside the loop, exactly as for a user) and predict
+    each of its figures at its own k and target size."""
+    fam = method_family(method)[0]
+    out = []
+    for src in sorted({f.source for f in figures if f.family == fam}):
+        mine = [f for f in figures if f.family == fam and f.source == src]
+        rest = [f for f in figures if f.source != src]
+        errs, preds, inside = [], [], 0
+        for f in mine:
+            rows, what = pool(rest, method=method,
+                              target_params_b=f.target_params_b if by_size else None)
+            p = prior_from(rows, k=f.k, what=what)
+            if p is None:
+                break
+            errs.append(log_error(p.al, f.al))
+            preds.append(p.al)
+            inside += int(p.al_low <= f.al <= p.al_high)  # type: ignore[operator]
+        if len(errs) == len(mine):
+            out.append(HeldOut(src, fam, len(mine), _median([f.al for f in mine]),
+                               _median(preds), sum(errs) / len(errs), inside / len(mine)))
+    return out
+
+
+def _median(xs: Sequence[float]) -> float:
+    s = sorted(xs)
+    n = len(s)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
 # ---- the order -----------------------------------------------------------------------------------
 def choose_acceptance(*, flag: AcceptanceChoice | None = None, report: Any = None,
                       entry: Entry | None = None, registry: Registry | None = None,
@@ -382,8 +486,9 @@ def choose_acceptance(*, flag: AcceptanceChoice | None = None, report: Any = Non
                       target_params_b: float | None = None) -> AcceptanceChoice | None:
     """The first of: the user's flags (``from_flags``), a validate report (an AcceptanceChoice
     or an object with ``per_position`` and ``source``), the draft's published figures
-    (``published_acceptance``), the method's prior (``acceptance_prior``). None when none
-    applies (no registry figure for the method at all)."""
+    (``published_acceptance``), the method's prior (``acceptance_prior``; the entry's own
+    method when an entry is given, else ``method``). None when none applies (no registry figure
+    for the method at all)."""
     if flag is not None:
         return flag
     if report is not None:
@@ -396,6 +501,8 @@ def choose_acceptance(*, flag: AcceptanceChoice | None = None, report: Any = Non
             target_params_b = params_from_name(entry.target)
     if registry is None:
         return None
+    if entry is not None and entry.method:
+        method = family_of(entry)  # the draft's own method: P-EAGLE's prior, not EAGLE-3's
     return acceptance_prior(registry, method=method, target_params_b=target_params_b,
                             k=k if k is not None else (entry.num_speculative_tokens
                                                        if entry is not None else None))
@@ -406,8 +513,8 @@ def log_error(predicted: float, actual: float) -> float:
     return abs(math.log(predicted / actual))
 
 
-__all__ = ["AL_METRIC", "ORIGINS", "AcceptanceChoice", "Figure", "acceptance_prior",
+__all__ = ["AL_METRIC", "ORIGINS", "AcceptanceChoice", "Figure", "HeldOut", "acceptance_prior",
            "al_rows", "choose_acceptance", "family_of", "from_flags", "from_report",
-           "geometric_al", "log_error", "method_family", "params_from_name", "pool",
-           "prior_figures", "prior_from", "published_acceptance", "row_al", "source_key",
-           "source_weights", "weighted_quantile"]
+           "geometric_al", "leave_one_source_out", "log_error", "method_family",
+           "params_from_name", "pool", "prior_figures", "prior_from", "published_acceptance",
+           "row_al", "source_key", "source_weights", "unit", "weighted_quantile"]

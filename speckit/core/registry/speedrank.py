@@ -56,6 +56,7 @@ class SpeedRow:
     note: str = ""  # why a row has no ratio, or what to know about it
     speculative_config: dict[str, Any] = field(default_factory=dict)
     location: str = ""  # where its weights come from (a Hub repo@revision, bundled, ...)
+    kv_holds: int | None = None  # requests the KV cache holds at the context, when under C
     label: str = "projected"
 
 
@@ -211,8 +212,9 @@ def _project(ask: _Ask, row: SpeedRow, e: Entry | None, k: int, fit: Fit | None,
     sp = widen(*runs) if len(runs) == 3 else runs[0]
     best = best_ratio_at(sp.tables[0], ask.concurrency)
     if best is None:
-        row.note = (f"the KV cache holds {sp.tables[0].max_batch} requests at "
-                    f"{ask.context:,} tokens, under concurrency {ask.concurrency}")
+        row.kv_holds = sp.tables[0].max_batch
+        row.note = (f"the KV cache holds {row.kv_holds} requests at {ask.context:,} tokens, "
+                    f"under concurrency {ask.concurrency}")
         return row
     row.k, row.ratio, row.band = best[0], best[1], best[2]
     row.speculative_config = {**row.speculative_config, "num_speculative_tokens": best[0]}

@@ -1,6 +1,6 @@
-"""The live canary (speckit.core.canary): a measured AL against the draft's published one for a
-comparable setting, on the stored validate and bench reports (tests/data) and the registry's real
-figures for speckit's bundled EAGLE-3 draft."""
+"""The live canary (speckit.core.registry.canary): a measured AL against the draft's published one
+for a comparable setting, on the stored validate and bench reports (tests/data) and the
+registry's real figures for speckit's bundled EAGLE-3 draft."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from speckit.bench.canary import bench_canaries
-from speckit.core.canary import (
+from speckit.core.preflight import Finding
+from speckit.core.registry.canary import (
     BELOW,
     COLLAPSE_SHARE,
     COLLAPSED,
@@ -23,7 +24,6 @@ from speckit.core.canary import (
     finding_lines,
     published_al_at,
 )
-from speckit.core.preflight import Finding
 from speckit.core.registry.fit import draft_entry
 from speckit.io.canary import acceptance_canary
 from speckit.io.datafiles import load_registry
