@@ -66,8 +66,9 @@ def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, 
         baseline=run_summary(base, role="baseline", k=None, draft=None, keep_log=keep_log),
         runs=r.runs, sweep=r.sweep, compare=r.compare, spec_config=r.final_cfg,
         serve_command=serve.command, plan=plan_info,
-        serve_notes=serve.notes + adaptive_verification_advice(
-            method=inp.spec.name, platform="cpu" if inp.cpu else "cuda"),
+        serve_notes=serve.notes + adaptive_verification_advice(  # for where it is served
+            method=inp.spec.name,
+            platform="cpu" if inp.cpu and not settings.get("serve_gpu") else "cuda"),
         warnings=warnings, engine_starts=r.starts, seconds=time.monotonic() - t_start,
         chat_template=base.chat_template, concurrency=r.concurrency, verdict=v,
         acceptance_by_context=r.by_context, trained_length=inp.trained,
