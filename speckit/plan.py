@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from speckit.core import methods
 from speckit.core.gpus import DEFAULT_GPU, GPU
 from speckit.core.plan import compose
 from speckit.core.plan.acceptance import (
@@ -47,7 +48,7 @@ from speckit.core.plan.weights import is_top_level as _is_top_level
 from speckit.core.registry.fit import draft_entry
 from speckit.core.specconfig import adaptive_verification_advice
 from speckit.core.traffic import TrafficReport
-from speckit.errors import PlanError, UsageError
+from speckit.errors import PlanError, SpeckitError, UsageError
 from speckit.io.checkpoint import TensorInfo
 from speckit.io.context_report import read_acceptance, read_acceptance_by_context
 from speckit.io.datafiles import get_gpu, load_registry
@@ -247,8 +248,22 @@ def plan(*, target: str | None = None, draft: str | None = None, method: str | N
             (f" ({e.hint})" if e.hint else "")
     sched = report.speed.schedule if report.speed is not None else None
     report.adaptive_verification = adaptive_verification_advice(
-        method=res.method, platform=g.platform if g is not None else "cuda", schedule=sched)
+        method=res.method, platform=g.platform if g is not None else "cuda", schedule=sched,
+        confidence_head=_confidence_head(res.method, draft))
     return report
+
+
+def _confidence_head(method: str, draft: str | None) -> bool | None:
+    """Whether a registry draft's recorded config has a confidence head (what vLLM's adaptive
+    verification scores positions with); None when unknown."""
+    entry = draft_entry(load_registry(), draft)
+    if entry is None or entry.config is None:
+        return None
+    try:
+        said = methods.get(method).describe(dict(entry.config)).get("enable_confidence_head")
+    except (KeyError, TypeError, ValueError, SpeckitError):
+        return None
+    return None if said is None else bool(said)
 
 
 @dataclass(frozen=True)

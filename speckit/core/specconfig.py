@@ -80,7 +80,9 @@ def synthetic_acceptance(spec_config: Mapping[str, Any], al: float) -> dict[str,
 # budget from per-request confidence instead of always verifying every drafted token"). The block
 # is still drafted whole; only the positions sent to the target shrink. vLLM refuses it on the V1
 # model runner (config/vllm.py lists "adaptive draft verification" as V2-only), without full CUDA
-# graphs, with LoRA or with pipeline parallelism: vLLM's CPU backend cannot run it.
+# graphs, with LoRA or with pipeline parallelism: vLLM's CPU backend cannot run it. A draft with a
+# confidence head scores each position with it; one without falls back on vLLM's online acceptance
+# estimator (vllm/v1/worker/gpu/spec_decode/dspark/speculator.py, use_confidence_head).
 ADAPTIVE_FIELD = "enable_adaptive_verification"
 ADAPTIVE_SOURCE = "https://github.com/vllm-project/vllm/pull/47808"
 
