@@ -109,8 +109,8 @@ def show_cmd(ctx, entry_id, registry_files, json_mode):
 def resolve_cmd(ctx, target, method, gpu, concurrency, tp, dataset, registry_files, json_mode):
     """Drafts for a target, ranked by projected throughput ratio at --concurrency on --gpu (each
     with its band, k, KV memory left and where its acceptance came from; the methods that need
-    no draft beside them), from the registry's recorded shapes, offline. Exit status 2 when no draft is
-    registered.
+    no draft beside them), from the registry's recorded shapes, offline. Exit status 2 when no
+    draft is registered.
 
     \b
     Examples:

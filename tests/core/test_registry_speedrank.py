@@ -77,8 +77,15 @@ def test_ngram_and_suffix_rank_beside_the_drafts(world):
     rk = _rank(world, [replace(draft, id="d", published=(_al(3.5),))], published=[ngram_fig])
     rows = {r.id: r for r in rk.rows}
     assert {"ngram", "suffix"} <= set(rows)
-    assert rows["ngram"].ratio is not None and rows["ngram"].acceptance_origin == "prior"
+    # a figure for ngram on this very target is ngram's own published acceptance here
+    assert rows["ngram"].ratio is not None and rows["ngram"].acceptance_origin == "published"
+    assert "tests-ng" in rows["ngram"].acceptance
     assert rows["suffix"].ratio is None and "no prior" in rows["suffix"].note
+    # on another target the same figure is only the method's prior
+    elsewhere = replace(ngram_fig, target="Qwen/Qwen3-32B")
+    rk = _rank(world, [replace(draft, id="d", published=(_al(3.5),))], published=[elsewhere])
+    ngram = next(r for r in rk.rows if r.id == "ngram")
+    assert ngram.acceptance_origin == "prior" and ngram.ratio is not None
 
 
 def test_a_method_the_gpus_vllm_does_not_serve_is_marked_and_never_picked(world):

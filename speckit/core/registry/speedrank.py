@@ -29,7 +29,7 @@ from speckit.core.registry.fit import (
     Fit,
     place_without_draft,
 )
-from speckit.core.registry.schema import Entry, Registry
+from speckit.core.registry.schema import Entry, PublishedResult, Registry
 from speckit.core.specconfig import adaptive_verification_advice
 from speckit.errors import FormatError, PlanError, UsageError
 
@@ -147,6 +147,22 @@ def _entry_row(ask: _Ask, e: Entry, fit: Fit | None) -> SpeedRow:
     return _project(ask, row, e, k, fit, e.config, drows)
 
 
+@dataclass(frozen=True)
+class _EngineOnly:
+    """An engine-only method as an entry: the registry-level figures published for it on this
+    target are its own (published_acceptance reads them), the rest of the registry its prior."""
+
+    id: str
+    method: str
+    target: str | None
+    num_speculative_tokens: int
+    published: tuple[PublishedResult, ...]
+    kind: str = "draft"
+    repo: str | None = None
+    config: dict[str, Any] | None = None
+    speculative_config: dict[str, Any] = field(default_factory=dict)
+
+
 def _engine_only_row(ask: _Ask, spec: methods.MethodSpec) -> SpeedRow:
     k = spec.usual_k or spec.default_k({}) or 3
     fit = place_without_draft(spec.name, k, ask.target, ask.dep)
@@ -156,7 +172,11 @@ def _engine_only_row(ask: _Ask, spec: methods.MethodSpec) -> SpeedRow:
     if fit.level == WILL_NOT_START:
         row.note = f"will not start: {fit.detail}"
         return row
-    return _project(ask, row, None, k, fit, None, [])
+    want = (ask.target.repo or ask.target.id).lower()
+    own = tuple(r for r in ask.registry.published if r.method and (r.target or "").lower() == want
+                and methods.get(r.method) is spec)
+    pseudo = _EngineOnly(spec.name, spec.vllm_method, ask.target.repo, k, own)
+    return _project(ask, row, pseudo, k, fit, None, [])
 
 
 def _row(rid: str, name: str, fit: Fit | None, ask: _Ask, e: Entry | None) -> SpeedRow:
