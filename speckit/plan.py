@@ -167,7 +167,8 @@ def plan_traffic(*, traffic: str | Path, target: str, draft: str | None = None,
                  acceptance: list[float] | None = None, acceptance_kind: str = "per-position",
                  al: float | None = None, k: int | None = None, gpu: GPU, tp: int = 1,
                  max_batch: int, kv_tokens: int | None = None, lookahead: int = 0,
-                 acceptance_label: str | None = None, **model_kwargs: Any) -> TrafficSpeed:
+                 acceptance_label: str | None = None, columns: list[int] | None = None,
+                 **model_kwargs: Any) -> TrafficSpeed:
     """The projected speed for ``traffic``'s context mix: its requests counted with the target's
     tokenizer, each bucket's AL from a validate report's acceptance_by_context
     (``acceptance_from``) or one set of rates for every bucket (``acceptance`` / ``al`` at
@@ -198,7 +199,8 @@ def plan_traffic(*, traffic: str | Path, target: str, draft: str | None = None,
                                  draft_revision=draft_revision, method=method, gpu=gpu, tp=tp,
                                  **model_kwargs)
     mix = project_mix_speed(model, weights=run.weights, contexts=run.contexts, al=al_by,
-                            max_batch=max_batch, kv_tokens=kv_tokens, lookahead=lookahead)
+                            max_batch=max_batch, kv_tokens=kv_tokens, lookahead=lookahead,
+                            batches=columns)
     used = {b: al_by[b] for b in run.weights}
     return TrafficSpeed(run.report(), source, used, mix, gpu.name, tp, notes)
 
@@ -372,7 +374,7 @@ def _traffic_speed(res: PlanResult, gpu: GPU | None, ask: _SpeedAsk,
         tp=res.tp, draft_tp=res.draft_tp, max_batch=int(res.settings["max_num_seqs"]),
         kv_tokens=res.with_draft.kv_tokens, lookahead=res.lookahead_slots,
         kv_cache_dtype=ask.kv_cache_dtype, draft_quant=ask.draft_quant,
-        constants=_constants(ask), acceptance_label=label)
+        constants=_constants(ask), acceptance_label=label, columns=ask.columns)
 
 
 __all__ = [

@@ -147,6 +147,13 @@ def test_plan_traffic_without_acceptance_uses_the_prior_and_says_so(pair, tmp_pa
     assert "prior: eagle3" in out and "the same for every context bucket" in out
 
 
+def test_plan_traffic_takes_the_concurrency_columns(pair, tmp_path):
+    t = _traffic(tmp_path / "t.jsonl", pair[0], [300])
+    code, out = plan(pair, t, "--al", "2", "-k", "3", "--concurrency", "4,8", "--json")
+    assert code == 0, out
+    assert json.loads(out)["traffic_speed"]["mix"]["batches"] == [4, 8]
+
+
 @pytest.mark.parametrize(("args", "expect"), [
     (["--context", "2048"], "--traffic and --context do not combine"),
     (["--al", "2", "-k", "3", "--acceptance-from", "r.json"], "do not combine"),

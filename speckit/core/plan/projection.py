@@ -142,10 +142,12 @@ def step_model(*, target_config: Mapping[str, Any], method: str,
 def project_mix_speed(model: StepModel, *, weights: Mapping[str, float],
                       contexts: Mapping[str, int], al: Mapping[str, Mapping[int, float]],
                       max_batch: int, kv_tokens: int | None = None,
-                      lookahead: int = 0) -> _mix.MixProjection:
+                      lookahead: int = 0,
+                      batches: Sequence[int] | None = None) -> _mix.MixProjection:
     """The traffic mix's projection (speckit.core.plan.mix) on ``model``, each mixed ratio with
     the model's band; ``kv_tokens`` stops the columns at the concurrency the KV cache holds at
-    the mix's mean context (beyond it the schedule keeps its last k, as project_speed's does)."""
+    the mix's mean context (beyond it the schedule keeps its last k, as project_speed's does).
+    ``batches``: the columns asked for (default: powers of two, then the most that fit)."""
     buckets = _mix.mix_buckets(weights, al, contexts)
     mean_ctx = round(sum(b.weight * b.context for b in buckets))
     fit = max_batch if kv_tokens is None else min(max_batch, kv_tokens // (mean_ctx + lookahead))
@@ -154,9 +156,9 @@ def project_mix_speed(model: StepModel, *, weights: Mapping[str, float],
                         f"mix's mean context of {mean_ctx:,} tokens",
                         hint="lower --max-model-len or free memory (see the plan above)")
     moe, band = bool(model.target.experts), model.engine.band
-    proj = _mix.project_mix(model, buckets, max_batch=fit,
-                            batches=[*(b for b in _sched.default_batches(max_batch) if b < fit),
-                                     fit],
+    cols = [b for b in batches if b <= fit] if batches else \
+        [*(b for b in _sched.default_batches(max_batch) if b < fit), fit]
+    proj = _mix.project_mix(model, buckets, max_batch=fit, batches=cols or [fit],
                             band=(lambda b: band.offsets(b, moe)) if band.level else None)
     proj.notes.append(f"KV context per bucket: the mean of prompt + half the output over its "
                       f"requests; the mix's mean is {mean_ctx:,} tokens")
