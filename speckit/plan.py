@@ -302,7 +302,7 @@ def _speed(res: PlanResult, gpu: GPU | None, ask: _SpeedAsk) -> tuple[Any, Any]:
                              "drive the projection)")
         raise PlanError("--gpu-mem-gib gives no bandwidth or peak", hint="pass --gpu NAME")
     choice = _acceptance(res, ask)
-    rates = choice.per_position()
+    rates = choice.per_position(res.k)  # the k the memory plan holds, at most
     spread = [scaled_rates(rates, choice.al, choice.k or len(rates), x)
               for x in (choice.al_low, choice.al_high) if x is not None]
     runs = project_speeds_from_refs(
