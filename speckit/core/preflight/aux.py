@@ -60,7 +60,7 @@ def _engine_reads(facts: PairFacts) -> list[Finding]:
 
 
 def _convention_finding(facts: PairFacts, trained, bad, *, all_bad: bool) -> Finding:
-    eng = f"{facts.engine} {facts.engine_release}"
+    eng = engines.engine_name(facts.engine, facts.engine_release)
     said = []
     for runner, got, field in bad:
         how = (f"reads {field} as is" if field != engines.VLLM_DEFAULT_AUX else

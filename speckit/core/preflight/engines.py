@@ -114,6 +114,14 @@ RUNNER_CHOICES: tuple[RunnerChoice, ...] = (
 )
 
 
+ENGINE_NAMES: Mapping[str, str] = {"vllm": "vLLM", "sglang": "SGLang"}
+
+
+def engine_name(engine: str, release: str) -> str:
+    """The engine and release as a finding names them ("vLLM 0.32")."""
+    return f"{ENGINE_NAMES.get(engine, engine)} {release}"
+
+
 def aux_rule(engine: str, release: str, runner: str) -> AuxIdRule | None:
     return next((r for r in AUX_ID_RULES if (r.engine, r.release, r.model_runner)
                  == (engine, release, runner)), None)

@@ -76,15 +76,17 @@ def _anchor(facts: PairFacts) -> list[Finding]:
     top = cfg.get(read.native_field)
     said = ("records no top-level sample_from_anchor" if top is None else
             f"says sample_from_anchor {top}")
-    if "speculators_model_type" not in cfg and top is None and cfg.get("dflash_config"):
-        said += " (the engine does not read dflash_config's copy)"
+    nested = (cfg.get("dflash_config") or {}).get("sample_from_anchor")
+    if "speculators_model_type" not in cfg and top is None and nested is not None:
+        said += f" (dflash_config's sample_from_anchor {nested} is not read)"
     layouts = {True: "anchor-first (slot 0 predicts the next token)",
                False: "the fill-in block (1 + N slots, the anchor a bonus token)"}
     where = "speculators" if "speculators_model_type" in cfg else "native"
     return [Finding(
         "error", "dspark-anchor-layout", "sample_from_anchor",
         f"the draft was trained in {layouts[trained]}, but its {where} config {said}: "
-        f"{facts.engine} {facts.engine_release} serves it {layouts[served]}, so every drafted "
+        f"{engines.engine_name(facts.engine, facts.engine_release)} serves it "
+        f"{layouts[served]}, so every drafted "
         "position reads the wrong context (acceptance under 1%)",
         f'add "sample_from_anchor": {str(trained).lower()} at the top level of config.json '
         f"(vLLM's DSparkSpeculator reads only that key), or `{CONVERT}`",
@@ -110,10 +112,11 @@ def input_norm_findings(method: str, config: Mapping[str, Any],
         out.append(Finding(
             "error", "input-norm-dropped", rule.flag,
             f"tensor {rule.tensor} is in the checkpoint but {rule.flag} is {state}: "
-            f"{engine} {release} drops {prefix}.* without a word (llama_eagle3.py / "
+            f"{engines.engine_name(engine, release)} drops {prefix}.* without a word "
+            "(llama_eagle3.py / "
             "qwen3_eagle3.py load_weights) and runs fc on aux states the head was trained to "
             "see normalised",
             f'set "{rule.flag}": true in config.json (`{CONVERT}` infers it from the tensor '
             "when the flag is unset)",
-            f"{rule.source} (code reading)"))
+            "vllm-project/vllm#38111; vllm-project/vllm#42143"))
     return out
