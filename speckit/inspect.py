@@ -119,13 +119,14 @@ def checkpoint_dtype(ckpt: Checkpoint) -> str | None:
     """The checkpoint's working dtype: the float code holding most bytes ("BF16"); when weights
     carry quantization scales, the scheme its quantization_config names first, the rest after
     ("MXFP4 (BF16 rest)": issue 53, an MXFP4 output was reported as BF16)."""
-    companions = {n for n in ckpt.tensors if quantized_weight_of(n) in ckpt.tensors}
-    if not companions:
+    # a quantized Linear's tensors: `.weight` (or `.weight_packed`) and its scales
+    quant = {n for n in ckpt.tensors if quantized_weight_of(n) is not None}
+    if not quant:
         return ckpt.float_dtype()
-    weights = {quantized_weight_of(n) for n in companions}
+    quant |= {quantized_weight_of(n) for n in quant}
     by: dict[str, int] = {}
     for n, t in ckpt.tensors.items():
-        if n not in companions and n not in weights and t.dtype in FLOAT_DTYPES:
+        if n not in quant and t.dtype in FLOAT_DTYPES:
             by[t.dtype] = by.get(t.dtype, 0) + t.nbytes
     sch = recognise_scheme(ckpt.config.get("quantization_config"))
     name = sch.capability.upper() if sch is not None else "quantized"
