@@ -95,7 +95,7 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
     dims = methods.get(layout.method).describe(ckpt.config)
     problems = check_structure(ckpt, layout, target_config=target_config)
     found = check_pair(ckpt.path, tres, target_ref=str(target) if target is not None else None,
-                       allow_pickle=allow_pickle).findings
+                       checkpoint=ckpt).findings
     # a finding that structure reports too (input-norm-dropped) is shown once, with its fix
     problems = [p for p in problems if (p.code, p.subject) not in
                 {(f.code, f.subject) for f in found}]

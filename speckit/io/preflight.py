@@ -40,22 +40,25 @@ class PreflightResult:
 
 def check_pair(draft: Path, target: Any | None, *, target_ref: str | None = None,
                serve_context: int | None = None, model_runner: str = "auto",
-               allow_pickle: bool = False) -> PreflightResult:
+               allow_pickle: bool = False,
+               checkpoint: Checkpoint | None = None) -> PreflightResult:
     """Pre-flight of the draft at ``draft`` (a local checkpoint directory) against ``target`` (a
     speckit.io.refs.Resolved with at least its config, or None: the draft's own checks only).
     ``target_ref`` is the reference the user gave (its Hub id is the target's identity).
-    ``model_runner``: "v1"/"v2" when the engine's runner is pinned, "auto" for either."""
+    ``model_runner``: "v1"/"v2" when the engine's runner is pinned, "auto" for either.
+    ``checkpoint``: the draft already opened (its headers are not read twice)."""
     facts = gather_facts(draft, target, target_ref=target_ref, serve_context=serve_context,
-                         model_runner=model_runner, allow_pickle=allow_pickle)
+                         model_runner=model_runner, allow_pickle=allow_pickle,
+                         checkpoint=checkpoint)
     return PreflightResult(preflight(facts), target=facts.target_id,
                            target_from=_identity_source(target, target_ref))
 
 
 def gather_facts(draft: Path, target: Any | None, *, target_ref: str | None = None,
                  serve_context: int | None = None, model_runner: str = "auto",
-                 allow_pickle: bool = False) -> PairFacts:
+                 allow_pickle: bool = False, checkpoint: Checkpoint | None = None) -> PairFacts:
     """Read the pair's files into PairFacts (headers and small configs only)."""
-    ckpt = Checkpoint.open(draft, allow_pickle=allow_pickle)
+    ckpt = checkpoint or Checkpoint.open(draft, allow_pickle=allow_pickle)
     layout = detect(ckpt)
     tensors = {n: (t.dtype, tuple(t.shape)) for n, t in ckpt.tensors.items()}
     tcfg = dict(target.config) if target is not None else None
