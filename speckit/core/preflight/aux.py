@@ -63,16 +63,16 @@ def _convention_finding(facts: PairFacts, trained, bad, *, all_bad: bool) -> Fin
     eng = engines.engine_name(facts.engine, facts.engine_release)
     said = []
     for runner, got, field in bad:
-        how = (f"reads {field} as is" if field != engines.VLLM_DEFAULT_AUX else
-               f"does not read {trained.field} and falls back to {field}")
-        said.append(f"{eng}'s {runner.upper()} runner {how}: it captures layers {got}")
+        how = (f"reads {field} as is and captures {got}" if field != engines.VLLM_DEFAULT_AUX
+               else f"does not read {trained.field} and falls back to {field} = {got}")
+        said.append(f"{eng}'s {runner.upper()} runner {how}")
     want = sorted(set(trained.ids))
     off = all(len(got) == len(want) and all(g + 1 == w for g, w in zip(got, want, strict=True))
               for _, got, _ in bad)
     harm = ("every aux state one layer off" if off else
             "aux states from other layers than the head was trained on")
-    message = (f"{trained.field} {trained.raw} name the layers {trained.ids} in vLLM's "
-               f"input-of-layer convention ({trained.convention}: {trained.why}); "
+    message = (f"{trained.field} {trained.raw} are {trained.convention} ids ({trained.why}): "
+               f"the head was trained on the layers vLLM numbers {trained.ids}; "
                + "; ".join(said) + f": {harm}")
     top = f'"eagle_aux_hidden_state_layer_ids": {trained.ids}'
     fix = (f"add {top} at the top level of config.json (every vLLM runner reads it first)"
