@@ -165,6 +165,8 @@ def render(report) -> None:
     if report.problems:
         _render_problems(console, report.problems)
     if report.preflight:
+        if report.problems:
+            console.print()
         render_findings(console, report.preflight)
     ne = len(report.errors) + sum(f.is_error for f in report.preflight)
     nw = len(report.warnings) + sum(not f.is_error for f in report.preflight)
@@ -194,7 +196,6 @@ def render_findings(console, findings) -> None:
     values are the checkpoint's)."""
     from rich.text import Text
 
-    console.print()
     console.print(Text("pre-flight (what the engine will do with this pair)", style="bold"))
     for f in findings:
         style = "red" if f.is_error else "yellow"
