@@ -13,9 +13,9 @@ from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
 from speckit.cli import main
-from speckit.core.methods.common import check_vocab_maps
 from speckit.core.methods.detect import detect
 from speckit.core.quant import SCHEMES
+from speckit.core.tensors import check_vocab_maps
 from speckit.errors import FormatError
 from speckit.inspect import InspectReport, inspect
 from speckit.io.checkpoint import Checkpoint
