@@ -10,7 +10,7 @@
 
 from __future__ import annotations
 
-from speckit.core.methods.common import read_aux_ids, target_dims
+from speckit.core.methods.common import INPUT_OF_LAYER, read_aux_ids, target_dims
 from speckit.core.methods.detect import SERVED_AS_PUBLISHED
 from speckit.core.preflight import engines
 from speckit.core.preflight.facts import Finding, PairFacts
@@ -23,7 +23,7 @@ _DEFAULT_PATTERN = {"eagle3": True, "peagle": True}
 
 def check(facts: PairFacts) -> list[Finding]:
     """The findings of this module's rules for one pair."""
-    return [*_engine_reads(facts), *_other_depth(facts)]
+    return [*_engine_reads(facts), *_output_default_at_top(facts), *_other_depth(facts)]
 
 
 def _target_layers(facts: PairFacts) -> int | None:
@@ -84,6 +84,41 @@ def _convention_finding(facts: PairFacts, trained, bad, *, all_bad: bool) -> Fin
     return Finding("error" if all_bad else "warning", "aux-ids-engine-reads-other-layers",
                    trained.field, message, fix,
                    "vllm-project/vllm#43671; sgl-project/sglang#25454", condition)
+
+
+# the fields every vLLM runner reads first, as input-of-layer ids
+_TOP_LEVEL = ("eagle_aux_hidden_state_layer_ids", "aux_hidden_state_layer_ids")
+
+
+def output_default(num_layers: int) -> list[int]:
+    """The output-of-layer default of SpecForge, TorchSpec, NeMo-RL and TRT-LLM:
+    `[1, num_layers // 2 - 1, num_layers - 4]` (SpecForge's target_layer_ids)."""
+    return sorted({1, num_layers // 2 - 1, num_layers - 4})
+
+
+def _output_default_at_top(facts: PairFacts) -> list[Finding]:
+    """Cause 1, copied: the SGLang-side default written unshifted into the field vLLM reads as
+    input-of-layer ids (a hand-made or third-party speculators config)."""
+    nt = _target_layers(facts)
+    trained = read_aux_ids(dict(facts.draft_config))
+    if nt is None or trained is None or not _DEFAULT_PATTERN.get(facts.method):
+        return []
+    ids = sorted(set(trained.ids))
+    if (trained.convention != INPUT_OF_LAYER or trained.field not in _TOP_LEVEL
+            or ids != output_default(nt) or ids == engines.default_aux_ids(nt)):
+        return []
+    shifted = [i + 1 for i in ids]
+    return [Finding(
+        "warning", "aux-ids-output-default-in-input-field", trained.field,
+        f"{trained.field} {trained.raw} is the output-of-layer default [1, L//2-1, L-4] of "
+        f"SpecForge, TorchSpec, NeMo-RL and TRT-LLM for this {nt}-layer target, in the field "
+        f"every vLLM runner reads as input-of-layer ids: a head trained by one of them is fed "
+        f"every aux state one layer early (it learned the layers vLLM numbers {shifted})",
+        f'write "{trained.field}": {shifted} (vLLM\'s default for this target) if the head was '
+        "trained by one of them; `speckit convert` of the original export writes them",
+        "vllm-project/vllm#43671",
+        condition="if the ids were copied unshifted from an SGLang-, NeMo- or TRT-LLM-trained "
+                  "export")]
 
 
 def _recorded_depth(facts: PairFacts) -> tuple[int | None, str]:

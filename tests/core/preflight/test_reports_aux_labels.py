@@ -239,3 +239,18 @@ def test_nested_norm_before_fc_is_read(tmp_path):
     draft = F.make_specforge_eagle3(tmp_path / "e", norm_before_fc=True)
     _config(draft, norm_before_fc=None, eagle_config={"norm_before_fc": True})
     assert not [f for f in inspect(draft).preflight if f.code == "input-norm-dropped"]
+
+
+def test_output_of_layer_default_copied_into_the_top_level_field(tmp_path, base_target):
+    """vllm-project/vllm#43671, copied: SpecForge's default for MiniMax-M2.5 (62 layers),
+    [1, 30, 58] = `[1, num_layers // 2 - 1, num_layers - 4]`, written unshifted into the
+    speculators top-level field, which every vLLM runner reads as input-of-layer ids."""
+    draft = F.make_spec_eagle3(tmp_path / "d", aux_layer_ids=(1, 30, 58))
+    target = _target(base_target, tmp_path / "minimax", 62)
+    f = _found(inspect(draft, target=target))["aux-ids-output-default-in-input-field"]
+    assert f.severity == "warning" and "[2, 31, 59]" in f.fix and "copied unshifted" in f.condition
+    # vLLM's own default for the target, or the ids on another depth: nothing
+    assert not inspect(F.make_spec_eagle3(tmp_path / "ok", aux_layer_ids=(2, 31, 59)),
+                       target=target).preflight
+    assert "aux-ids-output-default-in-input-field" not in _found(
+        inspect(draft, target=_target(base_target, tmp_path / "t64", 64)))
