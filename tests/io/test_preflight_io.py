@@ -114,8 +114,9 @@ def test_rotation_markers_are_gathered(offline, qwen3_8b_draft):
 
 def test_registry_trained_length_of_a_cached_draft(offline):
     """deepseek-ai/dflash_qwen3_8b_block7 in the HF cache: its registry entry's `trained` (DeepSpec
-    config max_length=4096) is the draft's trained length; Qwen3-8B serves 40960."""
-    snap = offline / "hf" / "hub" / "models--deepseek-ai--dflash_qwen3_8b_block7" / "snapshots" / SHA
+    config max_length=4096) is the draft's trained length."""
+    repo_dir = offline / "hf" / "hub" / "models--deepseek-ai--dflash_qwen3_8b_block7"
+    snap = repo_dir / "snapshots" / SHA
     F.make_deepseek_dspark(snap)
     facts = gather_facts(snap, None, target_ref="qwen3-8b")
     assert facts.record.trained_length == 4096 and facts.record.verifier == "Qwen/Qwen3-8B"

@@ -148,38 +148,64 @@ def test_modelslim_quarot_target_with_its_matrix_depends_on_the_engine(tmp_path)
 # ---- cause 6: quantization reaching what must stay unquantized --------------------------------
 
 @pytest.fixture(scope="module")
-def fp8_draft_fc_kept(tmp_path_factory):
-    """speckit quantize --fp8 with fc kept bf16: its exclude list names vLLM's `model.fc`."""
+def fp8_drafts(tmp_path_factory):
+    """speckit quantize --fp8 (Quark and compressed-tensors layouts) with fc and the layer's
+    down_proj kept bf16: the exclude / ignore lists name vLLM's run-time modules."""
     tmp = tmp_path_factory.mktemp("q")
     src = F.make_spec_eagle3(tmp / "src", arch="llama")
-    quantize(src, scheme="fp8", out=tmp / "out", exclude=["model.fc"], target_layers=8)
-    return tmp / "out"
+    keep = ["model.fc", "model.layers.8.mlp.down_proj"]
+    quantize(src, scheme="fp8", out=tmp / "quark", exclude=keep, target_layers=8)
+    quantize(src, scheme="fp8-ct", out=tmp / "ct", exclude=keep, target_layers=8)
+    return {"quark": tmp / "quark", "compressed-tensors": tmp / "ct"}
 
 
-def test_speckits_own_quantize_output_is_clean(fp8_draft_fc_kept, tmp_path):
+@pytest.mark.parametrize("dialect", ["quark", "compressed-tensors"])
+def test_speckits_own_quantize_output_is_clean(fp8_drafts, tmp_path, dialect):
     """quantize's output, re-read with vLLM's matching rule: nothing to report."""
-    cfg = json.loads((fp8_draft_fc_kept / "config.json").read_text())
-    assert "model.fc" in cfg["quantization_config"]["exclude"]
-    r = check_pair(fp8_draft_fc_kept, _target(tmp_path / "t", arch="llama"))
+    cfg = json.loads((fp8_drafts[dialect] / "config.json").read_text())
+    key = "exclude" if dialect == "quark" else "ignore"
+    assert "model.fc" in cfg["quantization_config"][key]
+    r = check_pair(fp8_drafts[dialect], _target(tmp_path / "t", arch="llama"))
     assert r.findings == []
 
 
-def test_quark_exclude_written_in_checkpoint_names_misses_model_fc(fp8_draft_fc_kept, tmp_path):
-    """vllm-project/vllm#48606: Quark's exclude ["lm_head", "fc"] (its fnmatch over the
+def _with_list(src: Path, dst: Path, key: str, entries: list[str]) -> Path:
+    dst.mkdir()
+    for f in src.iterdir():
+        (dst / f.name).write_bytes(f.read_bytes())
+    cfg = json.loads((dst / "config.json").read_text())
+    cfg["quantization_config"][key] = entries
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+@pytest.mark.parametrize("dialect,key", [("quark", "exclude"), ("compressed-tensors", "ignore")])
+def test_exclude_written_in_checkpoint_names_misses_model_fc(fp8_drafts, tmp_path, dialect, key):
+    """vllm-project/vllm#48606: an exclude list ["lm_head", "fc"] (Quark's fnmatch over the
     checkpoint's names kept fc bf16), but vLLM names the layer `model.fc` and matches exact names
-    or `re:`: it builds fc quantized."""
-    draft = tmp_path / "d"
-    draft.mkdir()
-    for f in fp8_draft_fc_kept.iterdir():
-        (draft / f.name).write_bytes(f.read_bytes())
-    cfg = json.loads((draft / "config.json").read_text())
-    cfg["quantization_config"]["exclude"] = ["lm_head", "fc"]
-    (draft / "config.json").write_text(json.dumps(cfg))
+    or `re:`: it builds fc quantized. llm-compressor's `ignore` is read by the same rule."""
+    draft = _with_list(fp8_drafts[dialect], tmp_path / "d", key,
+                       ["lm_head", "fc", "model.layers.8.mlp.down_proj"])
     r = check_pair(draft, _target(tmp_path / "t", arch="llama"))
     found = [f for f in r.findings if f.code == "exclude-misses-runtime-name"]
     assert [f.severity for f in found] == ["error"]
     assert "'fc'" in found[0].message and "model.fc" in found[0].message
     assert "'model.fc'" in found[0].fix
+
+
+def test_exclude_in_the_heads_own_layer_names(fp8_drafts, tmp_path):
+    """/work/shared VLLM.md s3.4 (vLLM's draft Quark config, probed): `midlayer.mlp.down_proj`
+    and unfused names never match the run-time `model.layers.{L+i}.mlp.down_proj`."""
+    draft = _with_list(fp8_drafts["quark"], tmp_path / "d", "exclude",
+                       ["lm_head", "model.fc", "layers.0.mlp.down_proj"])
+    found = [f for f in check_pair(draft, _target(tmp_path / "t", arch="llama")).findings
+             if f.code == "exclude-misses-runtime-name"]
+    assert found and "model.layers.8.mlp.down_proj" in found[0].message
+    # a target of another depth: vLLM names the layer model.layers.12...: quantized there too
+    deeper = _target(tmp_path / "t12", arch="llama", num_hidden_layers=12)
+    found = [f for f in check_pair(fp8_drafts["quark"], deeper).findings
+             if f.code == "exclude-misses-runtime-name"]
+    assert found and "model.layers.12.mlp.down_proj" in found[0].message
 
 
 def test_the_same_list_in_modelopt_matches_by_substring():
