@@ -8,6 +8,7 @@ call gate() before anything starts.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,6 +148,9 @@ def _draft_entry(draft: Path) -> Any | None:
     return None
 
 
+_DRAFT_WORDS = re.compile(r"eagle|dflash|dspark|speculator|medusa|draft|mtp|assistant", re.I)
+
+
 def _card_base_model(draft: Path) -> str | None:
     """The first base_model of the draft's README.md front matter (model-card metadata)."""
     card = draft / "README.md"
@@ -158,7 +162,10 @@ def _card_base_model(draft: Path) -> str | None:
         return None
     base = meta.get("base_model")
     base = base[0] if isinstance(base, list) and base else base
-    return base.strip() if isinstance(base, str) and base.strip() else None
+    if not isinstance(base, str) or not base.strip():
+        return None
+    # a converted or re-published draft names the draft it came from, not the target
+    return None if _DRAFT_WORDS.search(base) else base.strip()
 
 
 def _training_record(draft: Path, config: dict[str, Any], method: str) -> TrainingRecord:

@@ -98,6 +98,12 @@ def test_card_base_model_is_read_for_a_draft_without_a_verifier(offline):
     assert ("warning", "target-drift") in [(f.severity, f.code) for f in r.findings]
 
 
+def test_a_card_naming_the_draft_it_came_from_is_no_verifier(offline):
+    draft = F.make_specforge_eagle3(offline / "d")
+    (draft / "README.md").write_text("---\nbase_model: yuhuili/EAGLE3-LLaMA3.1-Instruct-8B\n---\n")
+    assert gather_facts(draft, None).record.verifier is None
+
+
 def test_rotation_markers_are_gathered(offline, qwen3_8b_draft):
     snap = _cache_snapshot(offline / "hf", "Eco-Tech/Qwen3-8B-w8a8-QuaRot")
     (snap / "quant_model_description.json").write_text(json.dumps(

@@ -156,8 +156,9 @@ def _scaling_finding(facts: PairFacts, where: str, d: Mapping[str, Any],
         "built it in the target's positional space; speculators PR 574 fixed its converter "
         "to keep it)",
         "vllm-project/speculators#574",
-        "acceptance falls as context grows" + (f", past the {orig} original positions the "
-                                               "scaling is defined over" if orig else ""))
+        "unless the draft was trained with this RoPE itself (a trainer without that scaling: "
+        "its files do not say); acceptance falls as context grows"
+        + (f", past the {orig} original positions the scaling is defined over" if orig else ""))
 
 
 def _other_theta(facts: PairFacts, where: str, dt: float, tt: float, *, written: bool) -> Finding:

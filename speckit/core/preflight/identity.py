@@ -51,8 +51,9 @@ def normal_id(ref: str | None) -> tuple[str | None, str] | None:
 
 def _named(org: str, name: str) -> tuple[str, str]:
     org, name = org.lower(), name.lower()
-    if org == "meta-llama" and name.startswith("meta-llama-"):
-        name = name.removeprefix("meta-")  # the Hub renamed meta-llama/Meta-Llama-3.1-* repos
+    if name.startswith("meta-llama-"):
+        # the Hub renamed meta-llama/Meta-Llama-3.1-*; re-publications keep the old name
+        name = name.removeprefix("meta-")
     return org, name
 
 

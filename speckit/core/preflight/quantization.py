@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from fnmatch import fnmatch
 from typing import Any
 
 from speckit.core import methods
@@ -197,12 +198,33 @@ def _exclude_misses(facts: PairFacts, spec) -> list[Finding]:
         if stored_quantized(n, tensors[n][0], tensors):
             continue
         names = runtime_names(spec, n, cfg, layers)
-        if names is None or any(is_excluded(dialect, entries, r) for r in names):
+        if names is None or any(is_excluded(dialect, entries, r) for r in names) \
+                or not _config_quantizes(quant_config(cfg), dialect, names[0]):
             continue
         meant = next((e for e in entries if loose_matches(e, module_of(n))), None)
         missed.setdefault(meant, []).append((module_of(n), names[0], tensors[n][0]))
     return [_exclude_finding(dialect, entries, meant, rows, facts)
             for meant, rows in missed.items()]
+
+
+def _config_quantizes(q: Mapping[str, Any], dialect: str, module: str) -> bool:
+    """Whether the config would quantize ``module`` at all when no list kept it: Quark's global
+    weight spec, else a layer_quant_config key (fnmatch, as vLLM's QuarkConfig matches them);
+    a compressed-tensors group whose targets name it (`Linear`, the name, a `re:`)."""
+    if dialect == "quark":
+        glob = q.get("global_quant_config") or {}
+        if isinstance(glob, Mapping) and glob.get("weight") is not None:
+            return True
+        layers = q.get("layer_quant_config") or {}
+        return any(fnmatch(module, k) for k in layers) if isinstance(layers, Mapping) else False
+    if dialect == "compressed-tensors":
+        for g in (q.get("config_groups") or {}).values():
+            targets = g.get("targets") if isinstance(g, Mapping) else None
+            if isinstance(targets, list) and any(
+                    t == "Linear" or (isinstance(t, str) and matches(t, module)) for t in targets):
+                return True
+        return False
+    return True
 
 
 def _exclude_finding(dialect: str, entries: list[str], meant: str | None,

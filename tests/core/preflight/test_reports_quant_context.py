@@ -193,6 +193,18 @@ def test_exclude_written_in_checkpoint_names_misses_model_fc(fp8_drafts, tmp_pat
     assert "'model.fc'" in found[0].fix
 
 
+def test_a_layer_no_group_targets_is_not_quantized_anyway(fp8_drafts, tmp_path):
+    """A compressed-tensors group that targets only the decoder layers leaves fc alone whatever
+    `ignore` says (compressed_tensors.py get_scheme finds no group for it): no finding."""
+    draft = _with_list(fp8_drafts["compressed-tensors"], tmp_path / "d", "ignore", ["lm_head"])
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["quantization_config"]["config_groups"]["group_0"]["targets"] = ["re:.*layers.*"]
+    cfg["quantization_config"]["ignore"] = ["lm_head", "model.layers.8.mlp.down_proj"]
+    (draft / "config.json").write_text(json.dumps(cfg))
+    r = check_pair(draft, _target(tmp_path / "t", arch="llama"))
+    assert "exclude-misses-runtime-name" not in [f.code for f in r.findings]
+
+
 def test_exclude_in_the_heads_own_layer_names(fp8_drafts, tmp_path):
     """/work/shared VLLM.md s3.4 (vLLM's draft Quark config, probed): `midlayer.mlp.down_proj`
     and unfused names never match the run-time `model.layers.{L+i}.mlp.down_proj`."""
@@ -375,11 +387,19 @@ def test_a_draft_for_one_release_on_the_next(tmp_path):
     "MiniMaxAI/MiniMax-M2.5@main",  # a revision
     "RedHatAI/MiniMax-M2.5-FP8-dynamic",  # a quantized re-publication
     "amd/MiniMax-M2.5-MXFP4",
+    "https://huggingface.co/MiniMaxAI/MiniMax-M2.5",
 ])
 def test_the_verifier_by_another_name_is_no_drift(tmp_path, target_ref):
     draft = F.make_spec_eagle3(tmp_path / "d", verifier="MiniMaxAI/MiniMax-M2.5")
     r = check_pair(draft, _target(tmp_path / "t", arch="llama"), target_ref=target_ref)
     assert "target-drift" not in [f.code for f in r.findings]
+
+
+def test_renamed_and_requantized_llama_is_no_drift():
+    """The Hub renamed meta-llama/Meta-Llama-3.1-*; Red Hat's w8a8 copy keeps the old name."""
+    facts = _facts({}, {}, target_id="RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8",
+                   record=TrainingRecord(verifier="meta-llama/Llama-3.1-8B-Instruct"))
+    assert preflight(facts) == []
 
 
 def test_a_finetune_is_drift():
