@@ -44,11 +44,11 @@ def _int(v: Any) -> int | None:
 
 def _served(facts: PairFacts) -> tuple[int | None, str]:
     if facts.serve_context:
-        return facts.serve_context, "the --max-model-len it will be served with"
+        return facts.serve_context, "the --max-model-len it is served with"
     if not facts.target_config:
         return None, ""
     n = _int(layer_config(dict(facts.target_config)).get("max_position_embeddings"))
-    return n, "the target's max_position_embeddings (vLLM's default max_model_len)"
+    return n, "its max_position_embeddings, vLLM's default max_model_len"
 
 
 def _draft_length(facts: PairFacts) -> tuple[int | None, str]:
@@ -69,7 +69,7 @@ def _context(facts: PairFacts) -> list[Finding]:
     return [Finding(
         "warning", "context-past-training", subject,
         f"the draft covers {length} tokens of context ({how}) and the target serves {served} "
-        f"({served_from}): vLLM {facts.engine_release} serves it anyway (for EAGLE drafts it "
+        f"({served_from}): vLLM {facts.engine_release} serves it anyway (for eagle/eagle3 it "
         "raises the draft's max_position_embeddings to max_model_len), so past "
         f"{length} tokens the draft predicts from positions it never trained on and acceptance "
         f"falls with context ({_PR_684})",
