@@ -112,8 +112,16 @@ def _pairs(draft: dict[str, dict[str, Any]], target: dict[str, dict[str, Any]]):
     return [(k, draft[k], target[k]) for k in draft if k in target]
 
 
+def _writes_rope(config: Mapping[str, Any]) -> bool:
+    """The config states its RoPE (a field of either spelling); a draft config with none leaves
+    the rotary to its architecture's defaults, which pre-flight does not guess."""
+    inner = layer_config(dict(config))
+    return any(k in c for c in (config, inner) for k in _ROPE_KEYS)
+
+
 def _rope(facts: PairFacts) -> list[Finding]:
-    if not facts.target_config or not _shares_positions(facts.method):
+    if not facts.target_config or not _shares_positions(facts.method) \
+            or not _writes_rope(facts.draft_config):
         return []
     out = []
     for kind, d, t in _pairs(_rope_of(facts.draft_config), _rope_of(facts.target_config)):

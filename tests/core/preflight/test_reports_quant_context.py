@@ -352,15 +352,25 @@ def test_the_same_rope_in_the_other_spelling_is_clean(tmp_path):
 
 def test_rope_theta_reset_to_the_default(tmp_path):
     """sgl-project/SpecForge#270 (and docs/formats.md W-E5): a converter that reads only the legacy
-    keys writes no theta for a rope_parameters source, so the draft runs at 10000, not 1e6."""
+    keys resets a rope_parameters source to the default theta, so the draft runs at 10000, not
+    1e6."""
     draft = F.make_spec_eagle3(tmp_path / "d", arch="qwen3")
     cfg = json.loads((draft / "config.json").read_text())
     cfg["transformer_layer_config"]["rope_parameters"] = {"rope_type": "default"}
+    cfg["transformer_layer_config"]["rope_theta"] = 10000.0
     (draft / "config.json").write_text(json.dumps(cfg))
     tgt = _target(tmp_path / "t", rope_parameters={"rope_theta": 1000000.0,
                                                    "rope_type": "default"})
     found = [f for f in check_pair(draft, tgt).findings if f.code == "rope-theta-differs"]
     assert found and "10000" in found[0].message and "1e+06" in found[0].message
+
+
+def test_a_draft_config_without_rope_is_not_guessed(tmp_path):
+    """Kimi-K3's DSpark config (vLLM's K3DSparkModel) writes no RoPE field at all."""
+    draft = F.make_k3_dspark(tmp_path / "d")
+    tgt = _target(tmp_path / "t", rope_parameters={"rope_theta": 1000000.0,
+                                                   "rope_type": "default"})
+    assert not [f for f in check_pair(draft, tgt).findings if f.code.startswith("rope-")]
 
 
 def test_a_draft_model_keeps_its_own_rope(tmp_path):
