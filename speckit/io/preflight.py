@@ -18,6 +18,7 @@ from speckit.core.methods.detect import detect
 from speckit.core.modelcard import split_card
 from speckit.core.preflight import Finding, PairFacts, TrainingRecord, preflight
 from speckit.core.refs import is_repo_id, split_revision
+from speckit.core.registry import Registry
 from speckit.errors import FormatError, PlanError, SpeckitError
 from speckit.io.checkpoint import Checkpoint
 from speckit.io.datafiles import load_registry
@@ -126,19 +127,20 @@ def _locked_origin(target: Any) -> tuple[str | None, str | None]:
         else (None, None)
 
 
-def _registry_model(ref: str) -> str:
+def _registry_model(ref: str, reg: Registry) -> str:
     """A registry id recorded as a target (speckit train's recipe.target.id) -> its Hub model."""
-    entry = None if looks_like_path(ref) else registry_entry(ref)
+    entry = None if looks_like_path(ref) else \
+        reg.entries.get(ref.strip()) or reg.entries.get(ref.strip().lower())
     if entry is not None and (entry.repo or entry.local_copy_of):
         return entry.repo or entry.local_copy_of
     return ref
 
 
-def _draft_entry(draft: Path) -> Any | None:
+def _draft_entry(draft: Path, reg: Registry) -> Any | None:
     """The registry entry of a draft directory: a bundled draft, or a copy of an entry's repo."""
     real = draft.resolve()
     repo, _, _ = fetch_sidecars(draft)
-    for e in load_registry().entries.values():
+    for e in reg.entries.values():
         if e.kind != "draft":
             continue
         if e.bundled and (PACKAGE_DIR / e.bundled).resolve() == real:
@@ -172,33 +174,35 @@ def _training_record(draft: Path, config: dict[str, Any], method: str) -> Traini
     """What the draft was trained on: speckit-train.json, speculators_config.verifier, its card's
     base_model (drafts that read target hidden states), its registry entry (`trained`,
     `target`); the verifier's depth from the registry's record of that model."""
-    recorded = [(_registry_model(r), w) for r, w in recorded_targets(draft, config)]
+    reg = load_registry()
+    recorded = [(_registry_model(r, reg), w) for r, w in recorded_targets(draft, config)]
     spec = methods.get(method) if method in methods.METHOD_NAMES else None
     base = _card_base_model(draft) if spec is not None and spec.aux_layers_key else None
     if base:
         recorded.append((base, "README.md base_model"))
-    entry = _draft_entry(draft)
+    entry = _draft_entry(draft, reg)
     trained = entry.trained if entry is not None else None
     if trained is not None and trained.verifier:
         recorded.append((trained.verifier, f"registry entry {entry.id} trained.verifier"))
     if entry is not None and entry.target:
-        recorded.append((_registry_model(entry.target), f"registry entry {entry.id} target"))
+        recorded.append((_registry_model(entry.target, reg),
+                         f"registry entry {entry.id} target"))
     verifier, where = recorded[0] if recorded else (None, None)
     length = read_trained_length(draft, config)
     return TrainingRecord(
         verifier=verifier, verifier_from=where,
         verifier_layers=(trained.verifier_layers if trained is not None else None)
-        or _registry_depth(verifier),
+        or _registry_depth(verifier, reg),
         trained_length=length.tokens if length.kind == "trained" else
         (trained.length if trained is not None else None),
         thinking=trained.thinking if trained is not None else None)
 
 
-def _registry_depth(model: str | None) -> int | None:
+def _registry_depth(model: str | None, reg: Registry) -> int | None:
     """num_hidden_layers of ``model`` as a registry target entry records its shape."""
     if not model:
         return None
-    for e in load_registry().entries.values():
+    for e in reg.entries.values():
         names = {(e.repo or "").lower(), (e.local_copy_of or "").lower(), e.id.lower()}
         if e.kind == "target" and model.strip().lower() in names and isinstance(e.config, dict):
             n = e.config.get("num_hidden_layers")
