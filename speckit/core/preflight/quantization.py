@@ -49,8 +49,9 @@ def check(facts: PairFacts) -> list[Finding]:
 # ---- cause 5: a rotated target --------------------------------------------------------------
 
 def _reads_hidden_states(spec) -> bool:
-    """The draft reads the target's hidden states (aux layers, or an MTP head's input)."""
-    return spec is not None and (spec.aux_layers_key is not None or spec.weights_in_target)
+    """A separate draft that reads the target's hidden states (aux layers). An MTP head ships in
+    the rotated checkpoint itself: whether the rotation covered it is not in the files."""
+    return spec is not None and spec.aux_layers_key is not None
 
 
 def _rotation(facts: PairFacts, spec) -> list[Finding]:
