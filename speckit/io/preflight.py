@@ -55,7 +55,7 @@ def check_pair(draft: Path, target: Any | None, *, target_ref: str | None = None
     speckit.io.refs.Resolved with at least its config, or None: the draft's own checks only).
     ``target_ref`` is the reference the user gave (its Hub id is the target's identity)."""
     facts = gather_facts(draft, target, target_ref=target_ref, serve_context=serve_context)
-    return PreflightResult(preflight(facts), *_target_identity(target, target_ref))
+    return PreflightResult(preflight(facts), *_identity_of(target, target_ref))
 
 
 def gather_facts(draft: Path, target: Any | None, *, target_ref: str | None = None,
@@ -68,7 +68,7 @@ def gather_facts(draft: Path, target: Any | None, *, target_ref: str | None = No
     tfiles = frozenset(p.name for p in target.path.iterdir()) if target is not None else frozenset()
     return PairFacts(method=layout.method, layout=layout.name, draft_config=dict(ckpt.config),
                      draft_tensors=tensors, target_config=tcfg,
-                     target_id=_target_identity(target, target_ref)[0], target_files=tfiles,
+                     target_id=_identity_of(target, target_ref)[0], target_files=tfiles,
                      target_extra=_target_extra(target, tcfg),
                      record=_training_record(draft, ckpt.config, layout.method),
                      serve_context=serve_context)
@@ -92,7 +92,7 @@ def gate(result: PreflightResult, *, force_start: bool, warnings: list[str]) -> 
 # ---- what the pair records about itself: identities, training conditions, rotation ------------
 # (issue 51 causes 2, 5, 7, 8; speckit.core.preflight reads them from PairFacts)
 
-def _target_identity(target: Any | None, target_ref: str | None) -> tuple[str | None, str | None]:
+def _identity_of(target: Any | None, target_ref: str | None) -> tuple[str | None, str | None]:
     """The target's identity and where it comes from: the Hub id given, else its registry entry's
     repo (or the Hub model a packaged target is a copy of), else the origin its local copy
     records (an HF-cache snapshot, a fetch sidecar in speckit-lock.json), else (None, None)."""
