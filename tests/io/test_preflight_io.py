@@ -61,7 +61,8 @@ def test_another_model_in_the_cache_is_drift(offline, qwen3_8b_draft):
 def test_a_plain_local_directory_has_no_identity(offline, qwen3_8b_draft):
     t = F.make_target(offline / "somewhere" / "my-model", arch="qwen3")
     r = check_pair(qwen3_8b_draft, resolve(str(t), role="target"), target_ref=str(t))
-    assert r.target is None and r.findings == []
+    assert r.target is None and r.target_from is None
+    assert "target-drift" not in [f.code for f in r.findings]
 
 
 def test_the_verifier_and_its_depth_from_the_registry(offline, qwen3_8b_draft):
