@@ -22,7 +22,10 @@ _REPUBLISH_PARTS = frozenset({
     "quarot", "spinquant", "rot", "quantized", "quant", "ptpc", "mlx", "exl2", "kv", "fp8kv",
     "block", "channel", "g128", "g64", "g32", "e4m3", "quark", "modelopt", "hf", "bf16", "fp16",
     "torch", "sym", "asym", "per", "tensor", "token", "w4", "w8", "ct", "compressed", "tensors",
-    "eagle3", "mtp"})
+    "eagle3", "mtp", "w", "a", "nf4", "k", "m", "s", "l", "xs", "xxs", "mixed", "mix"})
+# numbered quantization parts: w4a16, w8, a8, g128, 4bit, int4, fp8, mxfp4, nvfp4, e4m3, q4, iq3
+_REPUBLISH_PART = re.compile(r"^(?:w\d+(?:a\d+)?|a\d+|g\d+|\d+bit|int\d+|u?int\d+|(?:mx|nv)?fp\d+"
+                             r"|e\dm\d|i?q\d+)$")
 _HF_CACHE = re.compile(r"(?:^|/)models--([^/]+?)--([^/]+?)(?:/|$)")
 _HUB_URL = re.compile(r"^(?:https?://)?(?:www\.)?(?:huggingface\.co|hf\.co)/([^/]+)/([^/?#]+)")
 
@@ -65,7 +68,7 @@ def _republished(base: str, other: str) -> bool:
     if rest[0] not in "-_.":
         return False
     parts = [p for p in re.split(r"[-_.]", rest) if p]
-    return bool(parts) and all(p in _REPUBLISH_PARTS for p in parts)
+    return bool(parts) and all(p in _REPUBLISH_PARTS or _REPUBLISH_PART.match(p) for p in parts)
 
 
 def same_model(a: str | None, b: str | None, *, exact: bool = False) -> bool | None:

@@ -398,6 +398,9 @@ def test_a_draft_for_one_release_on_the_next(tmp_path):
     "RedHatAI/MiniMax-M2.5-FP8-dynamic",  # a quantized re-publication
     "amd/MiniMax-M2.5-MXFP4",
     "https://huggingface.co/MiniMaxAI/MiniMax-M2.5",
+    "amd/MiniMax-M2.5-w-mxfp4-a-fp8",
+    "unsloth/MiniMax-M2.5-GGUF-Q4_K_M",
+    "someone/MiniMax-M2.5-W4A16-G128",
 ])
 def test_the_verifier_by_another_name_is_no_drift(tmp_path, target_ref):
     draft = F.make_spec_eagle3(tmp_path / "d", verifier="MiniMaxAI/MiniMax-M2.5")
@@ -410,6 +413,14 @@ def test_renamed_and_requantized_llama_is_no_drift():
     facts = _facts({}, {}, target_id="RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w8a8",
                    record=TrainingRecord(verifier="meta-llama/Llama-3.1-8B-Instruct"))
     assert preflight(facts) == []
+
+
+@pytest.mark.parametrize("target", ["Qwen/Qwen3-8B-Base", "Qwen/Qwen3-235B-A22B-Instruct-2507",
+                                    "someone/Qwen3-8B-sft-v2"])
+def test_a_finetune_or_another_release_is_drift(target):
+    verifier = "Qwen/Qwen3-235B-A22B-Instruct" if "235B" in target else "Qwen/Qwen3-8B"
+    facts = _facts({}, {}, target_id=target, record=TrainingRecord(verifier=verifier))
+    assert ("warning", "target-drift") in _codes(preflight(facts))
 
 
 def test_a_finetune_is_drift():
