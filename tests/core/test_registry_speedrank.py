@@ -117,3 +117,12 @@ def test_resolve_offline_ranks_and_its_unknown_gpu_hint_names_what_resolve_takes
     with pytest.raises(UsageError) as e:
         registry_resolve("Qwen/Qwen3-8B", gpu="TPUv9")
     assert "--gpu-mem-gib" not in (e.value.hint or "") and "SPECKIT_GPUS" in e.value.hint
+
+
+def test_a_draft_without_a_recorded_k_is_planned_at_its_figures_k(world):
+    _, _, draft, _, _ = world
+    nok = replace(draft, id="nok", num_speculative_tokens=None, published=(_al(3.0, k=5),))
+    rk = _rank(world, [nok])
+    row = next(r for r in rk.rows if r.id == "nok")
+    assert row.ratio is not None and 1 <= row.k <= 5 and row.fit == "starts"
+    assert "planned at k=5, its published figure's" in row.note

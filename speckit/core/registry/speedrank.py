@@ -7,7 +7,7 @@ and engine terms in (speckit.registry reads those), a SpeedRanking out.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from speckit.core import methods
@@ -27,6 +27,7 @@ from speckit.core.registry.fit import (
     WILL_NOT_START,
     Deployment,
     Fit,
+    place,
     place_without_draft,
 )
 from speckit.core.registry.schema import Entry, PublishedResult, Registry
@@ -134,17 +135,35 @@ def _entry_row(ask: _Ask, e: Entry, fit: Fit | None) -> SpeedRow:
         row.note = "no recorded draft shape: not projected (`speckit plan` with its files does)"
         return row
     k = fit.k if fit is not None and fit.k is not None else e.num_speculative_tokens
-    if k is None:
-        row.note = "no k published or planned: not projected"
-        return row
+    if k is None:  # no k recorded: the one its acceptance figure was measured at, planned
+        k = _figure_k(ask, e, name)
+        if k is None:
+            row.note = "no k published or planned: not projected"
+            return row
+        fit = place(replace(e, num_speculative_tokens=k), ask.target, ask.dep)
+        row.fit = fit.verdict
+        row.note = f"no k recorded: planned at k={k}, its published figure's"
+        if fit.level == WILL_NOT_START:
+            row.note = f"will not start at k={k} (its figure's k): {fit.detail}"
+            return row
     try:
         rows = computed_draft_tensors(methods.get(name), e.source_layout, e.config or {},
                                       where=e.id).tensors if e.config is not None else []
-        drows = [(name, tuple(shape)) for name, _, shape in rows]
+        drows = [(n, tuple(shape)) for n, _, shape in rows]
     except (PlanError, FormatError) as err:
         row.note = f"draft weights not computable: {err.message}"
         return row
     return _project(ask, row, e, k, fit, e.config, drows)
+
+
+def _figure_k(ask: _Ask, e: Entry, method: str) -> int | None:
+    """The k of the acceptance figure an entry without a recorded k would be projected from."""
+    try:
+        pick = choose_acceptance(entry=e, registry=ask.registry, method=method,
+                                 dataset=ask.dataset, k=None)
+    except UsageError:
+        return None
+    return pick.k if pick is not None and pick.origin == "published" else None
 
 
 @dataclass(frozen=True)
@@ -211,7 +230,7 @@ def _project(ask: _Ask, row: SpeedRow, e: Entry | None, k: int, fit: Fit | None,
         row.note = "no acceptance published for it and no prior for the method: not projected"
         return row
     row.acceptance_origin, row.acceptance = choice.origin, choice.label
-    row.note = why
+    row.note = "; ".join(x for x in (row.note, why) if x)
     rates = choice.per_position(k)
     spread = [scaled_rates(rates, choice.al, choice.k or len(rates), x)
               for x in (choice.al_low, choice.al_high) if x is not None]
