@@ -121,7 +121,7 @@ def _ranked(reg: Registry, target: str, method: str | None, dep: Deployment, pri
     res.ranking = rank_by_speed(reg, target=tentry, entries=[reg.entries[c.id]
                                                              for c in res.candidates],
                                 fits={c.id: c.fit for c in res.candidates if c.fit is not None},
-                                dep=dep, pricing=pricing, dataset=dataset)
+                                dep=dep, pricing=pricing, dataset=dataset, method=method)
     return res
 
 

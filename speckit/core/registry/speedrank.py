@@ -88,14 +88,17 @@ class Pricing:
 
 def rank_by_speed(registry: Registry, *, target: Entry, entries: Sequence[Entry],
                   fits: dict[str, Fit], dep: Deployment, pricing: Pricing,
-                  dataset: str | None = None, context: int = DEFAULT_CONTEXT) -> SpeedRanking:
-    """Every entry (with its plan ``fits``) and every engine-only method, projected at
-    ``dep.concurrency`` on ``dep.gpu``; ranked by ratio, the unprojected after."""
+                  dataset: str | None = None, context: int = DEFAULT_CONTEXT,
+                  method: str | None = None) -> SpeedRanking:
+    """Every entry (with its plan ``fits``) and every engine-only method (only ``method`` when
+    given), projected at ``dep.concurrency`` on ``dep.gpu``; ranked by ratio, the unprojected
+    after."""
     c = int(dep.concurrency or 1)
     ask = _Ask(registry, target, dep, pricing, dataset, context, c)
+    only = methods.get(method) if method is not None else None
     rows = [_entry_row(ask, e, fits.get(e.id)) for e in entries]
     rows += [_engine_only_row(ask, s) for s in methods.all_specs()
-             if not s.has_checkpoint and s.vllm_method]
+             if not s.has_checkpoint and s.vllm_method and only in (None, s)]
     rows.sort(key=lambda r: (r.ratio is None, -(r.ratio or 0.0), r.supported is False))
     for i, r in enumerate(rows, 1):
         r.rank = i
