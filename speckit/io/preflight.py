@@ -73,3 +73,9 @@ def gate(result: PreflightResult, *, force_start: bool, warnings: list[str]) -> 
                              + "; ".join(f"{f.message} [{f.subject}]" for f in errors),
                              hint="; ".join(dict.fromkeys(f.fix for f in errors))
                              + "; or pass --force-start to start anyway")
+
+
+def finding_line(f: Finding) -> str:
+    """One finding as plan, validate and bench print it and write it into their reports."""
+    cond = f" ({f.condition})" if f.condition else ""
+    return f"{f.severity}: {f.message} [{f.subject}]{cond}; fix: {f.fix} (as in {f.report})"

@@ -1,0 +1,83 @@
+"""plan runs the pair's pre-flight: an error stops it with error:/hint: (exit 7) unless
+--force-start, and the findings are in the result, its --json and its rendering.
+
+The error comes from a test-local rule module (tests/support/preflight_rule.py): these tests
+check the wiring, whatever the real rules find.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from speckit.cli import main
+from speckit.io.preflight import PreflightError
+from speckit.plan import plan_from_refs
+from tests.support import factories
+from tests.support.factories_convert import patch_config
+from tests.support.preflight_rule import install
+
+
+@pytest.fixture(autouse=True)
+def _rule(monkeypatch):
+    install(monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory):
+    root = tmp_path_factory.mktemp("pair")
+    target = factories.make_target(root / "target")
+    clean = factories.make_spec_eagle3(root / "eagle3")
+    marked = patch_config(factories.make_spec_eagle3(root / "eagle3-marked"),
+                          test_collapse=True)
+    return {"target": target, "clean": clean, "marked": marked}
+
+
+def _plan(pair, draft, *extra):
+    return CliRunner().invoke(main, ["plan", "--target", str(pair["target"]), "--draft",
+                                     str(pair[draft]), "--gpu-mem-gib", "80", *extra])
+
+
+def test_an_error_stops_plan_with_error_and_hint(pair):
+    r = _plan(pair, "marked")
+    assert r.exit_code == 7, r.output
+    assert "error: pre-flight" in r.output and "test rule" in r.output
+    assert "hint: remove the mark" in r.output and "--force-start" in r.output
+    assert "RESULT" not in r.output  # nothing of the plan was printed as if it stood
+
+
+def test_the_rules_read_the_target_and_the_planned_context(pair):
+    with pytest.raises(PreflightError) as e:
+        plan_from_refs(target=str(pair["target"]), draft=str(pair["marked"]), gpu_mem_gib=80,
+                       max_model_len=1536)
+    layers = json.loads((pair["target"] / "config.json").read_text())["num_hidden_layers"]
+    assert f"target layers {layers}, serve context 1536" in e.value.message
+
+
+def test_force_start_plans_and_keeps_every_finding(pair):
+    r = _plan(pair, "marked", "--force-start")
+    assert r.exit_code == 0, r.output
+    assert "RESULT: vLLM starts" in r.output
+    assert "pre-flight error: test rule" in r.output
+    assert "pre-flight warning: test rule warning" in r.output
+    assert "when the test says so" in r.output  # a warning's condition is said
+    j = _plan(pair, "marked", "--force-start", "--json")
+    res = json.loads(j.output)
+    assert [f["severity"] for f in res["preflight"]] == ["error", "warning"]
+    assert res["preflight"][0]["code"] == "test-collapse"
+    assert any("--force-start" in n for n in res["preflight_notes"])
+
+
+def test_a_clean_pair_plans_with_no_finding(pair):
+    r = _plan(pair, "clean", "--json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    assert res["preflight"] == [] and res["preflight_notes"] == []
+
+
+def test_no_draft_no_preflight(pair):
+    r = CliRunner().invoke(main, ["plan", "--target", str(pair["target"]), "--gpu-mem-gib", "80",
+                                  "--json"])
+    assert r.exit_code == 0 and json.loads(r.output)["preflight"] == []
