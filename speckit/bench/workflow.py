@@ -76,8 +76,8 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
 
 
 def _preflight(opts: BenchOptions, dep, warnings: list[str]) -> list[Finding]:
-    """The pair's pre-flight (speckit.io.preflight) when a draft is here: speckit's servers, or
-    --target/--draft given beside --endpoint. An error raises PreflightError unless
+    """The pair's pre-flight (speckit.io.preflight) of the servers speckit starts (--endpoint
+    takes no --target/--draft: its pair is not here). An error raises PreflightError unless
     --force-start (then ``warnings`` says so)."""
     if dep is None or dep.draft_path is None:
         return []
