@@ -299,7 +299,7 @@ COMMAND_ONLY: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
     "inspect": "",
     "convert": "--drop --max-shard-size",
     "quantize": "--format --mxfp4 --mxfp4-w4a4 --fp8 --nvfp4 --per-tensor-static --calib-target "
-                "--exclude --target-layers --strict --requantize",
+                "--exclude --target-layers --strict --requantize --quantize-all",
     "plan": "--gpu-mem-gib --gpu-file --draft-tp --gpu-memory-utilization --max-model-len "
             "--max-num-seqs --max-num-batched-tokens --kv-cache-dtype --draft-quant "
             "--kv-cache-memory-bytes --enforce-eager --draft-revision --acceptance "

@@ -287,9 +287,14 @@ def provenance(r: QuantizeResult, ckpt: Checkpoint, layout, *, exclude: list[str
     }
 
 
-def verify_output(out: Path, items: list[Item]) -> None:
-    """Re-open the written checkpoint: every declared tensor must be there, with its header."""
+def verify_output(out: Path, items: list[Item], sch: Scheme | None = None,
+                  meant: list[str] = ()) -> None:
+    """Re-open the written checkpoint: every declared tensor must be there, with its header, and
+    the config's list of unquantized modules must keep each module ``meant`` to stay unquantized
+    (vLLM run-time names) under vLLM's own matching rule for ``sch``'s loader."""
     ck = Checkpoint.open(out)
+    if sch is not None:
+        _verify_exclusions(ck.config, sch, meant)
     want = {n: (d, tuple(s)) for it in items for n, d, s in it.outputs}
     got = {n: (i.dtype, i.shape) for n, i in ck.tensors.items()}
     if want != got:
@@ -298,6 +303,21 @@ def verify_output(out: Path, items: list[Item]) -> None:
                           hint="this is a bug in speckit; nothing was written")
     if prior_quantization(ck) is None:
         raise FormatError("the written checkpoint carries no quantization_config",
+                          hint="this is a bug in speckit; nothing was written")
+
+
+def _verify_exclusions(config: dict[str, Any], sch: Scheme, meant: list[str]) -> None:
+    """Each module meant to stay unquantized matches an entry of the written list, by vLLM's
+    rule: Quark / compressed-tensors take exact names or `re:` regexes (schemes.matches); for
+    ModelOpt only exact names count here (its loader also takes substrings and wildcards, which
+    speckit does not write)."""
+    qcfg = config.get("quantization_config") or {}
+    listed = next((qcfg[k] for k in core_quant.EXCLUDE_KEYS if isinstance(qcfg.get(k), list)), [])
+    rule = schemes.matches if sch.exclude_regex else str.__eq__
+    missed = [m for m in meant if not any(rule(e, m) for e in listed)]
+    if missed:
+        raise FormatError(f"the written quantization_config would let vLLM quantize "
+                          f"{', '.join(missed[:4])}, meant to stay unquantized",
                           hint="this is a bug in speckit; nothing was written")
 
 
