@@ -41,10 +41,10 @@ _NVFP4_CPU = ("Forced NVFP4 kernel MarlinNvFp4LinearKernel is not supported: Mar
 #   (AEON-7/gemma-4-31B-it-speculator.eagle3-NVFP4 model card); llm-compressor's recipes ignore
 #   only lm_head. The compressed-tensors and ModelOpt schemes quantize it.
 _QUARK_RECIPE = (RecipeKeep(
-    "fc.weight", "fc projects the target's hidden states into the draft; AMD Quark's published "
-    "EAGLE-3 draft recipe keeps it unquantized",
-    "amd/Kimi-K2.5-Eagle3-FP8 model card: 'The fc projection and lm_head are intentionally not "
-    "quantized' (quantize_quark.py --exclude_layers fc lm_head)"),)
+    "fc.weight", "AMD Quark's published EAGLE-3 draft recipe keeps fc, the projection of the "
+    "target's hidden states, unquantized",
+    "amd/Kimi-K2.5-Eagle3-FP8: 'The fc projection and lm_head are intentionally not "
+    "quantized'"),)
 
 # the `speckit quantize` switches (its options are built from these)
 MXFP4 = Switch("--mxfp4", "OCP MXFP4 weights (E2M1 + E8M0 scale per 32 inputs), activations "
