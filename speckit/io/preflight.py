@@ -39,25 +39,55 @@ class PreflightResult:
 
 
 def check_pair(draft: Path, target: Any | None, *, target_ref: str | None = None,
-               serve_context: int | None = None) -> PreflightResult:
+               serve_context: int | None = None, model_runner: str = "auto",
+               allow_pickle: bool = False,
+               checkpoint: Checkpoint | None = None) -> PreflightResult:
     """Pre-flight of the draft at ``draft`` (a local checkpoint directory) against ``target`` (a
     speckit.io.refs.Resolved with at least its config, or None: the draft's own checks only).
-    ``target_ref`` is the reference the user gave (its Hub id is the target's identity)."""
-    facts = gather_facts(draft, target, target_ref=target_ref, serve_context=serve_context)
-    return PreflightResult(preflight(facts))
+    ``target_ref`` is the reference the user gave (its Hub id is the target's identity).
+    ``model_runner``: "v1"/"v2" when the engine's runner is pinned, "auto" for either.
+    ``checkpoint``: the draft already opened (its headers are not read twice)."""
+    facts = gather_facts(draft, target, target_ref=target_ref, serve_context=serve_context,
+                         model_runner=model_runner, allow_pickle=allow_pickle,
+                         checkpoint=checkpoint)
+    return PreflightResult(preflight(facts), target=facts.target_id,
+                           target_from=_identity_source(target, target_ref))
 
 
 def gather_facts(draft: Path, target: Any | None, *, target_ref: str | None = None,
-                 serve_context: int | None = None) -> PairFacts:
+                 serve_context: int | None = None, model_runner: str = "auto",
+                 allow_pickle: bool = False, checkpoint: Checkpoint | None = None) -> PairFacts:
     """Read the pair's files into PairFacts (headers and small configs only)."""
-    ckpt = Checkpoint.open(draft)
+    ckpt = checkpoint or Checkpoint.open(draft, allow_pickle=allow_pickle)
     layout = detect(ckpt)
     tensors = {n: (t.dtype, tuple(t.shape)) for n, t in ckpt.tensors.items()}
     tcfg = dict(target.config) if target is not None else None
-    tfiles = frozenset(p.name for p in target.path.iterdir()) if target is not None else frozenset()
     return PairFacts(method=layout.method, layout=layout.name, draft_config=dict(ckpt.config),
-                     draft_tensors=tensors, target_config=tcfg, target_id=target_ref,
-                     target_files=tfiles, serve_context=serve_context)
+                     draft_tensors=tensors, target_config=tcfg,
+                     target_id=_target_identity(target, target_ref),
+                     target_files=_target_files(target), serve_context=serve_context,
+                     model_runner=model_runner)
+
+
+def _target_files(target: Any | None) -> frozenset[str]:
+    """The file names beside the target's config (a config-only copy lists what it has)."""
+    if target is None or not target.path.is_dir():
+        return frozenset()
+    return frozenset(p.name for p in target.path.iterdir())
+
+
+def _target_identity(target: Any | None, target_ref: str | None) -> str | None:
+    """The Hub id given or the registry entry's repo (Resolved.repo); a plain local directory
+    has none here (its recorded origin is read where it is recorded)."""
+    if target is None or getattr(target, "kind", None) == "path":
+        return None
+    return getattr(target, "repo", None)
+
+
+def _identity_source(target: Any | None, target_ref: str | None) -> str | None:
+    if _target_identity(target, target_ref) is None:
+        return None
+    return "the registry entry" if getattr(target, "entry", None) else f"--target {target_ref}"
 
 
 def gate(result: PreflightResult, *, force_start: bool, warnings: list[str]) -> None:
