@@ -81,3 +81,26 @@ def test_no_draft_no_preflight(pair):
     r = CliRunner().invoke(main, ["plan", "--target", str(pair["target"]), "--gpu-mem-gib", "80",
                                   "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["preflight"] == []
+
+
+def test_a_real_collapse_stops_plan_and_convert_repairs_it(tmp_path):
+    """vllm-project/vllm#43671 at tiny width: an EAGLE-3 head trained through SGLang records
+    eagle_config ids [1, 20, 50] (layer outputs) for a 62-layer target; vLLM 0.32's V1 runner
+    reads them one layer off and its V2 runner falls back to (2, 31, 59). plan stops with the
+    pre-flight's fix; the converted draft plans clean."""
+    from speckit.convert import convert
+
+    target = factories.make_target(tmp_path / "t62", num_layers=62)
+    draft = factories.make_torchspec_eagle3(tmp_path / "d")
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 20, 50]
+    patch_config(draft, eagle_config=cfg["eagle_config"])
+    args = ["plan", "--target", str(target), "--gpu-mem-gib", "80", "-k", "3", "--draft"]
+    r = CliRunner().invoke(main, [*args, str(draft)])
+    assert r.exit_code == 7, r.output
+    assert "error: pre-flight" in r.output and "[1, 20, 50]" in r.output
+    assert "hint: `speckit convert" in r.output and "[2, 21, 51]" in r.output
+    out = convert(draft, target=target, out=tmp_path / "converted").out
+    r = CliRunner().invoke(main, [*args, str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["preflight"] == []

@@ -117,3 +117,18 @@ def test_the_report_carries_the_findings(pair, tmp_path):
     clean = dataclasses.replace(rep, preflight={"--draft": []})
     write_outputs(clean, tmp_path)
     assert "Pre-flight" not in (tmp_path / "report.md").read_text()
+
+
+def test_a_real_collapse_stops_validate_before_any_engine(tmp_path, _rule_and_tripwire):
+    """vllm-project/vllm#43671 at tiny width (see tests/plan/test_plan_preflight.py): validate
+    refuses the pair with the pre-flight's error and starts nothing."""
+    target = factories.make_target(tmp_path / "t62", num_layers=62, with_tokenizer=True)
+    draft = factories.make_torchspec_eagle3(tmp_path / "d")
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 20, 50]
+    patch_config(draft, eagle_config=cfg["eagle_config"])
+    r = CliRunner().invoke(main, ["validate", "--target", str(target), "--draft", str(draft),
+                                  "-k", "2"])
+    assert r.exit_code == 7, r.output
+    assert f"error: --draft {draft}: pre-flight" in r.output and "[1, 20, 50]" in r.output
+    assert _rule_and_tripwire == []
