@@ -16,6 +16,8 @@ from speckit.convert import convert
 from tests.convert.test_convert_aux import CASES
 from tests.support import factories as F
 
+pytestmark = pytest.mark.vllm
+
 CHILD = Path(__file__).parents[1] / "support" / "vllm_aux_child.py"
 
 
