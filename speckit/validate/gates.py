@@ -56,7 +56,8 @@ def check_preflight(inp: Inputs, opts: ValidateOptions, *, eargs: dict[str, Any]
     target = resolve(inp.tpath, role="target", need="config")
     for flag, path, name in drafts:
         res = check_pair(path, target, target_ref=opts.target,
-                         serve_context=eargs.get("max_model_len"))
+                         serve_context=eargs.get("max_model_len"),
+                         model_runner=host.engine_model_runner(inp.cpu))
         found[flag] = list(res.findings)
         try:
             gate(res, force_start=opts.force_start, warnings=warnings)

@@ -132,3 +132,25 @@ def test_a_real_collapse_stops_validate_before_any_engine(tmp_path, _rule_and_tr
     assert r.exit_code == 7, r.output
     assert f"error: --draft {draft}: pre-flight" in r.output and "[1, 20, 50]" in r.output
     assert _rule_and_tripwire == []
+
+
+def test_on_vllms_cpu_backend_the_v1_runner_decides(tmp_path, _rule_and_tripwire, monkeypatch):
+    """The same report with SpecForge's default ids [1, 30, 58] (62 layers): vLLM 0.32's V2
+    runner falls back to the right layers by accident, so plan (any runner) only warns; validate
+    on vLLM's CPU backend runs the V1 runner, which reads them one layer off: an error there."""
+    from speckit.io import host
+
+    monkeypatch.setattr(host, "engine_on_cpu", lambda: True)
+    target = factories.make_target(tmp_path / "t62", num_layers=62, with_tokenizer=True)
+    draft = factories.make_torchspec_eagle3(tmp_path / "d")
+    cfg = json.loads((draft / "config.json").read_text())
+    cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [1, 30, 58]
+    patch_config(draft, eagle_config=cfg["eagle_config"])
+    r = CliRunner().invoke(main, ["plan", "--target", str(target), "--draft", str(draft),
+                                  "--gpu-mem-gib", "80", "-k", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    assert [f["severity"] for f in json.loads(r.output)["preflight"]] == ["warning"]
+    r = CliRunner().invoke(main, ["validate", "--target", str(target), "--draft", str(draft),
+                                  "-k", "2"])
+    assert r.exit_code == 7 and "V1" in r.output, r.output
+    assert _rule_and_tripwire == []
