@@ -33,7 +33,7 @@ from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.plan.weights import is_top_level as _is_top_level
 from speckit.core.traffic import TrafficReport
 from speckit.errors import SpeckitError, UsageError
-from speckit.io.checkpoint import TensorInfo
+from speckit.io.checkpoint import Checkpoint, TensorInfo
 from speckit.io.context_report import read_acceptance_by_context
 from speckit.io.datafiles import get_gpu
 from speckit.io.headers import LoadedRef, load_headers, registry_entry
@@ -118,7 +118,8 @@ def plan_from_refs(*, target: str | None, draft: str | None = None, method: str 
                draft_name=d.name if d else None, **kwargs)
     _say_where_from(res, t, d)
     if preflight and d is not None:
-        _preflight(res, t, d, target=target, revision=revision, force_start=force_start)
+        _preflight(res, t, d, target=target, revision=revision, force_start=force_start,
+                   draft=str(draft), draft_revision=draft_revision)
     return res
 
 
@@ -134,12 +135,19 @@ def _say_where_from(res: PlanResult, t: LoadedRef, d: LoadedRef | None) -> None:
 
 
 def _preflight(res: PlanResult, t: LoadedRef, d: LoadedRef, *, target: str,
-               revision: str | None, force_start: bool) -> None:
+               revision: str | None, force_start: bool, draft: str,
+               draft_revision: str | None) -> None:
     """The pair's pre-flight at the planned max_model_len into ``res``; an error stops here
-    unless ``force_start`` (then res.preflight_notes says so). Needs the draft's files here."""
-    if d.local is None:
-        res.preflight_notes.append(f"pre-flight not run: the draft {d.name} is not on this "
-                                   "machine (read header-only); `speckit fetch` it first")
+    unless ``force_start`` (then res.preflight_notes says so). Reads the draft's config and
+    tensor headers (a Hub draft's as plan read them, header-only)."""
+    if d.computed:
+        res.preflight_notes.append(f"pre-flight not run: the tensors of {d.name} are computed "
+                                   "from its config, not read; `speckit fetch` it first")
+        return
+    try:
+        where, ckpt = _draft_for_preflight(d, draft, draft_revision)
+    except SpeckitError as e:
+        res.preflight_notes.append(f"pre-flight not run: {e.message}")
         return
     try:
         tres = _target_for_preflight(t, target, revision)
@@ -150,13 +158,23 @@ def _preflight(res: PlanResult, t: LoadedRef, d: LoadedRef, *, target: str,
     if tres is None:
         res.preflight_notes.append(f"pre-flight compared the draft alone: {why}")
     try:
-        found = check_pair(d.local, tres, target_ref=target,
+        found = check_pair(where, tres, target_ref=target, checkpoint=ckpt,
                            serve_context=int(res.settings["max_model_len"]))
     except SpeckitError as e:
         res.preflight_notes.append(f"pre-flight not run: {e.message}")
         return
     res.preflight = list(found.findings)
     gate(found, force_start=force_start, warnings=res.preflight_notes)
+
+
+def _draft_for_preflight(d: LoadedRef, draft: str,
+                         revision: str | None) -> tuple[Path, Checkpoint | None]:
+    """The draft's directory, and for a Hub draft read header-only its config.json's snapshot
+    directory with the headers plan read (no weights are downloaded for pre-flight)."""
+    if d.local is not None:
+        return d.local, None
+    cfg = resolve(draft, role="draft", need="config", revision=revision).path
+    return cfg, Checkpoint(cfg, d.config, {t.name: t for t in d.tensors}, files=[])
 
 
 def _target_for_preflight(t: LoadedRef, target: str, revision: str | None) -> Resolved | None:

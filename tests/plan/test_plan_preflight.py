@@ -15,9 +15,12 @@ from click.testing import CliRunner
 from speckit.cli import main
 from speckit.io.preflight import PreflightError
 from speckit.plan import plan_from_refs
-from tests.support import factories
+from tests.support import factories, hubserver
 from tests.support.factories_convert import patch_config
 from tests.support.preflight_rule import install
+
+hub_server = hubserver.hub_server
+hub = hubserver.hub
 
 
 @pytest.fixture(autouse=True)
@@ -104,3 +107,17 @@ def test_a_real_collapse_stops_plan_and_convert_repairs_it(tmp_path):
     r = CliRunner().invoke(main, [*args, str(out), "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["preflight"] == []
+
+
+def test_a_hub_draft_is_checked_header_only(hub, pair):
+    """plan of Hub repos reads config.json and the safetensors headers only: the pre-flight runs
+    on those, before any weight is downloaded, and stops the pair."""
+    for repo, src in (("org/target", pair["target"]), ("org/marked", pair["marked"])):
+        hub.server.add_commit(repo, {p.name: p.read_bytes() for p in src.iterdir()})
+    with pytest.raises(PreflightError, match="test rule"):
+        plan_from_refs(target="org/target", draft="org/marked", gpu_mem_gib=80)
+    for req in hub.server.body_gets("model.safetensors"):  # header reads only
+        assert req.range is not None and req.status == 206, req
+    res = plan_from_refs(target="org/target", draft="org/marked", gpu_mem_gib=80,
+                         force_start=True)
+    assert [f.code for f in res.preflight] == ["test-collapse", "test-collapse-context"]
