@@ -533,7 +533,8 @@ def test_resolve_on_a_gpu_starts_first_and_never_offers_a_k_that_will_not_start(
     top = res.candidates[0]
     # a Qwen3-8B draft whose shape the registry records is planned whole
     assert builtin.get(top.id).config is not None
-    assert (top.id, top.fit.verdict, top.fit.k) == ("qwen3-8b-dspark-block7", "starts", 7)
+    # (which one leads is the ranking's business; every shaped draft here starts at k <= 7)
+    assert (top.fit.verdict, top.fit.k) == ("starts", 7)
     assert res.start_with == top.speculative_config
     # DFlash at k=15 needs 1024 x 16 scheduled tokens; H100's default budget is 8192: k <= 7
     b16 = next(c for c in res.candidates if c.id == "qwen3-8b-dflash-b16")
@@ -669,7 +670,8 @@ def test_cli_resolve():
     assert "qwen3-8b-dflash-b16" in r.output and "--speculative-config" in r.output
     assert "ranked by: what starts on H200" in r.output
     data = json.loads(_run("resolve", "--target", "Qwen/Qwen3-8B", "--json").output)
-    assert next(c["id"] for c in data["candidates"]) == "qwen3-8b-dspark-block7"
+    first = next(c["id"] for c in data["candidates"])
+    assert load_registry(env=NO_USER_FILES).get(first).config is not None  # planned whole
     assert data["start_with"]["num_speculative_tokens"] == 7
     r = _run("resolve", "--target", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100")
     assert r.exit_code == 0 and "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3" in r.output
@@ -757,6 +759,63 @@ def test_every_quoted_figure_is_in_its_quote(builtin):
         assert any(s in r.quote for s in spellings), (r.source, v, r.quote)
         checked += 1
     assert checked >= 150
+
+
+# Drafts whose target has a recorded shape but whose own shape no public source read offline
+# gives (docs/evidence-search.md, "Draft shapes", logs each search): id -> why. The target's shape
+# does not stand in for a draft's: an EAGLE-3 head's draft vocabulary, MLP width and layer count
+# are its own (SpecForge's gpt-oss-20b head has intermediate_size 17280 against the target's
+# 2880), and a config of the same architecture from another publisher (SpecForge, speculators'
+# examples) is not this checkpoint's. plan and resolve need the draft's directory (headers are
+# enough) for these.
+SHAPE_NOT_FOUND = {
+    # Red Hat speculators drafts: no copy of their config.json is stored; draft_vocab_size unknown
+    "llama-3.1-8b-instruct-eagle3": "config.json not read; speculators' v0.3.0 blog example for "
+                                    "this verifier shows draft_vocab_size 10000, Red Hat's "
+                                    "Qwen3-8B head 32000: not guessed",
+    "llama-3.3-70b-instruct-eagle3": "config.json not read (card body not stored)",
+    "qwen3-8b-peagle": "config.json not read; SpecForge's qwen3-8b-peagle.json is SpecForge's",
+    "qwen3-8b-dflash2": "config.json not read; DFlash2 layer count and vocabulary unknown",
+    "qwen3-32b-eagle3": "config.json not read; SpecForge's qwen3-32b-eagle3.json is SpecForge's",
+    "qwen3-235b-a22b-eagle3": "config.json not read",
+    "qwen3-235b-a22b-instruct-2507-eagle3": "config.json not read; the nm-testing card's sizes "
+                                            "describe lmsys's converted head, not this one",
+    "gpt-oss-20b-eagle3": "config.json not read (norm_before_fc head, width unknown)",
+    "gpt-oss-120b-eagle3": "config.json not read; card excerpt stops before any size",
+    # Z-Lab DFlash: z-lab/dflash ships no configs; cards give block size only
+    "llama-3.1-8b-instruct-dflash": "config.json not read; layer count unknown",
+    "gpt-oss-20b-dflash": "config.json not read; the card gives '0.8B' parameters, no sizes",
+    "gpt-oss-120b-dflash": "config.json not read; the card gives block size 10 only",
+    # Nebius LK-loss heads: cards state K and training data, no sizes
+    "llama-3.3-70b-instruct-eagle3-nebius": "config.json not read",
+    "gpt-oss-20b-eagle3-nebius": "config.json not read; card widget '0.4B params' only",
+    "gpt-oss-120b-eagle3-nebius": "config.json not read; card widget '0.4B params' only",
+    "qwen3-235b-2507-eagle3-nebius": "config.json not read",
+    # AWS P-EAGLE: the cards say 4 layers, nothing about widths or vocabulary
+    "gpt-oss-120b-peagle": "4 layers (card); widths and draft vocabulary not read",
+    "gpt-oss-20b-peagle": "4 layers (card); widths and draft vocabulary not read",
+    # the target's own MTP layer: its shape is the target's, but speckit's native-mtp schema is
+    # the Qwen-style module (0.70B computed), not DeepSeek-V3's MLA + 256-expert layer 61
+    # (about 11.6B): recording the target's config here would price it wrong
+    "deepseek-v3-mtp": "needs plan to count layer 61 from the target's shape (a code change)",
+}
+
+
+def test_every_draft_of_a_shaped_target_has_a_shape_or_says_why(builtin):
+    """plan and resolve run offline from recorded shapes: every Hub draft of a target whose shape
+    is recorded records its own, or is in SHAPE_NOT_FOUND with its search logged. Drafts shipped
+    inside speckit are read from their files."""
+    entries = builtin.entries.values()
+    shaped = {x for e in entries if e.kind == "target" and e.config
+              for x in (e.repo, e.local_copy_of) if x}
+    drafts = [e for e in entries if e.kind == "draft" and e.target in shaped and e.repo]
+    missing = {e.id for e in drafts if e.config is None}
+    assert missing == set(SHAPE_NOT_FOUND), (sorted(missing - set(SHAPE_NOT_FOUND)),
+                                             sorted(set(SHAPE_NOT_FOUND) - missing))
+    assert len(drafts) - len(missing) >= 7  # the drafts that do carry a cited shape
+    log = (REPO_ROOT / "docs" / "evidence-search.md").read_text()
+    section = log.split("## Draft shapes", 1)[1]
+    assert all(f"`{i}`" in section for i in SHAPE_NOT_FOUND), "log each search"
 
 
 def test_issue52_acceptance_evidence(builtin):

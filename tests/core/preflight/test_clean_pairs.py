@@ -64,7 +64,7 @@ CLEAN: dict[str, tuple] = {
     "eagle3 specforge norm_before_fc": (
         lambda p: F.make_specforge_eagle3(p, norm_before_fc=True), "llama"),
     "eagle3 torchspec": (_torchspec_input_of_layer, "llama"),
-    "eagle3 torchspec mla": (_mla_with_top_level_ids, "llama"),
+    "eagle3 torchspec mla": (_mla_with_top_level_ids, "kimi"),
     "eagle3 deepspec": (F.make_deepspec_eagle3, "qwen3"),
     "peagle speculators": (F.make_spec_peagle, "llama"),
     "peagle specforge": (F.make_specforge_peagle, "llama"),
@@ -93,7 +93,14 @@ CLEAN: dict[str, tuple] = {
 @pytest.fixture(scope="module")
 def targets(tmp_path_factory) -> dict[str, Path]:
     where = tmp_path_factory.mktemp("targets")
-    return {arch: F.make_target(where / arch, arch=arch) for arch in ("llama", "qwen3")}
+    out = {arch: F.make_target(where / arch, arch=arch) for arch in ("llama", "qwen3")}
+    # the MLA head's target: Kimi-K2.5's rope_theta 50000, which TorchSpec's export copies
+    kimi = F.make_target(where / "kimi", arch="llama")
+    cfg = F.load_json(kimi / "config.json")
+    cfg.pop("rope_parameters", None)
+    (kimi / "config.json").write_text(json.dumps({**cfg, "rope_theta": 50000.0}))
+    out["kimi"] = kimi
+    return out
 
 
 def test_every_rule_module_runs():

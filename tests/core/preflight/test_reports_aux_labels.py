@@ -118,7 +118,9 @@ def test_kimi_input_of_layer_ids_in_eagle_config_are_ignored_by_v2(tmp_path, bas
     cfg = F.load_json(draft / "config.json")
     cfg["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = [2, 31, 61]
     _config(draft, eagle_config=cfg["eagle_config"])
-    target = _target(base_target, tmp_path / "kimi", 61)
+    # Kimi-K2.5's rope_theta (50000), which TorchSpec's export copies into the head
+    base = {k: v for k, v in base_target.items() if k != "rope_parameters"}
+    target = _target(base, tmp_path / "kimi", 61, rope_theta=50000.0)
     f = _found(inspect(draft, target=target))["aux-ids-engine-reads-other-layers"]
     assert f.severity == "warning" and "V2" in f.condition
     assert "[2, 30, 58]" in f.message and "to the top level of config.json" not in f.fix
@@ -131,12 +133,15 @@ def test_kimi_input_of_layer_ids_in_eagle_config_are_ignored_by_v2(tmp_path, bas
 def test_gpt_oss_20b_head_on_120b(tmp_path, base_target):
     """lightseekorg/tokenspeed#526 (capture layers are the draft's, not the target's): a head
     trained on gpt-oss-20b (24 layers: vLLM's default ids [2, 12, 21]) served on gpt-oss-120b
-    (36 layers). The ids are in range and every shape fits. From the ids alone: a warning; with
-    the verifier's depth on record (the registry's trained.verifier_layers): an error."""
+    (36 layers). The ids are in range and every shape fits. With the verifier's depth on record
+    (inspect reads openai/gpt-oss-20b's 24 layers from the registry's shape): an error; from the
+    ids alone (no verifier depth known): a warning."""
     draft = F.make_spec_eagle3(tmp_path / "d", aux_layer_ids=(2, 12, 21),
                                verifier="openai/gpt-oss-20b")
     target = _target(base_target, tmp_path / "120b", 36, model_type="gpt_oss")
     f = _found(inspect(draft, target=target))["aux-ids-other-depth"]
+    assert f.severity == "error" and "openai/gpt-oss-20b" in f.fix and "36" in f.message
+    f = _found(preflight(_facts(draft, target, record=TrainingRecord())))["aux-ids-other-depth"]
     assert f.severity == "warning" and "24-layer" in f.message and "36" in f.message
     rec = TrainingRecord(verifier="openai/gpt-oss-20b", verifier_layers=24,
                          verifier_from="registry trained.verifier_layers")
