@@ -14,6 +14,7 @@ from typing import Any
 from speckit.core import links
 from speckit.core import quant as core_quant
 from speckit.core.quant import QuantScheme as Scheme
+from speckit.core.quant.exclude import excluded_list, is_excluded
 from speckit.errors import FormatError
 from speckit.io.checkpoint import (
     DTYPE_BITS,
@@ -307,14 +308,11 @@ def verify_output(out: Path, items: list[Item], sch: Scheme | None = None,
 
 
 def _verify_exclusions(config: dict[str, Any], sch: Scheme, meant: list[str]) -> None:
-    """Each module meant to stay unquantized matches an entry of the written list, by vLLM's
-    rule: Quark / compressed-tensors take exact names or `re:` regexes (schemes.matches); for
-    ModelOpt only exact names count here (its loader also takes substrings and wildcards, which
-    speckit does not write)."""
-    qcfg = config.get("quantization_config") or {}
-    listed = next((qcfg[k] for k in core_quant.EXCLUDE_KEYS if isinstance(qcfg.get(k), list)), [])
-    rule = schemes.matches if sch.exclude_regex else str.__eq__
-    missed = [m for m in meant if not any(rule(e, m) for e in listed)]
+    """Each module meant to stay unquantized is kept by the written list under the rule of the
+    vLLM loader that reads it (core.quant.exclude: Quark / compressed-tensors exact names or `re:`
+    regexes, ModelOpt also substrings and wildcards)."""
+    dialect, listed = excluded_list(config.get("quantization_config")) or (sch.layout, [])
+    missed = [m for m in meant if not is_excluded(dialect, listed, m)]
     if missed:
         raise FormatError(f"the written quantization_config would let vLLM quantize "
                           f"{', '.join(missed[:4])}, meant to stay unquantized",

@@ -120,4 +120,5 @@ def test_a_hub_draft_is_checked_header_only(hub, pair):
         assert req.range is not None and req.status == 206, req
     res = plan_from_refs(target="org/target", draft="org/marked", gpu_mem_gib=80,
                          force_start=True)
-    assert [f.code for f in res.preflight] == ["test-collapse", "test-collapse-context"]
+    # (the real rules may add theirs: the draft records another verifier than org/target)
+    assert {"test-collapse", "test-collapse-context"} <= {f.code for f in res.preflight}

@@ -452,26 +452,26 @@ def test_dflash_fc_follows_the_same_recipe(tmp_path):
 
 @pytest.mark.parametrize("scheme", sorted(core_quant.SCHEMES))
 def test_every_scheme_keeps_what_it_means_to(tmp_path, scheme):
-    """Each scheme's output, re-read: lm_head and the recipe's kept Linears are in the written
-    list under vLLM's names (exact or `re:`; ModelOpt exact), the quantized ones are not."""
-    from speckit.quant import schemes
+    """Each scheme's output, re-read: lm_head and the recipe's kept Linears are kept by the
+    written list under the rule of the vLLM loader that reads it (core.quant.exclude, checked
+    against vLLM 0.32's own loaders in tests/core), and no quantized module is."""
+    from speckit.core import methods
+    from speckit.core.quant.exclude import excluded_list, is_excluded
 
     sch = core_quant.get(scheme)
     if sch.static_input:
         pytest.skip("calibrated scheme: test_static_fp8_calibrates_eagle3_on_target_hidden_states")
     r = quantize(F.make_spec_eagle3(tmp_path / "src"), scheme=scheme, out=tmp_path / "out",
                  target_layers=8)
-    q = Checkpoint.open(tmp_path / "out").config["quantization_config"]
-    listed = next(q[k] for k in core_quant.EXCLUDE_KEYS if isinstance(q.get(k), list))
-    rule = schemes.matches if sch.exclude_regex else str.__eq__
+    dialect, listed = excluded_list(
+        Checkpoint.open(tmp_path / "out").config["quantization_config"])
+    assert dialect == sch.layout
     meant = ["lm_head"] + (["model.fc"] if sch.recipe_keep("fc.weight") else [])
-    assert all(any(rule(e, m) for e in listed) for m in meant), (listed, meant)
-    from speckit.core import methods
-
+    assert all(is_excluded(dialect, listed, m) for m in meant), (listed, meant)
     mod = methods.get(r.method)
     quantized = [mod.runtime_module_name(t.name, target_num_layers=8) for t in r.tensors
                  if t.action == "quantized"]
-    assert quantized and not any(rule(e, m) for e in listed for m in quantized)
+    assert quantized and not any(is_excluded(dialect, listed, m) for m in quantized)
 
 
 def test_an_exclude_vllm_would_not_match_is_caught(tmp_path, monkeypatch):
