@@ -126,6 +126,9 @@ class BenchReport:
     trained_length: Any = None  # the draft's trained (or declared) context (TrainedLength)
     # the measured AL against the published one (speckit.core.registry.canary.AcceptanceCanary)
     canary: list[Any] = field(default_factory=list)
+    # the pair's pre-flight findings (core.preflight.Finding); an error among them means the run
+    # was started with --force-start
+    preflight: list[Any] = field(default_factory=list)
 
 
 # ---- the summary -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.traffic_text import traffic_rows
 from speckit.errors import UsageError
 from speckit.io.datafiles import get_gpu
+from speckit.io.preflight import finding_line
 from speckit.io.terminal import output_console, print_rows, print_table
 from speckit.plan import PlanReport, TrafficSpeed, check_options, plan
 
@@ -67,7 +68,7 @@ PLAN_OPTIONS = (
                  "per-position rates; with --traffic each context bucket's (its "
                  "acceptance_by_context; a bucket it did not measure takes its nearest "
                  "neighbour's)."),
-    opt("dataset"), opt("concurrency"), opt("gpu_profile"), opt("json_mode"),
+    opt("dataset"), opt("concurrency"), opt("gpu_profile"), opt("force_start"), opt("json_mode"),
 )
 
 
@@ -359,6 +360,18 @@ def render(r) -> None:
         con.print(f"  [dim]- {escape(note)}[/]")
     for tr in r.tries:
         con.print(f"  [bold]try[/] {escape(tr.flag)}: {escape(tr.effect)}")
+    _render_preflight(con, r)
     con.print("[dim]assumptions:[/]")
     for a in r.assumptions:
         con.print(f"[dim]  - {escape(a)}[/]")
+
+
+def _render_preflight(con, r) -> None:
+    """The pair's pre-flight findings (an error only shows here under --force-start)."""
+    from rich.markup import escape
+
+    for f in r.preflight:
+        mark = "[red]x[/]" if f.is_error else "[yellow]![/]"
+        con.print(f"  {mark} pre-flight {escape(finding_line(f))}")
+    for note in r.preflight_notes:
+        con.print(f"  [dim]- {escape(note)}[/]")
