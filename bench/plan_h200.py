@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from speckit.core.gpus import GPU, GiB
-from speckit.plan import OverheadModel, plan
+from speckit.plan import OverheadModel
+from speckit.plan import plan_configs as plan
 from tests.support.plan_shapes import (
     DEEPSEEK_V3,
     LLAMA31_8B,

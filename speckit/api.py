@@ -21,7 +21,7 @@ _API = {
     "inspect": ("speckit.inspect", "inspect"),
     "convert": ("speckit.convert", "convert"),
     "quantize": ("speckit.quant", "quantize"),
-    "plan": ("speckit.plan", "plan_from_refs"),
+    "plan": ("speckit.plan", "plan"),
     "validate": ("speckit.validate", "validate"),
     "Checkpoint": ("speckit.io.checkpoint", "Checkpoint"),
     "SpeckitError": ("speckit.errors", "SpeckitError"),

@@ -1,5 +1,6 @@
 """`speckit registry add`: a draft that `speckit push` published becomes an entry of the user's
-registry, pinned to its commit, with the figures its model card records.
+registry, pinned to its commit, with the figures its model card records. `speckit registry
+resolve`: the drafts for a target, ranked by projected throughput ratio on the user's GPU.
 """
 
 from __future__ import annotations
@@ -8,13 +9,25 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from speckit.core.gpus import DEFAULT_GPU, GPU
 from speckit.core.modelcard import split_card
 from speckit.core.refs import check_repo_id, check_revision
-from speckit.core.registry import draft_entry_from_card, entry_toml
+from speckit.core.registry import (
+    Deployment,
+    Registry,
+    ResolveResult,
+    draft_entry_from_card,
+    entry_toml,
+    resolve,
+)
+from speckit.core.registry.fit import default_concurrency, target_entry
+from speckit.core.registry.speedrank import Pricing, rank_by_speed
 from speckit.errors import UsageError
-from speckit.io.datafiles import load_registry, user_config_registry
+from speckit.io.datafiles import get_gpu, load_engine_costs, load_registry, user_config_registry
+from speckit.io.host import engine_on_cpu, installed_vllm
 from speckit.io.hub import download_file, hub_settings
 from speckit.io.hub.download import read_card
+from speckit.io.projection import step_constants
 from speckit.io.user_registry import add_entry
 
 
@@ -66,4 +79,65 @@ def registry_add(repo_id: str, *, revision: str | None = None, entry_id: str | N
     return RegistryAddResult(raw["id"], repo_id, commit, path, replaced, text, warnings)
 
 
-__all__ = ["RegistryAddResult", "registry_add"]
+def registry_resolve(target: str, *, method: str | None = None,
+                     gpu: GPU | str | None = DEFAULT_GPU, concurrency: int | None = None,
+                     tp: int = 1, dataset: str | None = None,
+                     registry: Registry | None = None) -> ResolveResult:
+    """The drafts registered for ``target``: plan's verdict for each on ``gpu`` x ``tp`` at
+    ``concurrency`` (default: vLLM's max-num-seqs for the GPU), then, where the registry records
+    the target's shape, every draft and engine-only method (ngram, suffix) ranked by projected
+    throughput ratio there (ResolveResult.ranking), each ratio with its band, k, the KV memory
+    left and where its acceptance came from (``dataset`` picks the published figures). Offline:
+    only the registry's recorded shapes are read. The installed vLLM is asked only when ``gpu``
+    is this machine's kind (a CPU engine here)."""
+    reg = registry if registry is not None else load_registry()
+    g = gpu if isinstance(gpu, GPU) else _catalog_gpu(gpu or DEFAULT_GPU)
+    tentry = target_entry(reg, target)
+    if tentry is None or tentry.config is None:
+        return resolve(reg, target=target, method=method,
+                       deployment=Deployment(g, tp=tp, concurrency=concurrency))
+    here = installed_vllm() if g.platform == "cpu" and engine_on_cpu() else None
+    pricing = Pricing(step_constants(g), load_engine_costs(), installed_vllm=here)
+    c = concurrency or default_concurrency(g, tp)
+    res = _ranked(reg, target, method, Deployment(g, tp=tp, concurrency=c), pricing, dataset)
+    holds = [r.kv_holds for r in res.ranking.rows if r.kv_holds]
+    if concurrency is None and holds and not _projected(res):
+        # no --concurrency and vLLM's default max-num-seqs is more than any KV cache holds:
+        # rank where every draft's cache still holds them all, and say so
+        res = _ranked(reg, target, method, Deployment(g, tp=tp, concurrency=min(holds)),
+                      pricing, dataset)
+        res.ranking.notes.insert(0, f"no --concurrency: ranked at {min(holds)}, the most "
+                                 f"requests every KV cache holds at {res.ranking.context:,} "
+                                 f"tokens (vLLM's default max-num-seqs on {g.name} is {c})")
+    if _projected(res):
+        res.start_with = res.ranking.start_with  # else plan's first that starts (said so)
+    return res
+
+
+def _ranked(reg: Registry, target: str, method: str | None, dep: Deployment, pricing: Pricing,
+            dataset: str | None) -> ResolveResult:
+    res = resolve(reg, target=target, method=method, deployment=dep)
+    tentry = target_entry(reg, target)
+    res.ranking = rank_by_speed(reg, target=tentry, entries=[reg.entries[c.id]
+                                                             for c in res.candidates],
+                                fits={c.id: c.fit for c in res.candidates if c.fit is not None},
+                                dep=dep, pricing=pricing, dataset=dataset, method=method)
+    return res
+
+
+def _projected(res: ResolveResult) -> bool:
+    return any(r.ratio is not None for r in res.ranking.rows)
+
+
+def _catalog_gpu(name: str) -> GPU:
+    """A catalog GPU (user GPU files included); resolve has no --gpu-mem-gib, so the hint for an
+    unknown name names what resolve takes (issue 53: it suggested plan's flag)."""
+    try:
+        return get_gpu(name)
+    except UsageError as e:
+        raise UsageError(e.message, hint="resolve ranks catalog GPUs (their bandwidth and peak "
+                         "drive the projection): add yours to a gpus.toml ([[gpu]] name, vendor, "
+                         "memory_gib, formats) named by $SPECKIT_GPUS") from None
+
+
+__all__ = ["RegistryAddResult", "registry_add", "registry_resolve"]

@@ -21,12 +21,12 @@ def test_the_api_module_names_each_operations_entry_point():
     from speckit.fetch import fetch
     from speckit.inspect import inspect
     from speckit.io.checkpoint import Checkpoint
-    from speckit.plan import plan_from_refs
+    from speckit.plan import plan, plan_from_refs
     from speckit.quant import quantize
     from speckit.validate import validate
 
     assert sk.convert is convert and api_convert is convert
-    assert sk.fetch is fetch and sk.inspect is inspect and sk.plan is plan_from_refs
+    assert sk.fetch is fetch and sk.inspect is inspect and sk.plan is plan
     assert sk.validate is validate and sk.quantize is quantize and sk.Checkpoint is Checkpoint
     assert set(sk.__all__) == {"Checkpoint", "SpeckitError", "convert", "fetch", "inspect", "plan",
                                "quantize", "validate"}

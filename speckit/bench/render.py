@@ -12,6 +12,7 @@ from speckit.bench.stats import LATENCY_METRICS, Spread
 from speckit.core.context import context_table
 from speckit.core.evidence import CANNOT_TELL, DOES_NOT_PAY, Interval
 from speckit.core.jsonable import to_jsonable
+from speckit.core.registry.canary import canary_lines
 from speckit.core.specconfig import SERVE_COMMAND_FILE, serve_script
 from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
@@ -132,6 +133,9 @@ def markdown(r: BenchReport) -> str:
         lines += [f"- {arm} not measured: {why}" for arm, why in r.skipped.items()]
         if r.error:
             lines.append(f"- **stopped early**: {r.error}")
+    canary = [x for c in r.canary for x in canary_lines(c)]  # last: a collapse ends the report
+    if canary:
+        lines += ["", "## Acceptance against the published figure", "", *canary]
     return "\n".join(lines) + "\n"
 
 

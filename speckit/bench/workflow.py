@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.bench import arms as _arms
+from speckit.bench.canary import bench_canaries
 from speckit.bench.choice import advice, method_choices
 from speckit.bench.endpoint import Endpoint, StreamLimits
 from speckit.bench.options import BenchOptions, dataset_path
@@ -111,6 +112,8 @@ def _run(ctx: RunContext) -> BenchError | KeyboardInterrupt | None:
     ctx.report.verdict = verdict(ctx.report, ctx.opts)
     ctx.report.recommended = _recommended(ctx.report)
     _advise(ctx.report, ctx.opts)
+    ctx.report.canary = bench_canaries(ctx.report, draft=ctx.opts.draft, dataset="traffic"
+                                       if ctx.opts.traffic else str(ctx.opts.dataset))
     return stop
 
 

@@ -72,6 +72,9 @@ class Flag:
     defaults: Mapping[str, Any] = field(default_factory=dict)  # command -> its own default
     notes: Mapping[str, str] = field(default_factory=dict)  # command -> what it does with it
     lists: bool = False  # help and notes name {methods}, {vllm_methods}, ... (method_lists)
+    # commands that take exactly one value of a CommaList flag (they receive it unwrapped: the
+    # flag has one type everywhere, and a command that compares several takes the list)
+    one_value: frozenset[str] = frozenset()
 
     def default_for(self, command: str) -> Any:
         return self.defaults.get(command, self.default)
@@ -154,7 +157,12 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
                             "the best (at most 3 engine starts).",
                 "bench": "Serves each k as its own arm."}),
     Flag(("--dataset",), "dataset", f"Prompts: {_DATASETS}.", default="mixed",
-         notes={"bench": "Also code-edit."}),
+         defaults={"plan": None, "registry resolve": None},  # None: the registry's pick
+         notes={"bench": "Also code-edit.",
+                "plan": "Here: which of the draft's published acceptance figures to project "
+                        "from (default: the one speckit ranks first; see docs/plan.md).",
+                "registry resolve": "Here: which published acceptance figures to rank on "
+                                    "(default: each draft's first)."}),
     Flag(("--num-prompts",), "num_prompts", "Prompts measured.", type=int, default=32,
          defaults={"demo": 8}),  # the demo stays within minutes on two CPU cores
     Flag(("--max-tokens",), "max_tokens", "Most tokens generated per prompt.", type=int,
@@ -163,11 +171,18 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
                    "train eagle3": 512, "train dflash": 512},  # whole answers to learn from
          notes={"train eagle3": "The longest on-policy answer.",
                 "train dflash": "The longest on-policy answer (data stage)."}),
-    Flag(("--concurrency",), "concurrency", "Requests in flight (vLLM max_num_seqs); one value "
-         "(bench --concurrencies takes several).", type=int, default=1,
-         defaults={"registry resolve": None},  # None: vLLM's default for the GPU
-         notes={"registry resolve": "Default: vLLM's for the GPU.",
-                "validate": "During the timed runs."}),
+    Flag(("--concurrency",), "concurrency", "Requests in flight: one value, or C1,C2,... where "
+         "a command compares several (plan; bench --concurrencies is the same list).",
+         type=CommaList(int, 1), default=1, metavar="C[,C...]",
+         defaults={"registry resolve": None,  # None: vLLM's default for the GPU
+                   "plan": None},  # None: powers of two up to --max-num-seqs
+         one_value=frozenset({"validate", "registry resolve"}),
+         notes={"registry resolve": "One value; the drafts are ranked by projected throughput "
+                                    "ratio there (default: vLLM's max-num-seqs for the GPU).",
+                "validate": "One value, during the timed runs.",
+                "plan": "The speed table's columns (default: powers of two up to "
+                        "--max-num-seqs, then that value); each must be at most "
+                        "--max-num-seqs."}),
     Flag(("--thinking",), "thinking", "enable_thinking for chat templates with the switch: off, "
          "on (the flag alone), or both (bench measures each; validate measures one).",
          type=click.Choice(["off", "on", "both"]), default="off", flag_value="on",
@@ -365,10 +380,22 @@ def options_for(command: str) -> Callable[..., Decorator]:
             kw.update(type=f.type, default=default, show_default=default is not None)
             if f.flag_value is not None:
                 kw.update(is_flag=False, flag_value=f.flag_value)
+        if command in f.one_value:
+            kw["callback"] = _one_value
         return click.option(*f.decls, f.dest, cls=TableOption, flag_name=name, command=command,
                             **kw)
 
     return opt
+
+
+def _one_value(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A list flag that this command takes one value of: the value itself (None stays None)."""
+    if value is None or not isinstance(value, list):
+        return value
+    if len(value) != 1:
+        raise click.BadParameter(f"{','.join(map(str, value))}: this command takes one value",
+                                 ctx=ctx, param=param)
+    return value[0]
 
 
 def stacked(decorators: Iterable[Decorator]) -> Decorator:

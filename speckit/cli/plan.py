@@ -1,6 +1,6 @@
 """`speckit plan`: will target + draft fit on this GPU under vLLM, and what does the draft cost?
 
-A thin click shell over speckit.plan.plan_from_refs; --json prints the PlanResult. Exit status 1
+A thin click shell over speckit.plan.plan; --json prints its PlanReport. Exit status 1
 when the deployment will not start (0 when it does), so scripts can gate on it.
 """
 
@@ -12,166 +12,137 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, print_json
-from speckit.cli._options import CommaList, options_for
+from speckit.cli._options import CommaList, options_for, stacked
 from speckit.core.gpus import DEFAULT_GPU
 from speckit.core.plan.schedule import pays_text, schedule_config, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.traffic_text import traffic_rows
-from speckit.errors import PlanError, UsageError
+from speckit.errors import UsageError
 from speckit.io.datafiles import get_gpu
 from speckit.io.preflight import finding_line
-from speckit.io.profiles import load_profile
-from speckit.io.projection import project_speed_from_refs
 from speckit.io.terminal import output_console, print_rows, print_table
-from speckit.plan import TrafficSpeed, check_options, plan_from_refs, plan_traffic
+from speckit.plan import PlanReport, TrafficSpeed, check_options, plan
 
 GiB = 1024**3
 opt = options_for("plan")
 
 
+# in --help order; the dests are speckit.plan.plan's keywords (the command hands them on)
+PLAN_OPTIONS = (
+    opt("target"), opt("draft"), opt("method"), opt("k"), opt("gpu"),
+    click.option("--gpu-mem-gib", type=float, help="Any device, by its total memory in GiB."),
+    click.option("--gpu-file", type=click.Path(dir_okay=False, exists=True),
+                 help="TOML with more [[gpu]] entries (also $SPECKIT_GPUS)."),
+    opt("tp"),
+    click.option("--draft-tp", type=int,
+                 help="speculative draft_tensor_parallel_size (1 or --tp)."),
+    click.option("--gpu-memory-utilization", type=float, default=0.92, show_default=True),
+    click.option("--max-model-len", type=int,
+                 help="Default: the target's max_position_embeddings."),
+    click.option("--max-num-seqs", type=int, help="Default: vLLM serve's for this GPU."),
+    click.option("--max-num-batched-tokens", type=int, help="Default: vLLM serve's for this GPU."),
+    click.option("--kv-cache-dtype", default="auto", show_default=True,
+                 type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3",
+                                    "fp8_e5m2"])),
+    click.option("--draft-quant", type=click.Choice(DRAFT_QUANTS),
+                 help="Price the draft as `speckit quantize` would store it."),
+    click.option("--kv-cache-memory-bytes", type=int,
+                 help="A fixed KV budget, as vLLM's flag of the same name."),
+    click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (as vLLM's flag)."),
+    opt("revision"),
+    click.option("--draft-revision", help="Draft revision on the Hub."),
+    click.option("--acceptance", type=CommaList(float), metavar="P1,P2,...",
+                 help="Per-position acceptance rates (as speckit validate / vLLM report them); "
+                 "default: the draft's published figures, else the method's prior."),
+    click.option("--acceptance-kind", type=click.Choice(["per-position", "conditional"]),
+                 default="per-position", show_default=True,
+                 help="conditional: rate i given position i-1 was accepted."),
+    click.option("--al", type=float, help="Mean accepted length (tokens per step, bonus "
+                 "included) at -k, instead of --acceptance."),
+    click.option("--context", "contexts", type=CommaList(int), default="1024,4096",
+                 show_default=True, metavar="N,N", help="KV context lengths of the projected "
+                 "speed tables; the k schedule is picked at the first."),
+    opt("traffic"),
+    click.option("--acceptance-from", type=click.Path(dir_okay=False), metavar="REPORT",
+                 help="Acceptance measured by `speckit validate`: its report.json's "
+                 "per-position rates; with --traffic each context bucket's (its "
+                 "acceptance_by_context; a bucket it did not measure takes its nearest "
+                 "neighbour's)."),
+    opt("dataset"), opt("concurrency"), opt("gpu_profile"), opt("force_start"), opt("json_mode"),
+)
+
+
 @click.command("plan")
-@opt("target")
-@opt("draft")
-@opt("method")
-@opt("k")
-@opt("gpu")
-@click.option("--gpu-mem-gib", type=float, help="Any device, by its total memory in GiB.")
-@click.option("--gpu-file", type=click.Path(dir_okay=False, exists=True),
-              help="TOML with more [[gpu]] entries (also $SPECKIT_GPUS).")
-@opt("tp")
-@click.option("--draft-tp", type=int, help="speculative draft_tensor_parallel_size (1 or --tp).")
-@click.option("--gpu-memory-utilization", type=float, default=0.92, show_default=True)
-@click.option("--max-model-len", type=int, help="Default: the target's max_position_embeddings.")
-@click.option("--max-num-seqs", type=int, help="Default: vLLM serve's for this GPU.")
-@click.option("--max-num-batched-tokens", type=int, help="Default: vLLM serve's for this GPU.")
-@click.option("--kv-cache-dtype", default="auto", show_default=True,
-              type=click.Choice(["auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"]))
-@click.option("--draft-quant", type=click.Choice(DRAFT_QUANTS),
-              help="Price the draft as `speckit quantize` would store it.")
-@click.option("--kv-cache-memory-bytes", type=int,
-              help="A fixed KV budget, as vLLM's flag of the same name.")
-@click.option("--enforce-eager", is_flag=True, help="No CUDA graphs (as vLLM's flag).")
-@opt("revision")
-@click.option("--draft-revision", help="Draft revision on the Hub.")
-@click.option("--acceptance", type=CommaList(float), metavar="P1,P2,...",
-              help="Per-position acceptance rates (as speckit validate / vLLM report them): adds "
-              "the projected speed by k x concurrency and the per-batch-size k schedule.")
-@click.option("--acceptance-kind", type=click.Choice(["per-position", "conditional"]),
-              default="per-position", show_default=True,
-              help="conditional: rate i given position i-1 was accepted.")
-@click.option("--al", type=float, help="Mean accepted length (tokens per step, bonus included) "
-              "at -k, instead of --acceptance.")
-@click.option("--context", "contexts", type=CommaList(int), default="1024,4096", show_default=True,
-              metavar="N,N", help="KV context lengths of the projected speed tables; the k "
-              "schedule is picked at the first.")
-@opt("traffic")
-@click.option("--acceptance-from", type=click.Path(dir_okay=False), metavar="REPORT",
-              help="With --traffic: each context bucket's acceptance from a `speckit validate` "
-              "report.json (its acceptance_by_context); a bucket it did not measure takes its "
-              "nearest neighbour's.")
-@opt("gpu_profile")
-@opt("force_start")
-@opt("json_mode")
+@stacked(PLAN_OPTIONS)
 @handle_errors
-def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
-             gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
-             kv_cache_dtype, draft_quant, kv_cache_memory_bytes, enforce_eager, revision,
-             draft_revision, acceptance, acceptance_kind, al, contexts, traffic, acceptance_from,
-             gpu_profile, force_start, json_mode):
+def plan_cmd(gpu, gpu_mem_gib, gpu_file, traffic, json_mode, **opts):
     """Memory plan for serving TARGET (+ DRAFT) with vLLM: weights, KV cache, the rest.
 
     Reads only config.json and safetensors headers. Prints what fits (KV tokens, concurrency at
     max-model-len with the draft's lookahead slots), what the draft costs against the same
-    deployment without it, a verdict, and "try" lines when it is tight.
-    """
+    deployment without it, a verdict, and "try" lines when it is tight. With a draft (or
+    --method), the projected speed by k x concurrency, its bands and the k schedule, from the
+    acceptance given, measured (--acceptance-from), published for the draft, or the method's
+    prior, in that order; the output names the one used.
 
-    # bad numbers fail here, before any checkpoint or Hub repo is read
-    check_options(tp=tp, draft_tp=draft_tp, gpu_memory_utilization=gpu_memory_utilization,
-                  gpu_mem_gib=gpu_mem_gib, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                  max_num_batched_tokens=max_num_batched_tokens,
-                  kv_cache_memory_bytes=kv_cache_memory_bytes, k=k)
+    \b
+    Examples:
+      speckit plan --draft qwen3-8b-dflash-b16 --gpu h100 --concurrency 32,40
+      speckit plan -t Qwen/Qwen3-8B -d DRAFT --gpu mi300x --acceptance 0.8,0.6,0.45
+      speckit plan -t T -d DRAFT --gpu h200 --acceptance-from val/report.json --json
+    """
+    _check_flags(gpu, gpu_mem_gib, traffic, opts)
+    g = get_gpu(gpu or DEFAULT_GPU, gpu_file=gpu_file) if gpu_mem_gib is None else None
+    report = plan(gpu=g, gpu_mem_gib=gpu_mem_gib, traffic=traffic, **opts)
+    if json_mode:
+        print_json(report)
+    else:
+        render_report(report)
+    sys.exit(0 if report.starts else 1)
+
+
+def _check_flags(gpu, gpu_mem_gib, traffic, o) -> None:
+    """Bad numbers and conflicting flags fail here, before any checkpoint or Hub repo is read."""
+    check_options(tp=o["tp"], draft_tp=o["draft_tp"],
+                  gpu_memory_utilization=o["gpu_memory_utilization"], gpu_mem_gib=gpu_mem_gib,
+                  max_model_len=o["max_model_len"], max_num_seqs=o["max_num_seqs"],
+                  max_num_batched_tokens=o["max_num_batched_tokens"],
+                  kv_cache_memory_bytes=o["kv_cache_memory_bytes"], k=o["k"])
     if gpu and gpu_mem_gib is not None:
         raise UsageError("--gpu and --gpu-mem-gib are exclusive", hint="pass one of them")
-    if not target and not draft:
+    if not o["target"] and not o["draft"]:
         raise UsageError("nothing to plan: pass --target (and --draft)")
-    _check_traffic_flags(traffic, acceptance_from)
-    g = get_gpu(gpu or DEFAULT_GPU, gpu_file=gpu_file) if gpu_mem_gib is None else None
-    if k is None and acceptance is not None:
-        k = len(acceptance)  # N rates: k = N
-    result = plan_from_refs(
-        target=target, draft=draft, method=method, revision=revision,
-        draft_revision=draft_revision, k=k, gpu=g, gpu_mem_gib=gpu_mem_gib, tp=tp,
-        draft_tp=draft_tp, gpu_memory_utilization=gpu_memory_utilization,
-        max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-        max_num_batched_tokens=max_num_batched_tokens, kv_cache_dtype=kv_cache_dtype,
-        draft_quant=draft_quant, kv_cache_memory_bytes=kv_cache_memory_bytes,
-        enforce_eager=enforce_eager, force_start=force_start)
-    speed = unpriced = None
-    if traffic is not None:
-        try:
-            speed = _traffic_speed(result, g, traffic=traffic, target=target, draft=draft,
-                                   revision=revision, draft_revision=draft_revision,
-                                   acceptance=acceptance, acceptance_kind=acceptance_kind,
-                                   al=al, acceptance_from=acceptance_from,
-                                   kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant,
-                                   gpu_profile=gpu_profile)
-        except PlanError as e:
-            unpriced = f"speed not projected: {e.message}" + (f" ({e.hint})" if e.hint else "")
-    elif acceptance is not None or al is not None:
-
-        try:
-            speed = _speed(result, g, target=target, draft=draft, revision=revision,
-                           draft_revision=draft_revision, acceptance=acceptance,
-                           acceptance_kind=acceptance_kind, al=al, contexts=contexts,
-                           kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant,
-                           gpu_profile=gpu_profile)
-        except PlanError as e:  # the memory plan stands; the speed part is said to be unpriced
-            unpriced = f"speed not projected: {e.message}" + (f" ({e.hint})" if e.hint else "")
-    if json_mode:
-        key = "traffic_speed" if isinstance(speed, TrafficSpeed) else "speed"
-        print_json(result if speed is None and unpriced is None else
-                   {"plan": result, key: speed, "speed_unpriced": unpriced})
-    else:
-        render(result)
-        if isinstance(speed, TrafficSpeed):
-            render_traffic_speed(speed)
-        elif speed is not None:
-            render_speed(speed)
-        if unpriced:
-            click.echo(unpriced)
-    sys.exit(0 if result.starts else 1)
+    _check_traffic_flags(traffic)
 
 
-def _check_traffic_flags(traffic, acceptance_from) -> None:
-    """--traffic replaces --context; --acceptance-from needs --traffic."""
+def render_report(report: PlanReport) -> None:
+    """The memory plan, then the speed (or why none), then the adaptive-verification lines."""
+    render(report.plan)
+    if report.traffic_speed is not None:
+        render_traffic_speed(report.traffic_speed)
+    elif report.speed is not None:
+        render_speed(report.speed)
+    if report.speed_unpriced:
+        click.echo(report.speed_unpriced)
+    if report.adaptive_verification:
+        con = output_console()
+        con.print("adaptive verification (guidance, not projected):")
+        for line in report.adaptive_verification:
+            con.print(f"  - {escape_text(line)}")
+
+
+def escape_text(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
+
+
+def _check_traffic_flags(traffic) -> None:
+    """--traffic replaces --context."""
     src = click.get_current_context().get_parameter_source("contexts")
     if traffic is not None and src == click.core.ParameterSource.COMMANDLINE:
         raise UsageError("--traffic and --context do not combine",
                          hint="the traffic's context mix replaces --context")
-    if acceptance_from is not None and traffic is None:
-        raise UsageError("--acceptance-from goes with --traffic",
-                         hint="it gives each of the traffic's context buckets its own "
-                         "acceptance; without a traffic pass --acceptance or --al")
-
-
-def _traffic_speed(result, gpu, *, traffic, target, draft, revision, draft_revision,
-                   acceptance, acceptance_kind, al, acceptance_from, kv_cache_dtype,
-                   draft_quant, gpu_profile=None):
-    if gpu is None:
-        raise UsageError("--traffic projects speed for a catalog GPU, not --gpu-mem-gib",
-                         hint="pass --gpu NAME (its bandwidth and peak drive the projection)")
-    if result.method is None:
-        raise UsageError("--traffic needs a draft or --method")
-    return plan_traffic(
-        traffic=traffic, target=result.target if target is None else target, draft=draft,
-        method=result.method, revision=revision, draft_revision=draft_revision,
-        acceptance_from=acceptance_from,
-        acceptance=acceptance,
-        acceptance_kind=acceptance_kind, al=al, k=result.k, gpu=gpu, tp=result.tp,
-        draft_tp=result.draft_tp, max_batch=int(result.settings["max_num_seqs"]),
-        kv_tokens=result.with_draft.kv_tokens, lookahead=result.lookahead_slots,
-        kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant,
-        constants=load_profile(gpu_profile) if gpu_profile is not None else None)
 
 
 def render_traffic_speed(ts: TrafficSpeed) -> None:
@@ -229,27 +200,6 @@ def _mix_ratio_table(con, m) -> None:
     _uncertain_note(con, m)
 
 
-def _speed(result, gpu, *, target, draft, revision, draft_revision, acceptance,
-           acceptance_kind, al, contexts, kv_cache_dtype, draft_quant, gpu_profile=None):
-
-    if gpu is None:
-        raise UsageError("--acceptance/--al project speed for a catalog GPU, not --gpu-mem-gib",
-                         hint="pass --gpu NAME (its bandwidth and peak drive the projection)")
-    if result.method is None:
-        raise UsageError("--acceptance/--al need a draft or --method")
-    constants = None
-    if gpu_profile is not None:
-
-        constants = load_profile(gpu_profile)
-    return project_speed_from_refs(
-        target=result.target if target is None else target, draft=draft, revision=revision,
-        draft_revision=draft_revision, method=result.method, k=result.k, acceptance=acceptance,
-        acceptance_kind=acceptance_kind, al=al, gpu=gpu, tp=result.tp, draft_tp=result.draft_tp,
-        contexts=contexts, max_batch=int(result.settings["max_num_seqs"]),
-        kv_cache_dtype=kv_cache_dtype, draft_quant=draft_quant, constants=constants,
-        kv_tokens=result.with_draft.kv_tokens, lookahead=result.lookahead_slots)
-
-
 def render_speed(sp) -> None:
 
     from rich.markup import escape
@@ -262,22 +212,21 @@ def render_speed(sp) -> None:
     banded = bool(sp.band_level)
     for tb in sp.tables:
         title = f"projected throughput ratio vs no speculation, KV context {tb.ctx:,}"
+        band = f"{sp.band_level:.0%} band" + (" x AL spread" if sp.acceptance_spread else "")
         if banded:
-            title += f" (under each ratio: its {sp.band_level:.0%} band)"
-        t = Table(title=title, box=None, pad_edge=False, header_style="bold",
-                  title_justify="left")
-        cols = _columns(sp.max_batch)
-        over = ["does not fit"] * (len(cols) - len(tb.batches))
+            title += f" (under each ratio: its {band})"
+        con.print(title + ":")  # above the table: a title would wrap to the table's width
+        t = Table(box=None, pad_edge=False, header_style="bold")
+        cols = sp.columns or _columns(sp.max_batch)
         t.add_column("k (projected AL)")
         for b in cols:
             t.add_column(f"B={b}", justify="right")
         for k in tb.ks:
-            t.add_row(f"{k} ({tb.al[k]:.2f})", *_ratio_cells(tb, k), *over)
+            t.add_row(f"{k} ({tb.al[k]:.2f})", *_cells(tb, cols, _ratio_cells(tb, k)))
             if banded:
-                t.add_row(f"  {sp.band_level:.0%} band",
-                          *(f"{lo:.2f}-{hi:.2f}" for lo, hi in tb.band.get(k, [])),
-                          *[""] * len(over))
-        t.add_row("best k", *(str(k) if k else "off" for k in tb.best_k), *over)
+                t.add_row(f"  {band}", *_cells(
+                    tb, cols, [f"{lo:.2f}-{hi:.2f}" for lo, hi in tb.band.get(k, [])], ""))
+        t.add_row("best k", *_cells(tb, cols, [str(k) if k else "off" for k in tb.best_k]))
         print_table(con, t)
         _uncertain_note(con, tb)
         con.print(f"  {_pays(tb, sp.max_batch)}")
@@ -308,6 +257,13 @@ def _uncertain_note(con, tb) -> None:
     """What the mark means, under a table that has one."""
     if any(any(u) for u in tb.uncertain.values()):
         con.print(f"  {UNCERTAIN_MARK} {UNCERTAIN_NOTE}")
+
+
+def _cells(tb, cols: list[int], values: list[str], missing: str = "does not fit") -> list[str]:
+    """One cell per asked column: the table's value there, else ``missing`` (beyond what the KV
+    cache holds at this context)."""
+    at = dict(zip(tb.batches, values, strict=False))
+    return [at.get(b, missing) for b in cols]
 
 
 def _columns(max_batch: int) -> list[int]:

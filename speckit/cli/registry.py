@@ -17,11 +17,11 @@ from speckit.cli._options import options_for
 from speckit.core.gpus import DEFAULT_GPU
 from speckit.core.plan.options import check_options, optional_positive_int
 from speckit.core.refs import printable
-from speckit.core.registry import Deployment, list_entries, resolve
+from speckit.core.registry import list_entries
 from speckit.errors import UsageError
-from speckit.io.datafiles import get_gpu, load_registry
+from speckit.io.datafiles import load_registry
 from speckit.io.terminal import output_console, print_table
-from speckit.registry import registry_add
+from speckit.registry import registry_add, registry_resolve
 
 list_opt, show_opt = options_for("registry list"), options_for("registry show")
 resolve_opt, add_opt = options_for("registry resolve"), options_for("registry add")
@@ -101,19 +101,28 @@ def show_cmd(ctx, entry_id, registry_files, json_mode):
 @resolve_opt("gpu")
 @resolve_opt("concurrency")
 @resolve_opt("tp")
+@resolve_opt("dataset")
 @resolve_opt("registry_files")
 @resolve_opt("json_mode")
 @click.pass_context
 @handle_errors
-def resolve_cmd(ctx, target, method, gpu, concurrency, tp, registry_files, json_mode):
-    """Drafts for a target: what starts on the GPU first (at the largest k that starts), then
-    comparable published figures. Exit status 2 when no draft is registered."""
+def resolve_cmd(ctx, target, method, gpu, concurrency, tp, dataset, registry_files, json_mode):
+    """Drafts for a target, ranked by projected throughput ratio at --concurrency on --gpu (each
+    with its band, k, KV memory left and where its acceptance came from; the methods that need
+    no draft beside them), from the registry's recorded shapes, offline. Exit status 2 when no
+    draft is registered.
+
+    \b
+    Examples:
+      speckit registry resolve --target Qwen/Qwen3-8B --gpu h100 --concurrency 32
+      speckit registry resolve -t openai/gpt-oss-20b --gpu mi300x --concurrency 64 --json
+    """
 
     optional_positive_int(concurrency, "--concurrency")
     check_options(tp=tp)
     reg = load_from_cli(*_files(ctx, registry_files))
-    dep = Deployment(get_gpu(gpu or DEFAULT_GPU), tp=tp, concurrency=concurrency)
-    result = resolve(reg, target=target, method=method, deployment=dep)
+    result = registry_resolve(target, method=method, gpu=gpu or DEFAULT_GPU,
+                              concurrency=concurrency, tp=tp, dataset=dataset, registry=reg)
     if json_mode:
         print_json(result)
         if not result.found:
@@ -306,9 +315,43 @@ def _print_results(con, results, *, with_draft: bool) -> None:
         con.print(f"  [{i}] {text}")
 
 
+def _render_ranking(con, rk, start_with) -> None:
+    """The ranking by projected ratio: a narrow table, each row's acceptance and notes below."""
+    con.print(f"ranked by {rk.ranked_by}; every ratio projected, not measured:")
+    t = _table("#", "ID", "METHOD", "K", "RATIO", "80% BAND", "KV LEFT", "ACCEPTANCE",
+               "ENGINE")
+    for r in rk.rows:
+        t.add_row(str(r.rank), r.id, r.method, str(r.k or "-"),
+                  f"{r.ratio:.2f}x" if r.ratio is not None else "-",
+                  f"{r.band[0]:.2f}-{r.band[1]:.2f}" if r.band else "-",
+                  _gib(r.kv_left_bytes), r.acceptance_origin or "-",
+                  ("" if r.supported is not False else "NOT SERVED: ") + r.support)
+    print_table(con, t)
+    for r in rk.rows:
+        said = "; ".join(x for x in (r.location, r.acceptance, r.note) if x)
+        con.print(f"  {r.rank}. {r.id}: {said}")
+    for n in rk.notes:
+        con.print(f"note: {n}")
+    if rk.start_with is not None:
+        con.print(f"start with: {rk.start_with_id}: --speculative-config "
+                  f"'{json.dumps(rk.start_with)}'")
+    elif start_with is not None:
+        con.print(f"start with: --speculative-config '{json.dumps(start_with)}'")
+
+
+def _gib(n) -> str:
+    return "-" if n is None else f"{n / 1024**3:.1f} GiB"
+
+
 def _render_resolve(result) -> None:
     con = _console()
-    if result.candidates:  # a miss is reported once, as the error on stderr
+    if result.ranking is not None:
+        if result.candidates:
+            con.print(result.message)
+        _render_ranking(con, result.ranking, result.start_with)
+        if not result.candidates:
+            _render_miss(con, result)
+    elif result.candidates:  # a miss is reported once, as the error on stderr
         con.print(result.message)
         t = _table("#", "ID", "METHOD", "K", "FIT", "FIGURE RANKED ON", "WEIGHTS")
         for c in result.candidates:

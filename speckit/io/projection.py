@@ -33,6 +33,16 @@ def project_speed_from_refs(*, target: str, draft: str | None = None,
     return project_speed(**_read(target, draft, revision, draft_revision, kwargs))
 
 
+def project_speeds_from_refs(*, target: str, draft: str | None = None,
+                             revision: str | None = None, draft_revision: str | None = None,
+                             acceptances: list[list[float]], **kwargs: Any) -> list[SpeedResult]:
+    """project_speed_from_refs once per per-position rate list of ``acceptances`` (the central
+    acceptance and its spread), the configs and headers read once."""
+    read = _read(target, draft, revision, draft_revision, kwargs)
+    return [project_speed(**{**read, "acceptance": list(rates), "acceptance_kind": "per-position",
+                             "al": None}) for rates in acceptances]
+
+
 def step_model_from_refs(*, target: str, draft: str | None = None, revision: str | None = None,
                          draft_revision: str | None = None, **kwargs: Any) -> StepModel:
     """The StepModel of target (+ draft) read as project_speed_from_refs reads them (configs and
@@ -54,4 +64,5 @@ def _read(target: str, draft: str | None, revision: str | None, draft_revision: 
             "target_name": target, "draft_name": draft, **kwargs}
 
 
-__all__ = ["project_speed_from_refs", "step_constants", "step_model_from_refs"]
+__all__ = ["project_speed_from_refs", "project_speeds_from_refs", "step_constants",
+           "step_model_from_refs"]

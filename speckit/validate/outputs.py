@@ -12,7 +12,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from speckit.core.specconfig import SERVE_COMMAND_FILE, serve_line, serve_script
+from speckit.core.specconfig import (
+    SERVE_COMMAND_FILE,
+    adaptive_verification_advice,
+    serve_line,
+    serve_script,
+)
+from speckit.io.canary import acceptance_canary
 from speckit.io.checkpoint import write_json
 from speckit.validate.analysis import emulated_quant, run_summary
 from speckit.validate.inputs import Inputs
@@ -59,12 +65,19 @@ def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, 
                      "torch": _version("torch")},
         baseline=run_summary(base, role="baseline", k=None, draft=None, keep_log=keep_log),
         runs=r.runs, sweep=r.sweep, compare=r.compare, spec_config=r.final_cfg,
-        serve_command=serve.command, serve_notes=serve.notes, plan=plan_info,
+        serve_command=serve.command, plan=plan_info,
+        serve_notes=serve.notes + adaptive_verification_advice(  # for where it is served
+            method=inp.spec.name,
+            platform="cpu" if inp.cpu and not settings.get("serve_gpu") else "cuda"),
         warnings=warnings, engine_starts=r.starts, seconds=time.monotonic() - t_start,
         chat_template=base.chat_template, concurrency=r.concurrency, verdict=v,
         acceptance_by_context=r.by_context, trained_length=inp.trained,
         traffic=inp.traffic_report, copies=list(inp.copies), preflight=dict(preflight or {}))
     rep.baseline_run = base
+    rep.canary = acceptance_canary(
+        draft=inp.dname, measured_al=rep.final.acceptance_length, k=rep.k,
+        dataset=inp.prompts.name, temperature=settings.get("temperature"),
+        thinking=base.thinking, draft_path=inp.dpath, target=inp.tpath) if inp.dname else None
     return rep
 
 

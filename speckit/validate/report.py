@@ -23,6 +23,7 @@ from speckit.core.metrics import (
     drift_meaning,
     lossless_cell,
 )
+from speckit.core.registry.canary import canary_lines
 from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.plots import pyplot
@@ -175,6 +176,8 @@ class ValidationReport:
     traffic: Any = None
     # which copy already on this machine a Hub target or draft was read from (local first)
     copies: list[str] = field(default_factory=list)
+    # the measured AL against the published one (speckit.core.registry.canary.AcceptanceCanary)
+    canary: Any = None
     # the pair's pre-flight findings (core.preflight.Finding) by flag (--draft, --compare-draft);
     # an error among them means the run was started with --force-start
     preflight: dict[str, list[Any]] = field(default_factory=dict)
@@ -288,7 +291,8 @@ def _thinking(value: Any) -> str:
 
 
 def to_markdown(r: ValidationReport) -> str:
-    lines = _md_header(r) + _md_verdict(r) + _md_runs(r)
+    lines = _md_header(r) + _md_verdict(r) + [f"- {x}" for x in canary_lines(r.canary)] + \
+        _md_runs(r)
     lines += context.markdown(r.acceptance_by_context, r.trained_length, r.traffic,
                               Path(r.files["acceptance_by_context_png"]).name
                               if "acceptance_by_context_png" in r.files else None)
@@ -572,6 +576,8 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     console.print(r.serve_command, soft_wrap=True, highlight=False, markup=False)
     if r.files:
         console.print(f"files in {Path(next(iter(r.files.values()))).parent}")
+    for line in canary_lines(r.canary):  # last: a collapse is the final word
+        console.print(line, markup=False, highlight=False)
 
 
 def _print_context(r: ValidationReport, console) -> None:

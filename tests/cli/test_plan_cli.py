@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+import speckit.api as sk
 from speckit.cli import main
+from speckit.core.jsonable import to_jsonable as jsonable
 from speckit.plan import plan_from_refs
 from tests.support import hubserver
 from tests.support.factories import (
@@ -65,12 +67,17 @@ def test_json_is_the_plan_result(pair):
     code, out = run("--target", str(target), "--draft", str(eagle), "--gpu", "H100",
                     "--max-model-len", "2048", "--json")
     assert code == 0
-    data = json.loads(out)
+    whole = json.loads(out)
+    data = whole["plan"]
     assert data["method"] == "eagle3" and data["k"] == 3 and data["verdict"] == "starts"
     assert data["kv"]["target_bytes_per_token"] == 4096
     assert data["kv"]["draft_bytes_per_token"] == 512
     direct = plan_from_refs(target=str(target), draft=str(eagle), gpu="H100", max_model_len=2048)
     assert data["with_draft"]["kv_tokens"] == direct.with_draft.kv_tokens
+    # the library's answer is the one --json prints: speckit.api.plan returns the speed too
+    api = sk.plan(target=str(target), draft=str(eagle), gpu="H100", max_model_len=2048)
+    assert whole == json.loads(json.dumps(jsonable(api)))
+    assert whole["speed"] is not None and whole["acceptance"]["origin"] == "prior"
 
 
 def test_local_pair_embedding_identity_is_checked(pair):
@@ -113,7 +120,7 @@ def test_draft_model_is_detected_and_needs_k(tmp_path, pair):
     code, out = run("--target", str(target), "--draft", str(lm), "--method", "draft_model",
                     "-k", "4", "--gpu", "H200", "--max-model-len", "2048", "--json")
     assert code == 0
-    data = json.loads(out)
+    data = json.loads(out)["plan"]
     # 2 layers x 1 KV head x 128 x 2 B = 512 B/token of draft KV
     assert data["kv"]["draft_bytes_per_token"] == 512 and data["lookahead_slots"] == 4
 
@@ -160,7 +167,7 @@ def test_registry_id_resolves_draft_and_its_target(hub, pair, tmp_path, monkeypa
     code, out = run("--draft", "tiny-eagle3", "--gpu", "B200", "--max-model-len", "2048",
                     "--json")
     assert code == 0, out
-    data = json.loads(out)
+    data = json.loads(out)["plan"]
     assert data["target"] == "org/tiny-target" and data["draft"] == "tiny-eagle3"
     assert data["method"] == "eagle3" and data["kv"]["draft_bytes_per_token"] == 512
     assert data["k"] == 3  # the draft's config records k=3; the registry's 2 is only a fallback
@@ -230,6 +237,6 @@ def test_max_model_len_above_the_target_is_will_not_start(pair):
             assert int(line.split()[2].rstrip(":")) <= 2048, line
     code, out = run("--target", str(target), "--draft", str(eagle), "--gpu", "H200",
                     "--max-model-len", "4096", "--json")
-    data = json.loads(out)
+    data = json.loads(out)["plan"]
     assert code == 1 and data["verdict"] == "will not start"
     assert not any("refuses" in c for c in data["checks"])

@@ -43,7 +43,8 @@ def test_done_when_resolve_names_a_draft_with_its_source(offline):
                     "--gpu", "h100")
     assert code == 0, out
     assert "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3@main" in out
-    assert "ranked by: what starts on H100" in out and "start with: --speculative-config" in out
+    assert "ranked by projected throughput ratio at concurrency" in out and "on H100" in out
+    assert "start with: " in out and "--speculative-config" in out
     code, out = run("registry", "show", "llama-3.1-8b-instruct-eagle3")
     assert "https://github.com/vllm-project/speculators/blob/" in out
 
@@ -104,3 +105,28 @@ def test_nothing_built_and_nothing_cached_uses_the_copy_s_recorded_shape(offline
     assert "a local copy of HuggingFaceTB/SmolLM2-135M-Instruct" in said
     assert res.weights.target_bytes == computed_tensors(
         load_registry().get("smollm2-135m-instruct").config).nbytes
+
+
+def test_done_when_resolve_ranks_by_projected_speed_offline(offline):
+    """Issue 52: resolve for Qwen3-8B, Llama-3.1-8B-Instruct and gpt-oss-20b on an H100 at 32
+    ranks from recorded shapes, offline; every projected row has its band, k, KV left and the
+    source of its acceptance; a draft without a recorded shape is listed and said to be."""
+    for target in ("Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B-Instruct", "openai/gpt-oss-20b"):
+        code, out = run("registry", "resolve", "--target", target, "--gpu", "h100",
+                        "--concurrency", "32", "--json")
+        assert code == 0, out
+        rk = json.loads(out)["ranking"]
+        assert rk["concurrency"] == 32 and rk["gpu"] == "H100"
+        assert {"ngram", "suffix"} <= {r["id"] for r in rk["rows"]}
+        for r in rk["rows"]:
+            if r["ratio"] is None:
+                assert r["note"], r
+                continue
+            assert r["band"][0] <= r["ratio"] <= r["band"][1] and r["k"] >= 1
+            assert r["acceptance_origin"] in ("published", "prior") and r["acceptance"]
+            assert r["kv_left_bytes"] > 0
+        if target == "Qwen/Qwen3-8B":
+            projected = [r for r in rk["rows"] if r["ratio"] is not None]
+            assert len(projected) >= 3
+            assert [r["ratio"] for r in projected] == sorted((r["ratio"] for r in projected),
+                                                             reverse=True)

@@ -140,9 +140,24 @@ def test_a_report_missing_a_bucket_lends_its_neighbour(pair, tmp_path):
     assert any(n.startswith("[2k, 4k): not measured") for n in notes), notes
 
 
+def test_plan_traffic_without_acceptance_uses_the_prior_and_says_so(pair, tmp_path):
+    """No acceptance given for a draft the registry publishes nothing for: the method's prior
+    (speckit.core.plan.acceptance), named in the header, the same for every bucket."""
+    t = _traffic(tmp_path / "t.jsonl", pair[0], [300])
+    code, out = plan(pair, t)
+    assert code == 0, out
+    assert "prior: eagle3" in out and "the same for every context bucket" in out
+
+
+def test_plan_traffic_takes_the_concurrency_columns(pair, tmp_path):
+    t = _traffic(tmp_path / "t.jsonl", pair[0], [300])
+    code, out = plan(pair, t, "--al", "2", "-k", "3", "--concurrency", "4,8", "--json")
+    assert code == 0, out
+    assert json.loads(out)["traffic_speed"]["mix"]["batches"] == [4, 8]
+
+
 @pytest.mark.parametrize(("args", "expect"), [
     (["--context", "2048"], "--traffic and --context do not combine"),
-    ([], "needs the draft's acceptance"),
     (["--al", "2", "-k", "3", "--acceptance-from", "r.json"], "do not combine"),
 ])
 def test_plan_traffic_flags_that_conflict(pair, tmp_path, args, expect):
@@ -152,11 +167,11 @@ def test_plan_traffic_flags_that_conflict(pair, tmp_path, args, expect):
     assert code == UsageError.exit_code and expect in out and "Traceback" not in out
 
 
-def test_acceptance_from_needs_traffic_and_a_report_validate_writes(pair, tmp_path):
+def test_acceptance_from_needs_a_report_validate_writes(pair, tmp_path):
     target, draft = pair
     r = CliRunner().invoke(main, ["plan", "--target", str(target), "--draft", str(draft),
                                   "--gpu", "H100", "--acceptance-from", "x.json"])
-    assert r.exit_code == UsageError.exit_code and "goes with --traffic" in r.output
+    assert r.exit_code == UsageError.exit_code and "x.json: no such file" in r.output
     t = _traffic(tmp_path / "t.jsonl", target, [300])
     bad = tmp_path / "bad.json"
     for content, field in ((json.dumps({"summary": {}}), "acceptance_by_context"),

@@ -9,7 +9,7 @@ import pytest
 from speckit.core.plan.computed import computed_tensors
 from speckit.errors import FormatError, PlanError
 from speckit.io.checkpoint import Checkpoint
-from speckit.plan import plan
+from speckit.plan import plan_configs as plan
 from tests.support import factories as F
 from tests.support.moe_shapes import KIMI_K25, KIMI_K25_MXFP4, kimi_tensors
 from tests.support.plan_shapes import LLAMA31_8B, LLAMA31_70B, QWEN3_8B, causal_lm

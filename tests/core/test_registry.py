@@ -668,11 +668,14 @@ def test_cli_resolve():
     r = _run("resolve", "--target", "Qwen/Qwen3-8B")
     assert r.exit_code == 0
     assert "qwen3-8b-dflash-b16" in r.output and "--speculative-config" in r.output
-    assert "ranked by: what starts on H200" in r.output
+    assert "ranked by projected throughput ratio at concurrency" in r.output
     data = json.loads(_run("resolve", "--target", "Qwen/Qwen3-8B", "--json").output)
     first = next(c["id"] for c in data["candidates"])
     assert load_registry(env=NO_USER_FILES).get(first).config is not None  # planned whole
-    assert data["start_with"]["num_speculative_tokens"] == 7
+    rows = data["ranking"]["rows"]
+    # the start is the ranking's pick (recorded shapes and acceptance project the drafts)
+    assert any(x["ratio"] is not None for x in rows)
+    assert data["start_with"] == data["ranking"]["start_with"]
     r = _run("resolve", "--target", "meta-llama/Llama-3.1-8B-Instruct", "--gpu", "h100")
     assert r.exit_code == 0 and "RedHatAI/Llama-3.1-8B-Instruct-speculator.eagle3" in r.output
     r = _run("resolve", "--target", "moonshotai/Kimi-K2-Instruct")

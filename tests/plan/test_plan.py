@@ -15,7 +15,8 @@ import pytest
 from speckit.core.gpus import GiB
 from speckit.errors import PlanError, UsageError
 from speckit.io.datafiles import get_gpu
-from speckit.plan import OverheadModel, plan, target_kv_layers, valid_tps
+from speckit.plan import OverheadModel, target_kv_layers, valid_tps
+from speckit.plan import plan_configs as plan
 from tests.support.plan_shapes import (
     DEEPSEEK_V3,
     LLAMA31_8B,

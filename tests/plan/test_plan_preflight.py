@@ -67,7 +67,7 @@ def test_force_start_plans_and_keeps_every_finding(pair):
     assert "pre-flight warning: test rule warning" in r.output
     assert "when the test says so" in r.output  # a warning's condition is said
     j = _plan(pair, "marked", "--force-start", "--json")
-    res = json.loads(j.output)
+    res = json.loads(j.output)["plan"]  # plan --json: the PlanReport; its memory plan
     assert [f["severity"] for f in res["preflight"]] == ["error", "warning"]
     assert res["preflight"][0]["code"] == "test-collapse"
     assert any("--force-start" in n for n in res["preflight_notes"])
@@ -76,14 +76,14 @@ def test_force_start_plans_and_keeps_every_finding(pair):
 def test_a_clean_pair_plans_with_no_finding(pair):
     r = _plan(pair, "clean", "--json")
     assert r.exit_code == 0, r.output
-    res = json.loads(r.output)
+    res = json.loads(r.output)["plan"]
     assert res["preflight"] == [] and res["preflight_notes"] == []
 
 
 def test_no_draft_no_preflight(pair):
     r = CliRunner().invoke(main, ["plan", "--target", str(pair["target"]), "--gpu-mem-gib", "80",
                                   "--json"])
-    assert r.exit_code == 0 and json.loads(r.output)["preflight"] == []
+    assert r.exit_code == 0 and json.loads(r.output)["plan"]["preflight"] == []
 
 
 def test_a_real_collapse_stops_plan_and_convert_repairs_it(tmp_path):
@@ -106,7 +106,7 @@ def test_a_real_collapse_stops_plan_and_convert_repairs_it(tmp_path):
     out = convert(draft, target=target, out=tmp_path / "converted").out
     r = CliRunner().invoke(main, [*args, str(out), "--json"])
     assert r.exit_code == 0, r.output
-    assert json.loads(r.output)["preflight"] == []
+    assert json.loads(r.output)["plan"]["preflight"] == []
 
 
 def test_a_hub_draft_is_checked_header_only(hub, pair):

@@ -149,7 +149,7 @@ def test_on_vllms_cpu_backend_the_v1_runner_decides(tmp_path, _rule_and_tripwire
     r = CliRunner().invoke(main, ["plan", "--target", str(target), "--draft", str(draft),
                                   "--gpu-mem-gib", "80", "-k", "2", "--json"])
     assert r.exit_code == 0, r.output
-    assert [f["severity"] for f in json.loads(r.output)["preflight"]] == ["warning"]
+    assert [f["severity"] for f in json.loads(r.output)["plan"]["preflight"]] == ["warning"]
     r = CliRunner().invoke(main, ["validate", "--target", str(target), "--draft", str(draft),
                                   "-k", "2"])
     assert r.exit_code == 7 and "V1" in r.output, r.output

@@ -92,6 +92,9 @@ class MethodSpec:
     shares_target_kv: bool = False  # attends to the target's KV cache, adds none (gemma4)
     proposes_on_cpu: bool = False  # proposals computed on the host (ngram): no async scheduling
     supported_markov_heads: tuple[str, ...] = ()  # DSpark head types vLLM builds
+    # the first vLLM release whose speculative config takes enable_adaptive_verification for this
+    # method (None: not documented for it); see docs/plan.md#adaptive-verification
+    adaptive_verification_since: str | None = None
     # how `quantize --per-tensor-static` feeds the draft to measure its activation scales:
     # "causal-lm" (its own tokens), "eagle-head" (embeddings + the target's aux hidden states),
     # None (not supported)

@@ -259,5 +259,9 @@ SPEC = spec_from(
     speculators_architecture="DSparkDraftModel",
     cpu_supported=False,
     supported_markov_heads=("vanilla",),  # vLLM's qwen3_dspark implements only the vanilla head
+    # vllm/config/speculative.py (0.32.0): enable_adaptive_verification "Currently only supported
+    # for method="dspark"" (vllm-project/vllm#47808 sizes the verification budget per request
+    # from the confidence head); the V2 GPU model runner only, with full CUDA graphs
+    adaptive_verification_since="0.32",
     **_dflash.FAMILY_FACTS,
 )

@@ -47,6 +47,9 @@ class SpeedResult:
     max_batch: int = 0  # max-num-seqs: columns past a table's max_batch do not fit its KV
     band_level: float = 0.0  # each table's band covers this share of published points (0: none)
     band_source: str = ""  # where the band comes from
+    columns: list[int] = field(default_factory=list)  # the concurrencies asked for (the columns)
+    # (AL low, AL high) at the acceptance's k when the bands also span the acceptance's spread
+    acceptance_spread: tuple[float, float] | None = None
 
 
 def project_speed(*, target_config: Mapping[str, Any], method: str,
@@ -61,16 +64,19 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
                   engine: _engine.EngineCosts, expert_parallel: bool = False,
                   schedule_context: int | None = None, kv_tokens: int | None = None,
                   lookahead: int = 0, data_parallel: int = 1, target_name: str = "target",
-                  draft_name: str | None = None) -> SpeedResult:
+                  draft_name: str | None = None,
+                  batches: Sequence[int] | None = None) -> SpeedResult:
     """Project tokens/s with each k over tokens/s without, for batch sizes 1..max_batch.
 
     ``gqa_pack="always"`` prices attention as vLLM's paged FlashAttention runs it (GQA heads
     share one K/V read while verifying); "decode" as the PyTorch SDPA the constants were fitted on.
     ``kv_tokens`` (the plan's KV capacity per replica) stops each table at the concurrency the
     cache holds at its context; the schedule is picked at ``schedule_context`` (default: the
-    first context given).
+    first context given). ``batches``: the columns (default: powers of two below max_batch, then
+    max_batch); the schedule still covers every batch size 1..max_batch.
     """
     mod = _methods.get(method)
+    want = sorted({int(b) for b in batches}) if batches else _sched.default_batches(max_batch)
     rates, source = acceptance_rates(acceptance, acceptance_kind, al, k)
     if not contexts or any(int(c) < 1 for c in contexts):
         raise UsageError(f"--context values must be positive (got {list(contexts)})")
@@ -92,7 +98,7 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
             tables.append(_sched.SpeedTable(ctx, sorted(al), [], dict(al), [], {}, {}, [], None,
                                             [(1, max_batch, 0)], 0))
             continue
-        cols = [b for b in _sched.default_batches(max_batch) if b <= fit]
+        cols = [b for b in want if b <= fit] or [fit]  # none fits: the schedule still needs one
         tables.append(_table(model, al, ctx=ctx, max_batch=fit, batches=cols))
     sched_table = next(t for t in tables if t.ctx == sched_ctx)
     sched = sched_table.schedule
@@ -108,7 +114,7 @@ def project_speed(*, target_config: Mapping[str, Any], method: str,
         constants_source=const.source,
         assumptions=_assumptions(gpu, const, source, sched_ctx, dshape, eng, data_parallel,
                                  kv_tokens), max_batch=max_batch,
-        band_level=eng.band.level, band_source=eng.band.source)
+        band_level=eng.band.level, band_source=eng.band.source, columns=want)
 
 
 def step_model(*, target_config: Mapping[str, Any], method: str,
@@ -136,10 +142,12 @@ def step_model(*, target_config: Mapping[str, Any], method: str,
 def project_mix_speed(model: StepModel, *, weights: Mapping[str, float],
                       contexts: Mapping[str, int], al: Mapping[str, Mapping[int, float]],
                       max_batch: int, kv_tokens: int | None = None,
-                      lookahead: int = 0) -> _mix.MixProjection:
+                      lookahead: int = 0,
+                      batches: Sequence[int] | None = None) -> _mix.MixProjection:
     """The traffic mix's projection (speckit.core.plan.mix) on ``model``, each mixed ratio with
     the model's band; ``kv_tokens`` stops the columns at the concurrency the KV cache holds at
-    the mix's mean context (beyond it the schedule keeps its last k, as project_speed's does)."""
+    the mix's mean context (beyond it the schedule keeps its last k, as project_speed's does).
+    ``batches``: the columns asked for (default: powers of two, then the most that fit)."""
     buckets = _mix.mix_buckets(weights, al, contexts)
     mean_ctx = round(sum(b.weight * b.context for b in buckets))
     fit = max_batch if kv_tokens is None else min(max_batch, kv_tokens // (mean_ctx + lookahead))
@@ -148,9 +156,9 @@ def project_mix_speed(model: StepModel, *, weights: Mapping[str, float],
                         f"mix's mean context of {mean_ctx:,} tokens",
                         hint="lower --max-model-len or free memory (see the plan above)")
     moe, band = bool(model.target.experts), model.engine.band
-    proj = _mix.project_mix(model, buckets, max_batch=fit,
-                            batches=[*(b for b in _sched.default_batches(max_batch) if b < fit),
-                                     fit],
+    cols = [b for b in batches if b <= fit] if batches else \
+        [*(b for b in _sched.default_batches(max_batch) if b < fit), fit]
+    proj = _mix.project_mix(model, buckets, max_batch=fit, batches=cols or [fit],
                             band=(lambda b: band.offsets(b, moe)) if band.level else None)
     proj.notes.append(f"KV context per bucket: the mean of prompt + half the output over its "
                       f"requests; the mix's mean is {mean_ctx:,} tokens")

@@ -32,6 +32,12 @@ class Fit:
     level: int
     k: int | None
     detail: str
+    _plan_result: PlanResult | None = None  # the plan the verdict rests on (not in --json)
+
+    @property
+    def plan(self) -> PlanResult | None:
+        """The plan the verdict rests on (KV left, lookahead slots), where one was made."""
+        return self._plan_result
 
     @property
     def verdict(self) -> str:
@@ -53,6 +59,25 @@ def target_entry(registry: Registry, target: str) -> Entry | None:
         if e.kind == "target" and want in ((e.repo or "").lower(), (e.local_copy_of or "").lower(),
                                            e.id):
             return e
+    return None
+
+
+def draft_entry(registry: Registry, ref: str | None) -> Entry | None:
+    """The registry draft entry ``ref`` names: its id, its Hub repo (``@revision`` ignored), or a
+    path ending in the directory speckit bundles it in."""
+    if not ref:
+        return None
+    key = ref.strip()
+    e = registry.entries.get(key) or registry.entries.get(key.lower())
+    if e is not None:
+        return e if e.kind == "draft" else None
+    repo = key.split("@", 1)[0].lower()
+    path = key.replace("\\", "/").rstrip("/")
+    for x in registry.entries.values():
+        if x.kind != "draft":
+            continue
+        if (x.repo or "").lower() == repo or (x.bundled and path.endswith(x.bundled)):
+            return x
     return None
 
 
@@ -88,7 +113,7 @@ def _budget_only(entry: Entry, k0: int, base: PlanResult) -> Fit:
             lowered = f" (lowered from {k0}: the token budget)" if k != k0 else ""
             return Fit(STARTS_TARGET_SIZED, k, f"target fits and the token budget allows "
                        f"k={k}{lowered}; the draft's weights and KV are not sized (no recorded "
-                       "shape)")
+                       "shape)", base)
     why = token_budget_reasons(spec, 1, tokens=tokens, seqs=seqs)
     return Fit(WILL_NOT_START, None, why[0] if why else "no k fits the token budget")
 
@@ -109,7 +134,7 @@ def _full(entry: Entry, target: Entry, rows: list[Any], k0: int, dep: Deployment
         first = first or res
         if res.starts:
             lowered = f" (lowered from {k0}: {first.reasons[0]})" if k != k0 else ""
-            return Fit(STARTS, k, f"plan: starts at k={k}{lowered}")
+            return Fit(STARTS, k, f"plan: starts at k={k}{lowered}", res)
     why = first.reasons[0] if first is not None and first.reasons else "no k passes its k rule"
     return Fit(WILL_NOT_START, None, f"plan: {why}")
 
@@ -125,10 +150,25 @@ def _plan(tcfg: Mapping[str, Any], trows: list[Any], dcfg: Mapping[str, Any] | N
         raise PlanError(e.message, hint=e.hint) from None
 
 
+def place_without_draft(method: str, k: int, target: Entry | None, dep: Deployment,
+                        target_rows: list[Any] | None = None) -> Fit:
+    """An engine-only method (ngram, suffix: no draft checkpoint) at ``k`` with the target on
+    ``dep``: plan's verdict with the method's lookahead slots and token budget."""
+    if target is None or target.config is None:
+        return Fit(NOT_CHECKED, k, "the registry records no shape for the target")
+    rows = target_rows if target_rows is not None else computed_tensors(
+        target.config, where=target.id).tensors
+    res = _plan(target.config, rows, None, [], dep, method=method, k=k)
+    if not res.starts:
+        return Fit(WILL_NOT_START, None, f"plan: {res.reasons[0]}", res)
+    return Fit(STARTS, k, f"plan: starts at k={k}", res)
+
+
 def default_concurrency(gpu: GPU, tp: int) -> int:
     """vLLM's max_num_seqs on this GPU when the flag is not given (what plan assumes)."""
     return options.serve_defaults(gpu, platform=gpu.platform, tp=tp)[1]
 
 
 __all__ = ["NOT_CHECKED", "STARTS", "STARTS_TARGET_SIZED", "WILL_NOT_START", "Deployment", "Fit",
-           "default_concurrency", "place", "target_entry"]
+           "default_concurrency", "draft_entry", "place", "place_without_draft",
+           "target_entry"]

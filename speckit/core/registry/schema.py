@@ -314,6 +314,9 @@ class ResolveResult:
     start_with: dict[str, Any] | None = None  # the top candidate's config at a k that starts
     # no draft registered: engine methods that need none (ngram, suffix), as --speculative-config
     without_draft: list[dict[str, Any]] = field(default_factory=list)
+    # the drafts (and ngram, suffix) by projected ratio at the concurrency asked, when the GPU
+    # and the target's shape are known (speckit.core.registry.speedrank.SpeedRanking)
+    ranking: Any = None
 
     @property
     def found(self) -> bool:
