@@ -271,16 +271,23 @@ def test_speculative_tokens_rules(targets, tmp_path):
     with pytest.raises(UsageError, match="num_speculative_tokens=5"):
         convert(tmp_path / "d", target=targets["qwen3"], out=tmp_path / "od2",
                 num_speculative_tokens=5)
+    # SpecForge's DSpark trains the fill-in block (the anchor a bonus token): block - 1 drafts
     r = convert(F.make_specforge_dspark(tmp_path / "s"), target=targets["qwen3"],
                 out=tmp_path / "os")
-    assert r.num_speculative_tokens == F.DIMS.block_size
+    assert r.num_speculative_tokens == F.DIMS.block_size - 1
     # k below the block truncates it (vLLM drafts exactly k; issue #31 item 1); above it, refused
     r = convert(tmp_path / "s", target=targets["qwen3"], out=tmp_path / "os2",
-                num_speculative_tokens=3)
-    assert r.num_speculative_tokens == 3
-    with pytest.raises(UsageError, match="at most 4"):
+                num_speculative_tokens=2)
+    assert r.num_speculative_tokens == 2
+    with pytest.raises(UsageError, match="at most 3"):
         convert(tmp_path / "s", target=targets["qwen3"], out=tmp_path / "os3",
-                num_speculative_tokens=F.DIMS.block_size + 1)
+                num_speculative_tokens=F.DIMS.block_size)
+    # an anchor-first export (the key written) drafts the whole block
+    anchored = F.make_specforge_dspark(tmp_path / "a")
+    cfg = F.load_json(anchored / "config.json")
+    (anchored / "config.json").write_text(json.dumps({**cfg, "sample_from_anchor": True}))
+    r = convert(anchored, target=targets["qwen3"], out=tmp_path / "oa")
+    assert r.num_speculative_tokens == F.DIMS.block_size
 
 
 @pytest.mark.parametrize("factory, method, usual", [
