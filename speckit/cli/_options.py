@@ -21,6 +21,7 @@ import click
 from click.core import ParameterSource
 
 from speckit.core import methods
+from speckit.core.gpus import DEFAULT_PLAN_GPU, DEMO_SERVE_GPU
 from speckit.core.methods.detect import LAYOUT_SPECS
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
@@ -68,6 +69,7 @@ class Flag:
     multiple: bool = False  # repeatable: the values come as a tuple
     metavar: str | None = None
     flag_value: Any = None  # given without a value (--thinking alone means "on")
+    single: frozenset[str] = frozenset()  # commands that take one value of a comma list
     defaults: Mapping[str, Any] = field(default_factory=dict)  # command -> its own default
     notes: Mapping[str, str] = field(default_factory=dict)  # command -> what it does with it
     lists: bool = False  # help and notes name {methods}, {vllm_methods}, ... (method_lists)
@@ -158,11 +160,14 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
                    "train eagle3": 512, "train dflash": 512},  # whole answers to learn from
          notes={"train eagle3": "The longest on-policy answer.",
                 "train dflash": "The longest on-policy answer (data stage)."}),
-    Flag(("--concurrency",), "concurrency", "Requests in flight (vLLM max_num_seqs); one value "
-         "(bench --concurrencies takes several).", type=int, default=1,
-         defaults={"registry resolve": None},  # None: vLLM's default for the GPU
-         notes={"registry resolve": "Default: vLLM's for the GPU.",
-                "validate": "During the timed runs."}),
+    Flag(("--concurrency",), "concurrency", "Requests in flight (vLLM max_num_seqs).",
+         type=CommaList(int, 1), default=1,
+         defaults={"registry resolve": None,  # None: vLLM's default for the GPU
+                   "bench": "1,2,4,8"},  # a closed-loop cell each, from one to a small batch
+         single=frozenset({"registry resolve", "validate"}),
+         notes={"registry resolve": "One value. Default: vLLM's for the GPU.",
+                "validate": "One value, during the timed runs.",
+                "bench": "Several, comma-separated: a closed-loop cell each ('' for none)."}),
     Flag(("--thinking",), "thinking", "enable_thinking for chat templates with the switch: off, "
          "on (the flag alone), or both (bench measures each; validate measures one).",
          type=click.Choice(["off", "on", "both"]), default="off", flag_value="on",
@@ -178,12 +183,13 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
     Flag(("--cpu-threads",), "cpu_threads", "OpenMP threads of a CPU engine when OMP_NUM_THREADS "
          "is not set (0: vLLM's own choice, all cores; spin-waiting threads are slow on a shared "
          "machine).", type=int, default=1),
-    Flag(("--gpu",), "gpu", "A GPU of the catalog (speckit plan --gpu names; default H200).",
-         defaults={"demo": "mi300x"},  # the demo plans the deployment its README shows
-         notes={"plan": "An unknown name lists the catalog.",
-                "registry resolve": "Each draft is checked on it.",
-                "push": "Adds `speckit plan`'s verdict for it to the card.",
-                "bench": "The GPU of the projected column."}),
+    Flag(("--gpu",), "gpu", "A GPU of the catalog (an unknown name lists it).",
+         defaults={"demo": DEMO_SERVE_GPU},  # the demo plans the deployment its README shows
+         notes={"plan": f"Default: {DEFAULT_PLAN_GPU} (unless --gpu-mem-gib).",
+                "registry resolve": f"Each draft is checked on it. Default: {DEFAULT_PLAN_GPU}.",
+                "push": "Adds `speckit plan`'s verdict for it to the card (default: none).",
+                "bench": "The GPU of the projected column (default: none, no such column).",
+                "demo": "The GPU the projection is for."}),
     Flag(("--profile-out",), "profile_out", "Where the GPU profile (JSON) is written.",
          type=click.Path(dir_okay=False),
          notes={"calibrate": "Default: $XDG_CONFIG_HOME/speckit/gpu_profiles/<GPU>.json, which "
@@ -246,10 +252,11 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
          "P-EAGLE draft.", type=click.IntRange(min=0),
          notes={"convert": "For drafts whose config lacks it.",
                 "train dflash": "Default: an unused special token."}),
-    Flag(("--device",), "device", "Where the work runs (default: cuda when available).",
-         type=click.Choice(["cpu", "cuda"]),
+    Flag(("--device",), "device", "Where the work runs.", type=click.Choice(["cpu", "cuda"]),
          defaults={"quantize": "cpu"},  # the numerics are identical; cpu needs no GPU memory
-         notes={"quantize": "The output is identical on either."}),
+         notes={"quantize": "The output is identical on either.",
+                "train eagle3": "Default: cuda when available, else cpu.",
+                "train dflash": "Default: cuda when available, else cpu."}),
     Flag(("--prompts",), "prompts", "Comma-separated prompt sources: speckit-mix (speckit's own "
          "templates; speckit-mix:chat+code for some of its sets), target-asks[:N], humaneval, "
          "mtbench, or a .jsonl/.txt file. validate's built-in prompts are always held out.",
@@ -313,7 +320,7 @@ COMMAND_ONLY: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
     "doctor": "--for --no-network --no-probe",
     "calibrate": "--budget-s",
     "bench": "--schedule --untrained --untrained-k --synthetic-al --endpoint --baseline-endpoint "
-             "--concurrencies --request-rate --prompts-per-concurrency "
+             "--request-rate --prompts-per-concurrency "
              "--warmups-per-concurrency --input-len --output-len --temperatures --repeats --gpus "
              "--tokenizer --startup-timeout --request-timeout --fit-profile",
 }.items()}
@@ -334,11 +341,21 @@ class AliasTarget(click.Option):
 
 
 class TableOption(AliasTarget):
-    """An option built from FLAGS (the test finds the table's own by this class)."""
+    """An option built from FLAGS (the test finds the table's own by this class). A comma-list
+    flag that this command takes one value of (Flag.single) hands the command that one value."""
 
     def __init__(self, *args: Any, flag_name: str, command: str, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.flag_name, self.command = flag_name, command
+
+    def process_value(self, ctx: click.Context, value: Any) -> Any:
+        value = super().process_value(ctx, value)
+        if self.command not in FLAGS[self.flag_name].single or not isinstance(value, list):
+            return value
+        if len(value) > 1:
+            raise click.BadParameter(f"{','.join(map(str, value))}: speckit {self.command} "
+                                     "takes one value", ctx=ctx, param=self)
+        return value[0] if value else None
 
 
 def options_for(command: str) -> Callable[..., Decorator]:
@@ -349,7 +366,8 @@ def options_for(command: str) -> Callable[..., Decorator]:
         note = f.notes.get(command)
         text = f.help + (" " + note if note else "")
         kw: dict[str, Any] = {"help": text.format_map(method_lists()) if f.lists else text,
-                              "metavar": f.metavar, "multiple": f.multiple, "required": required}
+                              "metavar": "N" if command in f.single else f.metavar,
+                              "multiple": f.multiple, "required": required}
         if f.is_flag:
             kw["is_flag"] = True
         else:
@@ -400,8 +418,8 @@ ALIASES: dict[str, tuple[Alias, ...]] = {
     "bench": (
         Alias(("-k", "--num-speculative-tokens"), "--sweep K1,K2 (-k takes one k elsewhere)",
               _same("sweep"), type=CommaList(int, 1)),
-        Alias(("--concurrency",), "--concurrencies C1,C2 (--concurrency takes one value "
-              "elsewhere)", _same("concurrencies")),
+        Alias(("--concurrencies",), "--concurrency C1,C2 (the same flag as elsewhere)",
+              _same("concurrency")),
         Alias(("--temperature",), "--temperatures T1,T2 (--temperature takes one value "
               "elsewhere)", _same("temperatures")),
         Alias(("--seeds",), "--seed S --repeats N", _seeds),

@@ -1,7 +1,8 @@
 """`speckit registry list | show | resolve | add`: browse the curated drafts, add pushed ones.
 
-A thin click shell over speckit.core.registry; rich renders the tables (imported only when a
-table is printed) and --json prints the library's result object. Nothing here imports torch.
+A thin click shell over speckit.registry (speckit.api.registry_list, ...); rich renders the
+tables (imported only when a table is printed) and --json prints the library's result object.
+Nothing here imports torch or the Hub client.
 """
 
 from __future__ import annotations
@@ -14,14 +15,11 @@ import click
 
 from speckit.cli._common import SuggestingGroup, handle_errors, print_json
 from speckit.cli._options import options_for
-from speckit.core.gpus import DEFAULT_GPU
-from speckit.core.plan.options import check_options, optional_positive_int
 from speckit.core.refs import printable
-from speckit.core.registry import Deployment, list_entries, resolve
 from speckit.errors import UsageError
-from speckit.io.datafiles import get_gpu, load_registry
+from speckit.io.datafiles import load_registry
 from speckit.io.terminal import output_console, print_table
-from speckit.registry import registry_add
+from speckit.registry import registry_add, registry_list, registry_resolve, registry_show
 
 list_opt, show_opt = options_for("registry list"), options_for("registry show")
 resolve_opt, add_opt = options_for("registry resolve"), options_for("registry add")
@@ -72,7 +70,8 @@ def list_cmd(ctx, provider, method, target, kind, show_all, registry_files, json
 
     reg = load_from_cli(*_files(ctx, registry_files))
     kind_filter = None if (show_all or kind == "all") else kind
-    listing = list_entries(reg, provider=provider, method=method, target=target, kind=kind_filter)
+    listing = registry_list(provider=provider, method=method, target=target, kind=kind_filter,
+                            registry=reg)
     if json_mode:
         print_json(listing)
         return
@@ -87,8 +86,7 @@ def list_cmd(ctx, provider, method, target, kind, show_all, registry_files, json
 @handle_errors
 def show_cmd(ctx, entry_id, registry_files, json_mode):
     """Everything the registry records for one entry, published results included."""
-    reg = load_from_cli(*_files(ctx, registry_files))
-    entry = reg.get(entry_id)
+    entry = registry_show(entry_id, registry=load_from_cli(*_files(ctx, registry_files)))
     if json_mode:
         print_json(entry)
         return
@@ -109,11 +107,8 @@ def resolve_cmd(ctx, target, method, gpu, concurrency, tp, registry_files, json_
     """Drafts for a target: what starts on the GPU first (at the largest k that starts), then
     comparable published figures. Exit status 2 when no draft is registered."""
 
-    optional_positive_int(concurrency, "--concurrency")
-    check_options(tp=tp)
-    reg = load_from_cli(*_files(ctx, registry_files))
-    dep = Deployment(get_gpu(gpu or DEFAULT_GPU), tp=tp, concurrency=concurrency)
-    result = resolve(reg, target=target, method=method, deployment=dep)
+    result = registry_resolve(target, method=method, gpu=gpu, concurrency=concurrency, tp=tp,
+                              registry=load_from_cli(*_files(ctx, registry_files)))
     if json_mode:
         print_json(result)
         if not result.found:

@@ -1,14 +1,20 @@
 """The curated registry of draft checkpoints (registry.toml) plus user registries layered on top.
 
 schema: the data and its vocabulary; parse: TOML text -> validated entries (errors name the file,
-entry and field) and the layering of files; rank: listing and ranking drafts for a target by
-their published figures; toml: entries from model cards, as TOML. Pure: speckit.io.datafiles
-reads the files.
+entry and field) and the layering of files; listing: what `registry list` shows; rank: ranking
+drafts for a target by whether they start on a GPU (fit: plan's arithmetic over the recorded
+shapes) and by their published figures; toml: entries from model cards, as TOML. Pure:
+speckit.io.datafiles reads the files.
+
+Deployment, Fit and resolve load the plan arithmetic on first use (module __getattr__ below), so
+that reading and listing the registry (`speckit registry list`) starts without it.
 """
 
-from speckit.core.registry.fit import Deployment, Fit
+import importlib
+from typing import Any
+
+from speckit.core.registry.listing import list_entries
 from speckit.core.registry.parse import layer_registries, parse_registry_text
-from speckit.core.registry.rank import list_entries, resolve
 from speckit.core.registry.schema import (
     BUILTIN_NAME,
     GRADES,
@@ -31,6 +37,10 @@ from speckit.core.registry.schema import (
 )
 from speckit.core.registry.toml import draft_entry_from_card, entry_toml
 
+# name -> the submodule that defines it, imported on first use
+_LAZY = {"Deployment": "speckit.core.registry.fit", "Fit": "speckit.core.registry.fit",
+         "resolve": "speckit.core.registry.rank"}
+
 __all__ = [
     "BUILTIN_NAME", "GRADES", "KINDS", "METRICS", "SCHEMA_VERSION", "SOURCE_LAYOUTS",
     "VLLM_METHODS", "Candidate", "Citation", "Deployment", "Entry", "Fit", "NearbyTarget",
@@ -38,3 +48,9 @@ __all__ = [
     "check_method", "draft_entry_from_card", "entry_toml", "layer_registries", "list_entries",
     "parse_registry_text", "resolve", "suggest",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'speckit.core.registry' has no attribute {name!r}")
