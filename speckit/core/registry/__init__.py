@@ -37,10 +37,6 @@ from speckit.core.registry.schema import (
 )
 from speckit.core.registry.toml import draft_entry_from_card, entry_toml
 
-# name -> the submodule that defines it, imported on first use
-_LAZY = {"Deployment": "speckit.core.registry.fit", "Fit": "speckit.core.registry.fit",
-         "resolve": "speckit.core.registry.rank"}
-
 __all__ = [
     "BUILTIN_NAME", "GRADES", "KINDS", "METRICS", "SCHEMA_VERSION", "SOURCE_LAYOUTS",
     "VLLM_METHODS", "Candidate", "Citation", "Deployment", "Entry", "Fit", "NearbyTarget",
@@ -51,6 +47,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in ("Deployment", "Fit"):
+        return getattr(importlib.import_module("speckit.core.registry.fit"), name)
+    if name == "resolve":
+        return importlib.import_module("speckit.core.registry.rank").resolve
     raise AttributeError(f"module 'speckit.core.registry' has no attribute {name!r}")
