@@ -23,6 +23,7 @@ from speckit.io.output import (
     strip_remote_code,
     write_provenance,
 )
+from speckit.io.refs import Resolved, resolve
 from speckit.quant import schemes
 from speckit.quant.decisions import (
     check_device,
@@ -71,11 +72,12 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     for e in exclude:
         schemes.check_entry(e, regex=sch.exclude_regex)
     dev = check_device(device)
-    src_path = Path(src).expanduser()
+    src_ref = resolve(src, role="draft", what="CKPT", allow_pickle=False, progress=progress)
+    src_path = src_ref.path
     ckpt, mod, layout = open_source(src_path, allow_external_links=allow_external_links)
     # no -o: the current directory, never beside the source (which may be the installed package)
     out_dir = Path(out).expanduser() if out is not None else \
-        Path.cwd() / f"{src_path.resolve().name}-{sch.name}"
+        Path.cwd() / f"{_out_name(src_ref)}-{sch.name}"
     out_dir = check_output(out_dir, {"CKPT": src_path, "--calib-target": calib_target},
                            force=force)
     prior, requant, warnings = prior_and_requant(
@@ -112,3 +114,11 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
         verify_output(tmp, items)
     result.seconds = round(time.monotonic() - started, 3)
     return result
+
+
+def _out_name(r: Resolved) -> str:
+    """The default output's stem: the directory's name, else the registry id or repo name (a Hub
+    snapshot's directory is named by its commit)."""
+    if r.kind == "path":
+        return r.path.resolve().name
+    return r.registry_id or (r.repo or r.ref).rsplit("/", 1)[-1]
