@@ -22,6 +22,7 @@ from speckit.errors import SpeckitError, UsageError
 from speckit.io.checkpoint import Checkpoint
 from speckit.io.coverage import traffic_coverage
 from speckit.io.draftrecord import read_trained_length, recorded_targets
+from speckit.io.headers import target_config
 from speckit.io.refs import Resolved, resolve
 from speckit.io.structure import check_structure
 from speckit.io.tokenizer import load_tokenizer, tokenizer_dir
@@ -49,7 +50,8 @@ class InspectReport:
     num_tensors: int
     files: list[str]
     target: str | None = None  # the target whose config the pairing checks used
-    target_copy: str | None = None  # which copy on this machine it was read from (local first)
+    target_copy: str | None = None  # which copy it was read from (local first; else the registry's
+    # recorded shape)
     # the aux ids as recorded, the convention they were read in and the shift applied to them
     aux_layer_ids_field: str | None = None
     aux_layer_ids_raw: list[int] | None = None
@@ -80,11 +82,11 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
     ckpt = Checkpoint.open(path, allow_pickle=allow_pickle,
                            allow_external_links=allow_external_links)
     layout = detect(ckpt)
-    tres = _target(target) if target is not None else None
-    target_config = tres.config if tres is not None else None
+    tres = target_config(str(target), what="--target") if target is not None else None
+    tconfig = tres.config if tres is not None else None
 
     dims = methods.get(layout.method).describe(ckpt.config)
-    problems = check_structure(ckpt, layout, target_config=target_config)
+    problems = check_structure(ckpt, layout, target_config=tconfig)
     return InspectReport(
         path=ckpt.path, layout=layout.name, method=layout.method,
         layout_description=layout.description, evidence=list(layout.evidence), dims=dims,
@@ -93,7 +95,7 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
         dtype=ckpt.float_dtype(), num_params=ckpt.num_params, total_bytes=ckpt.total_bytes,
         num_tensors=len(ckpt.tensors), files=list(ckpt.files),
         target=str(target) if target is not None else None,
-        target_copy=tres.local_copy if tres is not None else None, problems=problems,
+        target_copy=tres.read_from if tres is not None else None, problems=problems,
         aux_layer_ids_field=dims.get("aux_layer_ids_field"),
         aux_layer_ids_raw=dims.get("aux_layer_ids_raw"), aux_convention=dims.get("aux_convention"),
         aux_shift=dims.get("aux_shift"), aux_convention_why=dims.get("aux_convention_why"),
@@ -173,9 +175,3 @@ def _traffic_target(path: Path, config: dict[str, Any], target) -> tuple[str, st
 def _resolve(ref: str | os.PathLike, *, allow_pickle: bool) -> Path:
     """A local directory as is; a registry id or Hub repo id fetched through speckit.io.refs."""
     return resolve(ref, role="draft", allow_pickle=allow_pickle).path
-
-
-def _target(target: str | os.PathLike) -> Resolved:
-    """Only the target's config.json is needed: a copy already on this machine, else that one
-    file downloaded."""
-    return resolve(target, role="target", need="config", what="--target", local_first=True)

@@ -225,4 +225,36 @@ def _resolve_and_load(ref: str, entry: Any, revision: str | None, role: str,
     return _load_local(r.path)
 
 
-__all__ = ["LoadedRef", "load_headers", "load_ref", "registry_entry"]
+@dataclass
+class TargetConfig:
+    """A target's config.json as a pairing check reads it, and which copy it came from."""
+
+    config: dict[str, Any]
+    read_from: str | None = None  # a copy on this machine, or the registry's recorded shape
+
+
+def target_config(ref: str, *, what: str = "--target") -> TargetConfig:
+    """The config of target ``ref`` (a directory, registry id or Hub repo) for a check that needs
+    only its shape (inspect --target): a copy on this machine first, else config.json from the
+    Hub; for a registry target that is not built here, or whose repo the Hub cannot give (offline,
+    not cached), the registry's recorded shape, as plan reads it (load_headers)."""
+    entry = None if looks_like_path(ref) else registry_entry(ref)
+    unbuilt = _unbuilt(entry) if entry is not None and entry.kind == "target" else None
+    if unbuilt is not None:
+        return TargetConfig(unbuilt.config, f"the registry's recorded shape of {entry.id} (not "
+                            f"built here; `speckit fetch {entry.id}` builds it)")
+    try:
+        r = resolve(ref, role="target", need="config", what=what, local_first=True)
+    except NotCachedError as e:
+        repo, _ = hub_repo(ref, entry)
+        e2 = entry if entry is not None else (_entry_for_repo(repo, kind="target") if repo
+                                              else None)
+        if e2 is None or e2.config is None:
+            raise
+        return TargetConfig(dict(e2.config), f"the registry's recorded shape of {e2.repo or e2.id}"
+                            f" ({e.message}; `speckit registry show {e2.id}` cites its sources)")
+    return TargetConfig(r.config, r.local_copy)
+
+
+__all__ = ["LoadedRef", "TargetConfig", "load_headers", "load_ref", "registry_entry",
+           "target_config"]
