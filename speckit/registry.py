@@ -53,15 +53,16 @@ def registry_resolve(target: str, *, method: str | None = None, gpu: str | None 
                      registry_files: RegistryFiles = (),
                      registry: Registry | None = None) -> ResolveResult:
     """Drafts registered for ``target``: a Hub repo id, or a registry target id (qwen3-8b names
-    Qwen/Qwen3-8B), ranked by what starts on ``gpu`` (default: plan's, DEFAULT_PLAN_GPU)."""
+    Qwen/Qwen3-8B; a rebuilt copy names the repo it copies), ranked by what starts on ``gpu``
+    (default: plan's, DEFAULT_PLAN_GPU)."""
     from speckit.core.plan.options import check_options, optional_positive_int
 
     optional_positive_int(concurrency, "--concurrency")
     check_options(tp=tp)
     reg = registry if registry is not None else load_registry(extra_files=list(registry_files))
     named = reg.entries.get(target.strip()) or reg.entries.get(target.strip().lower())
-    if named is not None and named.kind == "target" and named.repo:
-        target = named.repo
+    if named is not None and named.kind == "target" and (named.repo or named.local_copy_of):
+        target = named.repo or named.local_copy_of  # the Hub id drafts record as their target
     dep = registry_core.Deployment(get_gpu(gpu or DEFAULT_PLAN_GPU), tp=tp,
                                    concurrency=concurrency)
     return registry_core.resolve(reg, target=target, method=method, deployment=dep)

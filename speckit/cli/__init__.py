@@ -104,10 +104,17 @@ class _LazyGroup(SuggestingGroup):
     def format_commands(self, ctx, formatter):
         """The command list from SUMMARIES: listing the commands imports none of them."""
         width = formatter.width - 6 - max(map(len, _COMMANDS))
-        rows = [(name, click.utils.make_default_short_help(SUMMARIES[name], width))
-                for name in _COMMANDS]
+        rows = [(name, _shortened(SUMMARIES[name], width)) for name in _COMMANDS]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def _shortened(text: str, width: int) -> str:
+    """``text`` cut at a word to fit ``width`` columns, "..." marking the cut."""
+    if len(text) <= width:
+        return text
+    cut = text[:max(width - 3, 1)].rsplit(" ", 1)[0].rstrip(",:;")
+    return cut + "..."
 
 
 @click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]},

@@ -116,7 +116,8 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
          "Hub repo.", metavar="TARGET",
          notes={"registry list": "Here a filter: drafts whose target repo contains this "
                                  "(case-insensitive).",
-                "registry resolve": "A Hub repo id, e.g. Qwen/Qwen3-8B (exact match).",
+                "registry resolve": "A Hub repo id (exact match) or a registry target id, e.g. "
+                                    "Qwen/Qwen3-8B or qwen3-8b.",
                 "inspect": "Only its config.json is read, to check the pairing: hidden size, "
                            "vocab, aux layers on its depth.",
                 "convert": "Only its config.json and, when the draft borrows them, its "
