@@ -52,7 +52,8 @@ SUMMARIES = {
     "push": "Publish DIR to the Hub as REPO_ID with a README.md model card written from its "
             "provenance, its latest validate report and its serve line.",
     "doctor": "Report what speckit can do here: versions, GPUs and memory, which methods the "
-              "installed vLLM serves on this device, FP8/MXFP4 kernels (native or emulated: "
+              "installed vLLM serves on this device, FP8/MXFP4 kernels (native, emulated or "
+              "refused: "
               "vLLM's CPU backend by its code, a GPU timed), Hub settings (the token is never "
               "printed), cache sizes.",
     "calibrate": "Fit the step-cost model to this GPU: dense layers, one MoE layer, MLA and GQA "

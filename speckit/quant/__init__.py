@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from speckit.core import quant as core_quant
+from speckit.io import host
 from speckit.io.checkpoint import write_json
 from speckit.io.output import (
     PROVENANCE,
@@ -113,7 +114,17 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
                          command="quantize", code_dropped=code_dropped)
         verify_output(tmp, items)
     result.seconds = round(time.monotonic() - started, 3)
+    result.notes += serving_notes(sch)
     return result
+
+
+def serving_notes(sch: core_quant.QuantScheme) -> list[str]:
+    """What this machine's vLLM does with the output: a scheme its CPU backend refuses (the
+    scheme's cpu_refusal, the rule doctor reports too) is said, as a fact, not a refusal."""
+    if not sch.cpu_refusal or not host.engine_on_cpu():
+        return []
+    return [f"this machine's vLLM (CPU backend) cannot load {sch.name}: {sch.cpu_refusal}; serve "
+            "it on a GPU (`speckit doctor` lists what loads here)"]
 
 
 def _out_name(r: Resolved) -> str:
