@@ -1134,6 +1134,8 @@ STARTUP_LAZY: dict[tuple[str, str], str] = {
     ("speckit.registry", "speckit.io.user_registry"): "registry add's file writer",
     ("speckit.registry", "speckit.core.modelcard"): "registry add's card parser",
     ("speckit.registry", "speckit.core.plan.options"): "registry resolve's option checks (plan)",
+    ("speckit.cli", "speckit.cli._options"): "the option table's examples, loaded with the "
+                                             "command they belong to, not for `speckit --help`",
     ("speckit.io.datafiles", "speckit.core.plan.steps"): "the step-cost tables plan reads, not "
                                                          "the registry",
     ("speckit.io.datafiles", "speckit.core.plan.engine"): "the engine-cost tables plan reads, not "

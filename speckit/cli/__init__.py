@@ -100,7 +100,7 @@ class _LazyGroup(SuggestingGroup):
         if name not in _COMMANDS:
             return None
         mod, attr = _COMMANDS[name]
-        return getattr(importlib.import_module(mod), attr)
+        return _with_examples(getattr(importlib.import_module(mod), attr), name)
 
     def format_commands(self, ctx, formatter):
         """The command list from SUMMARIES: listing the commands imports none of them."""
@@ -108,6 +108,17 @@ class _LazyGroup(SuggestingGroup):
         rows = [(name, _shortened(SUMMARIES[name], width)) for name in _COMMANDS]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
+
+
+def _with_examples(cmd: click.Command, path: str) -> click.Command:
+    """``cmd`` (and each subcommand) with its examples from the option table below its help."""
+    from speckit.cli._options import examples_epilog
+
+    if cmd.epilog is None:
+        cmd.epilog = examples_epilog(path)
+    for name, sub in getattr(cmd, "commands", {}).items():
+        _with_examples(sub, f"{path} {name}")
+    return cmd
 
 
 def _shortened(text: str, width: int) -> str:

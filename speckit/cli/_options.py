@@ -491,3 +491,59 @@ def with_method_lists(command: click.Command) -> click.Command:
     """A command whose help (its docstring) names {methods}, {convertible}, ... (method_lists)."""
     command.help = (command.help or "").format_map(method_lists())
     return command
+
+
+# ---- examples in each command's --help (as huggingface_hub's CLI shows them) ----------------
+# command path -> command lines; tests/cli/test_help.py parses each one with its command, so an
+# example that names a flag the command lacks fails there.
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "registry": ("speckit registry list", "speckit registry show smollm2-135m-eagle3",
+                 "speckit registry resolve --target qwen3-8b --gpu mi300x"),
+    "registry list": ("speckit registry list", "speckit registry list --method dflash",
+                      "speckit registry list --kind target --json"),
+    "registry show": ("speckit registry show smollm2-135m-eagle3",
+                      "speckit registry show qwen3-8b --json"),
+    "registry resolve": ("speckit registry resolve --target Qwen/Qwen3-8B",
+                         "speckit registry resolve --target qwen3-8b --gpu mi300x "
+                         "--concurrency 8"),
+    "registry add": ("speckit registry add me/my-eagle3", "speckit registry add me/my-eagle3 "
+                     "--id my-eagle3 --revision v1"),
+    "fetch": ("speckit fetch smollm2-135m-eagle3 -o ./draft",
+              "speckit fetch RedHatAI/Qwen3-8B-speculator.eagle3 --with-target",
+              "speckit fetch org/draft --verify"),
+    "inspect": ("speckit inspect ./draft", "speckit inspect smollm2-135m-eagle3 --target qwen3-8b",
+                "speckit inspect ./draft --traffic requests.jsonl --json"),
+    "convert": ("speckit convert ./src --target Qwen/Qwen3-8B",
+                "speckit convert ./src --target ./qwen3-8b -o ./out --method eagle3"),
+    "quantize": ("speckit quantize smollm2-135m-eagle3 --fp8", "speckit quantize ./draft --mxfp4 "
+                 "-o ./draft-mxfp4", "speckit quantize ./draft --nvfp4 --exclude lm_head"),
+    "plan": ("speckit plan -d smollm2-135m-eagle3", "speckit plan -t qwen3-8b -d ./draft --gpu "
+             "mi300x --max-model-len 32768", "speckit plan -t qwen3-8b -d ./draft --gpu h200 "
+             "--al 3.1"),
+    "validate": ("speckit validate -d smollm2-135m-eagle3",
+                 "speckit validate -t smollm2-135m-instruct -d ./draft --sweep 1,2,3 -o ./val",
+                 "speckit validate -t Qwen/Qwen3-8B -d ./draft --serve-gpu mi300x"),
+    "train": ("speckit train eagle3 -t smollm2-135m-instruct -o ./my-draft",
+              "speckit train dflash -t ./target -o ./my-dflash --max-minutes 30"),
+    "train eagle3": ("speckit train eagle3 -t smollm2-135m-instruct -o ./my-draft",
+                     "speckit train eagle3 -t ./target -o ./my-draft --epochs 2 --samples 500"),
+    "train dflash": ("speckit train dflash -t smollm2-135m-instruct -o ./my-dflash",
+                     "speckit train dflash -t ./target -o ./my-dflash --max-minutes 30"),
+    "demo": ("speckit demo", "speckit demo --draft smollm2-135m-dflash -o ./demo-dflash"),
+    "push": ("speckit push ./draft me/my-eagle3 --dry-run",
+             "speckit push ./draft me/my-eagle3 --private --gpu mi300x"),
+    "doctor": ("speckit doctor", "speckit doctor --for validate --no-network"),
+    "calibrate": ("speckit calibrate", "speckit calibrate --profile-out ./mi300x.json"),
+    "bench": ("speckit bench -t Qwen/Qwen3-8B -d ./draft --concurrency 1,4,16 --sweep 2,3",
+              "speckit bench --endpoint http://127.0.0.1:8000 --baseline-endpoint "
+              "http://127.0.0.1:8001 --concurrency 1,8",
+              "speckit bench --fit-profile ./bench-out --gpu mi300x"),
+}
+
+
+def examples_epilog(command: str) -> str | None:
+    """The "Examples:" block of ``command``'s --help (click keeps its lines as written)."""
+    lines = EXAMPLES.get(command)
+    if not lines:
+        return None
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)
