@@ -58,6 +58,7 @@ class InspectReport:
     aux_convention: str | None = None  # "input-of-layer" (vLLM's) or "output-of-layer"
     aux_shift: int | None = None
     aux_convention_why: str | None = None
+    traffic: TrafficInspection | None = None  # inspect --traffic (read only when ok)
     problems: list[Problem] = field(default_factory=list)
     ok: bool = True
 
@@ -71,12 +72,14 @@ class InspectReport:
 
 
 def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
-            allow_pickle: bool = False, allow_external_links: bool = False) -> InspectReport:
+            allow_pickle: bool = False, allow_external_links: bool = False,
+            traffic: str | os.PathLike | None = None) -> InspectReport:
     """Open ``ref`` (a directory, registry id or Hub repo id), detect its layout and check it.
 
     ``target`` (a directory or id) adds the pairing checks: hidden size, vocab, aux layer ids on
     the target's depth. Only the target's config.json is read. ``allow_external_links``: follow
-    checkpoint files that are symlinks out of the directory (refused by default).
+    checkpoint files that are symlinks out of the directory (refused by default). ``traffic``:
+    also inspect_traffic() of it, when the checkpoint has no error (``report.traffic``).
     """
     path = _resolve(ref, allow_pickle=allow_pickle).resolve()
     ckpt = Checkpoint.open(path, allow_pickle=allow_pickle,
@@ -87,7 +90,7 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
 
     dims = methods.get(layout.method).describe(ckpt.config)
     problems = check_structure(ckpt, layout, target_config=tconfig)
-    return InspectReport(
+    report = InspectReport(
         path=ckpt.path, layout=layout.name, method=layout.method,
         layout_description=layout.description, evidence=list(layout.evidence), dims=dims,
         target_vocab=dims.get("target_vocab"), draft_vocab=dims.get("draft_vocab"),
@@ -100,6 +103,9 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
         aux_layer_ids_raw=dims.get("aux_layer_ids_raw"), aux_convention=dims.get("aux_convention"),
         aux_shift=dims.get("aux_shift"), aux_convention_why=dims.get("aux_convention_why"),
         ok=not any(p.is_error for p in problems))
+    if traffic is not None and report.ok:  # a broken checkpoint's traffic is not read
+        report.traffic = inspect_traffic(ref, traffic, target=target, allow_pickle=allow_pickle)
+    return report
 
 
 # ---- the user's traffic -------------------------------------------------------------------------
