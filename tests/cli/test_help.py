@@ -109,3 +109,17 @@ def test_each_example_parses_with_its_command(path, line, tmp_path, monkeypatch)
     cmd, args = COMMANDS[path], words[1 + n:]
     ctx = cmd.make_context(path, list(args))  # raises on an unknown flag or a bad value
     assert ctx.params is not None
+
+
+def test_concurrency_is_one_flag_a_list_where_a_command_measures_several():
+    """--concurrency means requests in flight everywhere: bench takes a list (its old
+    --concurrencies still works, with a note), validate and registry resolve one value."""
+    bench = COMMANDS["bench"].make_context("bench", ["--concurrency", "1,4"])
+    assert bench.params["concurrency"] == [1, 4]
+    assert COMMANDS["bench"].make_context("bench", []).params["concurrency"] == [1, 2, 4, 8]
+    val = COMMANDS["validate"].make_context("validate", ["--concurrency", "4"])
+    assert val.params["concurrency"] == 4
+    with pytest.raises(click.BadParameter, match="takes one value"):
+        COMMANDS["validate"].make_context("validate", ["--concurrency", "2,4"])
+    res = COMMANDS["registry resolve"].make_context("registry resolve", ["-t", "x"])
+    assert res.params["concurrency"] is None
