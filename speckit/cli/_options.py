@@ -129,7 +129,9 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
                                 "(smollm2-135m-instruct).",
                 "train dflash": "A checkpoint directory or a built-in target id "
                                 "(smollm2-135m-instruct).",
-                "bench": "speckit starts `vllm serve` for each arm."}),
+                "bench": "speckit starts `vllm serve` for each arm.",
+                "validate": "Default: the target the draft records (its speckit-train.json, "
+                            "else speculators_config.verifier, else its registry pairing)."}),
     Flag(("-d", "--draft"), "draft", "Draft checkpoint: a directory, a registry id or a Hub repo.",
          metavar="DRAFT",
          notes={"demo": "A directory or a bundled draft's id (e.g. smollm2-135m-dflash) instead "
