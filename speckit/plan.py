@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from speckit.core.gpus import DEFAULT_PLAN_GPU, GPU
+from speckit.core.gpus import DEFAULT_GPU, GPU
 from speckit.core.plan import compose
 from speckit.core.plan.compose import header_tensors, pick_draft_method
 from speckit.core.plan.dims import check_tp, target_kv_layers, valid_tps
@@ -43,13 +43,13 @@ from speckit.io.tokenizer import load_tokenizer, tokenizer_dir
 from speckit.io.traffic import traffic_for_run
 
 
-def plan(*, gpu: GPU | str | None = DEFAULT_PLAN_GPU, gpu_mem_gib: float | None = None,
+def plan(*, gpu: GPU | str | None = DEFAULT_GPU, gpu_mem_gib: float | None = None,
          **kwargs: Any) -> PlanResult:
     """Size a vLLM deployment of ``target`` (+ ``draft``) on one TP group of ``gpu`` (a GPU, or a
     catalog name, user GPU files included): speckit.core.plan.compose.plan, whose docstring
     lists the arguments."""
     g = None if gpu_mem_gib is not None else \
-        gpu if isinstance(gpu, GPU) else get_gpu(gpu or DEFAULT_PLAN_GPU)
+        gpu if isinstance(gpu, GPU) else get_gpu(gpu or DEFAULT_GPU)
     return compose.plan(gpu=g, gpu_mem_gib=gpu_mem_gib, **kwargs)
 
 

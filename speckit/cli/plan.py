@@ -13,7 +13,7 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import CommaList, options_for
-from speckit.core.gpus import DEFAULT_PLAN_GPU
+from speckit.core.gpus import DEFAULT_GPU
 from speckit.core.plan.schedule import pays_text, schedule_config, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.traffic_text import traffic_rows
@@ -93,7 +93,7 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
     if not target and not draft:
         raise UsageError("nothing to plan: pass --target (and --draft)")
     _check_traffic_flags(traffic, acceptance_from)
-    g = get_gpu(gpu or DEFAULT_PLAN_GPU, gpu_file=gpu_file) if gpu_mem_gib is None else None
+    g = get_gpu(gpu or DEFAULT_GPU, gpu_file=gpu_file) if gpu_mem_gib is None else None
     if k is None and acceptance is not None:
         k = len(acceptance)  # N rates: k = N
     result = plan_from_refs(

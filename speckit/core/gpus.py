@@ -214,7 +214,9 @@ def find_gpu(name: str, gpus: Sequence[GPU]) -> GPU:
 # given, and the GPU the demo projects its deployment on (the one its README shows).
 DEFAULT_PLAN_GPU = "H200"
 DEMO_SERVE_GPU = "mi300x"
-DEFAULT_GPU = DEFAULT_PLAN_GPU  # the old name of DEFAULT_PLAN_GPU, kept while branches merge
+# the old name of DEFAULT_PLAN_GPU, still read by speckit/plan.py and cli/plan.py (another
+# branch edits them): rename there and drop this line once it is merged
+DEFAULT_GPU = DEFAULT_PLAN_GPU
 
 
 def get_gpu(name: str, *, extra: Sequence[GPU] = ()) -> GPU:
