@@ -23,6 +23,7 @@ from click.core import ParameterSource
 from speckit.core import methods
 from speckit.core.gpus import DEFAULT_PLAN_GPU, DEMO_SERVE_GPU
 from speckit.core.methods.detect import LAYOUT_SPECS
+from speckit.core.quant import SWITCHES
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -82,7 +83,6 @@ _PATH_DIR = click.Path(file_okay=False)
 _PROFILE = click.Path(dir_okay=False, exists=True)
 _DATASETS = ("mixed, math, code, chat, humaneval, mtbench, gsm8k, math500, mbpp, or a .jsonl file "
              "with a prompt or messages field")
-TRAIN = ("train eagle3", "train dflash")
 
 FLAGS: dict[str, Flag] = {f.dest: f for f in (
     # ---- output and reporting ----
@@ -303,8 +303,8 @@ COMMAND_ONLY: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
     "fetch": "--with-target --cache-dir --lock --verify --update-lock --role",
     "inspect": "",
     "convert": "--drop --max-shard-size",
-    "quantize": "--format --mxfp4 --mxfp4-w4a4 --fp8 --nvfp4 --per-tensor-static --calib-target "
-                "--exclude --target-layers --strict --requantize",
+    # + one switch per entry of the scheme table (core.quant.SWITCHES), added below
+    "quantize": "--format --calib-target --exclude --target-layers --strict --requantize",
     "plan": "--gpu-mem-gib --gpu-file --draft-tp --gpu-memory-utilization --max-model-len "
             "--max-num-seqs --max-num-batched-tokens --kv-cache-dtype --draft-quant "
             "--kv-cache-memory-bytes --enforce-eager --draft-revision --acceptance "
@@ -327,6 +327,8 @@ COMMAND_ONLY: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
              "--warmups-per-concurrency --input-len --output-len --temperatures --repeats --gpus "
              "--tokenizer --startup-timeout --request-timeout --fit-profile",
 }.items()}
+# quantize's scheme switches are the scheme table's: a new scheme's flag needs no line here
+COMMAND_ONLY["quantize"] |= {w.flag for w in SWITCHES}
 
 
 class AliasTarget(click.Option):
@@ -382,6 +384,19 @@ def options_for(command: str) -> Callable[..., Decorator]:
                             **kw)
 
     return opt
+
+
+def stacked(decorators: Iterable[Decorator]) -> Decorator:
+    """Apply a command's option decorators, listed in --help order, as one decorator: a long
+    option stack is data beside the command, not part of its function."""
+    stack = tuple(decorators)
+
+    def apply(f: Any) -> Any:
+        for deco in reversed(stack):
+            f = deco(f)
+        return f
+
+    return apply
 
 
 # ---- old spellings: one more release, with a note -------------------------------------------

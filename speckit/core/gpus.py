@@ -219,9 +219,9 @@ DEMO_SERVE_GPU = "mi300x"
 DEFAULT_GPU = DEFAULT_PLAN_GPU
 
 
-def get_gpu(name: str, *, extra: Sequence[GPU] = ()) -> GPU:
-    """A built-in GPU (or one of ``extra``) by name or alias; speckit.io.datafiles.get_gpu also
-    reads the user's gpus.toml."""
+def builtin_gpu(name: str, *, extra: Sequence[GPU] = ()) -> GPU:
+    """A built-in GPU (or one of ``extra``) by name or alias. Commands look GPUs up with
+    speckit.io.datafiles.get_gpu, which adds the user's gpus.toml."""
     return find_gpu(name, catalog(extra=extra))
 
 

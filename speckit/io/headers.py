@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core import PACKAGE_DIR
 from speckit.core.methods.detect import pick_method
 from speckit.core.plan.computed import Computed, computed_draft_tensors, computed_tensors
 from speckit.errors import FormatError, HubError, UsageError
@@ -227,10 +228,15 @@ def _resolve_and_load(ref: str, entry: Any, revision: str | None, role: str,
 
 @dataclass
 class TargetConfig:
-    """A target's config.json as a pairing check reads it, and which copy it came from."""
+    """A target's config.json as a pairing check reads it (inspect --target, pre-flight), and
+    which copy it came from: the fields of speckit.io.refs.Resolved those checks read."""
 
     config: dict[str, Any]
+    path: Path  # the directory read, or the registry file whose recorded shape it is
     read_from: str | None = None  # a copy on this machine, or the registry's recorded shape
+    repo: str | None = None
+    entry: Any = None  # the registry entry, when the reference is a registry id
+    fetch_memos: list[Path] = field(default_factory=list)
 
 
 def target_config(ref: str, *, what: str = "--target") -> TargetConfig:
@@ -241,8 +247,8 @@ def target_config(ref: str, *, what: str = "--target") -> TargetConfig:
     entry = None if looks_like_path(ref) else registry_entry(ref)
     unbuilt = _unbuilt(entry) if entry is not None and entry.kind == "target" else None
     if unbuilt is not None:
-        return TargetConfig(unbuilt.config, f"the registry's recorded shape of {entry.id} (not "
-                            f"built here; `speckit fetch {entry.id}` builds it)")
+        return _recorded_config(entry, f"the registry's recorded shape of {entry.id} (not built "
+                                f"here; `speckit fetch {entry.id}` builds it)")
     try:
         r = resolve(ref, role="target", need="config", what=what, local_first=True)
     except NotCachedError as e:
@@ -251,9 +257,17 @@ def target_config(ref: str, *, what: str = "--target") -> TargetConfig:
                                               else None)
         if e2 is None or e2.config is None:
             raise
-        return TargetConfig(dict(e2.config), f"the registry's recorded shape of {e2.repo or e2.id}"
-                            f" ({e.message}; `speckit registry show {e2.id}` cites its sources)")
-    return TargetConfig(r.config, r.local_copy)
+        return _recorded_config(e2, f"the registry's recorded shape of {e2.repo or e2.id} "
+                                f"({e.message}; `speckit registry show {e2.id}` cites its "
+                                "sources)")
+    return TargetConfig(r.config, r.path, r.local_copy, r.repo, r.entry, list(r.fetch_memos))
+
+
+def _recorded_config(entry: Any, said: str) -> TargetConfig:
+    origin = Path(str(entry.origin)) if Path(str(entry.origin)).is_file() else \
+        PACKAGE_DIR / "registry.toml"
+    return TargetConfig(dict(entry.config), origin, said, entry.repo or entry.local_copy_of,
+                        entry)
 
 
 __all__ = ["LoadedRef", "TargetConfig", "load_headers", "load_ref", "registry_entry",

@@ -43,7 +43,6 @@ def cpu_model() -> str:
 # ~0.5x bf16 on an H100 and an upcast one at >= 2x, so the margin keeps noise from flipping it.
 NATIVE_MAX = 1.25
 EMULATED_MIN = 2.5
-EMULATED_RATIO = EMULATED_MIN  # the name earlier releases exported
 GPU_PROBE_N = 4096  # big enough that launch overhead and clock ramps do not hide the math
 GPU_PROBE_ROUNDS = 3  # the median of rounds, each the fastest of GPU_PROBE_REPEATS calls
 GPU_PROBE_REPEATS = 20

@@ -17,7 +17,6 @@ from speckit.core.methods import (  # noqa: F401 (check_k_range, speculators_k: 
     check_k_range,
     speculators_k,
 )
-from speckit.core.tensors import check_vocab_maps  # noqa: F401 (the one check, re-exported)
 from speckit.errors import FormatError
 
 
