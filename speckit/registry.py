@@ -21,8 +21,6 @@ from speckit.core.registry import (
     Registry,
     RegistryListing,
     ResolveResult,
-    draft_entry_from_card,
-    entry_toml,
     list_entries,
 )
 from speckit.errors import UsageError
@@ -103,8 +101,8 @@ def registry_add(repo_id: str, *, revision: str | None = None, entry_id: str | N
                          hint="registry add reads the card `speckit push` writes") from None
     commit = card_path.parent.name
     meta, _ = split_card(read_card(card_path))
-    raw = draft_entry_from_card(meta, repo_id=repo_id, commit=commit, entry_id=entry_id,
-                                provider=provider)
+    raw = registry_core.draft_entry_from_card(meta, repo_id=repo_id, commit=commit,
+                                              entry_id=entry_id, provider=provider)
     builtin = load_registry(env={}).entries
     warnings = []
     if raw["id"] in builtin:
@@ -115,7 +113,7 @@ def registry_add(repo_id: str, *, revision: str | None = None, entry_id: str | N
         raw["shadows_builtin"] = True
         warnings.append(f"{raw['id']} now replaces the curated entry of that id "
                         f"({builtin[raw['id']].location}) wherever your registry is loaded")
-    text = entry_toml(raw)
+    text = registry_core.entry_toml(raw)
     path = Path(registry_file).expanduser() if registry_file else user_config_registry()
     replaced = add_entry(path, raw["id"], text, force=force)
     return RegistryAddResult(raw["id"], repo_id, commit, path, replaced, text, warnings)

@@ -6,8 +6,9 @@ drafts for a target by whether they start on a GPU (fit: plan's arithmetic over 
 shapes) and by their published figures; toml: entries from model cards, as TOML. Pure:
 speckit.io.datafiles reads the files.
 
-Deployment, Fit and resolve load the plan arithmetic on first use (module __getattr__ below), so
-that reading and listing the registry (`speckit registry list`) starts without it.
+Deployment, Fit and resolve load the plan arithmetic on first use (module __getattr__ below), and
+draft_entry_from_card / entry_toml the TOML writer, so that reading and listing the registry
+(`speckit registry list`) starts without them.
 """
 
 import importlib
@@ -35,7 +36,6 @@ from speckit.core.registry.schema import (
     check_method,
     suggest,
 )
-from speckit.core.registry.toml import draft_entry_from_card, entry_toml
 
 __all__ = [
     "BUILTIN_NAME", "GRADES", "KINDS", "METRICS", "SCHEMA_VERSION", "SOURCE_LAYOUTS",
@@ -51,4 +51,6 @@ def __getattr__(name: str) -> Any:
         return getattr(importlib.import_module("speckit.core.registry.fit"), name)
     if name == "resolve":
         return importlib.import_module("speckit.core.registry.rank").resolve
+    if name in ("draft_entry_from_card", "entry_toml"):  # registry add's TOML writer
+        return getattr(importlib.import_module("speckit.core.registry.toml"), name)
     raise AttributeError(f"module 'speckit.core.registry' has no attribute {name!r}")
