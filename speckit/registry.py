@@ -2,8 +2,8 @@
 layered on top), and `registry add`: a draft that `speckit push` published becomes an entry of
 the user's registry, pinned to its commit, with the figures its model card records.
 
-Nothing heavy is imported at module level: `speckit registry list` starts fast (the Hub client
-loads only when `registry add` runs).
+The Hub client (registry add) and plan's arithmetic (registry resolve) load when those run, so
+that `speckit registry list` starts fast (tools/check_architecture.py STARTUP_LAZY).
 """
 
 from __future__ import annotations
