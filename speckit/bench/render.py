@@ -17,6 +17,7 @@ from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.output import write_provenance
 from speckit.io.plots import pyplot
+from speckit.io.preflight import finding_line
 
 CONTEXT_PLOT = "acceptance-by-context.png"
 
@@ -124,6 +125,8 @@ def markdown(r: BenchReport) -> str:
         lines += ["", "## Cells with errors or counter problems", ""]
         lines += [f"- {c.arm} {c.load.label} seed {c.seed}: {c.error or ''} "
                   f"{'; '.join(c.problems)}" for c in bad]
+    if r.preflight:
+        lines += ["", "## Pre-flight", ""] + [f"- {finding_line(f)}" for f in r.preflight]
     if r.warnings or r.error or r.skipped:
         lines += ["", "## Notes", ""] + [f"- {w}" for w in r.warnings]
         lines += [f"- {arm} not measured: {why}" for arm, why in r.skipped.items()]

@@ -124,6 +124,9 @@ class BenchReport:
     acceptance_by_context: dict[str, Any] = field(default_factory=dict)
     traffic: Any = None  # --traffic in numbers (speckit.core.traffic.TrafficReport), no text
     trained_length: Any = None  # the draft's trained (or declared) context (TrainedLength)
+    # the pair's pre-flight findings (core.preflight.Finding); an error among them means the run
+    # was started with --force-start
+    preflight: list[Any] = field(default_factory=list)
 
 
 # ---- the summary -----------------------------------------------------------------------------

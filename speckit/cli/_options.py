@@ -108,6 +108,11 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
                 "train eagle3": "Replaces OUT and starts over.",
                 "train dflash": "Replaces OUT and starts over.",
                 "quantize": "Re-quantizing an already quantized input is --requantize."}),
+    Flag(("--force-start",), "force_start", "Start even when pre-flight finds the pair will "
+         "serve at (near) zero acceptance; the finding is still printed and written into the "
+         "report.", is_flag=True,
+         notes={"validate": "Also starts vLLM when speckit plan says it won't fit.",
+                "plan": "Plans the pair anyway."}),
     Flag(("--dry-run",), "dry_run", "Show what would be done; change nothing.", is_flag=True,
          notes={"fetch": "Lists what would be downloaded, with sizes.",
                 "push": "Prints the file list and the card; uploads nothing."}),
@@ -304,12 +309,13 @@ COMMAND_ONLY: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
     "inspect": "",
     "convert": "--drop --max-shard-size",
     # + one switch per entry of the scheme table (core.quant.SWITCHES), added below
-    "quantize": "--format --calib-target --exclude --target-layers --strict --requantize",
+    "quantize": "--format --calib-target --exclude --target-layers --strict --requantize "
+                "--quantize-all",
     "plan": "--gpu-mem-gib --gpu-file --draft-tp --gpu-memory-utilization --max-model-len "
             "--max-num-seqs --max-num-batched-tokens --kv-cache-dtype --draft-quant "
             "--kv-cache-memory-bytes --enforce-eager --draft-revision --acceptance "
             "--acceptance-kind --al --context --acceptance-from",
-    "validate": "--temperature --compare-draft --force-start --no-confirm --timeout --batch-sizes "
+    "validate": "--temperature --compare-draft --no-confirm --timeout --batch-sizes "
                 "--serve-gpu --serve-tp --compare-acceptance-only --compare-timed "
                 "--compare-budget",
     "train eagle3": "--draft-vocab --shared-lm-head --fc-norm --ttt-steps --step-decay --holdout "

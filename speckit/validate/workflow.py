@@ -13,7 +13,7 @@ from speckit.core.options import options_of
 from speckit.io.engine import forget_exchange
 from speckit.io.output import output_errors
 from speckit.validate.analysis import low_ratio_causes, run_warnings
-from speckit.validate.gates import check_gates
+from speckit.validate.gates import check_gates, check_preflight
 from speckit.validate.inputs import check_args, gather_inputs, output_dirs, pick_batch_sizes
 from speckit.validate.options import ValidateOptions
 from speckit.validate.outputs import build_report, report_settings, write_outputs
@@ -47,6 +47,7 @@ def validate(options: ValidateOptions | None = None, /, **fields: Any) -> Valida
     warnings: list[str] = []
     inp = gather_inputs(opts, warnings)
     batches = pick_batch_sizes(opts.batch_sizes, cpu=inp.cpu, concurrency=opts.concurrency)
+    preflight = check_preflight(inp, opts, eargs=eargs, warnings=warnings)
     plan_info = check_gates(inp, opts, eargs=eargs, concurrency=max([opts.concurrency, *batches]),
                             warnings=warnings)
     outdir, workdir = output_dirs(opts.out, inp, opts.dataset)
@@ -63,7 +64,8 @@ def validate(options: ValidateOptions | None = None, /, **fields: Any) -> Valida
             s.run.log = ""
     run_warnings(r.runs, inp.spec, warnings)
     low_ratio_causes(r.runs, r.concurrency, inp, concurrency=opts.concurrency, warnings=warnings)
-    rep = build_report(inp, r, eargs=eargs, plan_info=plan_info, warnings=warnings,
+    rep = build_report(inp, r, eargs=eargs, plan_info=plan_info, preflight=preflight,
+                       warnings=warnings,
                        settings=report_settings(opts, eargs, batches),
                        keep_log=outdir is not None or opts.baseline is not None, t_start=t_start)
     if opts.baseline is not None:
