@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import PACKAGE_DIR
+from speckit.core.gpus import DEMO_SERVE_GPU
 from speckit.errors import UsageError
 from speckit.inspect import inspect
 from speckit.io import targets
@@ -25,7 +26,6 @@ from speckit.validate.headline import Headline, headline
 
 DEFAULT_TARGET = "smollm2-135m-instruct"
 DEFAULT_DRAFT = "smollm2-135m-eagle3"
-DEFAULT_GPU = "mi300x"
 
 
 @dataclass
@@ -74,7 +74,7 @@ def _draft_path(draft: str | Path | None) -> Path:
 
 def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 3),
              num_prompts: int = 8, max_tokens: int = 48, dataset: str = "mixed",
-             gpu: str = DEFAULT_GPU, draft: str | Path | None = None,
+             gpu: str = DEMO_SERVE_GPU, draft: str | Path | None = None,
              progress: bool = False, compare_budget_s: float = 60.0,
              on_stage: Callable[[str, Any], None] | None = None,
              on_start: Callable[[str], None] | None = None) -> DemoResult:

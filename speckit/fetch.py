@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core.refs import check_revision, is_repo_id
-from speckit.errors import UsageError
+from speckit.errors import IntegrityError, UsageError
 from speckit.io.checkpoint import Checkpoint
 from speckit.io.datafiles import load_registry
 from speckit.io.hub import (
@@ -22,6 +22,7 @@ from speckit.io.hub import (
     HubSettings,
     Lock,
     Mismatch,
+    Sidecar,
     Snapshot,
     default_lock_path,
     fetch_sidecars,
@@ -56,6 +57,7 @@ class FetchResult:
     skipped: dict[str, str] = field(default_factory=dict)  # repo file -> why it was not fetched
     mismatches: list[Mismatch] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    copied_from: Path | None = None  # -o of a directory used as is: the files were copied here
 
     @property
     def total_bytes(self) -> int:
@@ -178,7 +180,10 @@ def _fetch_one(ref: str, run: _Run, *, role: str | None, revision: str | None,
                 lock=run.lock, update_lock=run.update_lock)
     if r.snapshot is not None:
         return _from_snapshot(ref, r.kind, r.snapshot, run, role=r.role, registry_id=r.registry_id)
-    return _from_directory(r, run)
+    result = _from_directory(r, run)
+    if local_dir is not None and not run.verify and result.path is not None:
+        _materialize(result, local_dir, run)
+    return result
 
 
 def _role(role: str | None, entry: Any) -> str:
@@ -216,6 +221,36 @@ def _from_directory(r: Resolved, run: _Run) -> FetchResult:
                                        sha256_file(p) if run.verify else None, cached=True))
     result.skipped = {k: v for k, v in sel.skipped.items() if k not in names}
     return result
+
+
+LOCAL_MEMO = "local.json"  # out/.cache/speckit/: the digests of a copy fetch -o made
+
+
+def _materialize(result: FetchResult, out: Path, run: _Run) -> None:
+    """-o for a directory fetch uses as is (a bundled draft, a local path, a converted target):
+    copy the files it lists into ``out``, each checked against its source's sha256, and remember
+    the digests in out/.cache/speckit (so that a later fetch may write into ``out`` again)."""
+    src = Path(result.path)
+    check_output(out, {"REF": src}, force=True, reuse=True, flag="-o")
+    if run.dry_run:
+        result.warnings.append(f"would copy {len(result.files)} files from {src} into {out}")
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    memo = Sidecar(out / ".cache" / "speckit" / LOCAL_MEMO)
+    for f in result.files:
+        want = f.sha256 or sha256_file(src / f.name)
+        dest = out / f.name
+        tmp = dest.with_name(f".{dest.name}.speckit-copy")
+        shutil.copyfile(src / f.name, tmp)
+        os.replace(tmp, dest)
+        got = memo.sha256(dest, trust_memo=False)
+        if got != want:
+            dest.unlink()
+            raise IntegrityError(f"{dest}: sha256 {got[:12]} after copying, {want[:12]} in "
+                                 f"{src / f.name}", hint="check the disk of -o and fetch again")
+        f.sha256, f.downloaded = got, True
+    memo.save()
+    result.path, result.copied_from, result.from_cache = out, src, False
 
 
 # ---- --with-target ------------------------------------------------------------------------------

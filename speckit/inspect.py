@@ -25,6 +25,7 @@ from speckit.errors import SpeckitError, UsageError
 from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint
 from speckit.io.coverage import traffic_coverage
 from speckit.io.draftrecord import read_trained_length, recorded_targets
+from speckit.io.headers import target_config
 from speckit.io.preflight import check_pair
 from speckit.io.refs import Resolved, resolve
 from speckit.io.structure import check_structure
@@ -55,13 +56,15 @@ class InspectReport:
     num_tensors: int
     files: list[str]
     target: str | None = None  # the target whose config the pairing checks used
-    target_copy: str | None = None  # which copy on this machine it was read from (local first)
+    target_copy: str | None = None  # which copy it was read from (local first; else the registry's
+    # recorded shape)
     # the aux ids as recorded, the convention they were read in and the shift applied to them
     aux_layer_ids_field: str | None = None
     aux_layer_ids_raw: list[int] | None = None
     aux_convention: str | None = None  # "input-of-layer" (vLLM's) or "output-of-layer"
     aux_shift: int | None = None
     aux_convention_why: str | None = None
+    traffic: TrafficInspection | None = None  # inspect --traffic (read only when ok)
     problems: list[Problem] = field(default_factory=list)
     # pre-flight (core/preflight): what the engine will make of this draft (and of the pair, with
     # --target); an error finding makes ok False
@@ -78,28 +81,30 @@ class InspectReport:
 
 
 def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
-            allow_pickle: bool = False, allow_external_links: bool = False) -> InspectReport:
+            allow_pickle: bool = False, allow_external_links: bool = False,
+            traffic: str | os.PathLike | None = None) -> InspectReport:
     """Open ``ref`` (a directory, registry id or Hub repo id), detect its layout and check it.
 
     ``target`` (a directory or id) adds the pairing checks: hidden size, vocab, aux layer ids on
     the target's depth. Only the target's config.json is read. ``allow_external_links``: follow
-    checkpoint files that are symlinks out of the directory (refused by default).
+    checkpoint files that are symlinks out of the directory (refused by default). ``traffic``:
+    also inspect_traffic() of it, when the checkpoint has no error (``report.traffic``).
     """
     path = _resolve(ref, allow_pickle=allow_pickle).resolve()
     ckpt = Checkpoint.open(path, allow_pickle=allow_pickle,
                            allow_external_links=allow_external_links)
     layout = detect(ckpt)
-    tres = _target(target) if target is not None else None
-    target_config = tres.config if tres is not None else None
+    tres = target_config(str(target), what="--target") if target is not None else None
+    tconfig = tres.config if tres is not None else None
 
     dims = methods.get(layout.method).describe(ckpt.config)
-    problems = check_structure(ckpt, layout, target_config=target_config)
+    problems = check_structure(ckpt, layout, target_config=tconfig)
     found = check_pair(ckpt.path, tres, target_ref=str(target) if target is not None else None,
                        checkpoint=ckpt).findings
     # a finding that structure reports too (input-norm-dropped) is shown once, with its fix
     problems = [p for p in problems if (p.code, p.subject) not in
                 {(f.code, f.subject) for f in found}]
-    return InspectReport(
+    report = InspectReport(
         path=ckpt.path, layout=layout.name, method=layout.method,
         layout_description=layout.description, evidence=list(layout.evidence), dims=dims,
         target_vocab=dims.get("target_vocab"), draft_vocab=dims.get("draft_vocab"),
@@ -107,12 +112,15 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
         dtype=checkpoint_dtype(ckpt), num_params=ckpt.num_params, total_bytes=ckpt.total_bytes,
         num_tensors=len(ckpt.tensors), files=list(ckpt.files),
         target=str(target) if target is not None else None,
-        target_copy=tres.local_copy if tres is not None else None, problems=problems,
+        target_copy=tres.read_from if tres is not None else None, problems=problems,
         aux_layer_ids_field=dims.get("aux_layer_ids_field"),
         aux_layer_ids_raw=dims.get("aux_layer_ids_raw"), aux_convention=dims.get("aux_convention"),
         aux_shift=dims.get("aux_shift"), aux_convention_why=dims.get("aux_convention_why"),
         preflight=found,
         ok=not any(p.is_error for p in problems) and not any(f.is_error for f in found))
+    if traffic is not None and report.ok:  # a broken checkpoint's traffic is not read
+        report.traffic = inspect_traffic(ref, traffic, target=target, allow_pickle=allow_pickle)
+    return report
 
 
 def checkpoint_dtype(ckpt: Checkpoint) -> str | None:
@@ -206,9 +214,3 @@ def _traffic_target(path: Path, config: dict[str, Any], target) -> tuple[str, st
 def _resolve(ref: str | os.PathLike, *, allow_pickle: bool) -> Path:
     """A local directory as is; a registry id or Hub repo id fetched through speckit.io.refs."""
     return resolve(ref, role="draft", allow_pickle=allow_pickle).path
-
-
-def _target(target: str | os.PathLike) -> Resolved:
-    """Only the target's config.json is needed: a copy already on this machine, else that one
-    file downloaded."""
-    return resolve(target, role="target", need="config", what="--target", local_first=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core import methods
-from speckit.core.gpus import DEFAULT_GPU, GPU
+from speckit.core.gpus import DEFAULT_PLAN_GPU, GPU
 from speckit.core.plan import compose
 from speckit.core.plan.acceptance import (
     AcceptanceChoice,
@@ -61,13 +61,13 @@ from speckit.io.tokenizer import load_tokenizer, tokenizer_dir
 from speckit.io.traffic import traffic_for_run
 
 
-def plan_configs(*, gpu: GPU | str | None = DEFAULT_GPU, gpu_mem_gib: float | None = None,
+def plan_configs(*, gpu: GPU | str | None = DEFAULT_PLAN_GPU, gpu_mem_gib: float | None = None,
                  **kwargs: Any) -> PlanResult:
     """Size a vLLM deployment from configs and tensor headers already read, on one TP group of
     ``gpu`` (a GPU, or a catalog name, user GPU files included): speckit.core.plan.compose.plan,
     whose docstring lists the arguments. ``plan`` is the entry point that reads references."""
     g = None if gpu_mem_gib is not None else \
-        gpu if isinstance(gpu, GPU) else get_gpu(gpu or DEFAULT_GPU)
+        gpu if isinstance(gpu, GPU) else get_gpu(gpu or DEFAULT_PLAN_GPU)
     return compose.plan(gpu=g, gpu_mem_gib=gpu_mem_gib, **kwargs)
 
 
@@ -268,7 +268,7 @@ def plan_traffic(*, traffic: str | Path, target: str, draft: str | None = None,
 
 def plan(*, target: str | None = None, draft: str | None = None, method: str | None = None,
          revision: str | None = None, draft_revision: str | None = None,
-         gpu: GPU | str | None = DEFAULT_GPU, gpu_mem_gib: float | None = None,
+         gpu: GPU | str | None = DEFAULT_PLAN_GPU, gpu_mem_gib: float | None = None,
          k: int | None = None, acceptance: list[float] | None = None,
          acceptance_kind: str = "per-position", al: float | None = None,
          acceptance_from: str | Path | None = None, dataset: str | None = None,
@@ -283,7 +283,7 @@ def plan(*, target: str | None = None, draft: str | None = None, method: str | N
     report ``acceptance_from``, the draft's published figures (on ``dataset``), the method's
     prior; the result says which (PlanReport.acceptance)."""
     g = None if gpu_mem_gib is not None else gpu if isinstance(gpu, GPU) else \
-        get_gpu(gpu or DEFAULT_GPU)
+        get_gpu(gpu or DEFAULT_PLAN_GPU)
     if k is None and acceptance is not None:
         k = len(acceptance)  # N rates: k = N
     res = plan_from_refs(target=target, draft=draft, method=method, revision=revision,

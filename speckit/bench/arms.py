@@ -39,10 +39,11 @@ def resolve_deployment(opts: BenchOptions, *, cpu: bool) -> Deployment:
 
     if opts.target is None:
         raise UsageError("pass --target (speckit starts vllm serve) or --endpoint URL")
-    tpath = resolve(opts.target, role="target").path.resolve()
+    # local copies first, as validate reads them (speckit.io.refs.resolve's local_first)
+    tpath = resolve(opts.target, role="target", what="--target", local_first=True).path.resolve()
     dpath, dcfg = None, {}
     if opts.draft is not None:
-        dpath = resolve(opts.draft, role="draft").path.resolve()
+        dpath = resolve(opts.draft, role="draft", what="--draft", local_first=True).path.resolve()
         dcfg = _read_config(dpath, what="draft")
     picked = pick_method(dcfg if dpath is not None else None,
                          tensor_names(dpath) if dpath is not None else None,

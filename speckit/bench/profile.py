@@ -149,7 +149,7 @@ def fit_bench_profile(report: str | Path, *, out: str | Path | None = None,
         raise UsageError(f"{path}: {len(steps)} step times (baseline, static-k and synthetic "
                          "rows with a TPOT at the first temperature); the fit needs a baseline "
                          "and a static k (or --synthetic-al) at two or more concurrencies",
-                         hint="bench with --concurrencies 1,2,4,8 and --sweep (not only "
+                         hint="bench with --concurrency 1,2,4,8 and --sweep (not only "
                          "--untrained, --schedule or --request-rate)")
     name = gpu or (rep.get("options") or {}).get("gpu")
     if not name:

@@ -283,9 +283,9 @@ def check_options(opts: BenchOptions) -> None:
         raise UsageError(f"--synthetic-al {opts.synthetic_al}: an acceptance length is >= 1 "
                          "(1 accepts no draft token)")
     if not opts.concurrencies and not opts.rates:
-        raise UsageError("nothing to measure: pass --concurrencies and/or --request-rate")
+        raise UsageError("nothing to measure: pass --concurrency and/or --request-rate")
     if any(c < 1 for c in opts.concurrencies) or any(r <= 0 for r in opts.rates):
-        raise UsageError("--concurrencies values must be >= 1 and --request-rate values > 0")
+        raise UsageError("--concurrency values must be >= 1 and --request-rate values > 0")
     if not opts.seeds or not opts.temperatures:
         raise UsageError("--repeats and --temperatures need at least one value")
     for name, v in (("--max-tokens", opts.max_tokens), ("--output-len", opts.output_len),

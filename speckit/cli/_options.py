@@ -21,6 +21,7 @@ import click
 from click.core import ParameterSource
 
 from speckit.core import methods
+from speckit.core.gpus import DEFAULT_PLAN_GPU, DEMO_SERVE_GPU
 from speckit.core.methods.detect import LAYOUT_SPECS
 from speckit.core.quant import SWITCHES
 
@@ -69,12 +70,10 @@ class Flag:
     multiple: bool = False  # repeatable: the values come as a tuple
     metavar: str | None = None
     flag_value: Any = None  # given without a value (--thinking alone means "on")
+    single: frozenset[str] = frozenset()  # commands that take one value of a comma list
     defaults: Mapping[str, Any] = field(default_factory=dict)  # command -> its own default
     notes: Mapping[str, str] = field(default_factory=dict)  # command -> what it does with it
     lists: bool = False  # help and notes name {methods}, {vllm_methods}, ... (method_lists)
-    # commands that take exactly one value of a CommaList flag (they receive it unwrapped: the
-    # flag has one type everywhere, and a command that compares several takes the list)
-    one_value: frozenset[str] = frozenset()
 
     def default_for(self, command: str) -> Any:
         return self.defaults.get(command, self.default)
@@ -122,7 +121,8 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
          "Hub repo.", metavar="TARGET",
          notes={"registry list": "Here a filter: drafts whose target repo contains this "
                                  "(case-insensitive).",
-                "registry resolve": "A Hub repo id, e.g. Qwen/Qwen3-8B (exact match).",
+                "registry resolve": "A Hub repo id (exact match) or a registry target id, e.g. "
+                                    "Qwen/Qwen3-8B or qwen3-8b.",
                 "inspect": "Only its config.json is read, to check the pairing: hidden size, "
                            "vocab, aux layers on its depth.",
                 "convert": "Only its config.json and, when the draft borrows them, its "
@@ -134,7 +134,9 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
                                 "(smollm2-135m-instruct).",
                 "train dflash": "A checkpoint directory or a built-in target id "
                                 "(smollm2-135m-instruct).",
-                "bench": "speckit starts `vllm serve` for each arm."}),
+                "bench": "speckit starts `vllm serve` for each arm.",
+                "validate": "Default: the target the draft records (its speckit-train.json, "
+                            "else speculators_config.verifier, else its registry pairing)."}),
     Flag(("-d", "--draft"), "draft", "Draft checkpoint: a directory, a registry id or a Hub repo.",
          metavar="DRAFT",
          notes={"demo": "A directory or a bundled draft's id (e.g. smollm2-135m-dflash) instead "
@@ -172,17 +174,19 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
          notes={"train eagle3": "The longest on-policy answer.",
                 "train dflash": "The longest on-policy answer (data stage)."}),
     Flag(("--concurrency",), "concurrency", "Requests in flight: one value, or C1,C2,... where "
-         "a command compares several (plan; bench --concurrencies is the same list).",
+         "a command compares several (plan's speed columns, bench's cells).",
          type=CommaList(int, 1), default=1, metavar="C[,C...]",
          defaults={"registry resolve": None,  # None: vLLM's default for the GPU
-                   "plan": None},  # None: powers of two up to --max-num-seqs
-         one_value=frozenset({"validate", "registry resolve"}),
+                   "plan": None,  # None: powers of two up to --max-num-seqs
+                   "bench": "1,2,4,8"},  # a closed-loop cell each, from one to a small batch
+         single=frozenset({"registry resolve", "validate"}),
          notes={"registry resolve": "One value; the drafts are ranked by projected throughput "
                                     "ratio there (default: vLLM's max-num-seqs for the GPU).",
                 "validate": "One value, during the timed runs.",
                 "plan": "The speed table's columns (default: powers of two up to "
                         "--max-num-seqs, then that value); each must be at most "
-                        "--max-num-seqs."}),
+                        "--max-num-seqs.",
+                "bench": "Several, comma-separated: a closed-loop cell each ('' for none)."}),
     Flag(("--thinking",), "thinking", "enable_thinking for chat templates with the switch: off, "
          "on (the flag alone), or both (bench measures each; validate measures one).",
          type=click.Choice(["off", "on", "both"]), default="off", flag_value="on",
@@ -198,12 +202,13 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
     Flag(("--cpu-threads",), "cpu_threads", "OpenMP threads of a CPU engine when OMP_NUM_THREADS "
          "is not set (0: vLLM's own choice, all cores; spin-waiting threads are slow on a shared "
          "machine).", type=int, default=1),
-    Flag(("--gpu",), "gpu", "A GPU of the catalog (speckit plan --gpu names; default H200).",
-         defaults={"demo": "mi300x"},  # the demo plans the deployment its README shows
-         notes={"plan": "An unknown name lists the catalog.",
-                "registry resolve": "Each draft is checked on it.",
-                "push": "Adds `speckit plan`'s verdict for it to the card.",
-                "bench": "The GPU of the projected column."}),
+    Flag(("--gpu",), "gpu", "A GPU of the catalog (an unknown name lists it).",
+         defaults={"demo": DEMO_SERVE_GPU},  # the demo plans the deployment its README shows
+         notes={"plan": f"Default: {DEFAULT_PLAN_GPU} (unless --gpu-mem-gib).",
+                "registry resolve": f"Each draft is checked on it. Default: {DEFAULT_PLAN_GPU}.",
+                "push": "Adds `speckit plan`'s verdict for it to the card (default: none).",
+                "bench": "The GPU of the projected column (default: none, no such column).",
+                "demo": "The GPU the projection is for."}),
     Flag(("--profile-out",), "profile_out", "Where the GPU profile (JSON) is written.",
          type=click.Path(dir_okay=False),
          notes={"calibrate": "Default: $XDG_CONFIG_HOME/speckit/gpu_profiles/<GPU>.json, which "
@@ -266,10 +271,11 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
          "P-EAGLE draft.", type=click.IntRange(min=0),
          notes={"convert": "For drafts whose config lacks it.",
                 "train dflash": "Default: an unused special token."}),
-    Flag(("--device",), "device", "Where the work runs (default: cuda when available).",
-         type=click.Choice(["cpu", "cuda"]),
+    Flag(("--device",), "device", "Where the work runs.", type=click.Choice(["cpu", "cuda"]),
          defaults={"quantize": "cpu"},  # the numerics are identical; cpu needs no GPU memory
-         notes={"quantize": "The output is identical on either."}),
+         notes={"quantize": "The output is identical on either.",
+                "train eagle3": "Default: cuda when available, else cpu.",
+                "train dflash": "Default: cuda when available, else cpu."}),
     Flag(("--prompts",), "prompts", "Comma-separated prompt sources: speckit-mix (speckit's own "
          "templates; speckit-mix:chat+code for some of its sets), target-asks[:N], humaneval, "
          "mtbench, or a .jsonl/.txt file. validate's built-in prompts are always held out.",
@@ -334,7 +340,7 @@ COMMAND_ONLY: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
     "doctor": "--for --no-network --no-probe",
     "calibrate": "--budget-s",
     "bench": "--schedule --untrained --untrained-k --synthetic-al --endpoint --baseline-endpoint "
-             "--concurrencies --request-rate --prompts-per-concurrency "
+             "--request-rate --prompts-per-concurrency "
              "--warmups-per-concurrency --input-len --output-len --temperatures --repeats --gpus "
              "--tokenizer --startup-timeout --request-timeout --fit-profile",
 }.items()}
@@ -357,11 +363,21 @@ class AliasTarget(click.Option):
 
 
 class TableOption(AliasTarget):
-    """An option built from FLAGS (the test finds the table's own by this class)."""
+    """An option built from FLAGS (the test finds the table's own by this class). A comma-list
+    flag that this command takes one value of (Flag.single) hands the command that one value."""
 
     def __init__(self, *args: Any, flag_name: str, command: str, **kw: Any) -> None:
         super().__init__(*args, **kw)
         self.flag_name, self.command = flag_name, command
+
+    def process_value(self, ctx: click.Context, value: Any) -> Any:
+        value = super().process_value(ctx, value)
+        if self.command not in FLAGS[self.flag_name].single or not isinstance(value, list):
+            return value
+        if len(value) > 1:
+            raise click.BadParameter(f"{','.join(map(str, value))}: speckit {self.command} "
+                                     "takes one value", ctx=ctx, param=self)
+        return value[0] if value else None
 
 
 def options_for(command: str) -> Callable[..., Decorator]:
@@ -372,7 +388,8 @@ def options_for(command: str) -> Callable[..., Decorator]:
         note = f.notes.get(command)
         text = f.help + (" " + note if note else "")
         kw: dict[str, Any] = {"help": text.format_map(method_lists()) if f.lists else text,
-                              "metavar": f.metavar, "multiple": f.multiple, "required": required}
+                              "metavar": "N" if command in f.single else f.metavar,
+                              "multiple": f.multiple, "required": required}
         if f.is_flag:
             kw["is_flag"] = True
         else:
@@ -380,22 +397,10 @@ def options_for(command: str) -> Callable[..., Decorator]:
             kw.update(type=f.type, default=default, show_default=default is not None)
             if f.flag_value is not None:
                 kw.update(is_flag=False, flag_value=f.flag_value)
-        if command in f.one_value:
-            kw["callback"] = _one_value
         return click.option(*f.decls, f.dest, cls=TableOption, flag_name=name, command=command,
                             **kw)
 
     return opt
-
-
-def _one_value(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
-    """A list flag that this command takes one value of: the value itself (None stays None)."""
-    if value is None or not isinstance(value, list):
-        return value
-    if len(value) != 1:
-        raise click.BadParameter(f"{','.join(map(str, value))}: this command takes one value",
-                                 ctx=ctx, param=param)
-    return value[0]
 
 
 def stacked(decorators: Iterable[Decorator]) -> Decorator:
@@ -448,8 +453,8 @@ ALIASES: dict[str, tuple[Alias, ...]] = {
     "bench": (
         Alias(("-k", "--num-speculative-tokens"), "--sweep K1,K2 (-k takes one k elsewhere)",
               _same("sweep"), type=CommaList(int, 1)),
-        Alias(("--concurrency",), "--concurrencies C1,C2 (--concurrency takes one value "
-              "elsewhere)", _same("concurrencies")),
+        Alias(("--concurrencies",), "--concurrency C1,C2 (the same flag as elsewhere)",
+              _same("concurrency")),
         Alias(("--temperature",), "--temperatures T1,T2 (--temperature takes one value "
               "elsewhere)", _same("temperatures")),
         Alias(("--seeds",), "--seed S --repeats N", _seeds),
@@ -520,3 +525,59 @@ def with_method_lists(command: click.Command) -> click.Command:
     """A command whose help (its docstring) names {methods}, {convertible}, ... (method_lists)."""
     command.help = (command.help or "").format_map(method_lists())
     return command
+
+
+# ---- examples in each command's --help (as huggingface_hub's CLI shows them) ----------------
+# command path -> command lines; tests/cli/test_help.py parses each one with its command, so an
+# example that names a flag the command lacks fails there.
+EXAMPLES: dict[str, tuple[str, ...]] = {
+    "registry": ("speckit registry list", "speckit registry show smollm2-135m-eagle3",
+                 "speckit registry resolve --target qwen3-8b --gpu mi300x"),
+    "registry list": ("speckit registry list", "speckit registry list --method dflash",
+                      "speckit registry list --kind target --json"),
+    "registry show": ("speckit registry show smollm2-135m-eagle3",
+                      "speckit registry show qwen3-8b --json"),
+    "registry resolve": ("speckit registry resolve --target Qwen/Qwen3-8B",
+                         "speckit registry resolve --target qwen3-8b --gpu mi300x "
+                         "--concurrency 8"),
+    "registry add": ("speckit registry add me/my-eagle3", "speckit registry add me/my-eagle3 "
+                     "--id my-eagle3 --revision v1"),
+    "fetch": ("speckit fetch smollm2-135m-eagle3 -o ./draft",
+              "speckit fetch RedHatAI/Qwen3-8B-speculator.eagle3 --with-target",
+              "speckit fetch org/draft --verify"),
+    "inspect": ("speckit inspect ./draft", "speckit inspect smollm2-135m-eagle3 --target qwen3-8b",
+                "speckit inspect ./draft --traffic requests.jsonl --json"),
+    "convert": ("speckit convert ./src --target Qwen/Qwen3-8B",
+                "speckit convert ./src --target ./qwen3-8b -o ./out --method eagle3"),
+    "quantize": ("speckit quantize smollm2-135m-eagle3 --fp8", "speckit quantize ./draft --mxfp4 "
+                 "-o ./draft-mxfp4", "speckit quantize ./draft --nvfp4 --exclude lm_head"),
+    "plan": ("speckit plan -d smollm2-135m-eagle3", "speckit plan -t qwen3-8b -d ./draft --gpu "
+             "mi300x --max-model-len 32768", "speckit plan -t qwen3-8b -d ./draft --gpu h200 "
+             "--al 3.1"),
+    "validate": ("speckit validate -d smollm2-135m-eagle3",
+                 "speckit validate -t smollm2-135m-instruct -d ./draft --sweep 1,2,3 -o ./val",
+                 "speckit validate -t Qwen/Qwen3-8B -d ./draft --serve-gpu mi300x"),
+    "train": ("speckit train eagle3 -t smollm2-135m-instruct -o ./my-draft",
+              "speckit train dflash -t ./target -o ./my-dflash --max-minutes 30"),
+    "train eagle3": ("speckit train eagle3 -t smollm2-135m-instruct -o ./my-draft",
+                     "speckit train eagle3 -t ./target -o ./my-draft --epochs 2 --samples 500"),
+    "train dflash": ("speckit train dflash -t smollm2-135m-instruct -o ./my-dflash",
+                     "speckit train dflash -t ./target -o ./my-dflash --max-minutes 30"),
+    "demo": ("speckit demo", "speckit demo --draft smollm2-135m-dflash -o ./demo-dflash"),
+    "push": ("speckit push ./draft me/my-eagle3 --dry-run",
+             "speckit push ./draft me/my-eagle3 --private --gpu mi300x"),
+    "doctor": ("speckit doctor", "speckit doctor --for validate --no-network"),
+    "calibrate": ("speckit calibrate", "speckit calibrate --profile-out ./mi300x.json"),
+    "bench": ("speckit bench -t Qwen/Qwen3-8B -d ./draft --concurrency 1,4,16 --sweep 2,3",
+              "speckit bench --endpoint http://127.0.0.1:8000 --baseline-endpoint "
+              "http://127.0.0.1:8001 --concurrency 1,8",
+              "speckit bench --fit-profile ./bench-out --gpu mi300x"),
+}
+
+
+def examples_epilog(command: str) -> str | None:
+    """The "Examples:" block of ``command``'s --help (click keeps its lines as written)."""
+    lines = EXAMPLES.get(command)
+    if not lines:
+        return None
+    return "\b\nExamples:\n" + "\n".join(f"  {line}" for line in lines)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from speckit.bench import BenchOptions, bench
-from speckit.bench.options import parse_floats, parse_ints, parse_thinking
+from speckit.bench.options import parse_floats, parse_thinking
 from speckit.bench.profile import fit_bench_profile
 from speckit.bench.render import markdown
 from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
@@ -31,8 +31,7 @@ opt = options_for("bench")
 @click.option("--endpoint", help="Measure this running vLLM server (never started or stopped); "
               "http://user:pass@host:port sends HTTP Basic auth.")
 @click.option("--baseline-endpoint", help="A running server without speculation to compare to.")
-@click.option("--concurrencies", default="1,2,4,8", show_default=True, metavar="C1,C2,...",
-              cls=AliasTarget, help="Closed-loop concurrencies, one cell each ('' for none).")
+@opt("concurrency")
 @click.option("--request-rate", default="", metavar="R1,R2,...",
               help="Poisson request rates in requests/s, one cell each.")
 @opt("dataset")
@@ -71,7 +70,7 @@ opt = options_for("bench")
 @aliases("bench")
 @handle_errors
 def bench_cmd(target, draft, method, sweep, schedule, untrained, untrained_k, synthetic_al,
-              endpoint, baseline_endpoint, concurrencies, request_rate, dataset, traffic,
+              endpoint, baseline_endpoint, concurrency, request_rate, dataset, traffic,
               prompts_per_concurrency, warmups_per_concurrency, max_tokens, input_len, output_len,
               temperatures, thinking, seed, repeats, tp, gpus, gpu, tokenizer, engine_arg,
               startup_timeout, request_timeout, cpu_threads, out, force, force_start, fit_profile,
@@ -90,7 +89,7 @@ def bench_cmd(target, draft, method, sweep, schedule, untrained, untrained_k, sy
         tp=tp, engine_args=parse_engine_args(engine_arg),
         startup_timeout_s=startup_timeout, cpu_threads=cpu_threads or None, endpoint=endpoint,
         baseline_endpoint=baseline_endpoint,
-        concurrencies=parse_ints(concurrencies, "--concurrencies", lo=1),
+        concurrencies=list(concurrency),
         rates=parse_floats(request_rate, "--request-rate"), dataset=dataset, traffic=traffic,
         prompts_per_concurrency=prompts_per_concurrency,
         warmups_per_concurrency=warmups_per_concurrency, max_tokens=max_tokens,

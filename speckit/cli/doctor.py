@@ -30,8 +30,8 @@ opt = options_for("doctor")
 @handle_errors
 def doctor_cmd(for_command, no_network, no_probe, json_mode, quiet):
     """Report what speckit can do here: versions, GPUs and memory, which methods the installed
-    vLLM serves on this device, FP8/MXFP4 kernels (native or emulated: vLLM's CPU backend by
-    its code, a GPU timed), Hub settings (the token is never printed), cache sizes.
+    vLLM serves on this device, FP8/MXFP4 kernels (native, emulated or refused: vLLM's CPU
+    backend by its code, a GPU timed), Hub settings (the token is never printed), cache sizes.
     """
     report = doctor(for_command=for_command, probe_kernels=not no_probe,
                     check_network=not no_network)

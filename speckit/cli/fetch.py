@@ -92,6 +92,8 @@ def render(r) -> None:
     verb = "verify" if r.verified and not local else ("dry run" if r.dry_run else r.role)
     _echo(f"{verb}: {head}")
     _echo(f"  path: {r.path}")
+    if r.copied_from is not None:
+        _echo(f"  copied from: {r.copied_from} (each file's sha256 checked)")
     width = max((len(f.name) for f in r.files), default=10)
     bad = {m.name: m for m in r.mismatches}
     for f in r.files:

@@ -14,11 +14,10 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import options_for
-from speckit.core.jsonable import to_jsonable
 from speckit.core.refs import printable
 from speckit.core.traffic_text import coverage_rows, summary_rows, trained_rows
 from speckit.errors import FormatError
-from speckit.inspect import inspect, inspect_traffic
+from speckit.inspect import inspect
 from speckit.io.terminal import output_console, print_rows, print_table
 
 opt = options_for("inspect")
@@ -40,17 +39,15 @@ def inspect_cmd(ref: str, target: str | None, json_mode: bool, allow_pickle: boo
     0 when there are no errors (warnings allowed), 3 when there are errors.
     """
 
-    report = inspect(ref, target=target, allow_pickle=allow_pickle,
-                     allow_external_links=allow_external_links)
     # a checkpoint with errors (a broken d2t among them) is reported as is, its traffic not read
-    tr = inspect_traffic(ref, traffic, target=target, allow_pickle=allow_pickle) \
-        if traffic is not None and report.ok else None
+    report = inspect(ref, target=target, allow_pickle=allow_pickle,
+                     allow_external_links=allow_external_links, traffic=traffic)
     if json_mode:
-        print_json(report if traffic is None else {**to_jsonable(report), "traffic": tr})
+        print_json(report)
     else:
         render(report)
-        if tr is not None:
-            render_traffic(tr)
+        if report.traffic is not None:
+            render_traffic(report.traffic)
         elif traffic is not None:
             output_console().print("\n--traffic not measured: fix the errors above first")
     if not report.ok:

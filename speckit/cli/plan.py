@@ -13,7 +13,7 @@ import click
 
 from speckit.cli._common import handle_errors, print_json
 from speckit.cli._options import CommaList, options_for, stacked
-from speckit.core.gpus import DEFAULT_GPU
+from speckit.core.gpus import DEFAULT_PLAN_GPU
 from speckit.core.plan.schedule import pays_text, schedule_config, uncertain_batches
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.traffic_text import traffic_rows
@@ -92,7 +92,7 @@ def plan_cmd(gpu, gpu_mem_gib, gpu_file, traffic, json_mode, **opts):
       speckit plan -t T -d DRAFT --gpu h200 --acceptance-from val/report.json --json
     """
     _check_flags(gpu, gpu_mem_gib, traffic, opts)
-    g = get_gpu(gpu or DEFAULT_GPU, gpu_file=gpu_file) if gpu_mem_gib is None else None
+    g = get_gpu(gpu or DEFAULT_PLAN_GPU, gpu_file=gpu_file) if gpu_mem_gib is None else None
     report = plan(gpu=g, gpu_mem_gib=gpu_mem_gib, traffic=traffic, **opts)
     if json_mode:
         print_json(report)

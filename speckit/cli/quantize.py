@@ -114,3 +114,5 @@ def render(r) -> None:
     key = "exclude" if r.layout == "quark" else "ignore"
     click.echo(f"  {key} (vLLM names): {', '.join(r.exclude)}")
     click.echo(f"wrote {r.out}")
+    for n in r.notes:
+        click.echo(f"note: {n}")

@@ -1,7 +1,8 @@
 """`speckit registry list | show | resolve | add`: browse the curated drafts, add pushed ones.
 
-A thin click shell over speckit.core.registry; rich renders the tables (imported only when a
-table is printed) and --json prints the library's result object. Nothing here imports torch.
+A thin click shell over speckit.registry (speckit.api.registry_list, ...); rich renders the
+tables (imported only when a table is printed) and --json prints the library's result object.
+Nothing here imports torch or the Hub client.
 """
 
 from __future__ import annotations
@@ -14,14 +15,11 @@ import click
 
 from speckit.cli._common import SuggestingGroup, handle_errors, print_json
 from speckit.cli._options import options_for
-from speckit.core.gpus import DEFAULT_GPU
-from speckit.core.plan.options import check_options, optional_positive_int
 from speckit.core.refs import printable
-from speckit.core.registry import list_entries
 from speckit.errors import UsageError
 from speckit.io.datafiles import load_registry
 from speckit.io.terminal import output_console, print_table
-from speckit.registry import registry_add, registry_resolve
+from speckit.registry import registry_add, registry_list, registry_resolve, registry_show
 
 list_opt, show_opt = options_for("registry list"), options_for("registry show")
 resolve_opt, add_opt = options_for("registry resolve"), options_for("registry add")
@@ -72,7 +70,8 @@ def list_cmd(ctx, provider, method, target, kind, show_all, registry_files, json
 
     reg = load_from_cli(*_files(ctx, registry_files))
     kind_filter = None if (show_all or kind == "all") else kind
-    listing = list_entries(reg, provider=provider, method=method, target=target, kind=kind_filter)
+    listing = registry_list(provider=provider, method=method, target=target, kind=kind_filter,
+                            registry=reg)
     if json_mode:
         print_json(listing)
         return
@@ -87,8 +86,7 @@ def list_cmd(ctx, provider, method, target, kind, show_all, registry_files, json
 @handle_errors
 def show_cmd(ctx, entry_id, registry_files, json_mode):
     """Everything the registry records for one entry, published results included."""
-    reg = load_from_cli(*_files(ctx, registry_files))
-    entry = reg.get(entry_id)
+    entry = registry_show(entry_id, registry=load_from_cli(*_files(ctx, registry_files)))
     if json_mode:
         print_json(entry)
         return
@@ -110,19 +108,10 @@ def resolve_cmd(ctx, target, method, gpu, concurrency, tp, dataset, registry_fil
     """Drafts for a target, ranked by projected throughput ratio at --concurrency on --gpu (each
     with its band, k, KV memory left and where its acceptance came from; the methods that need
     no draft beside them), from the registry's recorded shapes, offline. Exit status 2 when no
-    draft is registered.
+    draft is registered."""
 
-    \b
-    Examples:
-      speckit registry resolve --target Qwen/Qwen3-8B --gpu h100 --concurrency 32
-      speckit registry resolve -t openai/gpt-oss-20b --gpu mi300x --concurrency 64 --json
-    """
-
-    optional_positive_int(concurrency, "--concurrency")
-    check_options(tp=tp)
-    reg = load_from_cli(*_files(ctx, registry_files))
-    result = registry_resolve(target, method=method, gpu=gpu or DEFAULT_GPU,
-                              concurrency=concurrency, tp=tp, dataset=dataset, registry=reg)
+    result = registry_resolve(target, method=method, gpu=gpu, concurrency=concurrency, tp=tp,
+                              dataset=dataset, registry=load_from_cli(*_files(ctx, registry_files)))
     if json_mode:
         print_json(result)
         if not result.found:

@@ -210,7 +210,10 @@ def find_gpu(name: str, gpus: Sequence[GPU]) -> GPU:
     )
 
 
-DEFAULT_GPU = "H200"  # what plan and registry resolve size for when --gpu is not given
+# One name per meaning: the GPU that plan, registry resolve and push size for when --gpu is not
+# given, and the GPU the demo projects its deployment on (the one its README shows).
+DEFAULT_PLAN_GPU = "H200"
+DEMO_SERVE_GPU = "mi300x"
 
 
 def builtin_gpu(name: str, *, extra: Sequence[GPU] = ()) -> GPU:

@@ -9,12 +9,11 @@ import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from speckit.core import PACKAGE_DIR
 from speckit.core import gpus as _gpus
 from speckit.core.gpus import GPU
-from speckit.core.plan import engine as _engine
-from speckit.core.plan import steps as _steps
 from speckit.core.registry import (
     BUILTIN_NAME,
     PublishedResult,
@@ -24,6 +23,10 @@ from speckit.core.registry import (
 )
 from speckit.core.registry.schema import Entry
 from speckit.errors import FormatError, UsageError
+
+if TYPE_CHECKING:
+    from speckit.core.plan import engine as _engine
+    from speckit.core.plan import steps as _steps
 
 REGISTRY_ENV = "SPECKIT_REGISTRY"  # os.pathsep-separated registry files layered on top
 GPUS_ENV = "SPECKIT_GPUS"  # a gpus.toml that replaces the config-dir one
@@ -146,10 +149,14 @@ def load_step_constants(path: str | os.PathLike | None = None) -> _steps.StepCon
     calibrate wrote; the unfitted defaults when the shipped file is absent."""
     p = Path(path) if path is not None else STEP_COSTS_PATH
     raw = _json_or_none(p)
+    from speckit.core.plan import steps as _steps
+
     return _steps.StepConstants() if raw is None else _steps.constants_from(raw, where=str(p))
 
 
 def save_step_constants(c: _steps.StepConstants, path: Path, *, extra: dict | None = None) -> None:
+    from speckit.core.plan import steps as _steps
+
     Path(path).write_text(json.dumps(_steps.constants_document(c, extra=extra), indent=2) + "\n")
 
 
@@ -159,8 +166,12 @@ def load_engine_costs(path: str | os.PathLike | None = None, *,
     ideal where the file is absent."""
     p = Path(path) if path is not None else ENGINE_COSTS_PATH
     raw = _json_or_none(p)
+    from speckit.core.plan import engine as _engine
+
     return _engine.IDEAL if raw is None else _engine.engine_from(raw, where=str(p), engine=engine)
 
 
 def save_engine_costs(e: _engine.EngineCosts, path: Path, *, extra: dict | None = None) -> None:
+    from speckit.core.plan import engine as _engine
+
     Path(path).write_text(json.dumps(_engine.engine_document(e, extra=extra), indent=2) + "\n")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from speckit.core import PACKAGE_DIR
 from speckit.core.methods.detect import pick_method
 from speckit.core.plan.computed import Computed, computed_draft_tensors, computed_tensors
 from speckit.errors import FormatError, HubError, UsageError
@@ -225,4 +226,49 @@ def _resolve_and_load(ref: str, entry: Any, revision: str | None, role: str,
     return _load_local(r.path)
 
 
-__all__ = ["LoadedRef", "load_headers", "load_ref", "registry_entry"]
+@dataclass
+class TargetConfig:
+    """A target's config.json as a pairing check reads it (inspect --target, pre-flight), and
+    which copy it came from: the fields of speckit.io.refs.Resolved those checks read."""
+
+    config: dict[str, Any]
+    path: Path  # the directory read, or the registry file whose recorded shape it is
+    read_from: str | None = None  # a copy on this machine, or the registry's recorded shape
+    repo: str | None = None
+    entry: Any = None  # the registry entry, when the reference is a registry id
+    fetch_memos: list[Path] = field(default_factory=list)
+
+
+def target_config(ref: str, *, what: str = "--target") -> TargetConfig:
+    """The config of target ``ref`` (a directory, registry id or Hub repo) for a check that needs
+    only its shape (inspect --target): a copy on this machine first, else config.json from the
+    Hub; for a registry target that is not built here, or whose repo the Hub cannot give (offline,
+    not cached), the registry's recorded shape, as plan reads it (load_headers)."""
+    entry = None if looks_like_path(ref) else registry_entry(ref)
+    unbuilt = _unbuilt(entry) if entry is not None and entry.kind == "target" else None
+    if unbuilt is not None:
+        return _recorded_config(entry, f"the registry's recorded shape of {entry.id} (not built "
+                                f"here; `speckit fetch {entry.id}` builds it)")
+    try:
+        r = resolve(ref, role="target", need="config", what=what, local_first=True)
+    except NotCachedError as e:
+        repo, _ = hub_repo(ref, entry)
+        e2 = entry if entry is not None else (_entry_for_repo(repo, kind="target") if repo
+                                              else None)
+        if e2 is None or e2.config is None:
+            raise
+        return _recorded_config(e2, f"the registry's recorded shape of {e2.repo or e2.id} "
+                                f"({e.message}; `speckit registry show {e2.id}` cites its "
+                                "sources)")
+    return TargetConfig(r.config, r.path, r.local_copy, r.repo, r.entry, list(r.fetch_memos))
+
+
+def _recorded_config(entry: Any, said: str) -> TargetConfig:
+    origin = Path(str(entry.origin)) if Path(str(entry.origin)).is_file() else \
+        PACKAGE_DIR / "registry.toml"
+    return TargetConfig(dict(entry.config), origin, said, entry.repo or entry.local_copy_of,
+                        entry)
+
+
+__all__ = ["LoadedRef", "TargetConfig", "load_headers", "load_ref", "registry_entry",
+           "target_config"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from speckit.core.gpus import GPU, custom_gpu
-from speckit.core.quant import SCHEMES
+from speckit.core.quant import SCHEMES, cpu_refusal_of
 from speckit.core.quant.kernels import KERNEL_RULES
 from speckit.core.refs import printable
 
@@ -70,7 +70,7 @@ class Host:
 @dataclass
 class KernelProbe:
     format: str  # a GPU format key: "fp8" | "mxfp4" | "nvfp4"
-    status: str  # "native" | "emulated" | "unavailable"
+    status: str  # "native" | "emulated" | "refused" (vLLM's CPU backend loads none) | "unavailable"
     device: str
     shape: tuple[int, int, int] | None = None  # M, N, K of the timed matmul
     seconds: float | None = None  # one low-precision matmul
@@ -275,12 +275,18 @@ def _print_kernels() -> None:
 
 
 def cpu_kernels(flags: set[str]) -> list[KernelProbe]:
-    """vLLM's CPU backend, by platform (core.quant.kernels): FP8 native only with AMX-FP8
-    (``flags``: the CPU's /proc/cpuinfo flags), MX and NV FP4 always emulated. Nothing is
-    timed."""
+    """vLLM's CPU backend, by platform (core.quant.kernels): a format none of whose schemes it
+    loads (each scheme's cpu_refusal, core.quant.cpu_refusal_of) is "refused", the one answer
+    doctor's scheme list gives too; else FP8 native only with AMX-FP8 (``flags``: the CPU's
+    /proc/cpuinfo flags), emulated without. Nothing is timed."""
     out = []
     for f in _formats():
         rule = KERNEL_RULES[f]
+        refusal = cpu_refusal_of(f)
+        if refusal:
+            out.append(KernelProbe(f, "refused", "cpu", basis="vLLM's CPU backend",
+                                   detail=f"loads no {f} scheme: {refusal}"))
+            continue
         native = rule.native_on_cpu(flags)
         out.append(KernelProbe(f, "native" if native else "emulated", "cpu",
                                basis="vLLM's CPU backend",

@@ -24,6 +24,7 @@ from speckit.errors import SpeckitError, UsageError
 from speckit.io import targets
 from speckit.io.checkpoint import load_config
 from speckit.io.datafiles import load_registry
+from speckit.io.draftrecord import recorded_targets
 from speckit.io.hub import (
     FetchOptions,
     HubSettings,
@@ -257,6 +258,28 @@ def _copied(req: _Request, copy: LocalCopy, entry: Any, rev: str | None) -> Reso
 
 def _entry_role(entry) -> str:
     return "target" if entry is not None and entry.kind == "target" else "draft"
+
+
+def target_of_draft(draft: str | os.PathLike | None, *, flag: str = "--target"
+                    ) -> tuple[str, str]:
+    """(reference, where it is recorded) of the target ``draft`` was made for, for a command given
+    a draft and no target: its training record's (a registry id for speckit's own targets), its
+    speculators_config verifier, else its registry entry's target. UsageError when there is no
+    draft, or it records none."""
+    if draft is None:
+        raise UsageError(f"no {flag} given", hint=f"pass {flag} with the target's directory, "
+                         "registry id (e.g. qwen3-8b) or Hub repo id (owner/name)")
+    r = resolve(draft, role="draft", what="--draft", local_first=True)
+    cands = recorded_targets(r.path, r.config)
+    if r.entry is not None and r.entry.target:
+        cands.append((r.entry.target, f"registry entry {r.entry.id}"))
+    if not cands:
+        raise UsageError(f"--draft {printable(draft)}: no {flag} given, and the draft records no "
+                         "target (no speckit-train.json recipe, no "
+                         "speculators_config.verifier.name_or_path, no registry pairing)",
+                         hint=f"pass {flag} with the target's directory, registry id (e.g. "
+                         "qwen3-8b) or Hub repo id (owner/name)")
+    return cands[0]
 
 
 # ---- what a reference names -----------------------------------------------------------------

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 from speckit.core import quant as core_quant
+from speckit.io import host
 from speckit.io.checkpoint import write_json
 from speckit.io.output import (
     PROVENANCE,
@@ -23,6 +24,7 @@ from speckit.io.output import (
     strip_remote_code,
     write_provenance,
 )
+from speckit.io.refs import Resolved, resolve
 from speckit.quant import schemes
 from speckit.quant.decisions import (
     check_device,
@@ -73,11 +75,12 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     for e in exclude:
         schemes.check_entry(e, regex=sch.exclude_regex)
     dev = check_device(device)
-    src_path = Path(src).expanduser()
+    src_ref = resolve(src, role="draft", what="CKPT", allow_pickle=False, progress=progress)
+    src_path = src_ref.path
     ckpt, mod, layout = open_source(src_path, allow_external_links=allow_external_links)
     # no -o: the current directory, never beside the source (which may be the installed package)
     out_dir = Path(out).expanduser() if out is not None else \
-        Path.cwd() / f"{src_path.resolve().name}-{sch.name}"
+        Path.cwd() / f"{_out_name(src_ref)}-{sch.name}"
     out_dir = check_output(out_dir, {"CKPT": src_path, "--calib-target": calib_target},
                            force=force)
     prior, requant, warnings = prior_and_requant(
@@ -114,4 +117,22 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
                          command="quantize", code_dropped=code_dropped)
         verify_output(tmp, items, sch, meant)
     result.seconds = round(time.monotonic() - started, 3)
+    result.notes += serving_notes(sch)
     return result
+
+
+def serving_notes(sch: core_quant.QuantScheme) -> list[str]:
+    """What this machine's vLLM does with the output: a scheme its CPU backend refuses (the
+    scheme's cpu_refusal, the rule doctor reports too) is said, as a fact, not a refusal."""
+    if not sch.cpu_refusal or not host.engine_on_cpu():
+        return []
+    return [f"this machine's vLLM (CPU backend) cannot load {sch.name}: {sch.cpu_refusal}; serve "
+            "it on a GPU (`speckit doctor` lists what loads here)"]
+
+
+def _out_name(r: Resolved) -> str:
+    """The default output's stem: the directory's name, else the registry id or repo name (a Hub
+    snapshot's directory is named by its commit)."""
+    if r.kind == "path":
+        return r.path.resolve().name
+    return r.registry_id or (r.repo or r.ref).rsplit("/", 1)[-1]

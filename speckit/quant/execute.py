@@ -75,6 +75,7 @@ class QuantizeResult:
     requantized_from: str | None = None  # set when --requantize re-quantized a quantized input
     target_layers: int | None = None
     warnings: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # facts about serving it, not problems
     code_dropped: list[str] = field(default_factory=list)  # source code / auto_map not carried
     seconds: float = 0.0
     layout: str = "quark"  # the quantization_config dialect written (core.quant scheme layout)

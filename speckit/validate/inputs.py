@@ -22,7 +22,7 @@ from speckit.io.datafiles import load_registry
 from speckit.io.draftrecord import read_trained_length
 from speckit.io.output import check_output, output_errors
 from speckit.io.prompts import load_prompts
-from speckit.io.refs import config_only, resolve
+from speckit.io.refs import config_only, resolve, target_of_draft
 from speckit.io.traffic import TrafficRun, traffic_for_target
 from speckit.validate.concurrency import default_batches
 from speckit.validate.options import ValidateOptions
@@ -78,6 +78,10 @@ def gather_inputs(opts: ValidateOptions, warnings: list[str]) -> Inputs:
     the prompts; refusals that need no engine happen here."""
     target, draft, method, compare_draft = opts.target, opts.draft, opts.method, opts.compare_draft
     copies: list[str] = []
+    if target is None:  # the one the draft records, said in the report
+        target, where = target_of_draft(draft)
+        warnings.append(f"no --target given: using {target}, the target the draft records "
+                        f"({where})")
     tpath, tname = resolve_input(target, role="target", copies=copies)
     tcfg = _config(tpath, what="target")
     _check_chat_template(tpath, name=tname)

@@ -233,7 +233,7 @@ def test_cli_wrong_endpoint_json_error(tmp_path):
     with Stub() as s:
         url = s.url
     p = subprocess.run([sys.executable, "-m", "speckit", "bench", "--endpoint", url,
-                        "--concurrencies", "1", "--json"], capture_output=True, text=True,
+                        "--concurrency", "1", "--json"], capture_output=True, text=True,
                        timeout=120)
     assert p.returncode == 6
     assert "no vLLM OpenAI server answers" in json.loads(p.stdout)["error"]

@@ -33,7 +33,7 @@ def _with_auth(url: str, auth: str = AUTH) -> str:
 
 
 def _cli(url: str, *extra: str, concurrency: str = "1", baseline: str | None = None):
-    args = ["bench", "--endpoint", url, "--concurrencies", concurrency,
+    args = ["bench", "--endpoint", url, "--concurrency", concurrency,
             "--prompts-per-concurrency", "2", "--warmups-per-concurrency", "1",
             "--max-tokens", "30", "--cpu-threads", "0", "--repeats", "1", "-q", *extra]
     if baseline:

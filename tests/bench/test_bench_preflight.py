@@ -50,7 +50,7 @@ def pair(tmp_path_factory):
 def test_an_error_stops_bench_before_any_server(pair, started, tmp_path):
     out = tmp_path / "out"
     r = CliRunner().invoke(main, ["bench", "--target", pair["target"], "--draft", pair["marked"],
-                                  "--concurrencies", "1", "-o", str(out)])
+                                  "--concurrency", "1", "-o", str(out)])
     assert r.exit_code == 7, r.output
     assert "error: pre-flight" in r.output and "test rule" in r.output
     assert "hint: remove the mark" in r.output and "--force-start" in r.output

@@ -164,7 +164,7 @@ def _sample(p: click.Option):
     ("bench", ["-k", "1,3"], {"sweep": [1, 3]}),
     ("bench", ["--num-speculative-tokens", "2"], {"sweep": [2]}),
     ("bench", ["--seeds", "3,4,5"], {"seed": 3, "repeats": 3}),
-    ("bench", ["--concurrency", "1,4"], {"concurrencies": "1,4"}),
+    ("bench", ["--concurrencies", "1,4"], {"concurrency": [1, 4]}),
     ("bench", ["--temperature", "0,0.7"], {"temperatures": "0,0.7"}),
     ("bench", ["--thinking-mode", "both"], {"thinking": "both"}),
     ("fetch", ["REF", "--local-dir", "d"], {"out": "d"}),

@@ -219,7 +219,7 @@ def test_bad_traffic_through_each_command(pair, tiny_target, tmp_path, content, 
                  "--al", "2", "-k", "3"],
         "validate": ["validate", "--target", str(tiny_target), "--method", "ngram", "-k", "2"],
         # an endpoint nobody listens on: the traffic is read before any request is sent
-        "bench": ["bench", "--endpoint", "http://127.0.0.1:9", "--concurrencies", "1"],
+        "bench": ["bench", "--endpoint", "http://127.0.0.1:9", "--concurrency", "1"],
     }
     for name, argv in commands.items():
         r = CliRunner().invoke(main, [*argv, "--traffic", str(p)])

@@ -215,13 +215,17 @@ def test_kernel_verdict_is_one_answer_run_after_run():
         assert s.status == ("refused" if r.vllm_platform == "cpu" and SCHEMES[s.scheme].cpu_refusal
                             else want), s
     for k in r.kernels:
-        assert k.status in {"native", "emulated", "unavailable"} and k.detail and k.basis
+        assert k.status in {"native", "emulated", "refused", "unavailable"} and k.detail and k.basis
         if k.basis == "vLLM's CPU backend":  # decided from vLLM's code: nothing timed
             assert k.seconds is None and k.ratio is None and "vllm" in k.detail.lower()
         elif k.status != "unavailable":
             assert k.seconds > 0 and k.bf16_seconds > 0
-    if host.engine_on_cpu():
-        assert probes["mxfp4"].status == probes["nvfp4"].status == "emulated"
+    if host.engine_on_cpu():  # issue 53: "mxfp4 emulated", then "the mxfp4 scheme refused"
+        assert probes["mxfp4"].status == probes["nvfp4"].status == "refused"
+        assert probes["fp8"].status in {"native", "emulated"}  # fp8 and fp8-ct load there
+    for k in r.kernels:  # one source: a refused format is one whose every scheme is refused
+        of = [s.status for s in r.schemes if s.capability == k.format]
+        assert (k.status == "refused") == (bool(of) and set(of) == {"refused"}), (k, of)
     # validate's acceptance-only decision reads the same answer
     why = emulated_quant({"quantization_config": SCHEMES["fp8"].quantization_config([])})
     assert (why is None) == (probes["fp8"].status == "native")

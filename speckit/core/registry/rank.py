@@ -28,36 +28,13 @@ from speckit.core.registry.schema import (
     NearbyTarget,
     PublishedResult,
     Registry,
-    RegistryListing,
     ResolveResult,
     check_method,
     squash,
 )
 from speckit.errors import FormatError, PlanError, UsageError
 
-
-def list_entries(
-    registry: Registry,
-    *,
-    provider: str | None = None,
-    method: str | None = None,
-    target: str | None = None,
-    kind: str | None = "draft",
-) -> RegistryListing:
-    """The entries `speckit registry list` shows, plus registry-level figures for the same
-    method/target filters (those are drafts we know numbers for but do not curate)."""
-    entries = registry.filter(provider=provider, method=method, target=target, kind=kind)
-    pub = []
-    if kind != "target":
-        for r in registry.published:
-            if method is not None and r.method != method:
-                continue
-            if target is not None and target.lower() not in (r.target or "").lower():
-                continue
-            if provider is not None and squash(provider) not in squash(r.provider or ""):
-                continue
-            pub.append(r)
-    return RegistryListing(files=list(registry.files), entries=entries, published=pub)
+__all__ = ["resolve"]
 
 
 def resolve(registry: Registry, *, target: str, method: str | None = None,

@@ -60,7 +60,7 @@ def hub_settings(endpoint: str | None = None, cache_dir: str | os.PathLike | Non
 
     ep = (endpoint or os.environ.get("HF_ENDPOINT") or c.ENDPOINT).rstrip("/")
     return HubSettings(ep, _cache_dir(cache_dir, c.HF_HUB_CACHE),
-                       offline if offline is not None else _offline(bool(c.HF_HUB_OFFLINE)), token,
+                       offline if offline is not None else _offline(), token,
                        Limits.from_env())
 
 
@@ -81,12 +81,15 @@ def _cache_dir(given: str | os.PathLike | None, default: str) -> Path:
     return Path(os.path.expandvars(str(given))).expanduser().resolve()
 
 
-def _offline(default: bool) -> bool:
+def _offline() -> bool:
+    """The environment now; unset means online (huggingface_hub.constants.HF_HUB_OFFLINE is the
+    environment when huggingface_hub was first imported, so it is not read: a process that
+    imported it while offline would stay offline)."""
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         v = _env_true(name)
         if v is not None:
             return v
-    return default
+    return False
 
 
 def _env_true(name: str) -> bool | None:
