@@ -25,7 +25,6 @@ from speckit.io.output import (
     write_provenance,
 )
 from speckit.io.refs import Resolved, resolve
-from speckit.quant import schemes
 from speckit.quant.decisions import (
     check_device,
     count_quantized,
@@ -34,6 +33,7 @@ from speckit.quant.decisions import (
     prior_and_requant,
     target_layers_from,
 )
+from speckit.quant.exclude_entries import check_entry
 from speckit.quant.execute import (
     DEFAULT_SHARD_BYTES,
     SKIP_EXTRA,
@@ -73,7 +73,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     started = time.monotonic()
     sch = core_quant.get(scheme)
     for e in exclude:
-        schemes.check_entry(e, regex=sch.exclude_regex)
+        check_entry(e, regex=sch.exclude_regex)
     dev = check_device(device)
     src_ref = resolve(src, role="draft", what="CKPT", allow_pickle=False, progress=progress)
     src_path = src_ref.path

@@ -15,6 +15,7 @@ from speckit.core import quant as core_quant
 from speckit.core.methods.common import layer_config
 from speckit.core.methods.detect import LAYOUT_BY_NAME, pick_method
 from speckit.core.quant import QuantScheme as Scheme
+from speckit.core.quant import exclude as vllm_exclude
 from speckit.core.tensors import selected_ids
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import (
@@ -25,7 +26,6 @@ from speckit.io.checkpoint import (
     load_config,
     read_ints,
 )
-from speckit.quant import schemes
 
 _QUANT_DTYPES = {"U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E8M0", "E8M0", "F4", "F6_E2M3", "F6_E3M2"}
 
@@ -208,7 +208,7 @@ def target_layers_from(config: dict[str, Any], calib_target) -> int | None:
 
 def looks_linear(name: str, shape: tuple[int, ...], dtype: str) -> bool:
     """Quark's own test for a Linear weight (2-D `.weight`, not an embedding or a norm)."""
-    module = schemes.module_of(name)
+    module = vllm_exclude.module_of(name)
     return (name.endswith(".weight") and len(shape) == 2 and "embed" not in module
             and not module.endswith("norm") and module.split(".")[-1] != "lm_head")
 
@@ -318,14 +318,14 @@ def _plan_unquantizable(info: TensorInfo, ckpt: Checkpoint, mod, was_quant: bool
     """A tensor the method's vLLM model never quantizes: kept, with the reason why."""
     name = info.name
     linear = looks_linear(name, eff_shape, eff_dtype)
-    if schemes.module_of(name) == "lm_head":
+    if vllm_exclude.module_of(name) == "lm_head":
         reason = "lm_head: vLLM builds a ParallelLMHead, never quantized"
     elif linear:
         reason = f"vLLM's {mod.name} model does not quantize this layer"
     else:
         reason = "not a Linear weight"
     item = _planned_keep(info, reason, was_quant, eff_shape, eff_dtype, ckpt)
-    if linear and schemes.module_of(name) != "lm_head":
+    if linear and vllm_exclude.module_of(name) != "lm_head":
         # listed in exclude too: harmless where vLLM builds no quantized Linear for it
         return _Planned(item, kept=(name, None))
     return _Planned(item)
@@ -359,7 +359,7 @@ def _exclude_list(exclude: list[str], kept: list[tuple[str, str | None]], mod, *
             continue
         # every vLLM name of the module (aliases too) must be excluded, not just the one matched
         for n in rt:
-            if not any(schemes.matches(e, n) for e in exclude_list):
+            if not any(vllm_exclude.matches(e, n) for e in exclude_list):
                 exclude_list.append(n)
     if need_depth:
         raise UsageError(
@@ -380,12 +380,12 @@ def _user_exclusion(exclude: list[str], mod, name: str, rt: list[str] | None,
     if not exclude:
         return None
     if rt is not None:
-        return next((e for e in exclude if any(schemes.matches(e, n) for n in rt)), None)
+        return next((e for e in exclude if any(vllm_exclude.matches(e, n) for n in rt)), None)
     # the layer number depends on the target depth: only an entry that covers every name of the
     # module, whatever the depth, can be used without --target-layers (e.g. re:.*down_proj)
     at = [_runtime_names_at(mod, name, n, cfg) for n in (0, 1000)]
-    some = [e for e in exclude if any(schemes.matches(e, n) for names in at for n in names)]
-    full = [e for e in some if all(schemes.matches(e, n) for names in at for n in names)]
+    some = [e for e in exclude if any(vllm_exclude.matches(e, n) for names in at for n in names)]
+    full = [e for e in some if all(vllm_exclude.matches(e, n) for names in at for n in names)]
     if full:
         return full[0]
     if some:

@@ -14,6 +14,7 @@ from typing import Any
 from speckit.core import links
 from speckit.core import quant as core_quant
 from speckit.core.quant import QuantScheme as Scheme
+from speckit.core.quant import exclude as vllm_exclude
 from speckit.core.quant.exclude import excluded_list, is_excluded
 from speckit.errors import FormatError
 from speckit.io.checkpoint import (
@@ -29,7 +30,7 @@ from speckit.io.output import (
 )
 from speckit.io.progress import byte_progress
 from speckit.io.writer import CheckpointWriter
-from speckit.quant import activation_scales, fp8, schemes
+from speckit.quant import activation_scales, fp8
 from speckit.quant.chunks import ErrorStats, single_threaded
 from speckit.quant.decisions import Item, looks_linear, prior_quantization
 
@@ -228,7 +229,7 @@ def _quantize_one(it: Item, w, sch: Scheme, writer: CheckpointWriter, input_amax
 
         amax = input_amax[it.module]
         scale = fp8.scale_from_amax(torch.tensor(amax, dtype=torch.float32))
-        writer.write(f"{schemes.module_of(name)}.input_scale", scale)
+        writer.write(f"{vllm_exclude.module_of(name)}.input_scale", scale)
         out_bytes += 4
     rel = stats.relative()
     return TensorReport(name, [int(x) for x in w.shape], it.info.dtype, "quantized",

@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import re
 
-from speckit.core.quant.exclude import matches, module_of
 from speckit.errors import UsageError
 
-__all__ = ["check_entry", "matches", "module_of"]
+__all__ = ["check_entry"]
 
 
 def check_entry(entry: str, *, regex: bool = True) -> None:
