@@ -138,17 +138,20 @@ def _vocab_and_aux(ctx: ReadContext, out: ConversionPlan, cfg: dict[str, Any],
 
 def _recorded_aux(cfg: dict[str, Any], layer_cfg: dict[str, Any],
                   key: str) -> tuple[list[int] | None, str]:
-    """The top-level ids (vLLM's own), else those a trainer's config left in
-    transformer_layer_config (read_aux_ids: its field, convention and shift), else None."""
+    """The top-level ids (vLLM's own), else those a trainer's config left in a nested field of
+    the speculators config itself or of its transformer_layer_config (read_aux_ids: its field,
+    convention and shift), else None."""
     if cfg.get(key) is not None:
         return cfg[key], f"source {key}"
-    aux = read_aux_ids(layer_cfg)
-    if aux is None:
-        return None, f"source {key}"
-    said = f"source transformer_layer_config.{aux.field}"
-    if aux.shift:
-        return aux.ids, f"{said} {aux.raw} ({aux.convention}, +{aux.shift}: {aux.why})"
-    return aux.ids, f"{said} ({aux.convention})"
+    for where, holder in (("", cfg), ("transformer_layer_config.", layer_cfg)):
+        aux = read_aux_ids(holder)
+        if aux is None:
+            continue
+        said = f"source {where}{aux.field}"
+        if aux.shift:
+            return aux.ids, f"{said} {aux.raw} ({aux.convention}, +{aux.shift}: {aux.why})"
+        return aux.ids, f"{said} ({aux.convention})"
+    return None, f"source {key}"
 
 
 def _align_nested_aux(out: ConversionPlan, cfg: dict[str, Any], layer_cfg: dict[str, Any],

@@ -44,6 +44,14 @@ def _only_nested_eagle_config(path):
     return patch_config(_stale_eagle_config(path), eagle_aux_hidden_state_layer_ids=None)
 
 
+def _top_level_eagle_config(path):
+    """A speculators eagle3 draft whose ids a trainer left only in a top-level eagle_config
+    (TRAINER_IDS, output-of-layer): vllm#43671's export (docs/preflight.md, cause 1)."""
+    src = F.make_spec_eagle3(path)
+    return patch_config(src, eagle_aux_hidden_state_layer_ids=None, eagle_config={
+        "eagle_aux_hidden_state_layer_ids": TRAINER_IDS, "use_aux_hidden_state": True})
+
+
 def _specforge_with_eagle_config(path):
     """SpecForge's export with the eagle_config it trains with: [1, L/2-1, L-4], output ids."""
     return patch_config(F.make_specforge_eagle3(path), eagle_config={
@@ -69,6 +77,9 @@ CASES = {
     "speculators-nested-eagle-config": (_only_nested_eagle_config, "llama",
                                         "eagle_aux_hidden_state_layer_ids",
                                         [i + 1 for i in TRAINER_IDS]),
+    "speculators-top-level-eagle-config": (_top_level_eagle_config, "llama",
+                                           "eagle_aux_hidden_state_layer_ids",
+                                           [i + 1 for i in TRAINER_IDS]),
 }
 
 
