@@ -249,7 +249,7 @@ def _runners(torch: Any, pts: list[_probe.ProbePoint]) -> dict[int, Any]:
 
 def _time_flash_first(torch: Any, fn: Any, p: _probe.ProbePoint, log: Any) -> float:
     """Seconds of one point, its attention on the FlashAttention SDPA kernel (what vLLM runs, and
-    what bench/step_costs.py measured whole steps with) where it takes the inputs, else on
+    what benchmarks/step_costs.py measured whole steps with) where it takes the inputs, else on
     SDPA's own choice; NaN when neither runs (skipped, said)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 

@@ -2,7 +2,7 @@
 
 The property: a result or a SpeckitError subclass, never another exception, never a hang (the
 deadline); the safetensors header check also agrees with the safetensors library on every input.
-bench/fuzz.py runs the same targets 10,000+ times each.
+benchmarks/fuzz.py runs the same targets 10,000+ times each.
 """
 
 from __future__ import annotations

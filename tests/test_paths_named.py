@@ -1,5 +1,5 @@
 """Every repository path that a doc, comment or docstring names exists (speckit/..., tests/...,
-bench/..., docs/..., tools/...): a module that moves leaves no stale pointer behind."""
+benchmarks/..., docs/..., tools/...): a module that moves leaves no stale pointer behind."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PATH = re.compile(r"(?<![\w./-])((?:speckit|tests|bench|docs|tools)/[\w./-]*[\w/])")
+PATH = re.compile(r"(?<![\w./-])((?:speckit|tests|benchmarks|docs|tools)/[\w./-]*[\w/])")
 # recorded outputs keep the paths of the run that wrote them; the two test modules below build
 # synthetic speckit/ trees whose paths are not meant to exist
-SKIP_PREFIXES = ("bench/results/", "bench/data/")
+SKIP_PREFIXES = ("benchmarks/results/", "benchmarks/data/")
 SKIP_FILES = {"tests/test_architecture.py", "tests/test_function_length.py"}
 BINARY = (".safetensors", ".png", ".xz", ".gz", ".gguf", ".bin")
 
@@ -25,7 +25,8 @@ def _tracked() -> list[str]:
 
 def _exists(p: str) -> bool:
     """A path, a module named with dots (tests/support/factories.make_target), a file shipped
-    compressed, or a placeholder (speckit/data/drafts/NAME, bench/<script>.py) naming no file."""
+    compressed, or a placeholder (speckit/data/drafts/NAME, benchmarks/<script>.py) naming no
+    file."""
     if p.split("/")[-1].isupper():
         return True
     head = p.split(".")[0]

@@ -3,7 +3,7 @@ TTFT/TPOT/ITL, acceptance from /metrics), the baseline, static k, a k schedule a
 methods side by side, either on servers speckit starts or on the user's own endpoints.
 
 The package is named for its command, as convert/, quant/ and validate/ are. The repository's
-top-level bench/ folder is another thing: the project's benchmark scripts, which speckit never
+top-level benchmarks/ folder is another thing: the project's benchmark scripts, which speckit never
 imports.
 """
 

@@ -72,7 +72,7 @@ _MI300 = formats(fp8="native", mxfp4="emulated", nvfp4="emulated")
 
 
 # Memory: the total cudaMemGetInfo reports, which is vLLM's budget base. H200 was measured with
-# torch.cuda.mem_get_info on the device machine (bench/results/plan_h200.txt); the other NVIDIA
+# torch.cuda.mem_get_info on the device machine (benchmarks/results/plan_h200.txt); the other NVIDIA
 # parts are nvidia-smi totals; AMD parts are the HBM capacity of the spec sheet (binary GB).
 _T = 1e12
 # Rates: vendor datasheets, dense (no sparsity). NVIDIA: H100/H200 SXM 989 TFLOP/s BF16 and 1979

@@ -30,8 +30,8 @@ if TYPE_CHECKING:
 
 REGISTRY_ENV = "SPECKIT_REGISTRY"  # os.pathsep-separated registry files layered on top
 GPUS_ENV = "SPECKIT_GPUS"  # a gpus.toml that replaces the config-dir one
-STEP_COSTS_PATH = PACKAGE_DIR / "data" / "step_costs.json"  # fitted by bench/step_costs.py
-ENGINE_COSTS_PATH = PACKAGE_DIR / "data" / "engine_costs.json"  # bench/projection_vs_published
+STEP_COSTS_PATH = PACKAGE_DIR / "data" / "step_costs.json"  # fitted by benchmarks/step_costs.py
+ENGINE_COSTS_PATH = PACKAGE_DIR / "data" / "engine_costs.json"  # benchmarks/projection_vs_published
 
 
 def config_dir(env: Mapping[str, str] | None = None) -> Path:

@@ -171,7 +171,7 @@ def quantize(w, *, stats: ErrorStats | None = None, chunk_elems: int | None = No
     if w.is_cuda:
         # blocks at the ends of the exponent range go through subnormal float32 values
         # (2^-127 scales, subnormal inputs), which the GPU may flush to zero: redo those rows
-        # on the CPU so the bytes never depend on the device (bench/quantize.py --cuda checks)
+        # on the CPU so the bytes never depend on the device (benchmarks/quantize.py --cuda checks)
         edge = ((scales <= 3) | (scales >= 253)).any(dim=1).nonzero().flatten()
         if edge.numel():
             p, s = quantize(w[edge].cpu())

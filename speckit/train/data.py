@@ -303,7 +303,7 @@ class ShardWriter:
 
         The answer-label counts take one bincount a batch, on the rows' device: per row it was
         a host sync and a vocabulary-wide CPU add each (likely what stalled four runs sharing one
-        16-core machine: bench/results/train_eagle3_fcnorm_seed2.txt)."""
+        16-core machine: benchmarks/results/train_eagle3_fcnorm_seed2.txt)."""
         import torch
 
         labels = torch.cat([row[2][row[3]] for row in rows]).long()

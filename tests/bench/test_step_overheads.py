@@ -1,4 +1,4 @@
-"""bench/step_overheads.py (the per-step work the lead times on a GPU) runs in its CPU smoke
+"""benchmarks/step_overheads.py (the per-step work the lead times on a GPU) runs in its CPU smoke
 mode, writes every piece at every batch size, and its samplers do what vLLM's do."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from tests.support.scripts import load_script
 
 
 def test_smoke_run_writes_every_piece(tmp_path):
-    so = load_script("bench", "step_overheads")
+    so = load_script("benchmarks", "step_overheads")
     assert so.main(["--smoke", "--out", str(tmp_path), "--k", "2"]) == 0
     data = json.loads((tmp_path / "step_overheads.json").read_text())
     pts = data["points"]
@@ -25,7 +25,7 @@ def test_smoke_run_writes_every_piece(tmp_path):
 
 
 def test_samplers_follow_vllms_rules():
-    so = load_script("bench", "step_overheads")
+    so = load_script("benchmarks", "step_overheads")
     torch.manual_seed(0)
     logits = torch.randn(6, 50)
     # top-k 1 leaves only the argmax to sample

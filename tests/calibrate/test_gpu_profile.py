@@ -13,7 +13,7 @@ from speckit.core import PACKAGE_DIR
 from speckit.validate import concurrency as C
 from tests.support.scripts import load_script
 
-PROFILE = PACKAGE_DIR.parent / "bench" / "results" / "gpu_profile_h200.json"
+PROFILE = PACKAGE_DIR.parent / "benchmarks" / "results" / "gpu_profile_h200.json"
 LLAMA8B = {"model_type": "llama", "hidden_size": 4096, "num_hidden_layers": 32,
            "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 14336,
            "vocab_size": 128256}
@@ -72,8 +72,8 @@ def test_validate_serve_projection_is_plans_model(tmp_path, monkeypatch):
 
 
 def test_h100_profile_prices_that_cards_whole_steps_within_the_fit_error():
-    # speckit calibrate ran on an H100 (flash SDPA first, as bench/step_costs.py times), and the
-    # same card then timed 284 whole Llama-3.1-8B / 70B-TP4 steps and drafts: the profile must
+    # speckit calibrate ran on an H100 (flash SDPA first, as benchmarks/step_costs.py times), and
+    # the same card then timed 284 whole Llama-3.1-8B / 70B-TP4 steps and drafts: the profile must
     # price them about as well as the shipped H200 fit prices the H200's (median 3.2% target,
     # 2.1% draft), and far better than that H200 fit does on the H100
     import statistics
@@ -82,8 +82,8 @@ def test_h100_profile_prices_that_cards_whole_steps_within_the_fit_error():
     from speckit.core.gpus import builtin_gpu
     from speckit.io.datafiles import load_step_constants
 
-    sc = load_script("bench", "step_costs")
-    results = PACKAGE_DIR.parent / "bench" / "results"
+    sc = load_script("benchmarks", "step_costs")
+    results = PACKAGE_DIR.parent / "benchmarks" / "results"
     prof_path = results / "gpu_profile_h100.json"
     prof = json.loads(prof_path.read_text())
     data = json.loads((results / "step_costs_h100.json").read_text())

@@ -109,7 +109,7 @@ def test_plan_takes_a_gpu_profile(small):
     from speckit.core import PACKAGE_DIR
 
     target, eagle = small
-    prof = PACKAGE_DIR.parent / "bench" / "results" / "gpu_profile_h200.json"
+    prof = PACKAGE_DIR.parent / "benchmarks" / "results" / "gpu_profile_h200.json"
     code, out = run("plan", "--target", str(target), "--draft", str(eagle), "--gpu", "H200",
                     "--max-model-len", "2048", "--acceptance", "0.7,0.5", "--gpu-profile",
                     str(prof))

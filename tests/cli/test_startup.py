@@ -1,6 +1,6 @@
 """Fast start (issue 53 item 6): `speckit --help` and `speckit registry list` import no Hub client,
 no torch and no operation they do not run. Checked on the set of modules a fresh interpreter holds
-after running them (what costs start-up time), not on a timing; bench/registry_list_startup.py
+after running them (what costs start-up time), not on a timing; benchmarks/registry_list_startup.py
 measures the CPU time."""
 
 from __future__ import annotations

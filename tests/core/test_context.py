@@ -132,7 +132,8 @@ def test_shipped_eagle3_trained_context_recounts_from_its_answers_files():
     rec = read_train_record(EAGLE3)
     h, lengths = hashlib.sha256(), []
     for seed in (2, 1):  # the order recipe.answers hashes them in
-        with lzma.open(ROOT / "bench" / "data" / f"smollm2-135m-seed{seed}.samples.jsonl.xz") as f:
+        with lzma.open(ROOT / "benchmarks" / "data"
+                       / f"smollm2-135m-seed{seed}.samples.jsonl.xz") as f:
             raw = f.read()
         h.update(raw)
         lengths += [len(r["prompt_ids"]) + len(r["response_ids"])

@@ -27,7 +27,7 @@ GPU = F.machine("this machine")
 # issue 37: these timings sent the unbounded simplex to exp(huge) -> OverflowError
 OVERFLOWED = [(1, 0, 0.0432), (1, 3, 0.0893), (2, 0, 0.0447), (2, 3, 0.0939), (4, 0, 0.0421),
               (4, 3, 0.0445), (8, 0, 0.0322), (8, 3, 0.0684), (16, 0, 0.0368), (16, 3, 0.0461)]
-# bench/results/concurrency_fit_cpu.txt (2026-12-01, quiet 2-core box): base and k=3 step ms
+# benchmarks/results/concurrency_fit_cpu.txt (2026-12-01, quiet 2-core box): base and k=3 step ms
 QUIET = {1: (17.97, 24.53), 2: (17.60, 28.72), 4: (18.61, 36.35), 8: (23.68, 53.30),
          16: (31.17, 94.97)}
 

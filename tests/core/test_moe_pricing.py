@@ -27,7 +27,7 @@ from tests.support.projection import project_speed
 from tests.support.scripts import load_script
 
 MI355X = builtin_gpu("MI355X")
-RESULTS = PACKAGE_DIR.parent / "bench" / "results"
+RESULTS = PACKAGE_DIR.parent / "benchmarks" / "results"
 MXFP4 = 0.5 + 1 / 32  # 4-bit codes + one E8M0 byte per 32 weights
 
 
@@ -202,7 +202,7 @@ def test_probe_plan_pins_what_whole_steps_depend_on():
     import random
     import statistics
 
-    sc = load_script("bench", "step_costs")
+    sc = load_script("benchmarks", "step_costs")
     gpu, ship = builtin_gpu("H200"), load_step_constants()
     rng = random.Random(0)
     pts = [replace(p, seconds=probe.model_seconds(p, gpu, ship) * (1 + rng.gauss(0, 0.03)))
@@ -223,7 +223,7 @@ def test_probe_plan_pins_what_whole_steps_depend_on():
 
 
 def _pvp():
-    return load_script("bench", "projection_vs_published")
+    return load_script("benchmarks", "projection_vs_published")
 
 
 def test_shipped_engine_terms_lie_in_their_physical_range():
@@ -295,7 +295,7 @@ def test_leave_one_source_out_never_fits_on_the_left_out_source(monkeypatch):
 def test_committed_leave_one_source_out_figures_are_what_the_script_prints_now():
     # recomputed from the recorded published points (about two seconds: the ideal steps are
     # priced once): the committed summary line, the shipped terms and the shipped band must be
-    # what bench/projection_vs_published.py --write-engine produces from today's model
+    # what benchmarks/projection_vs_published.py --write-engine produces from today's model
     pvp = _pvp()
     r = pvp.run(pvp.prepare())
     line = pvp.summary_line(r["residuals"], r["band"], r["coverage"])

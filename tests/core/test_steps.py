@@ -19,7 +19,7 @@ from tests.support.plan_shapes import LLAMA31_8B, LLAMA31_70B, eagle3_llama8b
 H200 = builtin_gpu("H200")
 SHIPPED = load_step_constants()  # speckit/data/step_costs.json
 T8 = steps.ModelShape.from_config(LLAMA31_8B)
-RESULTS = PACKAGE_DIR.parent / "bench" / "results" / "step_costs_h200.json"
+RESULTS = PACKAGE_DIR.parent / "benchmarks" / "results" / "step_costs_h200.json"
 
 
 def t(shape=T8, **kw):
@@ -128,11 +128,11 @@ def test_constants_roundtrip_and_unknown_keys(tmp_path):
 
 
 def test_shipped_constants_reproduce_h200_measurements():
-    """The committed fit (bench/results/step_costs_h200.txt): target median 3.2%, worst 9.9%,
+    """The committed fit (benchmarks/results/step_costs_h200.txt): target median 3.2%, worst 9.9%,
     160/160 within 10%; draft median 2.1%, worst 9.4%."""
     from tests.support.scripts import load_script
 
-    bench = load_script("bench", "step_costs")
+    bench = load_script("benchmarks", "step_costs")
     errs = bench.whole_step_errors(json.loads(RESULTS.read_text()), H200, load_step_constants())
     assert len(errs["target"]) == 160 and len(errs["draft"]) == 140
     assert statistics.median(errs["target"]) < 0.035 and max(errs["target"]) <= 0.10

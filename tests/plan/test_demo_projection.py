@@ -25,7 +25,8 @@ def _project(rates):
 
 
 def test_the_demo_serve_schedule_speculates_only_where_the_band_is_above_one():
-    # per-position rates as the demo measures them on this CPU (bench/results/demo_cpu_issue43.txt)
+    # per-position rates as the demo measures them on this CPU
+    # (benchmarks/results/demo_cpu_issue43.txt)
     for rates in ([0.630, 0.487, 0.364], [0.80, 0.73, 0.60], [0.95, 0.90, 0.85]):
         sp = _project(rates)
         table = next(t for t in sp.tables if t.ctx == sp.schedule_context)

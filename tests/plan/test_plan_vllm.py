@@ -1,6 +1,6 @@
 """speckit plan against the real engine: vLLM (CPU) logs the KV capacity speckit predicted.
 
-One engine start per case through bench/plan_accuracy.py (the same code that produces the
+One engine start per case through benchmarks/plan_accuracy.py (the same code that produces the
 recorded proof): EAGLE-3 and DFlash on a tiny target, KV budget fixed with kv_cache_memory_bytes.
 """
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.vllm
 @pytest.mark.slow
 def test_plan_matches_vllm_kv_capacity_and_weights():
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "plan_accuracy.py"),
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "plan_accuracy.py"),
                           "--cases", "eagle3,dflash", "--json"],
                          capture_output=True, text=True, timeout=900, cwd=ROOT, check=False)
     rows = json.loads(out.stdout)

@@ -47,7 +47,7 @@ def test_recipe_figures_carried_with_their_source(cards):
     assert ("| chat (built-in) | **2.339 ± 0.079** | 0.640 / 0.410 / 0.289 | 0.640 / 0.641 / "
             "0.705 | 1515 | 2.321 | **not met** |") in e3.card
     assert "| math (built-in) | **2.732 ± 0.055** | 0.741 / 0.558 / 0.433 |" in e3.card
-    assert "python bench/train_quality.py --draft speckit/data/drafts/smollm2-135m-eagle3" \
+    assert "python benchmarks/train_quality.py --draft speckit/data/drafts/smollm2-135m-eagle3" \
         in e3.card
     # as written: the first dflash draft's figure stays beside it, as the recipe explains
     assert "| math (built-in) | **2.659 ± 0.092** (2.348) |" in df.card

@@ -1,4 +1,5 @@
-"""Hypothesis strategies for speckit's input readers, shared by tests/test_fuzz.py, bench/fuzz.py.
+"""Hypothesis strategies for speckit's input readers, shared by tests/test_fuzz.py and
+benchmarks/fuzz.py.
 
 Each target is one function taking generated input and returning normally or raising; the
 property both callers check is "a result or a SpeckitError, never another exception, never a hang".

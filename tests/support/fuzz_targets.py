@@ -2,7 +2,7 @@
 
 A target returns the reader's result or lets its SpeckitError through; any other exception is a
 bug (for the header, so is disagreeing with the safetensors library). Shared by
-tests/test_fuzz.py and bench/fuzz.py.
+tests/test_fuzz.py and benchmarks/fuzz.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Published model shapes (config.json values) and their safetensors tensor lists, as plain data.
 
-Shared by tests/plan/test_plan.py and bench/plan_h200.py; no torch, no pytest.
+Shared by tests/plan/test_plan.py and benchmarks/plan_h200.py; no torch, no pytest.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Load a bench/ or tools/ script as a module, for tests that check what it computes."""
+"""Load a benchmarks/ or tools/ script as a module, for tests that check what it computes."""
 
 from __future__ import annotations
 

@@ -20,12 +20,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _bench():
-    return load_script("bench", "train_scaling")
+    return load_script("benchmarks", "train_scaling")
 
 
 @pytest.fixture(scope="module")
 def scaling(tmp_path_factory):
-    """bench/train_scaling.py at tiny sizes: 1 rank x grad-accum 2 vs 2 gloo ranks x 1."""
+    """benchmarks/train_scaling.py at tiny sizes: 1 rank x grad-accum 2 vs 2 gloo ranks x 1."""
     work = tmp_path_factory.mktemp("scaling")
     rc = _bench().main(["--nproc", "2", "--samples", "32", "--epochs", "2",
                         "--work", str(work), "--json", str(work / "summary.json")])

@@ -1,6 +1,6 @@
 """validate's concurrency analysis on recorded step times: a fitted report, and a fit that fails
 keeping the measured steps (issue 37). No engine runs here; the timings are the quiet-box ones in
-bench/results/concurrency_fit_cpu.txt."""
+benchmarks/results/concurrency_fit_cpu.txt."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ then ngram, an EAGLE-3 draft and the shipped EAGLE-3 draft (with its FP8 copy co
 k) on the same baseline. The FP8 compare uses the one-layer draft with two of its modules in FP8:
 this CPU emulates FP8 matmuls, and an FP8 copy of the whole target as the draft took minutes per
 token in CI.
-4 prompts x 32 tokens keep CI's share small; bench/validate.py does the long runs.
+4 prompts x 32 tokens keep CI's share small; benchmarks/validate.py does the long runs.
 """
 
 from __future__ import annotations

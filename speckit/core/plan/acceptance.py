@@ -509,7 +509,7 @@ def choose_acceptance(*, flag: AcceptanceChoice | None = None, report: Any = Non
 
 
 def log_error(predicted: float, actual: float) -> float:
-    """|log(predicted / actual)|, the error bench/acceptance_prior.py reports."""
+    """|log(predicted / actual)|, the error benchmarks/acceptance_prior.py reports."""
     return abs(math.log(predicted / actual))
 
 

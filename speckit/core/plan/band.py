@@ -26,7 +26,7 @@ every source, the within-source part e_sj ~ (d_c, s_c^2) depending on the concur
   quantile of Student's t with S - 1 degrees of freedom (a new source is one more draw of an
   offset estimated from S sources).
 
-Pure: bench/projection_vs_published.py computes the residuals and writes the cells into
+Pure: benchmarks/projection_vs_published.py computes the residuals and writes the cells into
 speckit/data/engine_costs.json beside the engine terms; speckit.io.datafiles reads them back.
 """
 
@@ -299,7 +299,8 @@ def band_from(raw: Mapping[str, Any] | None, *, where: str) -> ResidualBand:
         level = float(raw["level"])
     except (KeyError, TypeError, ValueError) as e:
         raise FormatError(f"{where}: malformed band entry ({e})",
-                          hint="bench/projection_vs_published.py --write-engine writes it") from e
+                          hint="benchmarks/projection_vs_published.py --write-engine writes "
+                          "it") from e
     if not 0.0 < level < 1.0 or any(c.kind not in KINDS or c.lo > c.hi for c in cells):
         raise FormatError(f"{where}: band level must lie in (0, 1), each cell's kind be one of "
                           f"{KINDS} and its lo <= hi")

@@ -14,7 +14,7 @@ token_s: per generated token (output processing, detokenizing, stop checks, per-
   at high concurrency and pulls the ratio towards 1.
 spec_step_s: rejection sampler and proposer bookkeeping once per speculative step.
 draft_pass_s: per drafter forward pass (the proposer launches each pass on its own).
-The values are fitted to published throughput ratios by bench/projection_vs_published.py, each
+The values are fitted to published throughput ratios by benchmarks/projection_vs_published.py, each
 within its PHYSICAL_RANGE (what an engine can plausibly spend on that work, see there), so a
 term cannot stand in for costs of another kind (speckit/data/engine_costs.json): one set,
 fitted on vLLM, SGLang and ATOM sources on AMD and NVIDIA GPUs together and applied to every

@@ -30,7 +30,7 @@ class OverheadModel:
     mlp_copies: float = 3.0
     # sampler warm-up on max_num_seqs rows of vocab logits: fp32 logits, probs, exponential noise
     # and their quotient (16.0 measured on an H200 for a replica of vLLM's steps,
-    # bench/results/plan_h200.txt)
+    # benchmarks/results/plan_h200.txt)
     sampler_bytes_per_logit: float = 16.0
     # rejection-sampler warm-up with spec decode, per element of its 2*max_num_seqs rows of fp32
     # logits: the logits, the kept bonus rows, the target copy, probs, noise (14.0 measured)

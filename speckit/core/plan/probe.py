@@ -43,7 +43,7 @@ class ProbePoint:
     ctx: int
     seconds: float = float("nan")
     # attention packs the query heads of a KV head as rows for q > 1 (vLLM's kernels); False:
-    # PyTorch SDPA's own GQA (packed only at q = 1), the attention bench/step_costs.py measured
+    # PyTorch SDPA's own GQA (packed only at q = 1), the attention benchmarks/step_costs.py measured
     packed: bool = True
 
 

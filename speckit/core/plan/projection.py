@@ -195,7 +195,7 @@ def acceptance_rates(acceptance: Sequence[float] | None, kind: str, al: float | 
 class StepModel:
     """Seconds per plain and per speculative step of one deployment: the ideal GPU passes
     (steps.py) plus the engine's named terms (engine.py). The one model plan, validate
-    --serve-gpu, the demo and bench/projection_vs_published.py price steps with."""
+    --serve-gpu, the demo and benchmarks/projection_vs_published.py price steps with."""
 
     target: _steps.ModelShape
     draft: _steps.DraftShape | None
@@ -313,7 +313,7 @@ def _assumptions(gpu: GPU, c: _steps.StepConstants, source: str, ctx: int,
                  kv_tokens: int | None) -> list[str]:
     out = [f"every figure is projected from the step-cost model ({c.source}), not measured",
            (f"{gpu.name} rates from {gpu.perf_source or 'the catalog'}; achievable fractions "
-           f"fitted on an H200 with plain torch (bench/results/step_costs_h200.txt) are "
+           f"fitted on an H200 with plain torch (benchmarks/results/step_costs_h200.txt) are "
            f"assumed to hold on this GPU (speckit calibrate fits them on yours)"),
            ("attention packs GQA heads while verifying (vLLM's paged FlashAttention); "
             "the H200 fit measured PyTorch SDPA, which packs them only for q = 1"

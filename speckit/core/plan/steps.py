@@ -3,7 +3,7 @@
 Roofline per matmul and per attention (a smooth max of bytes / bandwidth and FLOPs / peak; an
 attention's GQA re-reads cost HBM only past L2, decoding splits K/V over idle SMs), plus fixed
 per-pass and per-layer overheads; the fractions and overheads are fitted data
-(speckit/data/step_costs.json, fitted by bench/step_costs.py --fit; speckit.io.datafiles reads
+(speckit/data/step_costs.json, fitted by benchmarks/step_costs.py --fit; speckit.io.datafiles reads
 it), never a speedup.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 from speckit.core.gpus import GPU
 from speckit.errors import FormatError, PlanError
 
-# the constants bench/step_costs.py --fit adjusts (the rest are structural choices)
+# the constants benchmarks/step_costs.py --fit adjusts (the rest are structural choices)
 FITTED = ("bw_frac", "flop_frac", "flop_frac_large", "flop_m_half", "attn_bw_frac",
           "attn_flop_frac", "attn_unit_bytes_per_s", "attn_parallel_units", "pass_overhead_s",
           "layer_overhead_s", "softness", "l2_bytes")
@@ -51,7 +51,7 @@ class StepConstants:
     gqa_pack: str = "decode"
     allreduce_latency_s: float = 1e-5  # per all-reduce under TP; not measured (one GPU)
     # per MoE layer per pass: routing top-k, sorting token rows by expert, the grouped GEMMs'
-    # fixed cost (torch._grouped_mm in a CUDA graph: bench/results/gpu_profile_h200.json)
+    # fixed cost (torch._grouped_mm in a CUDA graph: benchmarks/results/gpu_profile_h200.json)
     moe_layer_overhead_s: float = 1e-5
     # an MoE layer's grouped GEMMs reach this fraction of the matmul rate's fraction (few rows
     # per expert, ragged tiles)
@@ -264,7 +264,8 @@ class DraftShape:
 
     @classmethod
     def from_dims(cls, d: Mapping[str, Any]) -> DraftShape:
-        """From flat dims (bench/step_costs.py's shapes): config keys plus fc_in, qkv_in, style."""
+        """From flat dims (benchmarks/step_costs.py's shapes): config keys plus fc_in, qkv_in,
+        style."""
         body = ModelShape.from_config(d, where="draft dims")
         return cls(replace(body, qkv_in=int(d.get("qkv_in") or 0)), str(d["style"]),
                    int(d.get("fc_in") or 0), int(d.get("head_params") or 0))
