@@ -105,7 +105,13 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
          notes={"registry add": "Replaces the user registry's entry of the same id.",
                 "train eagle3": "Replaces OUT and starts over.",
                 "train dflash": "Replaces OUT and starts over.",
-                "quantize": "Re-quantizing an already quantized input is --requantize."}),
+                "quantize": "Re-quantizing an already quantized input is --requantize.",
+                "validate": "Without it an interrupted run into the same --out resumes; a "
+                            "finished one, or one of other inputs, is refused. Starting vLLM "
+                            "against plan's advice is --force-start.",
+                "demo": "Without it an interrupted demo into the same -o resumes; a finished "
+                        "one is refused.",
+                "bench": "Without it an existing --out is refused."}),
     Flag(("--dry-run",), "dry_run", "Show what would be done; change nothing.", is_flag=True,
          notes={"fetch": "Lists what would be downloaded, with sizes.",
                 "push": "Prints the file list and the card; uploads nothing."}),
@@ -151,12 +157,15 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
     Flag(("--dataset",), "dataset", f"Prompts: {_DATASETS}.", default="mixed",
          notes={"bench": "Also code-edit."}),
     Flag(("--num-prompts",), "num_prompts", "Prompts measured.", type=int, default=32,
-         defaults={"demo": 8}),  # the demo stays within minutes on two CPU cores
+         # demo: speckit.validate.options.CPU_SIZE (minutes on two CPU cores)
+         defaults={"demo": 8, "validate": None},
+         notes={"validate": "Default: 8 on a CPU engine, 32 on a GPU."}),
     Flag(("--max-tokens",), "max_tokens", "Most tokens generated per prompt.", type=int,
          default=128,
-         defaults={"demo": 48,  # minutes on two CPU cores
+         defaults={"demo": 48, "validate": None,  # demo: CPU_SIZE, as above
                    "train eagle3": 512, "train dflash": 512},  # whole answers to learn from
-         notes={"train eagle3": "The longest on-policy answer.",
+         notes={"validate": "Default: 48 on a CPU engine, 128 on a GPU.",
+                "train eagle3": "The longest on-policy answer.",
                 "train dflash": "The longest on-policy answer (data stage)."}),
     Flag(("--concurrency",), "concurrency", "Requests in flight (vLLM max_num_seqs); one value "
          "(bench --concurrencies takes several).", type=int, default=1,
@@ -393,8 +402,6 @@ def _seeds(text: str) -> dict[str, Any]:
 
 ALIASES: dict[str, tuple[Alias, ...]] = {
     "validate": (
-        Alias(("--force",), "--force-start (--force replaces outputs in other commands)",
-              _same("force_start"), is_flag=True),
         Alias(("--no-thinking",), "--thinking off", lambda v: {"thinking": "off"}, is_flag=True),
     ),
     "bench": (

@@ -174,6 +174,8 @@ class ValidationReport:
     traffic: Any = None
     # which copy already on this machine a Hub target or draft was read from (local first)
     copies: list[str] = field(default_factory=list)
+    # runs an interrupted validate into the same --out had finished, kept instead of run again
+    resumed: list[str] = field(default_factory=list)
 
     @property
     def recommended(self) -> bool:

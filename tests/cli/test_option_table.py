@@ -159,7 +159,6 @@ def _sample(p: click.Option):
 
 
 @pytest.mark.parametrize(("cname", "argv", "want"), [
-    ("validate", ["-t", "T", "--force"], {"force_start": True}),
     ("validate", ["-t", "T", "--no-thinking"], {"thinking": "off"}),
     ("bench", ["-k", "1,3"], {"sweep": [1, 3]}),
     ("bench", ["--num-speculative-tokens", "2"], {"sweep": [2]}),
