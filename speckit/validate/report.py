@@ -268,13 +268,19 @@ def _pos(xs: list[float]) -> str:
     return " / ".join(f"{x:.3f}" for x in xs)
 
 
-def lossless_lines(r: ValidationReport) -> list[str]:
+# what drift means, in one terminal line; report.md and docs/validate.md say it whole
+DRIFT_SHORT = "drift is engine arithmetic, not the draft: docs/validate.md, 'What it does'"
+
+
+def lossless_lines(r: ValidationReport, *, short: bool = False) -> list[str]:
     """Under the table: where each drifting run left the baseline, and once what drift means
-    (why a CPU shows it, and why it is not the draft's fault)."""
+    (why a CPU shows it, and why it is not the draft's fault; ``short``: one line and where
+    the whole explanation is)."""
     drifting = [s for s in r.runs if s.lossless.status == "drift"]
     lines = [f"{s.run.label}: {drift_counts(s.lossless)}" for s in drifting]
     if drifting:
-        lines.append(drift_meaning(cpu=r.environment.get("platform") == "cpu"))
+        lines.append(DRIFT_SHORT if short else
+                     drift_meaning(cpu=r.environment.get("platform") == "cpu"))
     if any(s.lossless.status == "n/a" for s in r.runs):
         lines.append("lossless n/a: temperature > 0, the outputs are samples; equality with the "
                      "baseline is not expected")
@@ -520,7 +526,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
         t.add_row(s.run.label, str(s.run.k), f"{s.acceptance_length:.3f}", _pct(s.acceptance_rate),
                   _pos(s.per_position), _speed(s), _ratio(s), lossless_cell(s.lossless))
     print_table(console, t)
-    for line in lossless_lines(r):
+    for line in lossless_lines(r, short=True):
         console.print(f"lossless: {line}", markup=False, highlight=False)
     if r.sweep is not None:
         sw = r.sweep
