@@ -220,7 +220,7 @@ def ending(rep: Any, *, gpu: str) -> Ending:
 def next_command(gpu: str) -> str:
     """What to run on one's own model: the same validate the demo ran, with its own names."""
     return (f"speckit validate --target YOUR_MODEL --draft YOUR_DRAFT --sweep 1,2,3 "
-            f"--serve-gpu {gpu} -o my-validate")
+            f"--serve-gpu {gpu} -o val")
 
 
 def _num_layers(path: Path) -> int:
