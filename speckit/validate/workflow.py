@@ -42,7 +42,14 @@ def validate(options: ValidateOptions | None = None, /, **fields: Any) -> Valida
     spec-config. ``baseline``: the ``baseline_run`` of an earlier report on the same target,
     prompts and settings (saves one engine start). ``compare_acceptance_only`` (None: when the
     compare draft's quantized kernels are emulated here): the compare run covers as many prompts
-    as fit in ``compare_budget_s`` and reports acceptance only.
+    as fit in ``compare_budget_s`` and reports acceptance only. ``num_prompts``/``max_tokens``
+    (None: by platform, validate.options.CPU_SIZE on a CPU engine, GPU_SIZE on a GPU).
+
+    ``out``: each engine run's result lands in OUT/logs as it finishes; on Ctrl-C or SIGTERM the
+    engine's process group is ended and Interrupted (a KeyboardInterrupt) says what was kept.
+    The same call into that OUT resumes (finished runs are read back, not run again); an OUT
+    holding a finished run or one of other inputs is refused unless ``force``, which replaces
+    it (only a directory speckit wrote). ``on_run(line)``: one line as each run finishes.
     """
     opts = sized(options_of(ValidateOptions, options, fields), cpu=host.engine_on_cpu())
     t_start = time.monotonic()
