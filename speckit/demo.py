@@ -22,6 +22,7 @@ from speckit.io.checkpoint import load_config
 from speckit.io.output import (
     FINISHED,
     PARTIAL,
+    PROVENANCE,
     Interrupted,
     RunDir,
     check_output,
@@ -122,7 +123,8 @@ def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 
     rd = open_run_dir(out, {"draft": str(draft_path), "target": DEFAULT_TARGET,
                             "sweep": sorted(set(sweep)), "num_prompts": num_prompts,
                             "max_tokens": max_tokens, "dataset": str(dataset), "gpu": gpu,
-                            "compare_budget_s": compare_budget_s}, command="demo", force=force)
+                            "compare_budget_s": compare_budget_s}, command="demo", force=force,
+                       earlier=_earlier_demo)
     if rd.resumed and on_run is not None:
         on_run(f"resuming the interrupted demo in {out}: engine runs it finished are kept")
     stage_s: dict[str, float] = {}
@@ -170,6 +172,13 @@ def run_demo(*, out: str | Path = "speckit-demo", sweep: Sequence[int] = (1, 2, 
                       headline=headline(rep), ending=ending(rep, gpu=gpu),
                       stage_seconds=stage_s, seconds=round(time.monotonic() - t0, 1),
                       resumed=rd.resumed)
+
+
+def _earlier_demo(out: Path) -> bool:
+    """A demo OUT from before run states: only the FP8 draft quantize wrote and validate/."""
+    names = {p.name for p in out.iterdir()}
+    fp8 = {n for n in names if n.endswith("-fp8") and (out / n / PROVENANCE).is_file()}
+    return bool(fp8) and names <= fp8 | {"validate"}
 
 
 def _interrupted(rd: RunDir, e: KeyboardInterrupt) -> Interrupted:

@@ -134,3 +134,17 @@ def test_the_demo_defaults_are_validates_cpu_size():
 
     assert FLAGS["num_prompts"].default_for("demo") == CPU_SIZE.num_prompts
     assert FLAGS["max_tokens"].default_for("demo") == CPU_SIZE.max_tokens
+
+
+def test_a_demo_output_from_before_run_states_is_refused_as_finished(tmp_path):
+    from speckit.io.output import PROVENANCE
+
+    out = tmp_path / "speckit-demo"
+    (out / "smollm2-135m-eagle3-fp8").mkdir(parents=True)
+    (out / "smollm2-135m-eagle3-fp8" / PROVENANCE).write_text("{}")
+    (out / "validate").mkdir()
+    with pytest.raises(UsageError, match="holds a finished demo run"):
+        run_demo(out=out)
+    (out / "mine.txt").write_text("not the demo's")  # then it is not the demo's output
+    with pytest.raises(UsageError, match="holds no speckit run"):
+        run_demo(out=out)

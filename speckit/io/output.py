@@ -18,7 +18,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,14 +209,22 @@ def read_run_state(path: Path) -> dict[str, Any] | None:
 
 
 def open_run_dir(out: Path, inputs: Mapping[str, Any], *, command: str, force: bool,
-                 flag: str = "-o") -> RunDir:
+                 flag: str = "-o", earlier: Callable[[Path], bool] | None = None) -> RunDir:
     """Claim ``out`` for a run of ``command`` on ``inputs``: a new or empty directory is started;
     one holding an interrupted run of the same command and inputs is resumed; a finished run, one
     of other inputs or another command, or a directory speckit did not write, is refused unless
-    ``force``, which replaces only what speckit wrote (``check_output`` ran first)."""
+    ``force``, which replaces only what speckit wrote (``check_output`` ran first).
+    ``earlier(out)``: True for the command's output written before run directories had a state
+    file (a finished run, so --force may replace it)."""
     out = Path(out)
     rd = RunDir(out, command, inputs_key(inputs))
     state = read_run_state(out) if out.is_dir() else None
+    if state is None and earlier is not None and out.is_dir() and earlier(out):
+        state = {"command": command, "status": FINISHED}
+        if force:
+            with output_errors(out):
+                for entry in list(out.iterdir()):
+                    _remove(entry)
     with output_errors(out):
         if out.is_dir() and any(out.iterdir()):
             _claim(out, rd, state, force=force, flag=flag)

@@ -15,6 +15,7 @@ from typing import Any
 from speckit.core.context import TrainedLength
 from speckit.core.methods import MethodSpec
 from speckit.core.methods.detect import pick_method
+from speckit.core.specconfig import SERVE_COMMAND_FILE
 from speckit.core.traffic import TrafficReport
 from speckit.errors import PlanError, SpeckitError, UsageError
 from speckit.io import host
@@ -156,8 +157,18 @@ def output_dirs(opts: ValidateOptions, inp: Inputs, *, eargs: dict[str, Any],
                                      else None},
                           force=True, flag="--out", reuse=True)
     rd = open_run_dir(outdir, run_inputs(opts, inp, eargs=eargs, batches=batches),
-                      command="validate", force=opts.force, flag="--out")
+                      command="validate", force=opts.force, flag="--out",
+                      earlier=_earlier_report)
     return rd, outdir / "logs"
+
+
+def _earlier_report(out: Path) -> bool:
+    """A validate --out from before run states: its report.json and serve-command.sh."""
+    try:
+        rep = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(rep, dict) and "verdict" in rep and (out / SERVE_COMMAND_FILE).is_file()
 
 
 def run_inputs(opts: ValidateOptions, inp: Inputs, *, eargs: dict[str, Any],

@@ -90,3 +90,20 @@ def test_a_directory_speckit_did_not_write_is_never_replaced(tmp_path):
 def test_an_empty_directory_is_simply_used(tmp_path):
     (tmp_path / "out").mkdir()
     assert not open_run_dir(tmp_path / "out", INPUTS, command="validate", force=False).resumed
+
+
+def test_an_output_from_before_run_states_counts_as_a_finished_run_speckit_wrote(tmp_path):
+    """A report dir an earlier speckit wrote (no speckit-run.json; the command recognises it) is
+    refused like a finished run, and --force replaces it."""
+    out = tmp_path / "val"
+    out.mkdir()
+    (out / "report.json").write_text("{}")
+
+    def earlier(path):
+        return (path / "report.json").is_file()
+
+    with pytest.raises(UsageError, match="holds a finished validate run"):
+        open_run_dir(out, INPUTS, command="validate", force=False, earlier=earlier)
+    assert (out / "report.json").exists()
+    open_run_dir(out, INPUTS, command="validate", force=True, earlier=earlier)
+    assert not (out / "report.json").exists() and read_run_state(out)["status"] == "running"
