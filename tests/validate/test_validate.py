@@ -461,3 +461,17 @@ def test_k_sweep_plot_draws_break_even_on_the_ratio_axis_and_names_every_series(
     measured = next(ln for ln in right.lines if ln.get_label().startswith("throughput ratio, m"))
     assert sorted(measured.get_xdata()) == [1, 3]  # the k=3 run and the k=1 confirmation
     plt.close(fig)
+
+
+def test_force_replaces_outputs_in_validate_as_everywhere_and_force_start_starts():
+    """One replace flag across demo, validate, bench and quantize (issue 53): --force."""
+    from speckit.cli.bench import bench_cmd
+    from speckit.cli.demo import demo as demo_cmd
+    from speckit.cli.validate import validate_cmd
+
+    ctx = validate_cmd.make_context("validate", ["-t", "T", "--force"])
+    assert ctx.params["force"] is True and ctx.params["force_start"] is False
+    ctx = validate_cmd.make_context("validate", ["-t", "T", "--force-start"])
+    assert ctx.params["force"] is False and ctx.params["force_start"] is True
+    for cmd in (demo_cmd, bench_cmd):
+        assert any(p.name == "force" and p.opts == ["--force"] for p in cmd.params), cmd.name
