@@ -12,10 +12,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from speckit.cli.demo import DEMO_WIDTH, _print_stage, ending_lines, shell_lines
+from speckit.cli.demo import DEMO_WIDTH, _print_stage, ending_lines
 from speckit.core.specconfig import serve_line
 from speckit.demo import ending, run_demo
 from speckit.errors import UsageError
+from speckit.validate.report import shell_lines
 from speckit.validate.verdict import verdict
 from tests.validate.test_validate_verdict import EAGLE3, _conc, _runs
 

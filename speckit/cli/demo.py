@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
-import shlex
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -25,7 +23,7 @@ from speckit.cli.inspect import render as render_inspect
 from speckit.cli.plan import render as render_plan
 from speckit.cli.quantize import render as render_quantize
 from speckit.demo import run_demo
-from speckit.validate.report import print_report
+from speckit.validate.report import print_report, shell_lines
 
 opt = options_for("demo")
 
@@ -81,35 +79,6 @@ def ending_lines(res, width: int = DEMO_WIDTH) -> list[str]:
     return out
 
 
-def shell_lines(command: str, width: int = DEMO_WIDTH, *, indent: str = "") -> list[str]:
-    """A shell command over lines of at most ``width`` that paste back as the same command:
-    words joined with `` \\`` continuations; a JSON argument too long for one line is broken
-    at its commas inside its quotes (a newline there is JSON whitespace)."""
-    words = [shlex.quote(w) for w in shlex.split(command)]
-    lines: list[str] = []
-    cur = indent
-    for w in words:
-        if cur.strip() and len(cur) + 1 + len(w) + 2 > width:
-            lines.append(cur + " \\")
-            cur = indent + "    "
-        if len(cur) + len(w) > width and w.startswith("'{"):
-            parts = _json_parts(w, width - len(cur))
-            lines += [cur + parts[0], *(indent + "      " + p for p in parts[1:-1])]
-            cur = indent + "      " + parts[-1]
-            continue
-        cur = cur + (" " if cur.strip() else "") + w
-    return [*lines, cur]
-
-
-def _json_parts(word: str, room: int) -> list[str]:
-    """'{...}' cut after commas into pieces of about ``room`` columns (the quotes kept)."""
-    text = json.dumps(json.loads(word[1:-1]), separators=(", ", ": "))
-    pieces = textwrap.wrap(text, max(room - 2, 40), break_long_words=False,
-                           break_on_hyphens=False)
-    pieces[0], pieces[-1] = "'" + pieces[0], pieces[-1] + "'"
-    return pieces
-
-
 def _wrap(text: str, width: int) -> list[str]:
     return textwrap.wrap(text, width, subsequent_indent="  ", break_long_words=False,
                          break_on_hyphens=False) or [""]
@@ -147,7 +116,7 @@ def _print_stage(name: str, res) -> None:
         _echo(f"target SmolLM2-135M-Instruct (bf16 safetensors) at {res}")
         return
     render: Callable = {"inspect": render_inspect, "plan": render_plan,
-                        "quantize": render_quantize, "validate": print_report}[name]
+                        "quantize": render_quantize, "validate": _print_validation}[name]
     if sys.stdout.isatty():
         render(res)
         return
@@ -155,9 +124,15 @@ def _print_stage(name: str, res) -> None:
     with contextlib.redirect_stdout(buf):
         render(res)
     for line in buf.getvalue().splitlines():
-        for part in _fold(line, DEMO_WIDTH):
+        for part in _fold(line.rstrip(), DEMO_WIDTH):
             click.echo(part)
     sys.stdout.flush()
+
+
+def _print_validation(rep) -> None:
+    # off a TTY the report's tables are squeezed into the console's width (cells folded), and
+    # its serve line broken where it pastes back
+    print_report(rep, fit=not sys.stdout.isatty())
 
 
 def _fold(line: str, width: int) -> list[str]:

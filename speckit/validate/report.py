@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +28,7 @@ from speckit.core.metrics import (
 from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.plots import pyplot
-from speckit.io.terminal import output_console, print_rows, print_table
+from speckit.io.terminal import output_console, print_rows, print_table, unclipped
 from speckit.validate import concurrency as C
 from speckit.validate import context
 
@@ -503,8 +505,10 @@ def k_sweep_figure(r: ValidationReport, plt):
     return fig
 
 
-def print_report(r: ValidationReport, *, console=None) -> None:
-    """A rich table for the terminal."""
+def print_report(r: ValidationReport, *, console=None, fit: bool = False) -> None:
+    """A rich table for the terminal. ``fit``: tables squeezed into the console's width (cells
+    folded; off a TTY they otherwise keep their natural width) and the serve line broken over
+    lines that paste back (the demo's 100 columns)."""
     from rich.table import Table
 
 
@@ -525,7 +529,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     for s in r.runs:
         t.add_row(s.run.label, str(s.run.k), f"{s.acceptance_length:.3f}", _pct(s.acceptance_rate),
                   _pos(s.per_position), _speed(s), _ratio(s), lossless_cell(s.lossless))
-    print_table(console, t)
+    _table(console, t, fit)
     for line in lossless_lines(r, short=True):
         console.print(f"lossless: {line}", markup=False, highlight=False)
     if r.sweep is not None:
@@ -539,7 +543,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
             t2.add_row(f"{p.k}{mark}", f"{p.acceptance_length:.3f}", f"{p.spec_step_s * 1e3:.1f}",
                        f"{p.throughput_ratio:.3f}",
                        f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-")
-        print_table(console, t2)
+        _table(console, t2, fit)
         if sw.confirmation is not None:
             cf = sw.confirmation
             console.print(f"confirmed k={cf.k}: AL predicted {cf.predicted_al:.3f} / measured "
@@ -556,18 +560,26 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     if r.concurrency is not None:
         for line in C.summary_lines(r.concurrency):
             console.print(line)
-    _print_context(r, console)
+    _print_context(r, console, fit)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     _print_verdict(r, console)
     console.print("[bold]serve:[/]" if r.recommended else
                   "[bold]serve (the target alone, no --speculative-config):[/]")
-    console.print(r.serve_command, soft_wrap=True, highlight=False, markup=False)
+    for line in shell_lines(r.serve_command, console.width) if fit else [r.serve_command]:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
     if r.files:
         console.print(f"files in {Path(next(iter(r.files.values()))).parent}")
 
 
-def _print_context(r: ValidationReport, console) -> None:
+def _table(console, table, fit: bool) -> None:
+    if fit:
+        console.print(unclipped(table))
+    else:
+        print_table(console, table)
+
+
+def _print_context(r: ValidationReport, console, fit: bool = False) -> None:
     """The traffic in numbers and the AL-by-context table (numbers and the user's labels)."""
     from rich.table import Table
 
@@ -583,10 +595,39 @@ def _print_context(r: ValidationReport, console) -> None:
     for row in cells[1:]:
         if row[1] != "0":
             t.add_row(*row)
-    print_table(console, t)
+    _table(console, t, fit)
     console.print(f"interval: {ctx.interval_method}", markup=False, highlight=False)
     if r.trained_length is not None:
         print_rows(console, trained_rows(r.trained_length))
+
+
+def shell_lines(command: str, width: int = 100, *, indent: str = "") -> list[str]:
+    """A shell command over lines of at most ``width`` that paste back as the same command:
+    words joined with `` \\`` continuations; a JSON argument too long for one line is broken
+    at its commas inside its quotes (a newline there is JSON whitespace)."""
+    words = [shlex.quote(w) for w in shlex.split(command)]
+    lines: list[str] = []
+    cur = indent
+    for w in words:
+        if cur.strip() and len(cur) + 1 + len(w) + 2 > width:
+            lines.append(cur + " \\")
+            cur = indent + "    "
+        if len(cur) + len(w) > width and w.startswith("'{"):
+            parts = _json_parts(w, width - len(cur))
+            lines += [cur + parts[0], *(indent + "      " + p for p in parts[1:-1])]
+            cur = indent + "      " + parts[-1]
+            continue
+        cur = cur + (" " if cur.strip() else "") + w
+    return [*lines, cur]
+
+
+def _json_parts(word: str, room: int) -> list[str]:
+    """'{...}' cut after commas into pieces of about ``room`` columns (the quotes kept)."""
+    text = json.dumps(json.loads(word[1:-1]), separators=(", ", ": "))
+    pieces = textwrap.wrap(text, max(room - 2, 40), break_long_words=False,
+                           break_on_hyphens=False)
+    pieces[0], pieces[-1] = "'" + pieces[0], pieces[-1] + "'"
+    return pieces
 
 
 def _print_verdict(r: ValidationReport, console) -> None:
