@@ -149,3 +149,22 @@ def test_a_demo_output_from_before_run_states_is_refused_as_finished(tmp_path):
     (out / "mine.txt").write_text("not the demo's")  # then it is not the demo's output
     with pytest.raises(UsageError, match="holds no speckit run"):
         run_demo(out=out)
+
+
+def test_the_validate_stage_fits_100_columns_off_a_tty(tmp_path, capsys, monkeypatch):
+    """The report's tables are squeezed (cells folded, none cut) and its serve line broken where
+    it pastes back; validate's own CLI keeps natural widths (fit is the demo's)."""
+    from tests.validate.test_validate import _drifting, _synthetic_report
+
+    rep = _drifting(_synthetic_report(tmp_path))
+    rep.serve_command = serve_line(target="/t/" + "smollm2-135m-instruct" * 2, spec_config=SPEC,
+                                   method="eagle3").command
+    monkeypatch.setenv("COLUMNS", str(DEMO_WIDTH))
+    _print_stage("validate", rep)
+    lines = capsys.readouterr().out.splitlines()
+    assert max(len(ln) for ln in lines) <= DEMO_WIDTH
+    assert any("│ dm-k3" in ln for ln in lines) and not any(ln != ln.rstrip() for ln in lines)
+    start = lines.index("serve:") + 1
+    serve = [ln for ln in lines[start:] if not ln.startswith("files in ")]
+    pasted = "\n".join(serve).replace(" \\\n", " ")
+    assert json.loads(shlex.split(pasted)[-1]) == SPEC
