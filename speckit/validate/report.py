@@ -524,7 +524,8 @@ def print_report(r: ValidationReport, *, console=None, fit: bool = False) -> Non
         console.print(f"read from: {c}", markup=False, highlight=False)
     t = Table(title="acceptance and speed")
     for col in ("run", "k", "AL", "accept rate", "per position", "tok/s", "ratio", "lossless"):
-        t.add_column(col, justify="right" if col not in ("run", "lossless") else "left")
+        t.add_column(col, justify="right" if col not in ("run", "lossless") else "left",
+                     no_wrap=col == "run")  # a run name stays whole when squeezed
     t.add_row("baseline", "-", "-", "-", "-", f"{r.baseline.tokens_per_s:.2f}", "1.000", "-")
     for s in r.runs:
         t.add_row(s.run.label, str(s.run.k), f"{s.acceptance_length:.3f}", _pct(s.acceptance_rate),
