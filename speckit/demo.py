@@ -19,16 +19,8 @@ from speckit.errors import UsageError
 from speckit.inspect import inspect
 from speckit.io import targets
 from speckit.io.checkpoint import load_config
-from speckit.io.output import (
-    FINISHED,
-    PARTIAL,
-    PROVENANCE,
-    Interrupted,
-    RunDir,
-    check_output,
-    open_run_dir,
-    sigterm_as_interrupt,
-)
+from speckit.io.output import PROVENANCE, Interrupted, check_output, sigterm_as_interrupt
+from speckit.io.rundir import FINISHED, PARTIAL, RunDir, open_run_dir
 from speckit.plan import plan_from_refs
 from speckit.quant import quantize
 from speckit.validate import validate

@@ -120,7 +120,7 @@ def test_the_inspect_and_plan_stages_print_in_100_columns_off_a_tty(capsys, monk
 def test_the_demo_refuses_its_finished_output_without_force(tmp_path):
     """A finished demo in OUT is not silently rerun over (issue 53 item 4): refused before any
     stage, naming --force."""
-    from speckit.io.output import FINISHED, open_run_dir
+    from speckit.io.rundir import FINISHED, open_run_dir
 
     out = tmp_path / "speckit-demo"
     open_run_dir(out, {"a": 1}, command="demo", force=False).mark(FINISHED)

@@ -18,7 +18,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -113,7 +113,8 @@ def check_not_in_package(path: str | os.PathLike, flag: str = "-o") -> None:
 
 # every speckit output carries one of these at its top level (provenance, training record,
 # converted target): --force replaces only a directory holding one, or an empty one
-SPECKIT_MARKERS = (PROVENANCE, "speckit-train.json", "speckit-target.json", "speckit-run.json")
+RUN_STATE = "speckit-run.json"  # a run directory's marker (speckit.io.rundir)
+SPECKIT_MARKERS = (PROVENANCE, "speckit-train.json", "speckit-target.json", RUN_STATE)
 
 
 def is_speckit_output(path: Path) -> bool:
@@ -169,97 +170,6 @@ def _check_parent(path: Path, flag: str) -> None:
                 raise UsageError(f"{flag} {path}: {parent} is a file, not a directory",
                                  hint="choose an output under an existing directory")
             return
-
-
-# ---- run directories: written as a long run goes, resumed after an interrupt --------------------
-
-RUN_STATE = "speckit-run.json"  # a run directory's marker: command, inputs key, status
-RUNNING, PARTIAL, FINISHED = "running", "partial", "finished"
-
-
-@dataclass
-class RunDir:
-    """A directory a long run (validate, the demo) writes into as each part finishes.
-
-    ``resumed``: it holds an interrupted run of the same command and inputs, whose finished parts
-    the caller keeps instead of running them again."""
-
-    path: Path
-    command: str
-    key: str
-    resumed: bool = False
-
-    def mark(self, status: str, **extra: Any) -> None:
-        write_json(self.path / RUN_STATE, {"speckit_version": __version__,
-                                           "command": self.command, "inputs_sha256": self.key,
-                                           "status": status, "owner": _run_token(), **extra})
-
-
-def inputs_key(inputs: Mapping[str, Any]) -> str:
-    """sha256 of the inputs that define a run's parts (JSON, keys sorted)."""
-    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def read_run_state(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((path / RUN_STATE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
-def open_run_dir(out: Path, inputs: Mapping[str, Any], *, command: str, force: bool,
-                 flag: str = "-o", earlier: Callable[[Path], bool] | None = None) -> RunDir:
-    """Claim ``out`` for a run of ``command`` on ``inputs``: a new or empty directory is started;
-    one holding an interrupted run of the same command and inputs is resumed; a finished run, one
-    of other inputs or another command, or a directory speckit did not write, is refused unless
-    ``force``, which replaces only what speckit wrote (``check_output`` ran first).
-    ``earlier(out)``: True for the command's output written before run directories had a state
-    file (a finished run, so --force may replace it)."""
-    out = Path(out)
-    rd = RunDir(out, command, inputs_key(inputs))
-    state = read_run_state(out) if out.is_dir() else None
-    if state is None and earlier is not None and out.is_dir() and earlier(out):
-        state = {"command": command, "status": FINISHED}
-        if force:
-            with output_errors(out):
-                for entry in list(out.iterdir()):
-                    _remove(entry)
-    with output_errors(out):
-        if out.is_dir() and any(out.iterdir()):
-            _claim(out, rd, state, force=force, flag=flag)
-        out.mkdir(parents=True, exist_ok=True)
-        rd.mark(RUNNING)
-    return rd
-
-
-def _claim(out: Path, rd: RunDir, state: dict[str, Any] | None, *, force: bool,
-           flag: str) -> None:
-    """``out`` holds something: decide resume, replace or refuse."""
-    again = f"pass --force to replace it, or choose another {flag}"
-    if force:
-        check_replaceable(out, flag)
-        for entry in list(out.iterdir()):
-            _remove(entry)
-        return
-    if state is None:
-        raise UsageError(f"{flag} {out} already exists and holds no speckit run",
-                         hint=f"choose another {flag} (--force replaces only what speckit wrote)")
-    owner = _parse_token(str(state.get("owner", "")))
-    if state.get("status") == RUNNING and owner is not None and _alive(owner) \
-            and owner.pid != os.getpid():
-        raise UsageError(f"{flag} {out} is being written by another speckit run "
-                         f"(pid {owner.pid})", hint=f"wait for it, or choose another {flag}")
-    if state.get("command") != rd.command:
-        raise UsageError(f"{flag} {out} holds the output of `speckit {state.get('command')}`",
-                         hint=again)
-    if state.get("status") == FINISHED:
-        raise UsageError(f"{flag} {out} holds a finished {rd.command} run", hint=again)
-    if state.get("inputs_sha256") != rd.key:
-        raise UsageError(f"{flag} {out} holds an interrupted {rd.command} run of other inputs "
-                         "(target, draft, prompts or settings differ)",
-                         hint=f"run the same command as before to resume it; {again}")
-    rd.resumed = True
 
 
 # ---- OS errors -----------------------------------------------------------------------------------
@@ -517,6 +427,22 @@ def _alive(owner: _Owner) -> bool:
     return owner.start == "0" or start is None or start == owner.start
 
 
+def run_token() -> str:
+    """This run's identity (host-boot-pid-start-random), as temp dirs and run states record it."""
+    return _run_token()
+
+
+def live_owner(token: str) -> int | None:
+    """The pid of the speckit run a token names when that run is still alive, else None."""
+    owner = _parse_token(token)
+    return owner.pid if owner is not None and _alive(owner) else None
+
+
+def remove_path(path: Path) -> None:
+    """Delete a file, a symlink (never what it points to) or a directory tree."""
+    _remove(path)
+
+
 def remove_stale_temp_dirs(out: str | os.PathLike) -> list[Path]:
     """Remove temp/old dirs beside ``out`` left by runs that no longer exist (kill -9, power
     loss); those of live runs are kept. Returns what was removed."""
@@ -729,9 +655,9 @@ def write_provenance(directory: str | os.PathLike, record: Mapping[str, Any], *,
 
 
 __all__ = [
-    "FINISHED", "PARTIAL", "PROVENANCE", "REMOTE_CODE_KEYS", "RUN_STATE", "ExtraFiles",
-    "Interrupted", "RunDir", "Terminated", "atomic_output_dir", "check_output",
-    "check_replaceable", "copy_extra_files", "inputs_key", "is_code_file", "is_speckit_output",
-    "open_run_dir", "output_errors", "read_run_state", "remove_stale_temp_dirs",
+    "PROVENANCE", "REMOTE_CODE_KEYS", "RUN_STATE", "ExtraFiles", "Interrupted", "Terminated",
+    "atomic_output_dir", "check_output", "check_replaceable", "copy_extra_files",
+    "is_code_file", "is_speckit_output", "live_owner", "output_errors", "remove_path",
+    "remove_stale_temp_dirs", "run_token",
     "sigterm_as_interrupt", "strip_config", "strip_remote_code", "write_provenance",
 ]

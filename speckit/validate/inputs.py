@@ -22,9 +22,10 @@ from speckit.io import host
 from speckit.io.checkpoint import load_config, tensor_names
 from speckit.io.datafiles import load_registry
 from speckit.io.draftrecord import read_trained_length
-from speckit.io.output import RunDir, check_output, open_run_dir
+from speckit.io.output import check_output
 from speckit.io.prompts import load_prompts
 from speckit.io.refs import config_only, resolve
+from speckit.io.rundir import RunDir, open_run_dir
 from speckit.io.traffic import TrafficRun, traffic_for_target
 from speckit.validate.concurrency import default_batches
 from speckit.validate.options import ValidateOptions

@@ -11,14 +11,8 @@ from typing import Any
 from speckit.core.options import options_of
 from speckit.io import host
 from speckit.io.engine import forget_exchange
-from speckit.io.output import (
-    FINISHED,
-    PARTIAL,
-    Interrupted,
-    RunDir,
-    output_errors,
-    sigterm_as_interrupt,
-)
+from speckit.io.output import Interrupted, output_errors, sigterm_as_interrupt
+from speckit.io.rundir import FINISHED, PARTIAL, RunDir
 from speckit.validate.analysis import low_ratio_causes, run_warnings
 from speckit.validate.gates import check_gates
 from speckit.validate.inputs import check_args, gather_inputs, output_dirs, pick_batch_sizes

@@ -141,7 +141,8 @@ def test_an_interrupted_validate_keeps_its_finished_runs_and_resumes(session):
     """Ctrl-C after the baseline: the hint says what is on disk, the engine is gone, the same
     call resumes (the baseline is kept, not run again, and said so), the finished report is
     then refused without force, and no vLLM temp file is left in /tmp (issue 53)."""
-    from speckit.io.output import Interrupted, read_run_state
+    from speckit.io.output import Interrupted
+    from speckit.io.rundir import read_run_state
 
     r, dm, out = session["resume"], session["dm"], session["out"] / "dm"
     assert isinstance(r["stopped"], Interrupted), r["stopped"]

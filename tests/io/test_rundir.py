@@ -1,4 +1,4 @@
-"""Run directories (speckit.io.output.open_run_dir): a long run's --out is started, resumed
+"""Run directories (speckit.io.rundir.open_run_dir): a long run's --out is started, resumed
 after an interrupt with the same inputs, refused when finished or of other inputs, and replaced
 only with force and only when speckit wrote it (issue 53)."""
 
@@ -7,14 +7,8 @@ from __future__ import annotations
 import pytest
 
 from speckit.errors import UsageError
-from speckit.io.output import (
-    FINISHED,
-    PARTIAL,
-    RUN_STATE,
-    is_speckit_output,
-    open_run_dir,
-    read_run_state,
-)
+from speckit.io.output import RUN_STATE, is_speckit_output
+from speckit.io.rundir import FINISHED, PARTIAL, open_run_dir, read_run_state
 
 INPUTS = {"target": "/m/t", "draft": "/m/d", "ks": [1, 2, 3], "max_tokens": 48}
 
@@ -107,3 +101,27 @@ def test_an_output_from_before_run_states_counts_as_a_finished_run_speckit_wrote
     assert (out / "report.json").exists()
     open_run_dir(out, INPUTS, command="validate", force=True, earlier=earlier)
     assert not (out / "report.json").exists() and read_run_state(out)["status"] == "running"
+
+
+def test_a_directory_another_live_run_is_writing_is_refused(tmp_path):
+    """Two runs into one --out: the second is refused while the first lives, resumes after."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    rd = open_run_dir(out, INPUTS, command="validate", force=False)
+    other = subprocess.Popen([sys.executable, "-c", "import time; from speckit.io.output import "
+                              "run_token; print(run_token(), flush=True); time.sleep(60)"],
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        token = other.stdout.readline().strip()
+        state = read_run_state(out)
+        (out / RUN_STATE).write_text(json.dumps({**state, "owner": token}))
+        with pytest.raises(UsageError, match=f"another speckit run \\(pid {other.pid}\\)"):
+            open_run_dir(out, INPUTS, command="validate", force=False)
+    finally:
+        other.kill()
+        other.wait()
+    assert open_run_dir(out, INPUTS, command="validate", force=False).resumed
+    assert rd.key == read_run_state(out)["inputs_sha256"]
