@@ -38,7 +38,7 @@ def check(profile: Path, steps: Path) -> None:
     sys.path.insert(0, str(ROOT / "bench"))
     import step_costs as sc
 
-    from speckit.core.gpus import get_gpu
+    from speckit.core.gpus import builtin_gpu
     from speckit.io import datafiles
 
     prof = json.loads(profile.read_text())
@@ -51,7 +51,7 @@ def check(profile: Path, steps: Path) -> None:
         print(f"{p['kind']:6s} {p['shape']:16s} {p['batch']:4d} {p['q']:2d} {p['ctx']:5d} "
               f"{p['seconds'] * 1e3:8.3f}ms {p['model_s'] * 1e3:8.3f}ms "
               f"{p['model_s'] / p['seconds'] - 1:+7.1%}")
-    gpu = get_gpu(prof["gpu"])  # the catalog GPU the profile was measured on
+    gpu = builtin_gpu(prof["gpu"])  # the catalog GPU the profile was measured on
     data = json.loads(steps.read_text())
     if data["meta"]["device"] != prof["device"]:
         sys.exit(f"error: {steps} was measured on {data['meta']['device']!r}, the profile on "

@@ -406,12 +406,12 @@ def run_fit(args) -> None:
     from scipy.optimize import minimize
 
     steps, targets, drafts = _shapes()
-    from speckit.core.gpus import get_gpu
+    from speckit.core.gpus import builtin_gpu
     from speckit.io import datafiles
 
     data = json.loads(Path(args.fit).read_text())
     pts = [p for p in data["points"] if p["shape"] in targets or p["shape"] in drafts]
-    gpu = get_gpu(args.gpu)
+    gpu = builtin_gpu(args.gpu)
     base = datafiles.load_step_constants()
     # these two ran to unphysical values when left free (1e11 parallel units, no pass overhead)
     # without lowering the error much: they stay at the shipped, measured-looking values

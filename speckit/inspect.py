@@ -17,11 +17,15 @@ from speckit.core.context import TrainedLength, past_training
 from speckit.core.coverage import VocabCoverage
 from speckit.core.methods import Problem
 from speckit.core.methods.detect import detect
+from speckit.core.preflight import Finding
+from speckit.core.quant import quantized_weight_of
+from speckit.core.quant import recognise as recognise_scheme
 from speckit.core.traffic import TrafficSummary
 from speckit.errors import SpeckitError, UsageError
-from speckit.io.checkpoint import Checkpoint
+from speckit.io.checkpoint import FLOAT_DTYPES, Checkpoint
 from speckit.io.coverage import traffic_coverage
 from speckit.io.draftrecord import read_trained_length, recorded_targets
+from speckit.io.preflight import check_pair
 from speckit.io.refs import Resolved, resolve
 from speckit.io.structure import check_structure
 from speckit.io.tokenizer import load_tokenizer, tokenizer_dir
@@ -43,7 +47,9 @@ class InspectReport:
     # speculators/vLLM convention (see docs/formats.md#aux-layer-ids)
     aux_layer_ids: list[int] | None
     block_size: int | None
-    dtype: str | None  # the safetensors code holding most float bytes, e.g. "BF16"
+    # the safetensors code holding most float bytes ("BF16"), or the quantized scheme first when
+    # weights carry quantization scales ("MXFP4 (BF16 rest)")
+    dtype: str | None
     num_params: int
     total_bytes: int
     num_tensors: int
@@ -57,6 +63,9 @@ class InspectReport:
     aux_shift: int | None = None
     aux_convention_why: str | None = None
     problems: list[Problem] = field(default_factory=list)
+    # pre-flight (core/preflight): what the engine will make of this draft (and of the pair, with
+    # --target); an error finding makes ok False
+    preflight: list[Finding] = field(default_factory=list)
     ok: bool = True
 
     @property
@@ -85,19 +94,43 @@ def inspect(ref: str | os.PathLike, *, target: str | os.PathLike | None = None,
 
     dims = methods.get(layout.method).describe(ckpt.config)
     problems = check_structure(ckpt, layout, target_config=target_config)
+    found = check_pair(ckpt.path, tres, target_ref=str(target) if target is not None else None,
+                       checkpoint=ckpt).findings
+    # a finding that structure reports too (input-norm-dropped) is shown once, with its fix
+    problems = [p for p in problems if (p.code, p.subject) not in
+                {(f.code, f.subject) for f in found}]
     return InspectReport(
         path=ckpt.path, layout=layout.name, method=layout.method,
         layout_description=layout.description, evidence=list(layout.evidence), dims=dims,
         target_vocab=dims.get("target_vocab"), draft_vocab=dims.get("draft_vocab"),
         aux_layer_ids=dims.get("aux_layer_ids"), block_size=dims.get("block_size"),
-        dtype=ckpt.float_dtype(), num_params=ckpt.num_params, total_bytes=ckpt.total_bytes,
+        dtype=checkpoint_dtype(ckpt), num_params=ckpt.num_params, total_bytes=ckpt.total_bytes,
         num_tensors=len(ckpt.tensors), files=list(ckpt.files),
         target=str(target) if target is not None else None,
         target_copy=tres.local_copy if tres is not None else None, problems=problems,
         aux_layer_ids_field=dims.get("aux_layer_ids_field"),
         aux_layer_ids_raw=dims.get("aux_layer_ids_raw"), aux_convention=dims.get("aux_convention"),
         aux_shift=dims.get("aux_shift"), aux_convention_why=dims.get("aux_convention_why"),
-        ok=not any(p.is_error for p in problems))
+        preflight=found,
+        ok=not any(p.is_error for p in problems) and not any(f.is_error for f in found))
+
+
+def checkpoint_dtype(ckpt: Checkpoint) -> str | None:
+    """The checkpoint's working dtype: the float code holding most bytes ("BF16"); when weights
+    carry quantization scales, the scheme its quantization_config names first, the rest after
+    ("MXFP4 (BF16 rest)": issue 53, an MXFP4 output was reported as BF16)."""
+    # a quantized Linear's tensors: `.weight` (or `.weight_packed`) and its scales
+    quant = {n for n in ckpt.tensors if quantized_weight_of(n) is not None}
+    if not quant:
+        return ckpt.float_dtype()
+    quant |= {quantized_weight_of(n) for n in quant}
+    by: dict[str, int] = {}
+    for n, t in ckpt.tensors.items():
+        if n not in quant and t.dtype in FLOAT_DTYPES:
+            by[t.dtype] = by.get(t.dtype, 0) + t.nbytes
+    sch = recognise_scheme(ckpt.config.get("quantization_config"))
+    name = sch.capability.upper() if sch is not None else "quantized"
+    return f"{name} ({max(by, key=by.get)} rest)" if by else name
 
 
 # ---- the user's traffic -------------------------------------------------------------------------

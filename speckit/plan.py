@@ -32,13 +32,14 @@ from speckit.core.plan.report import (
 from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.plan.weights import is_top_level as _is_top_level
 from speckit.core.traffic import TrafficReport
-from speckit.errors import UsageError
-from speckit.io.checkpoint import TensorInfo
+from speckit.errors import SpeckitError, UsageError
+from speckit.io.checkpoint import Checkpoint, TensorInfo
 from speckit.io.context_report import read_acceptance_by_context
 from speckit.io.datafiles import get_gpu
 from speckit.io.headers import LoadedRef, load_headers, registry_entry
+from speckit.io.preflight import check_pair, gate
 from speckit.io.projection import step_model_from_refs
-from speckit.io.refs import resolve
+from speckit.io.refs import Resolved, classify, resolve
 from speckit.io.tokenizer import load_tokenizer, tokenizer_dir
 from speckit.io.traffic import traffic_for_run
 
@@ -89,9 +90,12 @@ def _shared_tensors(target: LoadedRef, draft: LoadedRef) -> dict[str, bool]:
 
 def plan_from_refs(*, target: str | None, draft: str | None = None, method: str | None = None,
                    revision: str | None = None, draft_revision: str | None = None,
+                   force_start: bool = False, preflight: bool = True,
                    **kwargs: Any) -> PlanResult:
     """Resolve ``target``/``draft`` (directory, registry id, Hub repo) to configs + headers, then
-    plan. Hub repos are read header-only (config.json and safetensors headers, no weights)."""
+    plan. Hub repos are read header-only (config.json and safetensors headers, no weights).
+    ``preflight``: the pair's pre-flight (speckit.io.preflight) goes into the result, and an
+    error finding raises PreflightError unless ``force_start``."""
     d = load_headers(draft, revision=draft_revision, role="draft", method=method) \
         if draft else None
     if target is None:
@@ -113,6 +117,9 @@ def plan_from_refs(*, target: str | None, draft: str | None = None, method: str 
                method=method, draft_shares=shares, target_name=t.name,
                draft_name=d.name if d else None, **kwargs)
     _say_where_from(res, t, d)
+    if preflight and d is not None:
+        _preflight(res, t, d, target=target, revision=revision, force_start=force_start,
+                   draft=str(draft), draft_revision=draft_revision)
     return res
 
 
@@ -125,6 +132,58 @@ def _say_where_from(res: PlanResult, t: LoadedRef, d: LoadedRef | None) -> None:
         res.weights.draft_from = d.origin
         said += ([f"draft weights: {d.origin}"] if d.computed else []) + d.notes
     res.weights.notes[:0] = said
+
+
+def _preflight(res: PlanResult, t: LoadedRef, d: LoadedRef, *, target: str,
+               revision: str | None, force_start: bool, draft: str,
+               draft_revision: str | None) -> None:
+    """The pair's pre-flight at the planned max_model_len into ``res``; an error stops here
+    unless ``force_start`` (then res.preflight_notes says so). Reads the draft's config and
+    tensor headers (a Hub draft's as plan read them, header-only)."""
+    if d.computed:
+        res.preflight_notes.append(f"pre-flight not run: the tensors of {d.name} are computed "
+                                   "from its config, not read; `speckit fetch` it first")
+        return
+    try:
+        where, ckpt = _draft_for_preflight(d, draft, draft_revision)
+    except SpeckitError as e:
+        res.preflight_notes.append(f"pre-flight not run: {e.message}")
+        return
+    try:
+        tres = _target_for_preflight(t, target, revision)
+    except SpeckitError as e:
+        tres, why = None, e.message
+    else:
+        why = "the target's config is not on this machine"
+    if tres is None:
+        res.preflight_notes.append(f"pre-flight compared the draft alone: {why}")
+    try:
+        found = check_pair(where, tres, target_ref=target, checkpoint=ckpt,
+                           serve_context=int(res.settings["max_model_len"]))
+    except SpeckitError as e:
+        res.preflight_notes.append(f"pre-flight not run: {e.message}")
+        return
+    res.preflight = list(found.findings)
+    gate(found, force_start=force_start, warnings=res.preflight_notes)
+
+
+def _draft_for_preflight(d: LoadedRef, draft: str,
+                         revision: str | None) -> tuple[Path, Checkpoint | None]:
+    """The draft's directory, and for a Hub draft read header-only its config.json's snapshot
+    directory with the headers plan read (no weights are downloaded for pre-flight)."""
+    if d.local is not None:
+        return d.local, None
+    cfg = resolve(draft, role="draft", need="config", revision=revision).path
+    return cfg, Checkpoint(cfg, d.config, {t.name: t for t in d.tensors}, files=[])
+
+
+def _target_for_preflight(t: LoadedRef, target: str, revision: str | None) -> Resolved | None:
+    """The target as pre-flight reads it: the local copy plan read, else its Hub config.json."""
+    if t.local is not None:
+        return resolve(t.local, role="target", need="config")
+    if classify(target, role="target").repo is None:
+        return None  # a registry entry not built here: nothing to read without building it
+    return resolve(target, role="target", need="config", revision=revision)
 
 
 # ---- speed for a traffic's context mix -----------------------------------------------------------

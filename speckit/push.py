@@ -447,7 +447,9 @@ def _by_concurrency(found: list[tuple[Path, dict[str, Any]]]) -> list[dict[str, 
 def plan_summary(root: Path, target: str, gpu: str, method: str, k: int) -> dict[str, Any]:
     """`speckit plan` of this draft with ``target`` on one ``gpu``, reduced to what a card says."""
 
-    res = plan_from_refs(target=target, draft=str(root), method=method, k=k, gpu=gpu)
+    # the card's memory figures only: pairing is plan/validate/bench's pre-flight, not push's
+    res = plan_from_refs(target=target, draft=str(root), method=method, k=k, gpu=gpu,
+                         preflight=False)
     return {"gpu": res.gpu.get("name", gpu), "tp": res.tp, "verdict": res.verdict,
             "kv_tokens": res.with_draft.kv_tokens,
             "draft_kv_tokens_lost": res.draft_cost.kv_tokens,

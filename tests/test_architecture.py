@@ -522,3 +522,60 @@ def test_only_heavy_own_modules_are_deferred(tmp_path, monkeypatch):
                         "io.user <-> io.cyclic (test)")
     found = _found(tmp_path, {}, "lazy-import")
     assert sorted(int(f.split(":")[1]) for f in found) == [3, 17], found
+
+
+# issue 54 item 1: the natural ways to reach a sibling operation by a string name, each written at
+# module level and inside a function
+_SIBLING_BY_STRING = {
+    "relative name and package": "importlib.import_module('.push', 'speckit')",
+    "absolute name with package=": "import_module('push', package='speckit')",
+    "aliased import_module, computed name": "_im('speckit.' + 'push')",
+}
+
+
+@pytest.mark.parametrize("where", ["module", "function"])
+@pytest.mark.parametrize("form", sorted(_SIBLING_BY_STRING))
+def test_a_sibling_reached_by_a_string_name_fails(tmp_path, form, where):
+    call = _SIBLING_BY_STRING[form]
+    head = ("import importlib\nfrom importlib import import_module\n"
+            "from importlib import import_module as _im\n")
+    body = f"X = {call}\n" if where == "module" else f"def f():\n    return {call}\n"
+    found = _found(tmp_path, {"speckit/push.py": "def publish(): ...\n",
+                              "speckit/bench.py": head + body})
+    assert any(f.startswith("speckit/bench.py:") and ("[sibling]" in f or "[dynamic-import]" in f)
+               for f in found), found
+
+
+def test_an_alias_of_an_alias_of_import_module_is_still_seen(tmp_path):
+    src = ("import importlib as il\n"
+           "def f(n):\n    load = il.import_module\n    again = load\n    return again(n)\n")
+    found = _found(tmp_path, {"speckit/bench.py": src}, "dynamic-import")
+    assert [f.split(": ")[0] for f in found] == ["speckit/bench.py:5"]
+
+
+def test_a_relative_literal_import_resolves_to_the_module_it_names(tmp_path):
+    found = _found(tmp_path, {"speckit/core/x.py": "import importlib\n"
+                                                  "M = importlib.import_module('..io', "
+                                                  "'speckit.core')\n",
+                              "speckit/io/__init__.py": ""}, "layer")
+    assert [f.split(": ")[0] for f in found] == ["speckit/core/x.py:2"]
+
+
+def test_core_modules_import_only_lower_levels(tmp_path):
+    found = _found(tmp_path, {
+        "speckit/core/methods/__init__.py": "from speckit.core.problems import Problem\n",
+        "speckit/core/problems.py": "class Problem: ...\n",
+        "speckit/core/tensors.py": "from speckit.core.problems import Problem\n"
+                                   "from speckit.core.methods import Problem as P\n",
+        "speckit/core/novel.py": "X = 1\n",
+    }, "core-order")
+    assert [f.split(": ")[0] for f in found] == ["speckit/core/novel.py:1",
+                                                 "speckit/core/tensors.py:2"], found
+    assert "no level in CORE_LEVELS" in found[0]
+
+
+def test_the_real_core_has_problem_in_a_leaf_that_tensors_uses():
+    root = Path(__file__).resolve().parent.parent
+    src = (root / "speckit/core/tensors.py").read_text()
+    assert "speckit.core.methods" not in src
+    assert "from speckit.core.problems import Problem" in src

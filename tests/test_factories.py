@@ -13,7 +13,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from speckit.core.methods.common import aux_layer_ids, check_vocab_maps
+from speckit.core.methods.common import aux_layer_ids
+from speckit.core.tensors import check_vocab_maps
 from speckit.io.checkpoint import Checkpoint
 from tests.support import factories as F
 

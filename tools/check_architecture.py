@@ -48,15 +48,20 @@ Rules (each violation ends with its rule in brackets):
   sibling        operations are siblings: one operation (a top-level package or module) imports
                  another only through an edge DECLARED_EDGES names with its reason (at most
                  MAX_DECLARED_EDGES); demo, which runs the whole pipeline, sits above them.
+  core-order     inside speckit/core, a module imports only modules of a lower CORE_LEVELS level
+                 (or of its own top-level module/subpackage): Problem lives in the leaf
+                 core/problems.py so the tensor checks need not import the method specs.
   hub-client     huggingface_hub is imported only under speckit/io/hub (the Hub has one door).
   op-link        core names operation modules it cannot import only through the links
                  speckit/core/links.py declares (Link(owner, field, operation, functions): a
                  LayoutSpec's reader, a QuantScheme's numerics). Every value core passes for such
                  a field is a string literal (or None) naming a module of that operation that
                  defines those functions at top level.
-  dynamic-import importlib.import_module / __import__ of a name that is not a literal happens only
-                 in DYNAMIC_IMPORTERS, each with its reason (the literal names of the others are
-                 read as imports by the rules above).
+  dynamic-import importlib.import_module / __import__ (under any alias: `from importlib import
+                 import_module as f`, `il.import_module`, `g = f`) of a name that is not a literal
+                 happens only in DYNAMIC_IMPORTERS, each with its reason; a literal relative name
+                 with a literal package (".push", "speckit") is read as the import it means; an
+                 absolute name given with package= (ignored by importlib) is refused.
   lazy-import    a third-party or stdlib import inside a function is a heavy or optional one
                  (HEAVY_PACKAGES: torch, vllm, quark, transformers, rich, ...; one under try: is
                  an optional dependency's probe); anything else is imported at module level.
@@ -106,6 +111,18 @@ DYNAMIC_IMPORTERS = {
     "speckit.io.hub.errors": "third-party HTTP clients' error types (requests, httpx), never "
                              "speckit's",
 }
+# the order inside core [core-order]: a core module imports only modules of a lower level (or
+# of its own subpackage), so no arrow runs back up (tensors -> methods did, for Problem). Each
+# level lists core's top-level modules and subpackages; a new one is placed here on purpose.
+CORE_LEVELS: tuple[frozenset[str], ...] = (
+    frozenset({"__init__", "problems", "jsontext", "jsonable", "dtypes", "refs", "links",
+               "options", "traffic_text", "metrics", "evidence", "gpus", "speculators",
+               "modelcard"}),
+    frozenset({"hfconfig", "tensors", "traffic"}),
+    frozenset({"context", "coverage", "methods", "quant"}),
+    frozenset({"specconfig", "plan", "preflight"}),
+    frozenset({"registry"}),
+)
 LINKS_MODULE = "speckit.core.links"
 # the one home of huggingface_hub calls [hub-client]
 HUB_CLIENT_PKG = "speckit.io.hub"
@@ -236,6 +253,7 @@ def _api_map(mods: dict[str, Module]) -> dict[str, str]:
 
 
 def _imports(mod: Module, mods: dict[str, Module], api: dict[str, str]) -> Iterator[Import]:
+    importers = _importer_names(mod.tree)
     for node, runtime in _walk_scoped(mod.tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -262,6 +280,11 @@ def _imports(mod: Module, mods: dict[str, Module], api: dict[str, str]) -> Itera
               and node.value in mods and node.value != ROOT_PKG):
             # importlib.import_module("speckit.x") and lazy maps {"cmd": ("speckit.x", ...)}
             yield Import(node.value, node.lineno, False, how="lazy")
+        elif isinstance(node, ast.Call) and (call := _import_call(node, importers)) is not None:
+            # import_module(".push", "speckit") / (name, package="speckit"): the module meant
+            target = _meant_module(*call)
+            if target in mods and target != ROOT_PKG:
+                yield Import(target, node.lineno, False, how="lazy")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -437,24 +460,123 @@ def check_links(mods: dict[str, Module]) -> Iterator[Violation]:
                                 f"does not define {', '.join(missing)}")
 
 
-def _computed_import(node: ast.AST) -> bool:
-    if not isinstance(node, ast.Call) or not node.args:
-        return False
-    func = _dotted(node.func) or ""
-    return func.split(".")[-1] in ("import_module", "__import__") and \
-        _str_const(node.args[0]) is None
+_IMPORT_FUNCS = ("import_module", "__import__")
+
+
+def _importer_names(tree: ast.AST) -> set[str]:
+    """The dotted names that call importlib.import_module or __import__ in this file: the plain
+    spellings, `from importlib import import_module as f`, `import importlib as il` (il.
+    import_module) and `f = importlib.import_module` (any scope: a function's own alias too)."""
+    names = {"import_module", "__import__", "importlib.import_module", "importlib.__import__",
+             "builtins.__import__"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in ("importlib", "builtins"):
+            names |= {a.asname or a.name for a in node.names if a.name in _IMPORT_FUNCS}
+        elif isinstance(node, ast.Import):
+            names |= {f"{a.asname}.{f}" for a in node.names
+                      if a.name in ("importlib", "builtins") and a.asname for f in _IMPORT_FUNCS}
+    changed = True
+    while changed:  # aliases of aliases: g = f = importlib.import_module
+        changed = False
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and (_dotted(node.value) or "") in names:
+                new = {t.id for t in node.targets if isinstance(t, ast.Name)} - names
+                names |= new
+                changed = changed or bool(new)
+    return names
+
+
+def _import_call(node: ast.Call, importers: set[str]) -> tuple[ast.expr | None,
+                                                                 ast.expr | None] | None:
+    """(name, package) argument nodes of an import_module/__import__ call, else None."""
+    if (_dotted(node.func) or "") not in importers:
+        return None
+    kw = {k.arg: k.value for k in node.keywords if k.arg}
+    name = node.args[0] if node.args else kw.get("name")
+    package = node.args[1] if len(node.args) > 1 and _dotted(node.func).endswith(
+        "import_module") else kw.get("package")
+    return name, package
+
+
+def _meant_module(name: ast.expr | None, package: ast.expr | None) -> str | None:
+    """The module an import call with literal arguments means: a relative name resolved
+    against its package, or an absolute name joined to a package the caller named (importlib
+    ignores the package then, but the intent is that module)."""
+    text, pkg = _str_const(name), _str_const(package)
+    if text is None:
+        return None
+    if text.startswith("."):
+        if pkg is None:
+            return None
+        base = pkg.split(".")
+        up = len(text) - len(text.lstrip("."))
+        base = base[:len(base) - (up - 1)] if up > 1 else base
+        rest = text.lstrip(".")
+        return ".".join(base + ([rest] if rest else []))
+    return f"{pkg}.{text}" if pkg is not None else text
+
+
+def _dynamic_problem(node: ast.AST, importers: set[str]) -> str | None:
+    """Why an import call is one the contract cannot see, else None."""
+    if not isinstance(node, ast.Call) or (call := _import_call(node, importers)) is None:
+        return None
+    name, package = call
+    text = _str_const(name)
+    if text is None:
+        return "imports a module by a computed name the contract cannot see"
+    if package is not None and not text.startswith("."):
+        return (f"passes a package to an absolute name {text!r} (importlib ignores it): name "
+                "the module in full")
+    if text.startswith(".") and _str_const(package) is None:
+        return f"imports {text!r} relative to a computed package the contract cannot see"
+    return None
+
+
+def _core_unit(name: str) -> str | None:
+    """The top-level module or subpackage of core that ``name`` lies in (None: not in core)."""
+    parts = name.split(".")
+    if parts[:2] != [ROOT_PKG, "core"]:
+        return None
+    return parts[2] if len(parts) > 2 else "__init__"
+
+
+def _core_level(unit: str) -> int | None:
+    return next((i for i, units in enumerate(CORE_LEVELS) if unit in units), None)
+
+
+def check_core_order(mods: dict[str, Module]) -> Iterator[Violation]:
+    for mod in mods.values():
+        unit = _core_unit(mod.name)
+        if unit is None:
+            continue
+        mine = _core_level(unit)
+        if mine is None:
+            yield Violation(mod.rel, 1, "core-order", f"core unit {unit!r} has no level in "
+                            "CORE_LEVELS (tools/check_architecture.py): place it there")
+            continue
+        for imp in mod.imports:
+            other = _core_unit(imp.target)
+            if other is None or other == unit or other == "__init__":
+                continue
+            level = _core_level(other)
+            if level is not None and level >= mine:
+                yield Violation(mod.rel, imp.line, "core-order",
+                                f"{mod.name} (core level {mine}: {unit}) imports {imp.target} "
+                                f"(level {level}: {other}); inside core a module imports only "
+                                "lower levels (CORE_LEVELS)")
 
 
 def check_dynamic_imports(mods: dict[str, Module]) -> Iterator[Violation]:
     for mod in mods.values():
         if mod.name in DYNAMIC_IMPORTERS:
             continue
+        importers = _importer_names(mod.tree)
         for node in ast.walk(mod.tree):
-            if _computed_import(node):
+            why = _dynamic_problem(node, importers)
+            if why:
                 yield Violation(mod.rel, node.lineno, "dynamic-import",
-                                f"{mod.name} imports a module by a computed name the contract "
-                                "cannot see: import it by name, or load an operation module "
-                                "through speckit.core.links")
+                                f"{mod.name} {why}: import it by name, or load an operation "
+                                "module through speckit.core.links")
 
 
 def _layer_label(layer: int) -> str:
@@ -1236,7 +1358,7 @@ def check(root: Path | str) -> list[Violation]:
                              "would check nothing"))
     for rule in (check_layers(mods), check_siblings(mods), check_hub_client(mods),
                  check_links(mods), check_dynamic_imports(mods),
-                 check_private(mods), check_cycles(mods),
+                 check_private(mods), check_cycles(mods), check_core_order(mods),
                  check_method_names(mods, facts), check_method_probes(mods, facts),
                  check_core_purity(mods), check_method_pickers(mods), check_vocab_checks(mods),
                  check_lazy_imports(mods), check_lazy_own_imports(mods)):

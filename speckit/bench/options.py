@@ -93,6 +93,7 @@ class BenchOptions:
     tokenizer: str | None = None
     request_timeout_s: float = 600.0
     out: Path | None = None
+    force_start: bool = False  # start even when the pair's pre-flight finds an error
 
 
 def parse_ints(value: str | None, flag: str, *, lo: int = 0) -> list[int]:

@@ -22,12 +22,11 @@ from typing import Any
 
 from speckit.bench.options import UNTRAINED
 from speckit.core import methods as _methods
-from speckit.core.gpus import get_gpu
 from speckit.core.plan import fit as _fit
 from speckit.core.plan import projection as _projection
 from speckit.core.plan import steps as _steps
 from speckit.errors import FormatError, OutputError, UsageError
-from speckit.io.datafiles import load_engine_costs, load_step_constants
+from speckit.io.datafiles import get_gpu, load_engine_costs, load_step_constants
 from speckit.io.headers import load_ref
 
 PROFILE_VERSION = 1  # speckit.calibrate's profile format
@@ -95,7 +94,9 @@ def measured_steps(report: dict[str, Any], *, where: str = "report.json") -> lis
     for i, row in enumerate(report["summary"]):
         try:
             c, kind, temp = row.get("concurrency"), row["kind"], float(row["temperature"])
-            tpot = (row.get("tpot_ms") or {}).get("p50")
+            # report.json's latency_ms (stats.LATENCY_METRICS); reports before it had tpot_ms
+            tpot = ((row.get("latency_ms") or {}).get("tpot") or row.get("tpot_ms")
+                    or {}).get("p50")
             al = row.get("acceptance_length")
             k = int(row.get("k") or 0)
         except (KeyError, TypeError, ValueError) as e:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from speckit.bench.report import BenchReport, SummaryRow
-from speckit.bench.stats import Spread
+from speckit.bench.stats import LATENCY_METRICS, Spread
 from speckit.core.context import context_table
 from speckit.core.evidence import CANNOT_TELL, DOES_NOT_PAY, Interval
 from speckit.core.jsonable import to_jsonable
@@ -17,6 +17,7 @@ from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.output import write_provenance
 from speckit.io.plots import pyplot
+from speckit.io.preflight import finding_line
 
 CONTEXT_PLOT = "acceptance-by-context.png"
 
@@ -82,9 +83,9 @@ def _f(v, fmt: str = "{:.2f}") -> str:
 
 
 def summary_table(rows: Sequence[SummaryRow]) -> list[str]:
-    out = ["| load | T | thinking | arm | tok/s | per GPU | ratio (95%) | TTFT p50/p99 ms | "
-           "TPOT p50/p90/p99 ms | ITL p50/p99 ms | AL | k drafted | per position |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lat = [f"{m.label} {'/'.join(m.shown)} ms" for m in LATENCY_METRICS]
+    out = ["| load | T | thinking | arm | tok/s | per GPU | ratio (95%) | " + " | ".join(lat)
+           + " | AL | k drafted | per position |", "|---" * (10 + len(lat)) + "|"]
     for r in sorted(rows, key=lambda r: (r.temperature, r.thinking, r.concurrency or 0,
                                          r.rate or 0, r.kind != "baseline", r.arm)):
         pos = ", ".join(f"{p:.2f}" for p in r.per_position) or "-"
@@ -92,9 +93,9 @@ def summary_table(rows: Sequence[SummaryRow]) -> list[str]:
             f"| {r.load} | {r.temperature:g} | {'on' if r.thinking else 'off'} | {r.arm} | "
             f"{_sp(r.output_tok_s)} | {r.per_gpu_tok_s:.1f} | "
             f"{'1.00' if r.kind == 'baseline' else _ri(r.ratio, r.ratio_interval)} | "
-            f"{_ms(r.ttft_ms, 'p50')} / {_ms(r.ttft_ms, 'p99')} | {_ms(r.tpot_ms, 'p50')} / "
-            f"{_ms(r.tpot_ms, 'p90')} / {_ms(r.tpot_ms, 'p99')} | {_ms(r.itl_ms, 'p50')} / "
-            f"{_ms(r.itl_ms, 'p99')} | {_f(r.acceptance_length)} | {_f(r.k_drafted)} | {pos} |")
+            + " | ".join(" / ".join(_ms(r.latency_ms.get(m.name) or {}, q) for q in m.shown)
+                         for m in LATENCY_METRICS)
+            + f" | {_f(r.acceptance_length)} | {_f(r.k_drafted)} | {pos} |")
     return out
 
 
@@ -124,6 +125,8 @@ def markdown(r: BenchReport) -> str:
         lines += ["", "## Cells with errors or counter problems", ""]
         lines += [f"- {c.arm} {c.load.label} seed {c.seed}: {c.error or ''} "
                   f"{'; '.join(c.problems)}" for c in bad]
+    if r.preflight:
+        lines += ["", "## Pre-flight", ""] + [f"- {finding_line(f)}" for f in r.preflight]
     if r.warnings or r.error or r.skipped:
         lines += ["", "## Notes", ""] + [f"- {w}" for w in r.warnings]
         lines += [f"- {arm} not measured: {why}" for arm, why in r.skipped.items()]
@@ -213,7 +216,7 @@ def write_plots(r: BenchReport, out: Path) -> dict[str, str]:
     for name, ylabel, get in (("ratio-vs-concurrency.png", "tok/s ratio to baseline",
                                lambda s: s.ratio.mean if s.ratio else None),
                               ("tpot-vs-concurrency.png", "TPOT p50 (ms)",
-                               lambda s: s.tpot_ms.get("p50"))):
+                               lambda s: s.latency_ms["tpot"].get("p50"))):
         fig, ax = plt.subplots(figsize=(6.4, 4.0))
         for arm in sorted({s.arm for s in rows}):
             pts = sorted((s.concurrency, get(s)) for s in rows if s.arm == arm

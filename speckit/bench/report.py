@@ -11,6 +11,7 @@ from typing import Any
 
 from speckit.bench.options import BenchOptions, Load
 from speckit.bench.stats import (
+    LATENCY_METRICS,
     CellFigures,
     Spread,
     ratio_spread,
@@ -67,9 +68,7 @@ class SummaryRow:
     output_tok_s: Spread
     per_gpu_tok_s: float
     ratio: Spread | None  # over the baseline at the same cell
-    ttft_ms: dict[str, float | None]
-    tpot_ms: dict[str, float | None]
-    itl_ms: dict[str, float | None]
+    latency_ms: dict[str, dict[str, float | None]]  # stats.LATENCY_METRICS, mean over seeds
     acceptance_length: float | None  # from the /metrics deltas pooled over seeds
     per_position: list[float]
     k_drafted: float | None  # draft tokens per draft: the k the engine used on average
@@ -125,6 +124,9 @@ class BenchReport:
     acceptance_by_context: dict[str, Any] = field(default_factory=dict)
     traffic: Any = None  # --traffic in numbers (speckit.core.traffic.TrafficReport), no text
     trained_length: Any = None  # the draft's trained (or declared) context (TrainedLength)
+    # the pair's pre-flight findings (core.preflight.Finding); an error among them means the run
+    # was started with --force-start
+    preflight: list[Any] = field(default_factory=list)
 
 
 # ---- the summary -----------------------------------------------------------------------------
@@ -177,8 +179,7 @@ def _row(cells: Sequence[CellResult]) -> SummaryRow:
         c0.arm, c0.kind, c0.k, c0.load.label, c0.load.concurrency, c0.load.rate,
         c0.temperature, c0.thinking, len(figs), spread([f.output_tok_s for f in figs]),
         sum(f.per_gpu_tok_s for f in figs) / len(figs), None,
-        _mean_pct([f.ttft_ms for f in figs]), _mean_pct([f.tpot_ms for f in figs]),
-        _mean_pct([f.itl_ms for f in figs]),
+        {m.name: _mean_pct([f.latency_ms[m.name] for f in figs]) for m in LATENCY_METRICS},
         pooled.acceptance_length if pooled and pooled.num_drafts else None,
         pooled.per_position if pooled else [], k_dr, synthetic_al=c0.synthetic_al)
 

@@ -7,7 +7,7 @@ Pure arithmetic over recorded requests (no clock, no network) so every figure is
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,6 +54,32 @@ def percentiles_ms(values: Sequence[float]) -> dict[str, float | None]:
             for q in PERCENTILES}
 
 
+@dataclass(frozen=True)
+class LatencyMetric:
+    """One per-request latency bench reports: its samples from a request record (seconds), and
+    the percentiles the summary table shows. Adding a metric is adding one entry below: the cell
+    figures, the summary rows (mean over seeds), report.json (`latency_ms`) and the table follow."""
+
+    name: str  # key in latency_ms ("tpot")
+    label: str  # table column ("TPOT")
+    samples: Callable[[RequestRecord], list[float]]
+    shown: tuple[str, ...] = ("p50", "p99")
+
+
+LATENCY_METRICS: tuple[LatencyMetric, ...] = (
+    LatencyMetric("ttft", "TTFT", lambda r: [r.ttft_s]),
+    LatencyMetric("tpot", "TPOT", lambda r: [] if r.tpot_s is None else [r.tpot_s],
+                  ("p50", "p90", "p99")),
+    LatencyMetric("itl", "ITL", lambda r: list(r.itl_s)),
+)
+
+
+def latency_ms(records: Sequence[RequestRecord]) -> dict[str, dict[str, float | None]]:
+    """Every LATENCY_METRICS metric's percentiles (ms) over the successful ``records``."""
+    return {m.name: percentiles_ms([x for r in records for x in m.samples(r)])
+            for m in LATENCY_METRICS}
+
+
 @dataclass
 class CellFigures:
     """One run of one cell (one seed)."""
@@ -64,9 +90,8 @@ class CellFigures:
     output_tokens: int
     output_tok_s: float
     per_gpu_tok_s: float
-    ttft_ms: dict[str, float | None]
-    tpot_ms: dict[str, float | None]
-    itl_ms: dict[str, float | None]
+    # LATENCY_METRICS name -> percentile -> ms
+    latency_ms: dict[str, dict[str, float | None]]
     counters: SpecCounters | None  # the /metrics deltas; None without speculation
     per_request: SpecCounters | None  # the same, summed over the responses that carried it
     k_drafted: float | None  # mean draft tokens per draft: what the engine actually proposed
@@ -86,13 +111,10 @@ def cell_figures(records: Sequence[RequestRecord], *, duration_s: float, gpus: i
     ok = [r for r in records if r.success]
     out_tokens = sum(r.output_tokens for r in ok)
     tok_s = out_tokens / duration_s if duration_s > 0 else 0.0
-    tpots = [t for r in ok if (t := r.tpot_s) is not None]
-    itls = [g for r in ok for g in r.itl_s]
     k_drafted = (counters.num_draft_tokens / counters.num_drafts
                  if counters and counters.num_drafts else None)
     return CellFigures(len(records), len(records) - len(ok), duration_s, out_tokens, tok_s,
-                       tok_s / max(1, gpus), percentiles_ms([r.ttft_s for r in ok]),
-                       percentiles_ms(tpots), percentiles_ms(itls), counters,
+                       tok_s / max(1, gpus), latency_ms(ok), counters,
                        per_request_counters(ok), k_drafted,
                        sum(r.prompt_tokens for r in ok) / len(ok) if ok else None,
                        request_acceptance(ok))

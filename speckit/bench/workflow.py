@@ -32,11 +32,14 @@ from speckit.bench.run import (
 )
 from speckit.core.evidence import PAYS, classify
 from speckit.core.jsonable import to_jsonable
+from speckit.core.preflight import Finding
 from speckit.errors import SpeckitError, UsageError
 from speckit.io.draftrecord import read_trained_length
-from speckit.io.host import cpu_model
+from speckit.io.host import cpu_model, engine_model_runner
 from speckit.io.output import atomic_output_dir
+from speckit.io.preflight import check_pair, gate
 from speckit.io.prompts import PromptSet, load_prompts
+from speckit.io.refs import resolve
 from speckit.io.traffic import traffic_for_target
 
 
@@ -48,9 +51,11 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
     cpu = _vllm_cpu()
     check_engine(opts, cpu=cpu, vllm_installed=importlib.util.find_spec("vllm") is not None)
     dep = _arms.resolve_deployment(opts, cpu=cpu) if opts.target else None
+    said: list[str] = []
+    found = _preflight(opts, dep, said, cpu=cpu)  # an error stops here, before any server
     report = BenchReport("endpoint" if opts.endpoint else "started", opts.target, opts.draft,
                          dep.method if dep else None, to_jsonable(_as_shown(opts)),
-                         platform=_platform(opts, cpu))
+                         platform=_platform(opts, cpu), warnings=said, preflight=found)
     extra = _thinking(opts, dep, report.warnings)
     messages = _messages(opts, dep, report, thinking=len(extra))
     say = progress_printer(progress)
@@ -68,6 +73,20 @@ def bench(opts: BenchOptions, *, progress: bool | str = False, force: bool = Fal
     if stop is not None:
         raise BenchError(stop.message, stop.hint, report=report)
     return report
+
+
+def _preflight(opts: BenchOptions, dep, warnings: list[str], *, cpu: bool) -> list[Finding]:
+    """The pair's pre-flight (speckit.io.preflight) of the servers speckit starts (--endpoint
+    takes no --target/--draft: its pair is not here). An error raises PreflightError unless
+    --force-start (then ``warnings`` says so)."""
+    if dep is None or dep.draft_path is None:
+        return []
+    target = resolve(dep.target_path, role="target", need="config")
+    res = check_pair(dep.draft_path, target, target_ref=opts.target,
+                     serve_context=opts.engine_args.get("max_model_len"),
+                     model_runner=engine_model_runner(cpu))
+    gate(res, force_start=opts.force_start, warnings=warnings)
+    return list(res.findings)
 
 
 def _run(ctx: RunContext) -> BenchError | KeyboardInterrupt | None:

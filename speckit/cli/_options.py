@@ -22,6 +22,7 @@ from click.core import ParameterSource
 
 from speckit.core import methods
 from speckit.core.methods.detect import LAYOUT_SPECS
+from speckit.core.quant import SWITCHES
 
 Decorator = Callable[[Callable[..., Any]], Callable[..., Any]]
 
@@ -80,7 +81,6 @@ _PATH_DIR = click.Path(file_okay=False)
 _PROFILE = click.Path(dir_okay=False, exists=True)
 _DATASETS = ("mixed, math, code, chat, humaneval, mtbench, gsm8k, math500, mbpp, or a .jsonl file "
              "with a prompt or messages field")
-TRAIN = ("train eagle3", "train dflash")
 
 FLAGS: dict[str, Flag] = {f.dest: f for f in (
     # ---- output and reporting ----
@@ -108,10 +108,15 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
                 "quantize": "Re-quantizing an already quantized input is --requantize.",
                 "validate": "Without it an interrupted run into the same --out resumes; a "
                             "finished one, or one of other inputs, is refused. Starting vLLM "
-                            "against plan's advice is --force-start.",
+                            "against pre-flight's or plan's advice is --force-start.",
                 "demo": "Without it an interrupted demo into the same -o resumes; a finished "
                         "one is refused.",
                 "bench": "Without it an existing --out is refused."}),
+    Flag(("--force-start",), "force_start", "Start even when pre-flight finds the pair will "
+         "serve at (near) zero acceptance; the finding is still printed and written into the "
+         "report.", is_flag=True,
+         notes={"validate": "Also starts vLLM when speckit plan says it won't fit.",
+                "plan": "Plans the pair anyway."}),
     Flag(("--dry-run",), "dry_run", "Show what would be done; change nothing.", is_flag=True,
          notes={"fetch": "Lists what would be downloaded, with sizes.",
                 "push": "Prints the file list and the card; uploads nothing."}),
@@ -302,13 +307,14 @@ COMMAND_ONLY: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
     "fetch": "--with-target --cache-dir --lock --verify --update-lock --role",
     "inspect": "",
     "convert": "--drop --max-shard-size",
-    "quantize": "--format --mxfp4 --mxfp4-w4a4 --fp8 --nvfp4 --per-tensor-static --calib-target "
-                "--exclude --target-layers --strict --requantize",
+    # + one switch per entry of the scheme table (core.quant.SWITCHES), added below
+    "quantize": "--format --calib-target --exclude --target-layers --strict --requantize "
+                "--quantize-all",
     "plan": "--gpu-mem-gib --gpu-file --draft-tp --gpu-memory-utilization --max-model-len "
             "--max-num-seqs --max-num-batched-tokens --kv-cache-dtype --draft-quant "
             "--kv-cache-memory-bytes --enforce-eager --draft-revision --acceptance "
             "--acceptance-kind --al --context --acceptance-from",
-    "validate": "--temperature --compare-draft --force-start --no-confirm --timeout --batch-sizes "
+    "validate": "--temperature --compare-draft --no-confirm --timeout --batch-sizes "
                 "--serve-gpu --serve-tp --compare-acceptance-only --compare-timed "
                 "--compare-budget",
     "train eagle3": "--draft-vocab --shared-lm-head --fc-norm --ttt-steps --step-decay --holdout "
@@ -326,6 +332,8 @@ COMMAND_ONLY: dict[str, frozenset[str]] = {k: frozenset(v.split()) for k, v in {
              "--warmups-per-concurrency --input-len --output-len --temperatures --repeats --gpus "
              "--tokenizer --startup-timeout --request-timeout --fit-profile",
 }.items()}
+# quantize's scheme switches are the scheme table's: a new scheme's flag needs no line here
+COMMAND_ONLY["quantize"] |= {w.flag for w in SWITCHES}
 
 
 class AliasTarget(click.Option):
@@ -370,6 +378,19 @@ def options_for(command: str) -> Callable[..., Decorator]:
                             **kw)
 
     return opt
+
+
+def stacked(decorators: Iterable[Decorator]) -> Decorator:
+    """Apply a command's option decorators, listed in --help order, as one decorator: a long
+    option stack is data beside the command, not part of its function."""
+    stack = tuple(decorators)
+
+    def apply(f: Any) -> Any:
+        for deco in reversed(stack):
+            f = deco(f)
+        return f
+
+    return apply
 
 
 # ---- old spellings: one more release, with a note -------------------------------------------

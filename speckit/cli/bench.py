@@ -60,6 +60,7 @@ opt = options_for("bench")
 @opt("cpu_threads")
 @opt("out")
 @opt("force")
+@opt("force_start")
 @click.option("--fit-profile", "fit_profile", type=click.Path(exists=True),
               metavar="REPORT", help="Runs no load: fit the step-cost model to the step times of "
               "a bench report (report.json or its --out dir) and write a GPU profile for "
@@ -73,8 +74,8 @@ def bench_cmd(target, draft, method, sweep, schedule, untrained, untrained_k, sy
               endpoint, baseline_endpoint, concurrencies, request_rate, dataset, traffic,
               prompts_per_concurrency, warmups_per_concurrency, max_tokens, input_len, output_len,
               temperatures, thinking, seed, repeats, tp, gpus, gpu, tokenizer, engine_arg,
-              startup_timeout, request_timeout, cpu_threads, out, force, fit_profile, profile_out,
-              json_mode, quiet):
+              startup_timeout, request_timeout, cpu_threads, out, force, force_start, fit_profile,
+              profile_out, json_mode, quiet):
     """Measure a vLLM deployment under online load: tok/s, TTFT/TPOT/ITL, acceptance, ratio to
     baseline, and the k each concurrency should use (measured beside projected).
     With --fit-profile REPORT: turn a report into a GPU profile instead."""
@@ -96,7 +97,8 @@ def bench_cmd(target, draft, method, sweep, schedule, untrained, untrained_k, sy
         input_len=input_len, output_len=output_len,
         temperatures=parse_floats(temperatures, "--temperatures"),
         thinking=parse_thinking(thinking), seeds=list(range(seed, seed + repeats)), gpus=gpus,
-        gpu=gpu, tokenizer=tokenizer, request_timeout_s=request_timeout, out=out)
+        gpu=gpu, tokenizer=tokenizer, request_timeout_s=request_timeout, out=out,
+        force_start=force_start)
     report = bench(opts, progress=progress_mode(json_mode, quiet), force=force)
     if json_mode:
         print_json(report)

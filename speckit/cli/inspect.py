@@ -2,7 +2,7 @@
 with --traffic, the traffic's summary and the draft's vocabulary coverage of it.
 
 Thin shell over speckit.inspect.inspect() (and inspect_traffic()); exits 3 (FormatError) when any
-problem is an error.
+problem or pre-flight finding is an error.
 """
 
 from __future__ import annotations
@@ -87,15 +87,18 @@ def _extras(d: dict[str, Any]) -> str:
 
 
 def _aux_line(report) -> str:
-    """vLLM's ids, then the field, the raw ids, the convention read and the shift applied."""
-    line = f"{report.aux_layer_ids} (vLLM input-of-layer ids), from {report.aux_layer_ids_field}"
+    """The ids as recorded, their convention and the layers they mean in vLLM's numbering; what
+    an engine reads from them as published is pre-flight's to say (aux-ids-* findings)."""
+    line = f"{report.aux_layer_ids_raw} in {report.aux_layer_ids_field}"
     if report.aux_shift:
-        line += (f" {report.aux_layer_ids_raw}: {report.aux_convention} convention, shifted "
-                 f"+{report.aux_shift}")
+        line += (f" ({report.aux_convention} convention): trained on the layers vLLM numbers "
+                 f"{report.aux_layer_ids}")
     elif report.aux_convention:
-        line += f": {report.aux_convention} convention, no shift"
+        line += f" ({report.aux_convention} convention, vLLM's numbering)"
     if report.aux_convention_why:
-        line += f" ({report.aux_convention_why})"
+        line += f"; {report.aux_convention_why}"
+    if any(f.code.startswith("aux-ids") for f in report.preflight):
+        line += "; what vLLM reads from it as published: see pre-flight below"
     return line
 
 
@@ -156,22 +159,58 @@ def render(report) -> None:
         row("", f"read from {report.target_copy}")
     print_table(console, t)
     console.print()
-    if not report.problems:
+    if not report.problems and not report.preflight:
         console.print(Text("no problems found", style="green"))
         return
+    if report.problems:
+        _render_problems(console, report.problems)
+    if report.preflight:
+        if report.problems:
+            console.print()
+        render_findings(console, report.preflight)
+    ne = len(report.errors) + sum(f.is_error for f in report.preflight)
+    nw = len(report.warnings) + sum(not f.is_error for f in report.preflight)
+    summary = f"{ne} error{'s' * (ne != 1)}, {nw} warning{'s' * (nw != 1)}"
+    console.print()
+    console.print(Text(summary, style="bold red" if ne else "bold yellow"))
+
+
+def _render_problems(console, problems) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
     probs = Table(show_header=False, box=None, pad_edge=False)
     probs.add_column(no_wrap=True)
     probs.add_column(no_wrap=True)
     probs.add_column(overflow="fold")
-    for p in report.problems:
+    for p in problems:
         style = "red" if p.is_error else "yellow"
         probs.add_row(Text(p.severity, style=f"bold {style}"), Text(p.code, style=style),
                       _plain(p.message))
     print_table(console, probs)
-    ne, nw = len(report.errors), len(report.warnings)
-    summary = f"{ne} error{'s' * (ne != 1)}, {nw} warning{'s' * (nw != 1)}"
-    console.print()
-    console.print(Text(summary, style="bold red" if ne else "bold yellow"))
+
+
+def render_findings(console, findings) -> None:
+    """Pre-flight findings: severity, code and subject, what the engine will do, the fix, the
+    condition a warning depends on and the public report it reproduces (plain text: config
+    values are the checkpoint's)."""
+    from rich.text import Text
+
+    console.print(Text("pre-flight (what the engine will do with this pair)", style="bold"))
+    for f in findings:
+        style = "red" if f.is_error else "yellow"
+        head = Text(f.severity, style=f"bold {style}")
+        head.append(f" {f.code}", style=style)
+        head.append(f" [{printable(f.subject)}]")
+        console.print(head)
+        rows = [("", f.message), ("fix", f.fix)]
+        if f.condition:
+            rows.append(("when", f.condition))
+        rows.append(("report", f.report))
+        for label, text in rows:
+            line = Text(f"  {label + ':' if label else ''}{' ' if label else ''}")
+            line.append_text(_plain(text))
+            console.print(line)
 
 
 def render_traffic(tr) -> None:

@@ -19,6 +19,7 @@ from speckit.core.plan.weights import DRAFT_QUANTS
 from speckit.core.traffic_text import traffic_rows
 from speckit.errors import PlanError, UsageError
 from speckit.io.datafiles import get_gpu
+from speckit.io.preflight import finding_line
 from speckit.io.profiles import load_profile
 from speckit.io.projection import project_speed_from_refs
 from speckit.io.terminal import output_console, print_rows, print_table
@@ -69,13 +70,14 @@ opt = options_for("plan")
               "report.json (its acceptance_by_context); a bucket it did not measure takes its "
               "nearest neighbour's.")
 @opt("gpu_profile")
+@opt("force_start")
 @opt("json_mode")
 @handle_errors
 def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
              gpu_memory_utilization, max_model_len, max_num_seqs, max_num_batched_tokens,
              kv_cache_dtype, draft_quant, kv_cache_memory_bytes, enforce_eager, revision,
              draft_revision, acceptance, acceptance_kind, al, contexts, traffic, acceptance_from,
-             gpu_profile, json_mode):
+             gpu_profile, force_start, json_mode):
     """Memory plan for serving TARGET (+ DRAFT) with vLLM: weights, KV cache, the rest.
 
     Reads only config.json and safetensors headers. Prints what fits (KV tokens, concurrency at
@@ -103,7 +105,7 @@ def plan_cmd(target, draft, method, k, gpu, gpu_mem_gib, gpu_file, tp, draft_tp,
         max_model_len=max_model_len, max_num_seqs=max_num_seqs,
         max_num_batched_tokens=max_num_batched_tokens, kv_cache_dtype=kv_cache_dtype,
         draft_quant=draft_quant, kv_cache_memory_bytes=kv_cache_memory_bytes,
-        enforce_eager=enforce_eager)
+        enforce_eager=enforce_eager, force_start=force_start)
     speed = unpriced = None
     if traffic is not None:
         try:
@@ -402,6 +404,18 @@ def render(r) -> None:
         con.print(f"  [dim]- {escape(note)}[/]")
     for tr in r.tries:
         con.print(f"  [bold]try[/] {escape(tr.flag)}: {escape(tr.effect)}")
+    _render_preflight(con, r)
     con.print("[dim]assumptions:[/]")
     for a in r.assumptions:
         con.print(f"[dim]  - {escape(a)}[/]")
+
+
+def _render_preflight(con, r) -> None:
+    """The pair's pre-flight findings (an error only shows here under --force-start)."""
+    from rich.markup import escape
+
+    for f in r.preflight:
+        mark = "[red]x[/]" if f.is_error else "[yellow]![/]"
+        con.print(f"  {mark} pre-flight {escape(finding_line(f))}")
+    for note in r.preflight_notes:
+        con.print(f"  [dim]- {escape(note)}[/]")

@@ -46,6 +46,9 @@ opt = options_for("quantize")
 @click.option("--strict", is_flag=True,
               help="Fail on a Linear MXFP4 cannot hold (input dim not a multiple of 32) instead "
               "of keeping it unquantized.")
+@click.option("--quantize-all", is_flag=True,
+              help="Also quantize the Linears the producers' recipe for the scheme keeps "
+              "unquantized (fc under the Quark schemes, as AMD's published EAGLE-3 drafts do).")
 @opt("force")
 @click.option("--requantize", is_flag=True,
               help="Quantize an already quantized input again, from its dequantized values "
@@ -54,8 +57,9 @@ opt = options_for("quantize")
 @opt("json_mode")
 @opt("quiet")
 @handle_errors
-def quantize_cmd(ckpt, fmt, calib_target, out, exclude, target_layers, device, strict, force,
-                 requantize, allow_external_links, json_mode, quiet, **switches):
+def quantize_cmd(ckpt, fmt, calib_target, out, exclude, target_layers, device, strict,
+                 quantize_all, force, requantize, allow_external_links, json_mode, quiet,
+                 **switches):
     """Quantize the Linear weights of draft CKPT for vLLM (Quark or compressed-tensors layout).
 
     Reads drafts of {quantizable} in the layouts {quantize_layouts} (a plain causal LM is a
@@ -70,7 +74,7 @@ def quantize_cmd(ckpt, fmt, calib_target, out, exclude, target_layers, device, s
                  force=force, requantize=requantize or None, strict=strict,
                  target_layers=target_layers,
                  calib_target=calib_target, allow_external_links=allow_external_links,
-                 progress=progress_enabled(json_mode or quiet))
+                 progress=progress_enabled(json_mode or quiet), quantize_all=quantize_all)
     show(r, json_mode=json_mode, render=render)
 
 

@@ -14,7 +14,7 @@ import sys
 import click
 
 from speckit.cli._common import SuggestingGroup, handle_errors, print_json, progress_enabled
-from speckit.cli._options import options_for
+from speckit.cli._options import options_for, stacked
 from speckit.train import launch
 from speckit.train.common import check_online
 from speckit.train.dflash import train_dflash
@@ -56,85 +56,93 @@ def _given_args(skip: tuple[str, ...]) -> list[str]:
     return args
 
 
+# train eagle3's options in --help order: the shared ones from the option table (e3), the
+# EAGLE-3-only ones here
+_EAGLE3_OPTIONS = (
+    e3("target", required=True),
+    e3("prompts"),
+    e3("samples"),
+    e3("max_tokens"),
+    click.option("--draft-vocab", default=None, type=int, metavar="V",
+                 help="Draft vocabulary size (most frequent answer tokens); default: the "
+                 "target's."),
+    e3("aux_layers"),
+    e3("layers"),
+    click.option("--shared-lm-head", is_flag=True,
+                 help="No lm_head of the draft's own: train against the target's (frozen, the full "
+                 "vocabulary) and leave it out of the export; vLLM gives the draft the target's. "
+                 "Frees the bytes of a draft lm_head for layers."),
+    click.option("--fc-norm", is_flag=True,
+                 help="RMS-normalise each aux state (its own learned scale) before fc, so the "
+                 "early layers' small residual streams weigh as much as the late ones' "
+                 "(config fc_norm: true; vLLM's llama_eagle3 reads it)."),
+    click.option("--ttt-steps", default=3, show_default=True, type=int,
+                 help="Unrolled draft steps per position (training-time test)."),
+    e3("epochs"),
+    e3("lr"),
+    e3("batch_tokens"),
+    click.option("--step-decay", default=0.8, show_default=True, type=float,
+                 help="Loss weight of TTT step j is decay**j."),
+    e3("seed"),
+    e3("device"),
+    e3("engine"),
+    click.option("--holdout", default=16, show_default=True, type=int,
+                 help="Prompts kept out of training for the in-loop vLLM acceptance check."),
+    click.option("--eval-every", default=0, show_default=True, type=int, metavar="E",
+                 help="Run the vLLM acceptance check every E epochs (always after the last one, "
+                 "when vLLM is installed and --holdout > 0)."),
+    click.option("--eval-k", default=3, show_default=True, type=int,
+                 help="num_speculative_tokens of the acceptance check."),
+    e3("work_dir"),
+    e3("resume"),
+    click.option("--save-every", default=0, show_default=True, type=int,
+                 help="Checkpoint every N optimizer steps (0: at each epoch end)."),
+    click.option("--fsdp", is_flag=True,
+                 help="Shard the head with FSDP2 across torchrun ranks (implied under torchrun; "
+                 "see docs/train.md)."),
+    click.option("--nproc", default=None, type=click.IntRange(min=1), metavar="N",
+                 help="Train as N ranks on this machine: re-launches this command under torchrun "
+                 "with FSDP2 (one GPU a rank on cuda, gloo on cpu)."),
+    click.option("--grad-accum", default=1, show_default=True, type=click.IntRange(min=1),
+                 help="Batches each rank runs per optimizer step (N ranks x A match one process "
+                 "with --grad-accum N*A)."),
+    click.option("--data-order-seed", default=None, type=int,
+                 help="Seed of the batch order alone (default: --seed); init and data stay."),
+    e3("val_fraction"),
+    click.option("--gen-batch", default=None, type=int,
+                 help="Prompts per transformers generate() call (default 512 on cuda, 16 on cpu)."),
+    click.option("--answers", type=click.Path(dir_okay=False, exists=True), multiple=True,
+                 metavar="FILE",
+                 help="Capture the conversations of an earlier run's WORK/data-*/samples.jsonl "
+                 "instead of generating answers (other --aux-layers, a second draft). Repeatable: "
+                 "the conversations are read in the order given."),
+    click.option("--select-prompts", default=0, show_default=True, type=click.IntRange(min=0),
+                 metavar="N",
+                 help="Capture N untrained prompts per category (chat: MT-Bench, code: HumanEval, "
+                 "math: fresh speckit-mix) and export the epoch whose simulated acceptance at "
+                 "--eval-k is best on its weakest category (0: export the last epoch)."),
+    click.option("--soft-labels", is_flag=True,
+                 help="Learn the target's probabilities over the draft vocabulary (recomputed from "
+                 "its captured final hidden states) instead of only its argmax token."),
+    e3("max_minutes"),
+    click.option("--online", is_flag=True,
+                 help="Write no hidden-state shards of the training conversations (their bf16 aux "
+                 "and final hidden states, often tens of GB): the target stays loaded and runs on "
+                 "each batch just before its step, one extra target forward per batch on the "
+                 "training device. Same batches and weights as without it; one process only (no "
+                 "--fsdp/--nproc)."),
+    click.option("--data-only", is_flag=True,
+                 help="Stop after generating and capturing the data (runs with the same data "
+                 "flags and --work-dir reuse it)."),
+    e3("force"),
+    e3("out", required=True),
+    e3("json_mode"),
+    e3("quiet"),
+)
+
+
 @train.command("eagle3")
-@e3("target", required=True)
-@e3("prompts")
-@e3("samples")
-@e3("max_tokens")
-@click.option("--draft-vocab", default=None, type=int, metavar="V",
-              help="Draft vocabulary size (most frequent answer tokens); default: the target's.")
-@e3("aux_layers")
-@e3("layers")
-@click.option("--shared-lm-head", is_flag=True,
-              help="No lm_head of the draft's own: train against the target's (frozen, the full "
-              "vocabulary) and leave it out of the export; vLLM gives the draft the target's. "
-              "Frees the bytes of a draft lm_head for layers.")
-@click.option("--fc-norm", is_flag=True,
-              help="RMS-normalise each aux state (its own learned scale) before fc, so the "
-              "early layers' small residual streams weigh as much as the late ones' "
-              "(config fc_norm: true; vLLM's llama_eagle3 reads it).")
-@click.option("--ttt-steps", default=3, show_default=True, type=int,
-              help="Unrolled draft steps per position (training-time test).")
-@e3("epochs")
-@e3("lr")
-@e3("batch_tokens")
-@click.option("--step-decay", default=0.8, show_default=True, type=float,
-              help="Loss weight of TTT step j is decay**j.")
-@e3("seed")
-@e3("device")
-@e3("engine")
-@click.option("--holdout", default=16, show_default=True, type=int,
-              help="Prompts kept out of training for the in-loop vLLM acceptance check.")
-@click.option("--eval-every", default=0, show_default=True, type=int, metavar="E",
-              help="Run the vLLM acceptance check every E epochs (always after the last one, "
-              "when vLLM is installed and --holdout > 0).")
-@click.option("--eval-k", default=3, show_default=True, type=int,
-              help="num_speculative_tokens of the acceptance check.")
-@e3("work_dir")
-@e3("resume")
-@click.option("--save-every", default=0, show_default=True, type=int,
-              help="Checkpoint every N optimizer steps (0: at each epoch end).")
-@click.option("--fsdp", is_flag=True,
-              help="Shard the head with FSDP2 across torchrun ranks (implied under torchrun; "
-              "see docs/train.md).")
-@click.option("--nproc", default=None, type=click.IntRange(min=1), metavar="N",
-              help="Train as N ranks on this machine: re-launches this command under torchrun "
-              "with FSDP2 (one GPU a rank on cuda, gloo on cpu).")
-@click.option("--grad-accum", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Batches each rank runs per optimizer step (N ranks x A match one process "
-              "with --grad-accum N*A).")
-@click.option("--data-order-seed", default=None, type=int,
-              help="Seed of the batch order alone (default: --seed); init and data stay.")
-@e3("val_fraction")
-@click.option("--gen-batch", default=None, type=int,
-              help="Prompts per transformers generate() call (default 512 on cuda, 16 on cpu).")
-@click.option("--answers", type=click.Path(dir_okay=False, exists=True), multiple=True,
-              metavar="FILE",
-              help="Capture the conversations of an earlier run's WORK/data-*/samples.jsonl "
-              "instead of generating answers (other --aux-layers, a second draft). Repeatable: "
-              "the conversations are read in the order given.")
-@click.option("--select-prompts", default=0, show_default=True, type=click.IntRange(min=0),
-              metavar="N",
-              help="Capture N untrained prompts per category (chat: MT-Bench, code: HumanEval, "
-              "math: fresh speckit-mix) and export the epoch whose simulated acceptance at "
-              "--eval-k is best on its weakest category (0: export the last epoch).")
-@click.option("--soft-labels", is_flag=True,
-              help="Learn the target's probabilities over the draft vocabulary (recomputed from "
-              "its captured final hidden states) instead of only its argmax token.")
-@e3("max_minutes")
-@click.option("--online", is_flag=True,
-              help="Write no hidden-state shards of the training conversations (their bf16 aux "
-              "and final hidden states, often tens of GB): the target stays loaded and runs on "
-              "each batch just before its step, one extra target forward per batch on the "
-              "training device. Same batches and weights as without it; one process only (no "
-              "--fsdp/--nproc).")
-@click.option("--data-only", is_flag=True,
-              help="Stop after generating and capturing the data (runs with the same data "
-              "flags and --work-dir reuse it).")
-@e3("force")
-@e3("out", required=True)
-@e3("json_mode")
-@e3("quiet")
+@stacked(_EAGLE3_OPTIONS)
 @handle_errors
 def eagle3(aux_layers, nproc, json_mode, quiet, **same):
     """Train an EAGLE-3 draft on the target's own greedy answers and export it.
@@ -158,6 +166,11 @@ def eagle3(aux_layers, nproc, json_mode, quiet, **same):
     if json_mode:
         print_json(result)
         return
+    _render_eagle3(result, options)
+
+
+def _render_eagle3(result, options: Eagle3Options) -> None:
+    """The plain-text summary of a finished `train eagle3`."""
     if options.data_only:
         click.echo(f"data: {result.samples} conversations, {result.tokens} tokens "
                    f"({result.loss_tokens} trained) in {result.work_dir}")

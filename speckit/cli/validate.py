@@ -10,7 +10,7 @@ import sys
 import click
 
 from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
-from speckit.cli._options import AliasTarget, CommaList, aliases, options_for
+from speckit.cli._options import CommaList, aliases, options_for
 from speckit.errors import UsageError
 from speckit.validate import ValidateOptions, print_report, validate
 
@@ -52,8 +52,7 @@ def _thinking(value: str) -> bool:
 @click.option("--compare-draft", help="A second draft measured on the same prompts and k.")
 @opt("out")
 @opt("force")
-@click.option("--force-start", is_flag=True, cls=AliasTarget,
-              help="Start vLLM even when speckit plan says it won't fit.")
+@opt("force_start")
 @click.option("--no-confirm", is_flag=True, help="With --sweep: skip the confirmation run.")
 @opt("cpu_threads")
 @click.option("--timeout", type=float, default=1200, show_default=True,

@@ -37,10 +37,17 @@ def read(ctx: ReadContext) -> ConversionPlan:
         markov_rank=markov.rank, markov_head_type=markov.head_type,
         enable_confidence_head=confidence.enabled,
         confidence_head_with_markov=confidence.with_markov,
-        sample_from_anchor=True if anchor is None else bool(anchor))
+        sample_from_anchor=bool(anchor) if anchor is not None
+        else dspark.samples_from_anchor(ctx.src.config))
     if anchor is None:
-        bb.plan.notes.append("sample_from_anchor=true written explicitly (DSpark's default; "
-                             "vLLM's speculators loader would assume false)")
+        known = dspark.trained_from_anchor(ctx.src.config)
+        bb.plan.notes.append(
+            f"sample_from_anchor={str(bb.config['sample_from_anchor']).lower()} written "
+            "explicitly: " + ("the layout its producer trains when the key is absent "
+                              "(docs/preflight.md, cause 3)" if known is not None else
+                              "vLLM's reading of a native config (the producer is not known: "
+                              "check the draft's card)")
+            + "; vLLM's speculators loader would assume false")
     bb.plan.moves += markov.moves + confidence.moves
     arch = next((a for a in ctx.src.config.get("architectures") or []
                  if a in ("Qwen3DSparkModel", "Qwen3OmniDSparkModel")),

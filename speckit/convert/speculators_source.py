@@ -21,6 +21,7 @@ from speckit.convert.common import (
 )
 from speckit.convert.moves import ConversionPlan, TensorMove
 from speckit.core.methods import MethodSpec
+from speckit.core.methods.common import align_aux_fields, read_aux_ids
 from speckit.core.methods.detect import declared_method
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import CONFIG_DTYPE
@@ -126,11 +127,43 @@ def _vocab_and_aux(ctx: ReadContext, out: ConversionPlan, cfg: dict[str, Any],
         raise FormatError(f"{src.path}: fc.weight is {list(fc.shape) if fc else 'missing'}; "
                           f"its input must be a multiple of the target hidden size {t_hidden}")
     n_aux = fc.shape[1] // t_hidden
-    cfg[key] = resolve_aux(ctx, count=n_aux, recorded=cfg.get(key),
-                           recorded_from=f"source {key}", plan=out, eagle_default=eagle)
+    recorded, recorded_from = _recorded_aux(cfg, layer_cfg, key)
+    cfg[key] = resolve_aux(ctx, count=n_aux, recorded=recorded, recorded_from=recorded_from,
+                           plan=out, eagle_default=eagle)
+    _align_nested_aux(out, cfg, layer_cfg, key, cfg[key])
     if eagle and layer_cfg.get("model_type") == "llama":
         layer_cfg.setdefault("num_aux_hidden_states", n_aux)
     return moves
+
+
+def _recorded_aux(cfg: dict[str, Any], layer_cfg: dict[str, Any],
+                  key: str) -> tuple[list[int] | None, str]:
+    """The top-level ids (vLLM's own), else those a trainer's config left in
+    transformer_layer_config (read_aux_ids: its field, convention and shift), else None."""
+    if cfg.get(key) is not None:
+        return cfg[key], f"source {key}"
+    aux = read_aux_ids(layer_cfg)
+    if aux is None:
+        return None, f"source {key}"
+    said = f"source transformer_layer_config.{aux.field}"
+    if aux.shift:
+        return aux.ids, f"{said} {aux.raw} ({aux.convention}, +{aux.shift}: {aux.why})"
+    return aux.ids, f"{said} ({aux.convention})"
+
+
+def _align_nested_aux(out: ConversionPlan, cfg: dict[str, Any], layer_cfg: dict[str, Any],
+                      key: str, ids: list[int]) -> None:
+    """Every other aux-id field the output holds names the layers the top-level ids name: an
+    engine that falls back on one (vLLM 0.32's V1 runner reads eagle_config ids unshifted) reads
+    the same layers (core.methods.common.NESTED_AUX_FIELDS)."""
+    top = {k: v for k, v in cfg.items() if k in ("eagle_config", "dflash_config")}
+    for where, holder in (("", top), ("transformer_layer_config.", layer_cfg)):
+        for field, (old, new) in align_aux_fields(holder, ids).items():
+            said = f"{old} rewritten as {new}: the layers the top-level {key} {ids} name"
+            out.config_fields[where + field] = said
+            out.notes.append(f"{where}{field} {said} (an engine reading it would take other "
+                             "layers)")
+    cfg.update(top)
 
 
 def _mask_token(ctx: ReadContext, out: ConversionPlan, cfg: dict[str, Any], *,

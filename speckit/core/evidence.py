@@ -109,12 +109,6 @@ def pooled_ratio_interval(point: float, n_num: int, n_den: int,
                   f"95% t-interval, seed-to-seed noise pooled over the run's cells ({dof} d.f.)")
 
 
-def band_interval(point: float, rel: float, n: int, method: str) -> Interval:
-    """A model's value with a relative error band (not a sampling interval: the method says)."""
-    rel = max(0.0, min(rel, 0.99))
-    return Interval(point * (1 - rel), point * (1 + rel), n, "fitted points", method)
-
-
 def classify(iv: Interval | None) -> str:
     """PAYS when the interval lies above 1, DOES_NOT_PAY when below, else CANNOT_TELL (and
     CANNOT_TELL without an interval: one measurement decides nothing)."""

@@ -213,9 +213,9 @@ def find_gpu(name: str, gpus: Sequence[GPU]) -> GPU:
 DEFAULT_GPU = "H200"  # what plan and registry resolve size for when --gpu is not given
 
 
-def get_gpu(name: str, *, extra: Sequence[GPU] = ()) -> GPU:
-    """A built-in GPU (or one of ``extra``) by name or alias; speckit.io.datafiles.get_gpu also
-    reads the user's gpus.toml."""
+def builtin_gpu(name: str, *, extra: Sequence[GPU] = ()) -> GPU:
+    """A built-in GPU (or one of ``extra``) by name or alias. Commands look GPUs up with
+    speckit.io.datafiles.get_gpu, which adds the user's gpus.toml."""
     return find_gpu(name, catalog(extra=extra))
 
 

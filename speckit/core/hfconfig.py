@@ -254,3 +254,44 @@ def rope_theta(cfg: Mapping[str, Any], *, where: str = "config.json",
     if isinstance(rope, Mapping) and rope.get("rope_theta") is not None:
         return get_float(rope, "rope_theta", where=f"{where}: rope_parameters")
     return get_float(cfg, "rope_theta", where=where, default=default)
+
+
+# the rope types whose frequencies equal plain RoPE's ("default" in transformers 5)
+_PLAIN_ROPE = frozenset({"default", "none", ""})
+
+
+def rope_settings(cfg: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A config's RoPE in one spelling, per layer type ("" for every layer): {"rope_type", and
+    "rope_theta" / "factor" / ... where given}. transformers 5 writes `rope_parameters` (flat, or
+    keyed by layer type), older configs `rope_theta` + `rope_scaling` (`type` or `rope_type`);
+    both spellings describe the same rotary (transformers' standardize_rope_params, read by
+    vLLM's patch_rope_parameters). No rope field at all: plain RoPE, theta unknown."""
+    params = cfg.get("rope_parameters")
+    legacy = _legacy_rope(cfg)
+    if isinstance(params, Mapping) and params and all(isinstance(v, Mapping)
+                                                       for v in params.values()):
+        return {str(kind): {**legacy, **_rope_level(inner)} for kind, inner in params.items()}
+    if isinstance(params, Mapping) and params:
+        return {"": {**legacy, **_rope_level(params)}}
+    return {"": legacy}
+
+
+def _legacy_rope(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"rope_type": "default"}
+    scaling = cfg.get("rope_scaling")
+    if isinstance(scaling, Mapping):
+        out.update(_rope_level(scaling))
+    theta = cfg.get("rope_theta")
+    if isinstance(theta, (int, float)) and not isinstance(theta, bool):
+        out["rope_theta"] = float(theta)
+    return out
+
+
+def _rope_level(d: Mapping[str, Any]) -> dict[str, Any]:
+    out = {k: v for k, v in d.items() if k not in ("type", "rope_type") and v is not None}
+    kind = d.get("rope_type") or d.get("type")
+    if isinstance(kind, str):
+        out["rope_type"] = "default" if kind.lower() in _PLAIN_ROPE else kind.lower()
+    if isinstance(out.get("rope_theta"), (int, float)) and not isinstance(out["rope_theta"], bool):
+        out["rope_theta"] = float(out["rope_theta"])
+    return out

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speckit.core.jsontext import JSONObject, loads
-from speckit.core.methods import Problem
+from speckit.core.problems import Problem
 from speckit.errors import FormatError
 
 # bits per element of every dtype code safetensors 0.8 knows (its Dtype enum); nothing else is
@@ -242,7 +242,7 @@ def _integer_dtype(dtype: str) -> bool:
 def check_vocab_maps(d2t: Any, t2d: Any, *, target_vocab: int | None,
                      draft_vocab: int | None, full_vocab_ok: bool = False) -> list[Any]:
     """Every docs/formats.md#vocab-maps problem of d2t/t2d (each None when absent), as
-    speckit.core.methods.Problem errors, most telling first.
+    speckit.core.problems.Problem errors, most telling first.
 
     ``full_vocab_ok``: the layout ships identity maps for a full vocab (SpecForge), which a
     converter drops; for a servable draft they are an error because vLLM refuses the tensor.

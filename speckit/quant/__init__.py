@@ -55,7 +55,7 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
              target_layers: int | None = None,
              calib_target: str | os.PathLike | None = None, calib_prompts: list[str] | None = None,
              max_shard_bytes: int = DEFAULT_SHARD_BYTES, allow_external_links: bool = False,
-             progress: bool = False) -> QuantizeResult:
+             progress: bool = False, quantize_all: bool = False) -> QuantizeResult:
     """Quantize the Linear weights of the checkpoint at ``src`` with ``scheme``.
 
     ``exclude``: vLLM run-time module names (e.g. `model.layers.32.mlp.down_proj`) or `re:`
@@ -65,6 +65,8 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
     its dequantized values (None: as ``force``, the old meaning of --force, for one more release).
     ``strict``: fail instead of keeping a Linear that MXFP4 cannot hold.
     ``allow_external_links``: follow checkpoint files that are symlinks out of the directory.
+    ``quantize_all``: also quantize the Linears the producers' recipe for ``scheme`` keeps
+    unquantized (QuantScheme.recipe_keeps: `fc` under the Quark schemes).
     """
     started = time.monotonic()
     sch = core_quant.get(scheme)
@@ -84,8 +86,9 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
 
     if target_layers is None:
         target_layers = target_layers_from(ckpt.config, calib_target)
-    items, exclude_list = decide_tensors(ckpt, mod, sch, exclude=list(exclude), strict=strict,
-                                       target_layers=target_layers, requant=requant)
+    items, exclude_list, meant = decide_tensors(
+        ckpt, mod, sch, exclude=list(exclude), strict=strict, target_layers=target_layers,
+        requant=requant, quantize_all=quantize_all)
     n_quant = count_quantized(items, src_path, mod)
     input_amax, calibration = measure_activations(
         ckpt, mod, sch, items, calib_target=calib_target, prompts=calib_prompts,
@@ -109,6 +112,6 @@ def quantize(src: str | os.PathLike, *, scheme: str, out: str | os.PathLike | No
         write_provenance(tmp, provenance(result, ckpt, layout, exclude=list(exclude),
                                          strict=strict, config=config),
                          command="quantize", code_dropped=code_dropped)
-        verify_output(tmp, items)
+        verify_output(tmp, items, sch, meant)
     result.seconds = round(time.monotonic() - started, 3)
     return result

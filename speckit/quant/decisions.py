@@ -229,15 +229,20 @@ def _runtime_names(mod, name: str, *, target_layers: int | None, config: dict[st
 
 
 def decide_tensors(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], strict: bool,
-                 target_layers: int | None, requant: dict | None) -> tuple[list[Item], list[str]]:
-    """What happens to each tensor, in file order, and Quark's exclude list for the config."""
+                   target_layers: int | None, requant: dict | None,
+                   quantize_all: bool = False) -> tuple[list[Item], list[str], list[str]]:
+    """What happens to each tensor, in file order; Quark's exclude list for the config; and the
+    vLLM names of every module meant to stay unquantized (lm_head and each kept Linear), which
+    the written config's list must match under vLLM's rule. ``quantize_all``: quantize the
+    Linears the scheme's recipe keeps (QuantScheme.recipe_keeps) too."""
     used: set[str] = set()
     items: list[Item] = []
     kept: list[tuple[str, str | None]] = []  # Linear weights left unquantized, user entry
     depth_dependent = False
     for info in sorted(ckpt.tensors.values(), key=lambda t: (t.file, t.offsets[0])):
         step = _plan_tensor(info, ckpt, mod, sch, exclude=exclude, strict=strict,
-                            target_layers=target_layers, requant=requant)
+                            target_layers=target_layers, requant=requant,
+                            recipe=not quantize_all)
         depth_dependent |= step.depth_unknown
         if step.hit is not None:
             used.add(step.hit)
@@ -246,8 +251,10 @@ def decide_tensors(ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str], st
             kept.append(step.kept)
     _check_exclusions_used(exclude, used, mod, ckpt, target_layers=target_layers,
                            depth_dependent=depth_dependent)
-    return items, _exclude_list(exclude, kept, mod, target_layers=target_layers,
-                                config=ckpt.config)
+    excl = _exclude_list(exclude, kept, mod, target_layers=target_layers, config=ckpt.config)
+    meant = ["lm_head"] + [n for name, _ in kept for n in _runtime_names(
+        mod, name, target_layers=target_layers, config=ckpt.config) or []]
+    return items, excl, meant
 
 
 @dataclass(frozen=True)
@@ -261,7 +268,8 @@ class _Planned:
 
 
 def _plan_tensor(info: TensorInfo, ckpt: Checkpoint, mod, sch: Scheme, *, exclude: list[str],
-                 strict: bool, target_layers: int | None, requant: dict | None) -> _Planned:
+                 strict: bool, target_layers: int | None, requant: dict | None,
+                 recipe: bool = True) -> _Planned:
     name, cfg = info.name, ckpt.config
     if requant is not None and name.endswith((".weight_scale", ".input_scale")):
         # consumed by the dequantization of its weight; new scales are written
@@ -284,6 +292,11 @@ def _plan_tensor(info: TensorInfo, ckpt: Checkpoint, mod, sch: Scheme, *, exclud
         item = _planned_keep(info, f"--exclude {hit}", was_quant, eff_shape, eff_dtype, ckpt,
                              module=(rt or [""])[0])
         return _Planned(item, kept=(name, hit), hit=hit, depth_unknown=rt is None)
+    keep = sch.recipe_keep(name) if recipe else None
+    if keep is not None:
+        item = _planned_keep(info, f"{keep.why} ({keep.source}; --quantize-all quantizes it)",
+                             was_quant, eff_shape, eff_dtype, ckpt, module=(rt or [""])[0])
+        return _Planned(item, kept=(name, None), depth_unknown=rt is None)
     in_f = eff_shape[1]
     if sch.in_features_multiple > 1 and in_f % sch.in_features_multiple:
         why = (f"input dim {in_f} is not a multiple of {sch.in_features_multiple} "

@@ -14,6 +14,7 @@ from typing import Any
 from speckit.core import links
 from speckit.core import quant as core_quant
 from speckit.core.quant import QuantScheme as Scheme
+from speckit.core.quant.exclude import excluded_list, is_excluded
 from speckit.errors import FormatError
 from speckit.io.checkpoint import (
     DTYPE_BITS,
@@ -287,9 +288,14 @@ def provenance(r: QuantizeResult, ckpt: Checkpoint, layout, *, exclude: list[str
     }
 
 
-def verify_output(out: Path, items: list[Item]) -> None:
-    """Re-open the written checkpoint: every declared tensor must be there, with its header."""
+def verify_output(out: Path, items: list[Item], sch: Scheme | None = None,
+                  meant: list[str] = ()) -> None:
+    """Re-open the written checkpoint: every declared tensor must be there, with its header, and
+    the config's list of unquantized modules must keep each module ``meant`` to stay unquantized
+    (vLLM run-time names) under vLLM's own matching rule for ``sch``'s loader."""
     ck = Checkpoint.open(out)
+    if sch is not None:
+        _verify_exclusions(ck.config, sch, meant)
     want = {n: (d, tuple(s)) for it in items for n, d, s in it.outputs}
     got = {n: (i.dtype, i.shape) for n, i in ck.tensors.items()}
     if want != got:
@@ -298,6 +304,18 @@ def verify_output(out: Path, items: list[Item]) -> None:
                           hint="this is a bug in speckit; nothing was written")
     if prior_quantization(ck) is None:
         raise FormatError("the written checkpoint carries no quantization_config",
+                          hint="this is a bug in speckit; nothing was written")
+
+
+def _verify_exclusions(config: dict[str, Any], sch: Scheme, meant: list[str]) -> None:
+    """Each module meant to stay unquantized is kept by the written list under the rule of the
+    vLLM loader that reads it (core.quant.exclude: Quark / compressed-tensors exact names or `re:`
+    regexes, ModelOpt also substrings and wildcards)."""
+    dialect, listed = excluded_list(config.get("quantization_config")) or (sch.layout, [])
+    missed = [m for m in meant if not is_excluded(dialect, listed, m)]
+    if missed:
+        raise FormatError(f"the written quantization_config would let vLLM quantize "
+                          f"{', '.join(missed[:4])}, meant to stay unquantized",
                           hint="this is a bug in speckit; nothing was written")
 
 

@@ -1,5 +1,6 @@
-"""The rules for the `exclude` (Quark) / `ignore` (compressed-tensors) list in vLLM's run-time
-module names: exact name or `re:` + regex, as both of vLLM's loaders match them.
+"""Checks of the `--exclude` entries quantize takes. vLLM's matching rule for the `exclude`
+(Quark) / `ignore` (compressed-tensors) list lives in core (speckit.core.quant.exclude: exact name
+or `re:` + regex), so pre-flight re-reads outputs with the same rule.
 
 The schemes themselves are core knowledge: speckit.core.quant.
 """
@@ -8,14 +9,10 @@ from __future__ import annotations
 
 import re
 
+from speckit.core.quant.exclude import matches, module_of
 from speckit.errors import UsageError
 
-
-def matches(entry: str, module: str) -> bool:
-    """vLLM's rule for one `exclude` entry: exact name, or `re:` + regex with re.match."""
-    if entry.startswith("re:"):
-        return re.match(entry[3:], module) is not None
-    return entry == module
+__all__ = ["check_entry", "matches", "module_of"]
 
 
 def check_entry(entry: str, *, regex: bool = True) -> None:
@@ -31,8 +28,3 @@ def check_entry(entry: str, *, regex: bool = True) -> None:
             re.compile(entry[3:])
         except re.error as e:
             raise UsageError(f"--exclude {entry!r}: not a valid regex ({e})") from e
-
-
-def module_of(tensor_name: str) -> str:
-    return tensor_name.rsplit(".", 1)[0] if tensor_name.endswith((".weight", ".bias")) \
-        else tensor_name

@@ -13,7 +13,6 @@ from typing import Any
 
 from speckit.core import methods
 from speckit.core.evidence import Interval, welch_ratio_interval
-from speckit.core.gpus import get_gpu
 from speckit.core.jsonable import to_jsonable
 from speckit.core.plan import fit as _fit
 from speckit.core.plan import schedule as _sched
@@ -25,7 +24,7 @@ from speckit.core.plan.projection import (
     step_model,
 )
 from speckit.errors import PlanError, UsageError
-from speckit.io.datafiles import load_engine_costs
+from speckit.io.datafiles import get_gpu, load_engine_costs
 from speckit.io.engine import EngineRun
 from speckit.io.projection import step_constants
 from speckit.validate.context import mix_markdown

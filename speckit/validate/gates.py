@@ -1,6 +1,6 @@
-"""validate's refusals before any engine starts: pairing, tokenizers, and speckit plan's memory
-verdict for this machine (also for the compare draft), and a quantized draft vLLM's CPU backend
-refuses.
+"""validate's refusals before any engine starts: the pair's pre-flight, pairing, tokenizers,
+speckit plan's memory verdict for this machine (also for the compare draft), and a quantized draft
+vLLM's CPU backend refuses.
 """
 
 from __future__ import annotations
@@ -12,9 +12,12 @@ from typing import Any
 from speckit.core.gpus import catalog
 from speckit.core.methods import MethodSpec
 from speckit.core.plan.pairing import check_pairing
+from speckit.core.preflight import Finding
 from speckit.core.quant import SCHEMES, gpu_support, recognise
 from speckit.errors import PlanError, SpeckitError
 from speckit.io import host
+from speckit.io.preflight import PreflightError, check_pair, gate
+from speckit.io.refs import resolve
 from speckit.plan import plan_from_refs
 from speckit.validate.inputs import Inputs
 from speckit.validate.options import ValidateOptions
@@ -37,6 +40,30 @@ def check_gates(inp: Inputs, opts: ValidateOptions, *, eargs: dict[str, Any], co
                    tp=tp, eargs=eargs, concurrency=concurrency, cpu=inp.cpu,
                    cpu_kv_bytes=cpu_kv_bytes, force=force, warnings=warnings, name=inp.cname)
     return info
+
+
+def check_preflight(inp: Inputs, opts: ValidateOptions, *, eargs: dict[str, Any],
+                    warnings: list[str]) -> dict[str, list[Finding]]:
+    """The pair's pre-flight (speckit.io.preflight) for the draft and the compare draft, before
+    any engine starts: an error stops validate unless --force-start (then it is said in
+    ``warnings``). Returns the findings by flag, for the report."""
+    found: dict[str, list[Finding]] = {}
+    drafts = [(f, p, n) for f, p, n in (("--draft", inp.dpath, inp.dname),
+                                        ("--compare-draft", inp.cpath, inp.cname))
+              if p is not None]
+    if not drafts or not inp.spec.has_checkpoint:
+        return found
+    target = resolve(inp.tpath, role="target", need="config")
+    for flag, path, name in drafts:
+        res = check_pair(path, target, target_ref=opts.target,
+                         serve_context=eargs.get("max_model_len"),
+                         model_runner=host.engine_model_runner(inp.cpu))
+        found[flag] = list(res.findings)
+        try:
+            gate(res, force_start=opts.force_start, warnings=warnings)
+        except PreflightError as e:
+            raise PreflightError(f"{flag} {name or path}: {e.message}", hint=e.hint) from None
+    return found
 
 
 def _check_cpu_quant(flag: str, path: Path, cfg: dict[str, Any], *, force: bool,
@@ -87,7 +114,7 @@ def _plan_gate(tpath: Path, dpath: Path | None, spec: MethodSpec, k: int, *, tcf
                       else 4096)
     try:
         res = plan_from_refs(target=str(tpath), draft=str(dpath) if dpath else None,
-                                     method=spec.name, k=k, **kwargs)
+                             method=spec.name, k=k, preflight=False, **kwargs)
     except PlanError:
         raise
     except SpeckitError as e:

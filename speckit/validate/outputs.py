@@ -35,7 +35,7 @@ def report_settings(opts: ValidateOptions, eargs: dict[str, Any],
 
 
 def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, keep_log: bool,
-                 t_start: float) -> ValidationReport:
+                 t_start: float, preflight=None) -> ValidationReport:
     base = r.base
     v = verdict(r.runs, concurrency=settings["concurrency"], conc=r.concurrency, cpu=inp.cpu,
                 emulated=emulated_quant(inp.dcfg) if inp.dcfg else None)
@@ -63,7 +63,7 @@ def build_report(inp: Inputs, r: Runs, *, eargs, plan_info, warnings, settings, 
         warnings=warnings, engine_starts=r.starts, seconds=time.monotonic() - t_start,
         chat_template=base.chat_template, concurrency=r.concurrency, verdict=v,
         acceptance_by_context=r.by_context, trained_length=inp.trained,
-        traffic=inp.traffic_report, copies=list(inp.copies))
+        traffic=inp.traffic_report, copies=list(inp.copies), preflight=dict(preflight or {}))
     rep.baseline_run = base
     return rep
 

@@ -28,6 +28,7 @@ from speckit.core.metrics import (
 from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.plots import pyplot
+from speckit.io.preflight import finding_line
 from speckit.io.terminal import output_console, print_rows, print_table, unclipped
 from speckit.validate import concurrency as C
 from speckit.validate import context
@@ -178,6 +179,9 @@ class ValidationReport:
     copies: list[str] = field(default_factory=list)
     # runs an interrupted validate into the same --out had finished, kept instead of run again
     resumed: list[str] = field(default_factory=list)
+    # the pair's pre-flight findings (core.preflight.Finding) by flag (--draft, --compare-draft);
+    # an error among them means the run was started with --force-start
+    preflight: dict[str, list[Any]] = field(default_factory=dict)
 
     @property
     def recommended(self) -> bool:
@@ -303,12 +307,18 @@ def to_markdown(r: ValidationReport) -> str:
     if r.compare is not None:
         lines += _md_compare(r.compare)
     lines += _md_serve(r)
+    lines += _md_preflight(r)
     if r.warnings:
         lines += ["", "## Warnings", ""] + [f"- {w}" for w in r.warnings]
     if r.concurrency is not None:
         lines += ["", C.markdown(r.concurrency)]
     lines += ["", f"{r.engine_starts} engine starts, {r.seconds:.0f} s in all.", ""]
     return "\n".join(lines)
+
+
+def _md_preflight(r: ValidationReport) -> list[str]:
+    rows = [f"- {flag}: {finding_line(f)}" for flag, fs in r.preflight.items() for f in fs]
+    return ["", "## Pre-flight", "", *rows] if rows else []
 
 
 def _md_header(r: ValidationReport) -> list[str]:
@@ -509,6 +519,7 @@ def print_report(r: ValidationReport, *, console=None, fit: bool = False) -> Non
     """A rich table for the terminal. ``fit``: tables squeezed into the console's width (cells
     folded; off a TTY they otherwise keep their natural width) and the serve line broken over
     lines that paste back (the demo's 100 columns)."""
+    from rich.markup import escape
     from rich.table import Table
 
 
@@ -562,6 +573,10 @@ def print_report(r: ValidationReport, *, console=None, fit: bool = False) -> Non
         for line in C.summary_lines(r.concurrency):
             console.print(line)
     _print_context(r, console, fit)
+    for flag, fs in r.preflight.items():
+        for f in fs:
+            console.print(f"[{'red' if f.is_error else 'yellow'}]pre-flight {flag}:[/] "
+                          f"{escape(finding_line(f))}")
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     _print_verdict(r, console)

@@ -14,7 +14,7 @@ from speckit.io.engine import forget_exchange
 from speckit.io.output import Interrupted, output_errors, sigterm_as_interrupt
 from speckit.io.rundir import FINISHED, PARTIAL, RunDir
 from speckit.validate.analysis import low_ratio_causes, run_warnings
-from speckit.validate.gates import check_gates
+from speckit.validate.gates import check_gates, check_preflight
 from speckit.validate.inputs import check_args, gather_inputs, output_dirs, pick_batch_sizes
 from speckit.validate.options import ValidateOptions, sized
 from speckit.validate.outputs import build_report, report_settings, write_outputs
@@ -51,6 +51,7 @@ def validate(options: ValidateOptions | None = None, /, **fields: Any) -> Valida
     warnings: list[str] = []
     inp = gather_inputs(opts, warnings)
     batches = pick_batch_sizes(opts.batch_sizes, cpu=inp.cpu, concurrency=opts.concurrency)
+    preflight = check_preflight(inp, opts, eargs=eargs, warnings=warnings)
     plan_info = check_gates(inp, opts, eargs=eargs, concurrency=max([opts.concurrency, *batches]),
                             warnings=warnings)
     rd, workdir = output_dirs(opts, inp, eargs=eargs, batches=batches)
@@ -68,7 +69,8 @@ def validate(options: ValidateOptions | None = None, /, **fields: Any) -> Valida
     if ctx.resumed:
         warnings.append(f"resumed: {', '.join(ctx.resumed)} measured by the interrupted run in "
                         "this --out and kept (their logs are that run's)")
-    rep = build_report(inp, r, eargs=eargs, plan_info=plan_info, warnings=warnings,
+    rep = build_report(inp, r, eargs=eargs, plan_info=plan_info, preflight=preflight,
+                       warnings=warnings,
                        settings=report_settings(opts, eargs, batches),
                        keep_log=rd is not None or opts.baseline is not None, t_start=t_start)
     rep.resumed = list(ctx.resumed)

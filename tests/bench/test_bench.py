@@ -91,8 +91,8 @@ def test_cell_figures_and_per_request_counters_agree_with_metrics():
     fig = cell_figures(records, duration_s=2.0, gpus=2,
                        counters=counters_from_metrics({}, after))
     assert fig.output_tokens == 60 and fig.output_tok_s == 30.0 and fig.per_gpu_tok_s == 15.0
-    assert fig.tpot_ms["p50"] == pytest.approx(50.0)  # (1.65-0.2)/29 and (1.75-0.3)/29
-    assert fig.ttft_ms["p50"] == pytest.approx(250.0)
+    assert fig.latency_ms["tpot"]["p50"] == pytest.approx(50.0)  # (1.65-0.2)/29 and (1.75-0.3)/29
+    assert fig.latency_ms["ttft"]["p50"] == pytest.approx(250.0)
     assert fig.acceptance_length == pytest.approx(1 + 44 / 16)
     assert fig.k_drafted == 3.0
     assert per_request_counters(records).accepted_per_pos == [16, 14, 14]
@@ -256,3 +256,22 @@ def test_stop_group_kills_the_whole_process_group():
     time.sleep(0.2)
     assert proc.poll() is not None
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
+
+
+def test_a_latency_metric_is_one_declaration(monkeypatch):
+    """Adding a bench metric is one LatencyMetric entry: cell figures, summary rows and the
+    markdown table follow it (issue 54 item 3)."""
+    from speckit.bench import render, report, stats
+
+    e2e = stats.LatencyMetric("e2e", "E2E", lambda r: [r.latency_s], ("p50",))
+    monkeypatch.setattr(stats, "LATENCY_METRICS", (*stats.LATENCY_METRICS, e2e))
+    monkeypatch.setattr(report, "LATENCY_METRICS", stats.LATENCY_METRICS)
+    monkeypatch.setattr(render, "LATENCY_METRICS", stats.LATENCY_METRICS)
+    recs = [stats.RequestRecord(True, 10, 30, ttft_s=0.2, latency_s=1.0 + i) for i in range(3)]
+    fig = stats.cell_figures(recs, duration_s=4.0, gpus=1, counters=None)
+    assert fig.latency_ms["e2e"]["p50"] == pytest.approx(2000.0)
+    table = render.summary_table([report.SummaryRow(
+        "baseline", "baseline", 0, "c=1", 1, None, 0.0, False, 1, stats.Spread(30.0, 0.0, 1),
+        30.0, None, fig.latency_ms, None, [], None)])
+    assert "E2E p50 ms" in table[0] and "| 2000.0 |" in table[2]
+    assert table[0].count("|") == table[1].count("|") == table[2].count("|")

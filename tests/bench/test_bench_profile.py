@@ -62,9 +62,9 @@ def test_the_fit_reproduces_the_measured_steps_better_than_the_shipped_constants
 
     res = _fit(tmp_path)
     _, rep = prof.read_report(REPORT)
-    from speckit.core.gpus import get_gpu
+    from speckit.core.gpus import builtin_gpu
 
-    model = prof._step_model(rep, get_gpu("H200"), target=str(TARGET), draft=str(DRAFT),
+    model = prof._step_model(rep, builtin_gpu("H200"), target=str(TARGET), draft=str(DRAFT),
                              where="r")
     steps = prof.measured_steps(rep)
     shipped = sorted(abs(prof._error(model, model.constants, s)) for s in steps)
@@ -75,10 +75,10 @@ def test_the_fit_reproduces_the_measured_steps_better_than_the_shipped_constants
 def test_fit_recovers_step_times_it_was_given(tmp_path):
     """Synthetic step times from known constants: the fit must reproduce them closely."""
     from speckit.bench import profile as prof
-    from speckit.core.gpus import get_gpu
+    from speckit.core.gpus import builtin_gpu
 
     _, rep = prof.read_report(REPORT)
-    model = prof._step_model(rep, get_gpu("H200"), target=str(TARGET), draft=str(DRAFT),
+    model = prof._step_model(rep, builtin_gpu("H200"), target=str(TARGET), draft=str(DRAFT),
                              where="r")
     truth = replace(model, constants=replace(model.constants, pass_overhead_s=4e-3,
                                              layer_overhead_s=2e-4, bw_frac=0.05))
@@ -89,7 +89,8 @@ def test_fit_recovers_step_times_it_was_given(tmp_path):
             sec = prof._seconds(truth, step)
             rows.append({"arm": arm, "kind": "static" if k else "baseline", "k": k,
                          "load": f"c={c}", "concurrency": c, "temperature": 0.0,
-                         "thinking": False, "tpot_ms": {"p50": sec / (al or 1.0) * 1e3},
+                         "thinking": False,
+                         "latency_ms": {"tpot": {"p50": sec / (al or 1.0) * 1e3}},
                          "acceptance_length": al})
     synth = {**rep, "summary": rows, "options": {**rep["options"], "temperatures": [0.0]},
              "cells": [{"load": {"concurrency": c, "rate": None},
@@ -159,7 +160,7 @@ def test_suffix_is_skipped_with_its_reason_when_arctic_inference_is_missing(monk
 
 def _row(arm, kind, c, tok_s, sd=0.0, n=1, k=3, iv=None):
     return SummaryRow(arm, kind, 0 if kind == "baseline" else k, f"c={c}", c, None, 0.0, False,
-                      n, Spread(tok_s, sd, n), tok_s, Spread(1.0, 0, n), {}, {}, {}, None, [],
+                      n, Spread(tok_s, sd, n), tok_s, Spread(1.0, 0, n), {}, None, [],
                       None, ratio_interval=iv)
 
 

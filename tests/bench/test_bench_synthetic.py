@@ -192,10 +192,10 @@ def test_profile_fit_recovers_constants_from_synthetic_cells(tmp_path):
     and 3.5 (the measured acceptance deliberately absent): --fit-profile's fitter, unchanged,
     reads the forced AL and recovers the constants."""
     from speckit.bench import profile as prof
-    from speckit.core.gpus import get_gpu
+    from speckit.core.gpus import builtin_gpu
 
     raw = json.loads(REPORT.read_text())
-    model = prof._step_model(raw, get_gpu("H200"), target=str(TARGET), draft=str(DRAFT),
+    model = prof._step_model(raw, builtin_gpu("H200"), target=str(TARGET), draft=str(DRAFT),
                              where="r")
     # far from the shipped fit (bw_frac 0.59, pass 9e-6 s, layer ~0); flop_frac is left as
     # shipped: a 135M target at these batch sizes never binds on compute, so no step time
@@ -210,7 +210,8 @@ def test_profile_fit_recovers_constants_from_synthetic_cells(tmp_path):
             rows.append({"arm": f"eagle3 k=3 synthetic AL={al:g}" if al else "baseline",
                          "kind": "synthetic" if al else "baseline", "k": k, "load": f"c={c}",
                          "concurrency": c, "temperature": 0.0, "thinking": False,
-                         "tpot_ms": {"p50": sec / (al or 1.0) * 1e3}, "acceptance_length": None,
+                         "latency_ms": {"tpot": {"p50": sec / (al or 1.0) * 1e3}},
+                         "acceptance_length": None,
                          "synthetic_al": al})
     synth = {**raw, "summary": rows, "options": {**raw["options"], "temperatures": [0.0]},
              "cells": [{"load": {"concurrency": c, "rate": None},

@@ -62,7 +62,7 @@ def test_bench_on_a_real_vllm_serve(tmp_path):
         assert fig.counters.accepted_per_pos == fig.per_request.accepted_per_pos
         assert fig.k_drafted == 3.0 and 1.0 <= fig.acceptance_length <= 4.0
         assert 0 < fig.output_tokens <= 24 * 2 * cell.load.concurrency
-        assert fig.ttft_ms["p50"] > 0 and fig.tpot_ms["p50"] > 0
+        assert fig.latency_ms["ttft"]["p50"] > 0 and fig.latency_ms["tpot"]["p50"] > 0
     assert (tmp_path / "out" / "report.json").is_file()
     # AL by context from the per-request summaries: every measured request, in its bucket
     (arm, ctx), = rep.acceptance_by_context.items()

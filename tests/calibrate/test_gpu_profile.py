@@ -58,14 +58,14 @@ def test_default_location_profile_is_used_and_doctor_lists_it(tmp_path, monkeypa
 
 def test_validate_serve_projection_is_plans_model(tmp_path, monkeypatch):
     # one model everywhere: validate --serve-gpu's table is project_speed's (what plan prints)
-    from speckit.core.gpus import get_gpu
+    from speckit.core.gpus import builtin_gpu
     from speckit.core.jsonable import to_jsonable
     from tests.support.projection import project_speed
 
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
     plan = to_jsonable(project_speed(target_config=LLAMA8B, method="draft_model",
                                      draft_config=LLAMA1B, acceptance=[0.7, 0.5, 0.35],
-                                     gpu=get_gpu("H200"), max_batch=64))
+                                     gpu=builtin_gpu("H200"), max_batch=64))
     serve = _serve()
     assert serve["tables"] == plan["tables"] and serve["schedule"] == plan["schedule"]
     assert "engine overhead per step (fitted to published" in " ".join(serve["assumptions"])
@@ -79,7 +79,7 @@ def test_h100_profile_prices_that_cards_whole_steps_within_the_fit_error():
     import statistics
     from dataclasses import replace
 
-    from speckit.core.gpus import get_gpu
+    from speckit.core.gpus import builtin_gpu
     from speckit.io.datafiles import load_step_constants
 
     sc = load_script("bench", "step_costs")
@@ -88,7 +88,7 @@ def test_h100_profile_prices_that_cards_whole_steps_within_the_fit_error():
     prof = json.loads(prof_path.read_text())
     data = json.loads((results / "step_costs_h100.json").read_text())
     assert prof["device"] == data["meta"]["device"] == "NVIDIA H100 80GB HBM3"
-    gpu = get_gpu(prof["gpu"])
+    gpu = builtin_gpu(prof["gpu"])
     calibrated = sc.whole_step_errors(
         data, gpu, replace(load_step_constants(prof_path), gqa_pack="decode"))
     shipped = sc.whole_step_errors(data, gpu, load_step_constants())

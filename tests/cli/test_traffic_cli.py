@@ -103,7 +103,9 @@ def test_plan_schedules_a_smaller_k_for_long_traffic_than_for_short(pair, tmp_pa
     assert [b["bucket"] for b in short["buckets"]] == [SHORT]
     assert [b["bucket"] for b in long["buckets"]] == [LONG]
     assert [b["bucket"] for b in both["buckets"]] == [SHORT, LONG]
-    assert _k_at(short["schedule"], 1) > _k_at(long["schedule"], 1) > 0
+    # long traffic speculates less (with the source-level band, not at all at batch 1: its ratio
+    # band is not wholly above 1 there)
+    assert _k_at(short["schedule"], 1) > _k_at(long["schedule"], 1) >= 0
     for b in (1, 2, 4, 8, 16, 32, 64):
         assert _k_at(long["schedule"], b) <= _k_at(both["schedule"], b) \
             <= _k_at(short["schedule"], b), b

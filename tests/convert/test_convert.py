@@ -444,7 +444,13 @@ def test_specforge_dspark_heads(targets, tmp_path):
     assert torch.equal(t["confidence_head.proj.bias"], s["logit_head.confidence_head.proj.bias"])
     assert (cfg["markov_head_type"], cfg["markov_rank"], cfg["enable_confidence_head"],
             cfg["confidence_head_with_markov"], cfg["sample_from_anchor"]) == \
-        ("vanilla", F.DIMS.rank, True, False, True)
+        ("vanilla", F.DIMS.rank, True, False, False)
+    # SpecForge trains the fill-in block when the key is absent (vllm#56792): convert writes
+    # false, and pre-flight finds the converted pair clean
+    from speckit.io.preflight import check_pair
+    from speckit.io.refs import resolve
+    out = check_pair(tmp_path / "out", resolve(targets["qwen3"], role="target", need="config"))
+    assert not [f for f in out.findings if f.code == "dspark-anchor-layout"]
 
 
 def test_specforge_dspark_reduced_vocab_gathers_markov_rows(targets, tmp_path):

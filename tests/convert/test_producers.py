@@ -99,8 +99,8 @@ def test_inspect_cli_names_the_convention_and_shift(tmp_path):
     assert out.exit_code == 0, out.output
     text = " ".join(out.output.split())  # rich folds long rows
     line = text[text.index("aux layers"):]
-    assert "[2, 3, 5, 6, 7]" in line and "target_layer_ids [1, 2, 4, 5, 6]" in line
-    assert "output-of-layer convention, shifted +1" in line
+    assert "[1, 2, 4, 5, 6] in target_layer_ids (output-of-layer convention)" in line
+    assert "trained on the layers vLLM numbers [2, 3, 5, 6, 7]" in line
     data = json.loads(CliRunner().invoke(main, ["inspect", str(src), "--json"]).output)
     assert (data["aux_convention"], data["aux_shift"]) == ("output-of-layer", 1)
 

@@ -126,3 +126,34 @@ def test_recorded_draft_shape_computes_from_its_method_schema():
     assert "fc.weight" in names and "layers.4.mlp.down_proj.weight" in names
     assert not any(n.startswith("layers.5.") for n in names)  # five draft layers
     assert any("not counted: embed_tokens.weight, lm_head.weight" in n for n in got.notes)
+
+
+def test_every_recorded_draft_shape_computes_and_fits_its_target():
+    """Each draft shape the registry records computes from its method's tensor schema, and agrees
+    with its target's recorded shape: the same hidden size (the draft reads the target's hidden
+    states), a draft head no wider than the target's vocabulary, and an EAGLE-3 / DFlash fc that
+    fuses whole target hidden states."""
+    from speckit.core.methods.common import layer_config
+    from speckit.core.methods.detect import pick_method
+    from speckit.core.plan.computed import computed_draft_tensors
+
+    reg = _registry()
+    targets = {x: e for e in reg.entries.values() if e.kind == "target" and e.config
+               for x in (e.repo, e.local_copy_of) if x}
+    drafts = [e for e in reg.entries.values() if e.kind == "draft" and e.config]
+    assert len(drafts) >= 7
+    for e in drafts:
+        picked = pick_method(dict(e.config), None, registry=e.method, where=e.id)
+        got = computed_draft_tensors(picked.spec, e.source_layout, e.config, where=e.id)
+        shapes = {n: s for n, _, s in got.tensors}
+        t = targets.get(e.target)
+        if t is None:
+            continue
+        hidden = layer_config(dict(e.config))["hidden_size"]
+        assert hidden == t.hidden_size, e.id
+        fc = shapes.get("fc.weight")
+        if fc is not None:  # [hidden, n x target hidden]
+            assert fc[0] == hidden and fc[1] % t.hidden_size == 0 and fc[1] > hidden, (e.id, fc)
+        head = shapes.get("lm_head.weight")
+        if head is not None:
+            assert head[1] == hidden and head[0] <= t.vocab_size, (e.id, head)

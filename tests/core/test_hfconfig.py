@@ -96,3 +96,23 @@ def test_index_shard_outside_needs_the_flag(tmp_path):
         Checkpoint.open(root)
     ck = Checkpoint.open(root, allow_external_links=True)
     assert ck.tensors["a"].file == "s1.safetensors" and ck.get("a").shape == (2,)
+
+
+def test_rope_settings_reads_both_spellings_alike():
+    """transformers 4 (`rope_theta` + `rope_scaling` with `type`) and transformers 5
+    (`rope_parameters`, flat or per layer type) give the same normalised RoPE."""
+    llama3 = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+              "original_max_position_embeddings": 8192}
+    old = hfconfig.rope_settings({"rope_theta": 500000, "rope_scaling": {**llama3,
+                                                                         "type": "llama3"}})
+    new = hfconfig.rope_settings({"rope_parameters": {"rope_theta": 500000.0,
+                                                      "rope_type": "llama3", **llama3}})
+    assert old == new == {"": {"rope_type": "llama3", "rope_theta": 500000.0, **llama3}}
+    assert hfconfig.rope_settings({}) == {"": {"rope_type": "default"}}
+    assert hfconfig.rope_settings({"rope_scaling": None, "rope_theta": 1e6}) == \
+        {"": {"rope_type": "default", "rope_theta": 1e6}}
+    nested = hfconfig.rope_settings({"rope_parameters": {
+        "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+        "full_attention": {"rope_type": "proportional", "rope_theta": 1e6}}})
+    assert nested["full_attention"]["rope_type"] == "proportional"
+    assert nested["sliding_attention"] == {"rope_type": "default", "rope_theta": 10000.0}

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from speckit.core import methods
-from speckit.core.gpus import get_gpu
+from speckit.core.gpus import builtin_gpu
 from speckit.core.plan.mix import (
     al_by_k,
     fill_buckets,
@@ -33,7 +33,7 @@ AL = {SHORT: al_by_k(geometric_rates(2.8, 3, positions=6)),
 @pytest.fixture(scope="module")
 def model() -> StepModel:
     """Llama-3.1-70B with an EAGLE-3 head on 4 H100s, priced as plan prices it."""
-    gpu = get_gpu("h100")
+    gpu = builtin_gpu("h100")
     t = target_shape(LLAMA31_70B, gpu, where="target", tp=4)
     cfg, tensors = eagle3_llama70b()
     d = draft_shape(methods.get("eagle3"), LLAMA31_70B, cfg, [(n, s) for n, _, s in tensors], t,

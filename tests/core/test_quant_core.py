@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from speckit.core import quant as core_quant
-from speckit.core.gpus import get_gpu
+from speckit.core.gpus import builtin_gpu
 from speckit.core.plan.weights import DRAFT_QUANTS, HeaderTensor, rank_bytes
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import DTYPE_BITS, FLOAT_DTYPES, Checkpoint
@@ -75,13 +75,13 @@ def test_draft_quant_takes_every_scheme():
 
 
 def test_gpu_formats_native_and_emulated():
-    h200, b200, a100 = get_gpu("H200"), get_gpu("B200"), get_gpu("A100")
+    h200, b200, a100 = builtin_gpu("H200"), builtin_gpu("B200"), builtin_gpu("A100")
     assert h200.native("fp8") and h200.format_status("nvfp4") == "emulated"
     assert b200.native("nvfp4") and b200.native("mxfp4")
     assert a100.format_status("fp8") == "no"
     names = {s.name for s in core_quant.draft_quant_suggestions(h200)}
     assert names == {"fp8-ct", "mxfp4", "nvfp4"}  # NVIDIA: compressed-tensors FP8
-    assert {s.name for s in core_quant.draft_quant_suggestions(get_gpu("MI300X"))} >= {"fp8"}
+    assert {s.name for s in core_quant.draft_quant_suggestions(builtin_gpu("MI300X"))} >= {"fp8"}
 
 
 def test_user_gpu_formats_table(tmp_path):
@@ -155,7 +155,7 @@ def test_native_compute_reads_the_entry_not_the_name(monkeypatch):
 
     from speckit.core.plan.formats import native_compute
 
-    b200, h200, mi355 = get_gpu("b200"), get_gpu("h200"), get_gpu("mi355x")
+    b200, h200, mi355 = builtin_gpu("b200"), builtin_gpu("h200"), builtin_gpu("mi355x")
     assert native_compute(h200, "fp8-ct") and native_compute(mi355, "mxfp4")
     assert not native_compute(b200, "nvfp4") and not native_compute(b200, "nvfp4-modelopt")
     assert not native_compute(h200, "mxfp4")  # emulated there

@@ -10,13 +10,13 @@ from dataclasses import replace
 import pytest
 
 from speckit.core import PACKAGE_DIR
-from speckit.core.gpus import get_gpu
+from speckit.core.gpus import builtin_gpu
 from speckit.core.plan import steps
 from speckit.errors import FormatError, PlanError
 from speckit.io.datafiles import load_step_constants, load_user_gpus, save_step_constants
 from tests.support.plan_shapes import LLAMA31_8B, LLAMA31_70B, eagle3_llama8b
 
-H200 = get_gpu("H200")
+H200 = builtin_gpu("H200")
 SHIPPED = load_step_constants()  # speckit/data/step_costs.json
 T8 = steps.ModelShape.from_config(LLAMA31_8B)
 RESULTS = PACKAGE_DIR.parent / "bench" / "results" / "step_costs_h200.json"
@@ -62,7 +62,7 @@ def test_memory_bound_small_batch_compute_bound_large():
 
 
 def test_faster_gpu_is_faster_and_fp8_weights_help_when_memory_bound():
-    assert steps.target_step_time(T8, batch=1, q=1, ctx=1024, gpu=get_gpu("B200"),
+    assert steps.target_step_time(T8, batch=1, q=1, ctx=1024, gpu=builtin_gpu("B200"),
                                   constants=SHIPPED) < \
         t(batch=1, q=1, ctx=1024).total_s
     fp8 = replace(T8, weight_bytes=1.0, fp8_compute=True)
@@ -101,7 +101,7 @@ def test_bad_points_and_rateless_gpu():
 
 def test_catalog_rates_present():
     for name in ("MI300X", "MI325X", "MI355X", "A100-80GB", "H100", "H200", "B200"):
-        g = get_gpu(name)
+        g = builtin_gpu(name)
         assert g.hbm_bytes_per_s > 1e12 and g.bf16_flops > 1e14 and g.perf_source
         assert (g.fp8_flops > g.bf16_flops) == g.native("fp8")
 

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from speckit.core import PACKAGE_DIR
-from speckit.core.gpus import get_gpu
+from speckit.core.gpus import builtin_gpu
 from speckit.io.checkpoint import Checkpoint
 from tests.support.projection import project_speed
 
@@ -20,7 +20,7 @@ def _project(rates):
     ck = Checkpoint.open(DRAFT)
     return project_speed(target_config=SMOL, method="eagle3", draft_config=ck.config,
                          draft_tensors=[(t.name, t.shape) for t in ck.tensors.values()],
-                         acceptance=rates, gpu=get_gpu("MI300X"), contexts=[1024],
+                         acceptance=rates, gpu=builtin_gpu("MI300X"), contexts=[1024],
                          max_batch=256)
 
 

@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from speckit.cli import main
-from speckit.core.gpus import get_gpu
+from speckit.core.gpus import builtin_gpu
 from speckit.errors import UsageError
 from tests.support.factories import Dims, make_spec_dflash, make_spec_eagle3, make_target
 from tests.support.plan_shapes import LLAMA31_8B, dflash_qwen3_8b, eagle3_llama8b
@@ -34,7 +34,7 @@ def pair(tmp_path_factory) -> tuple[Path, Path, Path]:
 def _eagle8b(**kw):
     cfg, tensors = eagle3_llama8b()
     return project_speed(target_config=LLAMA31_8B, method="eagle3", draft_config=cfg,
-                         draft_tensors=[(n, s) for n, _, s in tensors], gpu=get_gpu("H200"),
+                         draft_tensors=[(n, s) for n, _, s in tensors], gpu=builtin_gpu("H200"),
                          **kw)
 
 
@@ -72,7 +72,7 @@ def test_al_with_k_and_parallel_draft():
 
     r = project_speed(target_config=QWEN3_8B, method="dflash", draft_config=cfg,
                       draft_tensors=[(n, s) for n, _, s in tensors], al=3.0, k=7,
-                      gpu=get_gpu("MI300X"), contexts=[2048], max_batch=64)
+                      gpu=builtin_gpu("MI300X"), contexts=[2048], max_batch=64)
     assert r.tables[0].ks == list(range(1, 8))
     assert r.tables[0].al[7] == pytest.approx(3.0, abs=1e-6)
     assert "assumed" in r.acceptance_source

@@ -11,6 +11,7 @@ import torch
 from click.testing import CliRunner
 from safetensors.torch import load_file, save_file
 
+from speckit.core import quant as core_quant
 from speckit.errors import FormatError, UsageError
 from speckit.io.checkpoint import Checkpoint
 from speckit.io.writer import CheckpointWriter
@@ -52,7 +53,10 @@ def test_every_layout(tmp_path, method, scheme):
     assert r.method == method
     before = Checkpoint.open(src)
     after = Checkpoint.open(tmp_path / "out")
-    want = _expected_quantized(method, list(before.tensors))
+    # what vLLM builds quantizable, less what the producers' recipe for the scheme keeps (fc
+    # under the Quark schemes: test_recipe_keeps_fc_under_quark)
+    want = _expected_quantized(method, list(before.tensors)) - {
+        k.tensor for k in core_quant.get(scheme).recipe_keeps}
     assert want and {t.name for t in r.tensors if t.action == "quantized"} == want
     sd_in = load_file(str(src / "model.safetensors"))
     for name, info in before.tensors.items():
@@ -84,8 +88,8 @@ def test_every_layout(tmp_path, method, scheme):
 
 def test_stored_values_are_the_numerics(tmp_path):
     src = F.make_spec_eagle3(tmp_path / "src")
-    quantize(src, scheme="mxfp4", out=tmp_path / "mx")
-    quantize(src, scheme="fp8", out=tmp_path / "f8")
+    quantize(src, scheme="mxfp4", out=tmp_path / "mx", quantize_all=True)
+    quantize(src, scheme="fp8", out=tmp_path / "f8", quantize_all=True)
     w = load_file(str(src / "model.safetensors"))["fc.weight"]
     mx = load_file(str(tmp_path / "mx" / "model.safetensors"))
     f8 = load_file(str(tmp_path / "f8" / "model.safetensors"))
@@ -132,7 +136,7 @@ def test_exclude_is_written_in_vllm_names(tmp_path):
 def test_exclude_of_a_fused_module_keeps_every_shard(tmp_path):
     src = F.make_spec_eagle3(tmp_path / "src")
     r = quantize(src, scheme="fp8", out=tmp_path / "out", target_layers=8,
-                 exclude=["model.layers.8.self_attn.qkv_proj"])
+                 exclude=["model.layers.8.self_attn.qkv_proj"], quantize_all=True)
     assert set(r.kept_linear) == {f"layers.0.self_attn.{p}_proj.weight" for p in "qkv"}
 
 
@@ -140,7 +144,7 @@ def test_qwen3_eagle3_exclude_names_both_qkv_prefixes(tmp_path):
     # vLLM's Qwen3 EAGLE-3 layer re-creates qkv_proj under `model.layers.N.qkv_proj`
     src = F.make_spec_eagle3(tmp_path / "src", arch="qwen3")
     r = quantize(src, scheme="fp8", out=tmp_path / "out", target_layers=8,
-                 exclude=["model.layers.8.self_attn.qkv_proj"])
+                 exclude=["model.layers.8.self_attn.qkv_proj"], quantize_all=True)
     assert r.exclude == ["lm_head", "model.layers.8.self_attn.qkv_proj",
                          "model.layers.8.qkv_proj"]
 
@@ -151,7 +155,8 @@ def test_layer_exclude_needs_the_target_depth(tmp_path):
         quantize(src, scheme="fp8", out=tmp_path / "out",
                  exclude=["model.layers.32.mlp.down_proj"])
     # a regex that names no layer number works without it
-    r = quantize(src, scheme="fp8", out=tmp_path / "out", exclude=["re:.*down_proj$"])
+    r = quantize(src, scheme="fp8", out=tmp_path / "out", exclude=["re:.*down_proj$"],
+                 quantize_all=True)
     assert list(r.kept_linear) == ["layers.0.mlp.down_proj.weight"]
 
 
@@ -166,16 +171,17 @@ def test_unknown_exclude_is_an_error(tmp_path):
 def test_mxfp4_keeps_layers_not_multiple_of_32(tmp_path):
     dims = F.Dims(hidden=48, heads=2, kv_heads=1, head_dim=24, intermediate=96)
     src = F.make_spec_eagle3(tmp_path / "src", dims=dims)
-    r = quantize(src, scheme="mxfp4", out=tmp_path / "out", target_layers=8)
+    r = quantize(src, scheme="mxfp4", out=tmp_path / "out", target_layers=8, quantize_all=True)
     assert set(r.kept_linear) == {"fc.weight", "layers.0.self_attn.o_proj.weight",
                                   "layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight"}
     assert all("multiple of 32" in why for why in r.kept_linear.values())
     assert set(r.exclude) == {"lm_head", "model.fc", "model.layers.8.self_attn.o_proj",
                               "model.layers.8.mlp.gate_up_proj"}
     with pytest.raises(UsageError, match="multiple of 32"):
-        quantize(src, scheme="mxfp4", out=tmp_path / "strict", target_layers=8, strict=True)
+        quantize(src, scheme="mxfp4", out=tmp_path / "strict", target_layers=8, strict=True,
+                 quantize_all=True)
     # FP8 has no such rule
-    assert quantize(src, scheme="fp8", out=tmp_path / "f8").kept_linear == {}
+    assert quantize(src, scheme="fp8", out=tmp_path / "f8", quantize_all=True).kept_linear == {}
 
 
 def test_nan_weight_names_the_tensor_and_writes_nothing(tmp_path):
@@ -190,13 +196,14 @@ def test_nan_weight_names_the_tensor_and_writes_nothing(tmp_path):
 
 def test_already_quantized_input(tmp_path):
     src = F.make_spec_eagle3(tmp_path / "src")
-    quantize(src, scheme="mxfp4", out=tmp_path / "mx")
+    quantize(src, scheme="mxfp4", out=tmp_path / "mx", quantize_all=True)
     with pytest.raises(FormatError, match="already quantized"):
         quantize(tmp_path / "mx", scheme="fp8", out=tmp_path / "again")
     with pytest.raises(FormatError, match="--requantize re-quantizes"):
         quantize(tmp_path / "mx", scheme="fp8", out=tmp_path / "again", requantize=False,
                  force=True)
-    r = quantize(tmp_path / "mx", scheme="fp8", out=tmp_path / "again", requantize=True)
+    r = quantize(tmp_path / "mx", scheme="fp8", out=tmp_path / "again", requantize=True,
+                 quantize_all=True)
     assert r.requantized_from and any("RE-QUANTIZED" in w for w in r.warnings)
     assert not any("deprecated" in w for w in r.warnings)
     # --force alone still re-quantizes for one release, and says that meaning is deprecated
@@ -243,7 +250,7 @@ def test_force_replaces_output(tmp_path):
     src = F.make_spec_eagle3(tmp_path / "src")
     quantize(src, scheme="fp8", out=tmp_path / "out")
     quantize(src, scheme="mxfp4", out=tmp_path / "out", force=True)
-    assert Checkpoint.open(tmp_path / "out").tensors["fc.weight"].dtype == "U8"
+    assert Checkpoint.open(tmp_path / "out").tensors["layers.0.mlp.up_proj.weight"].dtype == "U8"
 
 
 def test_extra_files_ride_along(tmp_path):
@@ -263,7 +270,8 @@ def test_cli_json_and_table(tmp_path):
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert data["scheme"] == "fp8" and data["vllm_scheme"] == "QuarkW8A8Fp8"
-    assert data["quantized"] == 8 and data["bytes_after"] < data["bytes_before"]
+    # 7 decoder projections; fc stays BF16 (AMD Quark's recipe, QuantScheme.recipe_keeps)
+    assert data["quantized"] == 7 and data["bytes_after"] < data["bytes_before"]
     res = CliRunner().invoke(main, ["quantize", str(src), "--mxfp4", "-o", str(tmp_path / "b")])
     assert res.exit_code == 0 and "QuarkOCP_MX" in res.output and "fc.weight" in res.output
     res = CliRunner().invoke(main, ["quantize", str(src), "--mxfp4", "--fp8"])
@@ -309,7 +317,8 @@ def test_static_fp8_calibrates_eagle3_on_target_hidden_states(tmp_path):
 
     target = F.make_target(tmp_path / "target", with_tokenizer=True)
     src = F.make_spec_eagle3(tmp_path / "src")
-    r = quantize(src, scheme="fp8-static", out=tmp_path / "out", calib_target=target)
+    r = quantize(src, scheme="fp8-static", out=tmp_path / "out", calib_target=target,
+                 quantize_all=True)
     out = load_file(str(tmp_path / "out" / "model.safetensors"))
     quantized = [t.name for t in r.tensors if t.action == "quantized"]
     assert len(quantized) == 8
@@ -391,7 +400,8 @@ def test_requantize_a_compressed_tensors_fp8_input(tmp_path):
 
     src = F.make_spec_eagle3(tmp_path / "src")
     quantize(src, scheme="fp8-ct", out=tmp_path / "ct")
-    r = quantize(tmp_path / "ct", scheme="mxfp4", out=tmp_path / "mx", requantize=True)
+    r = quantize(tmp_path / "ct", scheme="mxfp4", out=tmp_path / "mx", requantize=True,
+                 quantize_all=True)
     assert r.requantized_from and any("RE-QUANTIZED" in w for w in r.warnings)
     ct = load_file(str(tmp_path / "ct" / "model.safetensors"))
     deq = ct_fp8.dequantize(ct["fc.weight"], ct["fc.weight_scale"], dtype=torch.bfloat16)
@@ -401,3 +411,81 @@ def test_requantize_a_compressed_tensors_fp8_input(tmp_path):
     nv = quantize(src, scheme="nvfp4", out=tmp_path / "nv")
     with pytest.raises(FormatError, match="not in a layout speckit can dequantize"):
         quantize(nv.out, scheme="fp8", out=tmp_path / "again", requantize=True)
+
+
+# ---- the producers' recipe for fc ---------------------------------------------------------------
+
+@pytest.mark.parametrize("scheme", ["mxfp4", "mxfp4-w4a4", "fp8"])
+def test_recipe_keeps_fc_under_quark(tmp_path, scheme):
+    """AMD Quark's published EAGLE-3 draft keeps fc BF16 (amd/Kimi-K2.5-Eagle3-FP8, cited in
+    core.quant.table): so do speckit's Quark schemes, with fc in `exclude` under vLLM's name;
+    --quantize-all quantizes it."""
+    src = F.make_spec_eagle3(tmp_path / "src")
+    r = quantize(src, scheme=scheme, out=tmp_path / "out")
+    out = Checkpoint.open(tmp_path / "out")
+    assert out.tensors["fc.weight"].dtype == "BF16" and "fc.weight_scale" not in out.tensors
+    assert torch.equal(out.get("fc.weight"), Checkpoint.open(src).get("fc.weight"))
+    assert "amd/Kimi-K2.5-Eagle3-FP8" in r.kept_linear["fc.weight"]
+    assert out.config["quantization_config"]["exclude"] == ["lm_head", "model.fc"]
+    assert out.tensors["layers.0.mlp.up_proj.weight"].dtype != "BF16"
+    allq = quantize(src, scheme=scheme, out=tmp_path / "all", quantize_all=True)
+    assert "fc.weight" not in allq.kept_linear
+    assert Checkpoint.open(tmp_path / "all").tensors["fc.weight"].dtype != "BF16"
+
+
+@pytest.mark.parametrize("scheme", ["fp8-ct", "nvfp4", "nvfp4-modelopt"])
+def test_other_producers_quantize_fc(tmp_path, scheme):
+    """ModelOpt drafts (vllm-project/vllm#28435's test) and llm-compressor recipes quantize fc."""
+    src = F.make_spec_eagle3(tmp_path / "src")
+    r = quantize(src, scheme=scheme, out=tmp_path / "out")
+    assert "fc.weight" not in r.kept_linear
+    assert any(t.name == "fc.weight" and t.action == "quantized" for t in r.tensors)
+
+
+def test_dflash_fc_follows_the_same_recipe(tmp_path):
+    src = F.make_spec_dflash(tmp_path / "src")
+    r = quantize(src, scheme="fp8", out=tmp_path / "out", target_layers=8)
+    assert "fc.weight" in r.kept_linear and "model.fc" in r.exclude
+
+
+# ---- the written exclude list, re-read under vLLM's rule -----------------------------------------
+
+@pytest.mark.parametrize("scheme", sorted(core_quant.SCHEMES))
+def test_every_scheme_keeps_what_it_means_to(tmp_path, scheme):
+    """Each scheme's output, re-read: lm_head and the recipe's kept Linears are kept by the
+    written list under the rule of the vLLM loader that reads it (core.quant.exclude, checked
+    against vLLM 0.32's own loaders in tests/core), and no quantized module is."""
+    from speckit.core import methods
+    from speckit.core.quant.exclude import excluded_list, is_excluded
+
+    sch = core_quant.get(scheme)
+    if sch.static_input:
+        pytest.skip("calibrated scheme: test_static_fp8_calibrates_eagle3_on_target_hidden_states")
+    r = quantize(F.make_spec_eagle3(tmp_path / "src"), scheme=scheme, out=tmp_path / "out",
+                 target_layers=8)
+    dialect, listed = excluded_list(
+        Checkpoint.open(tmp_path / "out").config["quantization_config"])
+    assert dialect == sch.layout
+    meant = ["lm_head"] + (["model.fc"] if sch.recipe_keep("fc.weight") else [])
+    assert all(is_excluded(dialect, listed, m) for m in meant), (listed, meant)
+    mod = methods.get(r.method)
+    quantized = [mod.runtime_module_name(t.name, target_num_layers=8) for t in r.tensors
+                 if t.action == "quantized"]
+    assert quantized and not any(is_excluded(dialect, listed, m) for m in quantized)
+
+
+def test_an_exclude_vllm_would_not_match_is_caught(tmp_path, monkeypatch):
+    """Quark's own export writes the module's short name (`fc`), which vLLM's `model.fc` never
+    matches (vllm-project/vllm#48606; the amd/Kimi-K2.5-Eagle3-FP8 card's loading note): the
+    re-read refuses such an output and nothing is written."""
+    import speckit.quant as q
+
+    real = q.output_config
+
+    def short_names(config, sch, exclude):
+        return real(config, sch, [e.removeprefix("model.") for e in exclude])
+
+    monkeypatch.setattr(q, "output_config", short_names)
+    with pytest.raises(FormatError, match="would let vLLM quantize model.fc"):
+        quantize(F.make_spec_eagle3(tmp_path / "src"), scheme="fp8", out=tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -86,7 +86,7 @@ def _vocab(args: tuple[list[int], list[int] | None, int]) -> None:
 def _vocab_torch(args: tuple[list[int], list[int] | None, int]) -> None:
     import torch
 
-    from speckit.core.methods.common import check_vocab_maps
+    from speckit.core.tensors import check_vocab_maps
 
     offsets, mask, vocab = args
     d2t = torch.tensor(offsets, dtype=torch.int64)

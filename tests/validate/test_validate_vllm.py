@@ -57,7 +57,7 @@ def fp8_copy(tmp_path_factory):
     # fc and o_proj in FP8, the rest kept: vLLM CPU emulates each FP8 module at ~0.2 s a call at
     # this width, so the whole copy took 137 s for one 32-token prompt and this one ~30 s. Every
     # FP8 module of a draft loading and serving is tests/quant/test_quant_vllm.py's job.
-    out = quantize(bundled_draft(), scheme="fp8", exclude=list(FP8_KEPT),
+    out = quantize(bundled_draft(), scheme="fp8", exclude=list(FP8_KEPT), quantize_all=True,
                    out=tmp_path_factory.mktemp("fp8") / "eagle3-fp8", force=True).out
     TIMINGS["quantize fp8"] = time.monotonic() - t0
     return out

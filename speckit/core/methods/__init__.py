@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from speckit.core.methods.layout import LayoutSpec
+from speckit.core.problems import Problem
 from speckit.errors import UsageError
 
 # the modules of this package that are no method: shared pieces, layouts, detection
@@ -35,20 +36,6 @@ class TensorSpec:
     dtype: str = "float"  # "float" = any float dtype, else a safetensors code ("I64", "BOOL", ...)
     required: bool = True
     borrowed: bool = False  # may be absent because vLLM takes it from the target
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing wrong (error) or suspicious (warning) about a checkpoint or a draft/target pair."""
-
-    severity: str  # "error" (vLLM would refuse it or serve garbage) | "warning"
-    code: str  # stable kebab-case id, e.g. "missing-tensor", "d2t-all-zero"
-    message: str  # one sentence naming what is wrong and what to do
-    subject: str = ""  # the tensor or config field at fault
-
-    @property
-    def is_error(self) -> bool:
-        return self.severity == "error"
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,6 @@ from speckit.core.methods import (  # noqa: F401 (check_k_range, speculators_k: 
     check_k_range,
     speculators_k,
 )
-from speckit.core.tensors import check_vocab_maps  # noqa: F401 (the one check, re-exported)
 from speckit.errors import FormatError
 
 
@@ -216,6 +215,43 @@ def read_aux_ids(config: dict[str, Any]) -> AuxIds | None:
         return _shifted(ids, "target_layer_ids", "DeepSpec target_layer_ids name layer outputs "
                         "(hidden_states[id + 1]; -1 = the embeddings)")
     return None
+
+
+# Aux-id fields a producer may leave inside a draft's transformer_layer_config (which vLLM makes
+# the draft's hf_config: vllm transformers_utils/configs/speculators/base.py,
+# `pre_trained_config = config_dict.get("transformer_layer_config", {})`), each with the shift
+# from vLLM's input-of-layer ids to the value the field holds. vLLM 0.32's runners read these
+# when the top-level ids are absent: V1 (v1/worker/gpu_model_runner.py,
+# _get_eagle3_aux_layers_from_config) `eagle_config.get("eagle_aux_hidden_state_layer_ids")`
+# unshifted and dflash_config target_layer_ids "+ 1"; V2 (v1/worker/gpu/spec_decode/eagle/
+# eagle3_utils.py) target_layer_ids / dspark_target_layer_ids "+ 1" and
+# `drafter_config.get("layer_ids")` of dflash_config / eagle_config unshifted. convert rewrites
+# each one present to name the same layers as the top-level ids it writes.
+NESTED_AUX_FIELDS: tuple[tuple[str | None, str, int], ...] = (
+    (None, "eagle_aux_hidden_state_layer_ids", 0),
+    (None, "target_layer_ids", -1),
+    (None, "dspark_target_layer_ids", -1),
+    ("eagle_config", "eagle_aux_hidden_state_layer_ids", 0),
+    ("eagle_config", "layer_ids", 0),
+    ("dflash_config", "target_layer_ids", -1),
+    ("dflash_config", "layer_ids", 0),
+)
+
+
+def align_aux_fields(config: dict[str, Any], ids: list[int]) -> dict[str, tuple[Any, list[int]]]:
+    """Rewrite, in place, every NESTED_AUX_FIELDS field ``config`` holds so that it names the
+    layers ``ids`` (vLLM's convention) do; returns field -> (old value, new value) of each field
+    changed. Fields absent stay absent."""
+    changed: dict[str, tuple[Any, list[int]]] = {}
+    for parent, key, shift in NESTED_AUX_FIELDS:
+        holder = config if parent is None else config.get(parent)
+        if not isinstance(holder, dict) or key not in holder:
+            continue
+        want = [i + shift for i in ids]
+        if holder[key] != want:
+            changed[key if parent is None else f"{parent}.{key}"] = (holder[key], want)
+            holder[key] = want
+    return changed
 
 
 def aux_layer_ids(config: dict[str, Any]) -> tuple[list[int] | None, str | None]:

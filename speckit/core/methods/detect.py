@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from speckit.core import methods
+from speckit.core.methods import eagle3
 from speckit.core.methods.layout import Found, LayoutSpec, Recogniser, architectures
 from speckit.errors import FormatError, UsageError
 
@@ -42,6 +43,17 @@ def _speculators(cfg: dict[str, Any], names: frozenset[str]) -> Found | None:
         return None
 
     mod = methods.for_speculators_type(str(stype))
+    if mod is None and str(stype) in _EAGLE12_TYPES:
+        # an EAGLE-1/2 label: EAGLE-3 tensors (fc over aux states, a 2H-wide first layer) make it
+        # a mislabelled EAGLE-3 head, which pre-flight names (core/preflight/labels.py); without
+        # tensor names (declared_method) the layout recognisers decide
+        found = eagle3.recognise_family(cfg, names) if names else None
+        if found is None and not names:
+            return None
+        if found is not None and found[1] == eagle3.SPEC.name:
+            return "speculators", found[1], [
+                f"config.speculators_model_type = {stype!r} (an EAGLE-1/2 label)",
+                *found[2][1:], "EAGLE-3 tensors: the label is wrong"]
     if mod is None:
         known = sorted(m for m in (methods.get(n).speculators_type
                                    for n in methods.METHOD_NAMES) if m)
@@ -55,6 +67,9 @@ def _speculators(cfg: dict[str, Any], names: frozenset[str]) -> Found | None:
         ev.append("config.speculators_config present")
     return "speculators", mod.name, ev
 
+
+# speculators_model_type values of EAGLE-1/2 heads, which no vLLM release registers
+_EAGLE12_TYPES = ("eagle", "eagle2")
 
 # layouts no one method owns
 _GENERIC: tuple[LayoutSpec, ...] = (

@@ -28,12 +28,34 @@ def block_size_or_none(config: dict[str, Any]) -> int | None:
                  config.get("dspark_block_size"))
 
 
-def samples_from_anchor(config: dict[str, Any]) -> bool:
-    """vLLM's reading: absent means false in a speculators config (algos.py update_dspark), true
-    in a native one (DSparkSpeculator and VllmConfig.num_lookahead_tokens default)."""
+def trained_from_anchor(config: dict[str, Any]) -> bool | None:
+    """Whether the draft was trained anchor-first (slot 0 predicts the token after the anchor),
+    as its producer decides when the config records no `sample_from_anchor`; None if unknown.
+
+    A key (top level or dflash_config) says so. Absent: SpecForge's DSpark trains the DFlash
+    fill-in block (1 + N slots, the anchor a bonus token: "SpecForge has not been updated yet, so
+    it defaults to the DFlash structure, which means the default value is false",
+    ggml-org/llama.cpp#26275); a speculators export without the key predates speculators#760,
+    which added the anchor-first option and serialises it, so it is fill-in too; DeepSeek's flat
+    Qwen3DSparkModel releases are anchor-first ("its training labels nevertheless require sampling
+    from output position 0", sgl-project/sglang-jax#1619). vllm-project/vllm#56792: a fill-in
+    export served anchor-first accepts under 1%."""
     dc = config.get("dflash_config") or {}
     said = first(config.get("sample_from_anchor"), dc.get("sample_from_anchor"))
-    return bool(said) if said is not None else "speculators_model_type" not in config
+    if said is not None:
+        return bool(said)
+    if _is_specforge(config) or "speculators_model_type" in config:
+        return False
+    if "Qwen3DSparkModel" in (config.get("architectures") or []) and not is_mla(config):
+        return True
+    return None
+
+
+def samples_from_anchor(config: dict[str, Any]) -> bool:
+    """The draft's layout: its producer's (trained_from_anchor), else vLLM's reading of a native
+    config (DSparkSpeculator: absent means true)."""
+    trained = trained_from_anchor(config)
+    return True if trained is None else trained
 
 
 def max_k(config: dict[str, Any]) -> int | None:
@@ -227,8 +249,9 @@ SPEC = spec_from(
     globals(),
     name="dspark",
     order=50,
-    # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
-    speculators_defaults=(("sliding_window_non_causal", False), ("sample_from_anchor", True),
+    # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0). A
+    # speculators DSpark without sample_from_anchor predates speculators#760: fill-in (false)
+    speculators_defaults=(("sliding_window_non_causal", False), ("sample_from_anchor", False),
                           ("markov_head_type", "vanilla"), ("enable_confidence_head", True),
                           ("confidence_head_with_markov", True)),
     vllm_method="dspark",

@@ -88,11 +88,11 @@ PHYSICAL_RANGE: dict[str, tuple[float, float]] = {
     # (vllm#5131), the slow end; V1's Triton kernels are tens of microseconds
     "spec_step_s": (50 * _US, 1500 * _US),
     # per drafter pass: a graph replay (or an eager layer) plus attention-metadata, position and
-    # slot updates and the draft's own sampling on the host. vLLM #20780's TPOTs at batch 1 put
-    # about 1.0 ms on each extra EAGLE-3 pass (4.29 ms x AL 3.54 at K=7 against 4.32 ms x 2.36
-    # at K=2, over 5 passes), of which the drafter's own GPU pass is about 0.4 ms on an H100:
-    # up to about 0.6 ms of engine work a pass, so the range ends at 1 ms
-    "draft_pass_s": (10 * _US, 1000 * _US),
+    # slot updates and the draft's own sampling on the host: first principles, a few hundred
+    # microseconds at most, so the range ends at 500 us. (Issue #45 moved it to 1 ms from vLLM
+    # #20780's own TPOTs, one of the scored sources; issue #52 put it back: no bound may come from
+    # a source the fit is scored on)
+    "draft_pass_s": (10 * _US, 500 * _US),
 }
 
 

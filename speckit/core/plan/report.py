@@ -5,7 +5,7 @@ The field names are the JSON shape the CLI, validate and the benches read; keep 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 
@@ -108,6 +108,10 @@ class PlanResult:
     checks: list[str]
     tries: list[Try]
     assumptions: list[str]
+    # the pair's pre-flight (core.preflight.Finding, errors first), and what is said about it:
+    # that it did not run and why, or that --force-start started past an error
+    preflight: list[Any] = field(default_factory=list)
+    preflight_notes: list[str] = field(default_factory=list)
 
     @property
     def starts(self) -> bool:

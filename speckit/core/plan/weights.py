@@ -129,7 +129,9 @@ def rank_bytes(tensors: Sequence[HeaderTensor], *, tp: int, kv_heads: int | None
             continue
         n = rank_numel(t, tp=tp, kv_heads=kv_heads)
         stored += (n * t.bits + 7) // 8
-        if quant and quant != "bf16" and _is_linear_weight(t):
+        if quant and quant != "bf16" and _is_linear_weight(t) \
+                and core_quant.get(quant).recipe_keep(t.name) is None:
+            # a Linear the scheme's recipe keeps (fc under Quark) is priced as stored
             total += _quant_bytes(n, t.shape[-1], quant, model_bytes)
         else:
             total += _loaded_bytes(t, n, model_bytes)

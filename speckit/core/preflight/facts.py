@@ -59,5 +59,7 @@ class PairFacts:
     record: TrainingRecord = TrainingRecord()
     engine: str = "vllm"
     engine_release: str = "0.32"
-    model_runner: str = "v1"  # vLLM's "v1" GPU model runner or its "v2" runner
+    # vLLM's "v1" or "v2" model runner when pinned; "auto": whichever the release picks (0.32:
+    # V2 on GPUs, V1 on CPU; core/preflight/engines.py RUNNER_CHOICES)
+    model_runner: str = "auto"
     serve_context: int | None = None  # max_model_len the target will be served with, if known

@@ -68,6 +68,17 @@ class Switch:
 
 
 @dataclass(frozen=True)
+class RecipeKeep:
+    """A Linear the producers' published recipe for a scheme leaves unquantized, though vLLM
+    could load it quantized: speckit's default follows the recipe (`quantize --quantize-all`
+    quantizes it anyway)."""
+
+    tensor: str  # the weight's name in the draft (speculators layout), e.g. "fc.weight"
+    why: str  # what the layer is and why the recipe keeps it
+    source: str  # the published recipe, cited with a short quote
+
+
+@dataclass(frozen=True)
 class QuantScheme:
     """One way to quantize a draft's Linear layers, and everything else speckit needs to know
     about it (CLI, plan, doctor and validate read these fields; nothing compares names)."""
@@ -97,12 +108,18 @@ class QuantScheme:
     native_matmul: bool = True
     exclude_regex: bool = True  # its loader reads `re:` entries of the exclude list (ModelOpt's
     # exclude_modules are fnmatch wildcards instead)
+    # Linears the producers' recipe for this scheme keeps unquantized (RecipeKeep)
+    recipe_keeps: tuple[RecipeKeep, ...] = ()
 
     @property
     def flags(self) -> str:
         """The `speckit quantize` flags that select it (--format when not its family's default)."""
         fmt = "" if self.layout == self.switches[0].layout else f" --format {self.layout}"
         return " ".join(s.flag for s in self.switches) + fmt
+
+    def recipe_keep(self, tensor: str) -> RecipeKeep | None:
+        """The recipe rule that keeps the weight ``tensor`` unquantized, if any."""
+        return next((k for k in self.recipe_keeps if k.tensor == tensor), None)
 
     def quantization_config(self, exclude: Iterable[str]) -> dict[str, Any]:
         return self.config(list(exclude))

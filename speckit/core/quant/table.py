@@ -10,7 +10,7 @@ from typing import Any
 from speckit.core.quant import compressed_tensors as ct
 from speckit.core.quant import modelopt as mo
 from speckit.core.quant import quark
-from speckit.core.quant.scheme import QuantScheme, Spelling, Switch, TensorOut
+from speckit.core.quant.scheme import QuantScheme, RecipeKeep, Spelling, Switch, TensorOut
 from speckit.errors import UsageError
 
 _W = ".weight"
@@ -28,6 +28,23 @@ _NVFP4_KERNELS = ("FlashInfer CuTe-DSL W4A16 (SM100/103), else Marlin / Humming 
                   "(dequantizes 4-bit weights in the GEMM); EmulationNvFp4LinearKernel elsewhere")
 _NVFP4_CPU = ("Forced NVFP4 kernel MarlinNvFp4LinearKernel is not supported: Marlin FP4 not "
               "available (vLLM's W4A16 path forces Marlin, a CUDA kernel)")
+
+# What the producers' published draft recipes do with `fc`, the EAGLE-3 / DFlash projection of
+# the target's concatenated hidden states (vLLM builds it as a quantizable ReplicatedLinear since
+# vllm-project/vllm#28435):
+# - AMD Quark keeps it BF16: amd/Kimi-K2.5-Eagle3-FP8 (model card: "The fc projection and lm_head
+#   are intentionally not quantized"; `quantize_quark.py --quant_scheme ptpc_fp8 --exclude_layers
+#   fc lm_head`). No Quark MXFP4 draft is published; the Quark schemes below all follow it.
+# - NVIDIA ModelOpt drafts quantize it: vllm-project/vllm#28435 was tested on "a quantized Eagle
+#   draft model (one decoder layer + one FC layer) with static fp8 quantization" made with
+#   ModelOpt, and ModelOpt NVFP4 EAGLE-3 drafts list only "lm_head, embed_tokens, d2t" as excluded
+#   (AEON-7/gemma-4-31B-it-speculator.eagle3-NVFP4 model card); llm-compressor's recipes ignore
+#   only lm_head. The compressed-tensors and ModelOpt schemes quantize it.
+_QUARK_RECIPE = (RecipeKeep(
+    "fc.weight", "AMD Quark's published EAGLE-3 draft recipe keeps fc, the projection of the "
+    "target's hidden states, unquantized",
+    "amd/Kimi-K2.5-Eagle3-FP8: 'The fc projection and lm_head are intentionally not "
+    "quantized'"),)
 
 # the `speckit quantize` switches (its options are built from these)
 MXFP4 = Switch("--mxfp4", "OCP MXFP4 weights (E2M1 + E8M0 scale per 32 inputs), activations "
@@ -51,14 +68,15 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         4, _QUARK_MX_OUT, "QuarkOCP_MX", _QUARK_MX_KERNELS,
         quark.config(dict(quark.MX_SPEC), None), quark.recogniser("mxfp4", inputs=None),
         in_features_multiple=32, reference="amd-quark 0.13", switches=(MXFP4,),
-        cpu_refusal=_MX_CPU),
+        cpu_refusal=_MX_CPU, recipe_keeps=_QUARK_RECIPE),
     QuantScheme(
         "mxfp4-w4a4", "quark", "mxfp4", "mxfp4",
         "OCP MXFP4 weights + dynamic MXFP4 activations",
         4, _QUARK_MX_OUT, "QuarkOCP_MX", _QUARK_MX_KERNELS,
         quark.config(dict(quark.MX_SPEC), {**quark.MX_SPEC, "is_dynamic": True}),
         quark.recogniser("mxfp4", inputs="mx"), in_features_multiple=32, activations="mxfp4",
-        reference="amd-quark 0.13", switches=(MXFP4_W4A4,), cpu_refusal=_MX_CPU),
+        reference="amd-quark 0.13", switches=(MXFP4_W4A4,), cpu_refusal=_MX_CPU,
+        recipe_keeps=_QUARK_RECIPE),
     QuantScheme(
         "fp8", "quark", "fp8", "fp8",
         "FP8 E4M3 per-channel weights + dynamic per-token FP8 activations",
@@ -66,7 +84,7 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         quark.config(_FP8_CH, quark.fp8_spec("per_channel", ch_axis=1, dynamic=True,
                                              scale_type="float")),
         quark.recogniser("fp8-channel", inputs="dynamic"), activations="fp8 per-token",
-        reference="amd-quark 0.13", switches=(FP8,)),
+        reference="amd-quark 0.13", switches=(FP8,), recipe_keeps=_QUARK_RECIPE),
     QuantScheme(
         "fp8-static", "quark", "fp8", "fp8",
         "FP8 E4M3 per-channel weights + static per-tensor FP8 activations (calibrated)",
@@ -77,7 +95,7 @@ SCHEMES: dict[str, QuantScheme] = {s.name: s for s in (
         activations="fp8 per-tensor (static)", reference="amd-quark 0.13",
         switches=(FP8, PER_TENSOR_STATIC),
         cpu_refusal="its channel-wise torch kernel expects per-token scales (`narrow() cannot be "
-        "applied to a 0-dim tensor`)"),
+        "applied to a 0-dim tensor`)", recipe_keeps=_QUARK_RECIPE),
     QuantScheme(
         "fp8-ct", "compressed-tensors", "ct_fp8", "fp8",
         "FP8 E4M3 per-channel weights + dynamic per-token FP8 activations, compressed-tensors "

@@ -279,15 +279,25 @@ def _parse_entry(raw: Mapping[str, Any], *, origin: str, index: int) -> Entry:
 
 
 def _trained(ctx: _Ctx, raw: Mapping[str, Any]) -> TrainedOn | None:
-    """`trained = { verifier, verifier_layers, length, thinking, source, quote }`: what a draft
-    was trained on, every figure cited."""
+    """`trained = { verifier, verifier_layers, length, thinking, source, quote }` (or an array of
+    such tables, one per source): what a draft was trained on, every figure cited."""
     t = raw.get("trained")
     if t is None:
         return None
+    tables = t if isinstance(t, list) and t else [t]
+    parts = [_trained_one(ctx, x, f"trained[{i}]" if isinstance(t, list) else "trained")
+             for i, x in enumerate(tables)]
+    merged = {f: next((getattr(x, f) for x in parts if getattr(x, f) is not None), None)
+              for f in ("verifier", "verifier_layers", "length", "thinking")}
+    return TrainedOn(source=parts[0].source, quote=parts[0].quote, **merged,
+                     more=tuple((x.source, x.quote) for x in parts[1:]))
+
+
+def _trained_one(ctx: _Ctx, t: Any, where: str) -> TrainedOn:
     if not isinstance(t, dict):
-        ctx.fail("trained", "must be a table: { verifier = 'org/name', length = 2048, "
-                 "source = 'https://...', quote = '...' }")
-    c = _Ctx(ctx.origin, f"{ctx.where}: trained")
+        ctx.fail(where, "must be a table: { verifier = 'org/name', length = 2048, "
+                 "source = 'https://...', quote = '...' } (or an array of them)")
+    c = _Ctx(ctx.origin, f"{ctx.where}: {where}")
     _check_keys(c, t, required=("source", "quote"),
                 optional=("verifier", "verifier_layers", "length", "thinking"))
     url = _str(c, t, "source", required=True) or ""

@@ -115,7 +115,9 @@ class PublishedResult:
 class TrainedOn:
     """What a draft was trained on, as a cited source states it (pre-flight reads it):
     `trained = { verifier = "org/name", verifier_layers = 36, length = 2048, thinking = "off",
-    source = "https://...", quote = "..." }`; every field but source and quote optional."""
+    source = "https://...", quote = "..." }`; every field but source and quote optional. Facts
+    that two sources state are an array of such tables, merged field by field (the first that
+    states a field gives it); ``more`` holds the other tables' (source, quote)."""
 
     source: str
     quote: str
@@ -123,6 +125,7 @@ class TrainedOn:
     verifier_layers: int | None = None  # that model's num_hidden_layers
     length: int | None = None  # the context length (tokens) it was trained on
     thinking: str | None = None  # "on" | "off" | "both": the chat mode of its training data
+    more: tuple[tuple[str, str], ...] = ()  # (source, quote) of the other cited tables
 
 
 @dataclass(frozen=True)
