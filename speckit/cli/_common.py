@@ -91,10 +91,10 @@ def handle_errors(fn: Callable) -> Callable:
         except click.ClickException as e:  # a command's own click.UsageError
             report_error(e.format_message(), hint=f"see `{help_command()}`",
                          exit_code=e.exit_code, json_mode=json_mode)
-        except KeyboardInterrupt:
-            report_error("interrupted", hint="outputs are written through a temporary "
-                         "directory: nothing half-written was left; run the command again",
-                         exit_code=130, json_mode=json_mode)
+        except KeyboardInterrupt as e:  # a long run's Interrupted says what it kept
+            report_error("interrupted", hint=getattr(e, "hint", None) or "outputs are written "
+                         "through a temporary directory: nothing half-written was left; run the "
+                         "command again", exit_code=130, json_mode=json_mode)
         except OSError as e:
             where = f" ({e.filename})" if getattr(e, "filename", None) else ""
             report_error(f"{e.strerror or e}{where}", hint="check that the path exists, is "

@@ -107,7 +107,13 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
          notes={"registry add": "Replaces the user registry's entry of the same id.",
                 "train eagle3": "Replaces OUT and starts over.",
                 "train dflash": "Replaces OUT and starts over.",
-                "quantize": "Re-quantizing an already quantized input is --requantize."}),
+                "quantize": "Re-quantizing an already quantized input is --requantize.",
+                "validate": "Without it an interrupted run into the same --out resumes; a "
+                            "finished one, or one of other inputs, is refused. Starting vLLM "
+                            "against pre-flight's or plan's advice is --force-start.",
+                "demo": "Without it an interrupted demo into the same -o resumes; a finished "
+                        "one is refused.",
+                "bench": "Without it an existing --out is refused."}),
     Flag(("--force-start",), "force_start", "Start even when pre-flight finds the pair will "
          "serve at (near) zero acceptance; the finding is still printed and written into the "
          "report.", is_flag=True,
@@ -166,12 +172,15 @@ FLAGS: dict[str, Flag] = {f.dest: f for f in (
                 "registry resolve": "Here: which published acceptance figures to rank on "
                                     "(default: each draft's first)."}),
     Flag(("--num-prompts",), "num_prompts", "Prompts measured.", type=int, default=32,
-         defaults={"demo": 8}),  # the demo stays within minutes on two CPU cores
+         # demo: speckit.validate.options.CPU_SIZE (minutes on two CPU cores)
+         defaults={"demo": 8, "validate": None},
+         notes={"validate": "Default: 8 on a CPU engine, 32 on a GPU."}),
     Flag(("--max-tokens",), "max_tokens", "Most tokens generated per prompt.", type=int,
          default=128,
-         defaults={"demo": 48,  # minutes on two CPU cores
+         defaults={"demo": 48, "validate": None,  # demo: CPU_SIZE, as above
                    "train eagle3": 512, "train dflash": 512},  # whole answers to learn from
-         notes={"train eagle3": "The longest on-policy answer.",
+         notes={"validate": "Default: 48 on a CPU engine, 128 on a GPU.",
+                "train eagle3": "The longest on-policy answer.",
                 "train dflash": "The longest on-policy answer (data stage)."}),
     Flag(("--concurrency",), "concurrency", "Requests in flight: one value, or C1,C2,... where "
          "a command compares several (plan's speed columns, bench's cells).",
@@ -446,8 +455,6 @@ def _seeds(text: str) -> dict[str, Any]:
 
 ALIASES: dict[str, tuple[Alias, ...]] = {
     "validate": (
-        Alias(("--force",), "--force-start (--force replaces outputs in other commands)",
-              _same("force_start"), is_flag=True),
         Alias(("--no-thinking",), "--thinking off", lambda v: {"thinking": "off"}, is_flag=True),
     ),
     "bench": (

@@ -5,6 +5,8 @@ A thin click shell over speckit.validate.validate; --json prints the ValidationR
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from speckit.cli._common import handle_errors, parse_engine_args, print_json, progress_mode
@@ -13,6 +15,12 @@ from speckit.errors import UsageError
 from speckit.validate import ValidateOptions, print_report, validate
 
 opt = options_for("validate")
+
+
+def say_run(line: str) -> None:
+    """Each finished engine run, on stdout as it finishes (flushed: `| tee` sees it at once)."""
+    click.echo(line)
+    sys.stdout.flush()
 
 
 def _thinking(value: str) -> bool:
@@ -43,6 +51,7 @@ def _thinking(value: str) -> bool:
 @opt("engine_arg")
 @click.option("--compare-draft", help="A second draft measured on the same prompts and k.")
 @opt("out")
+@opt("force")
 @opt("force_start")
 @click.option("--no-confirm", is_flag=True, help="With --sweep: skip the confirmation run.")
 @opt("cpu_threads")
@@ -80,7 +89,8 @@ def validate_cmd(thinking, engine_arg, no_confirm, cpu_threads, timeout, batch_s
         confirm=not no_confirm, timeout_s=timeout, cpu_threads=cpu_threads or None,
         batch_sizes=batch_sizes, serve_profile=gpu_profile,
         compare_budget_s=compare_budget,
-        progress=progress_mode(json_mode, quiet))
+        progress=progress_mode(json_mode, quiet),
+        on_run=None if json_mode or quiet else say_run)
     report = validate(options)
     if json_mode:
         print_json(report.to_dict())

@@ -45,6 +45,15 @@ class Terminated(KeyboardInterrupt):
     """SIGTERM, raised like Ctrl-C so every cleanup path that handles SIGINT handles it too."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM in a long run, with what it left on disk said truthfully: ``hint``
+    says what was kept and how to go on (the CLI prints it; exit 130)."""
+
+    def __init__(self, message: str, hint: str):
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+
 # ---- checks --------------------------------------------------------------------------------------
 
 def check_output(out: str | os.PathLike, inputs: Mapping[str, str | os.PathLike | None], *,
@@ -104,7 +113,8 @@ def check_not_in_package(path: str | os.PathLike, flag: str = "-o") -> None:
 
 # every speckit output carries one of these at its top level (provenance, training record,
 # converted target): --force replaces only a directory holding one, or an empty one
-SPECKIT_MARKERS = (PROVENANCE, "speckit-train.json", "speckit-target.json")
+RUN_STATE = "speckit-run.json"  # a run directory's marker (speckit.io.rundir)
+SPECKIT_MARKERS = (PROVENANCE, "speckit-train.json", "speckit-target.json", RUN_STATE)
 
 
 def is_speckit_output(path: Path) -> bool:
@@ -417,6 +427,22 @@ def _alive(owner: _Owner) -> bool:
     return owner.start == "0" or start is None or start == owner.start
 
 
+def run_token() -> str:
+    """This run's identity (host-boot-pid-start-random), as temp dirs and run states record it."""
+    return _run_token()
+
+
+def live_owner(token: str) -> int | None:
+    """The pid of the speckit run a token names when that run is still alive, else None."""
+    owner = _parse_token(token)
+    return owner.pid if owner is not None and _alive(owner) else None
+
+
+def remove_path(path: Path) -> None:
+    """Delete a file, a symlink (never what it points to) or a directory tree."""
+    _remove(path)
+
+
 def remove_stale_temp_dirs(out: str | os.PathLike) -> list[Path]:
     """Remove temp/old dirs beside ``out`` left by runs that no longer exist (kill -9, power
     loss); those of live runs are kept. Returns what was removed."""
@@ -629,8 +655,9 @@ def write_provenance(directory: str | os.PathLike, record: Mapping[str, Any], *,
 
 
 __all__ = [
-    "PROVENANCE", "REMOTE_CODE_KEYS", "ExtraFiles", "Terminated", "atomic_output_dir",
-    "check_output", "check_replaceable", "copy_extra_files", "is_code_file", "is_speckit_output",
-    "output_errors", "remove_stale_temp_dirs", "sigterm_as_interrupt", "strip_config",
-    "strip_remote_code", "write_provenance",
+    "PROVENANCE", "REMOTE_CODE_KEYS", "RUN_STATE", "ExtraFiles", "Interrupted", "Terminated",
+    "atomic_output_dir", "check_output", "check_replaceable", "copy_extra_files",
+    "is_code_file", "is_speckit_output", "live_owner", "output_errors", "remove_path",
+    "remove_stale_temp_dirs", "run_token",
+    "sigterm_as_interrupt", "strip_config", "strip_remote_code", "write_provenance",
 ]

@@ -281,17 +281,16 @@ def summary_lines(rep: ConcurrencyReport) -> list[str]:
         lines.append(f"held out concurrency {rep.holdout}: model vs measured "
                      f"{100 * e['base']:+.1f}% (no speculation), {100 * e['spec']:+.1f}% (k="
                      f"{rep.k})")
-    be = rep.break_even
+    # in the schedule's own words ("pays up to 6", "does not pay at any concurrency"): a bare
+    # "break-even concurrency 1" read as a claim that it pays somewhere (issue 53)
     if rep.not_fitted is None:
-        lines.append(f"this machine (fitted): schedule {rep.schedule}; " +
-                     (f"speculation stops paying at concurrency {be}" if be else
-                      _sched.pays_text(rep.schedule)))
+        lines.append(f"this machine (fitted): schedule {rep.schedule}; "
+                     + _sched.pays_text(rep.schedule))
     if rep.serve is not None:
         s = rep.serve
-        be2 = (s.get("mix") or s["tables"][-1])["break_even"]
-        lines.append(f"projected for {s['gpu']} x TP={s['tp']}: schedule {s['schedule']}; " +
-                     (f"break-even concurrency {be2}" if be2 else _sched.pays_text(s["schedule"])) +
-                     " (projected from the H200-fitted step model, not measured)")
+        lines.append(f"projected for {s['gpu']} x TP={s['tp']}: schedule {s['schedule']}; "
+                     + _sched.pays_text(s["schedule"])
+                     + " (projected from the H200-fitted step model, not measured)")
         if s.get("mix"):
             m = s["mix"]
             lines.append("that schedule is chosen for the context mix ("

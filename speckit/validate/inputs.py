@@ -4,6 +4,7 @@ k values and prompts chosen, the output directories made; all before any engine 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import tempfile
 from collections.abc import Sequence
@@ -14,15 +15,17 @@ from typing import Any
 from speckit.core.context import TrainedLength
 from speckit.core.methods import MethodSpec
 from speckit.core.methods.detect import pick_method
+from speckit.core.specconfig import SERVE_COMMAND_FILE
 from speckit.core.traffic import TrafficReport
 from speckit.errors import PlanError, SpeckitError, UsageError
 from speckit.io import host
 from speckit.io.checkpoint import load_config, tensor_names
 from speckit.io.datafiles import load_registry
 from speckit.io.draftrecord import read_trained_length
-from speckit.io.output import check_output, output_errors
+from speckit.io.output import check_output
 from speckit.io.prompts import load_prompts
 from speckit.io.refs import config_only, resolve, target_of_draft
+from speckit.io.rundir import RunDir, open_run_dir
 from speckit.io.traffic import TrafficRun, traffic_for_target
 from speckit.validate.concurrency import default_batches
 from speckit.validate.options import ValidateOptions
@@ -145,17 +148,60 @@ def pick_batch_sizes(given: Sequence[int] | None, *, cpu: bool, concurrency: int
     return batches
 
 
-def output_dirs(out, inp: Inputs, dataset) -> tuple[Path | None, Path]:
-    if out is None:
+def output_dirs(opts: ValidateOptions, inp: Inputs, *, eargs: dict[str, Any],
+                batches: list[int]) -> tuple[RunDir | None, Path]:
+    """The report directory (claimed: new, resumed, or replaced with ``force``) and where the
+    engine runs write; without --out a temp dir validate removes."""
+    if opts.out is None:
         return None, Path(tempfile.mkdtemp(prefix="speckit-validate-"))
     # a report dir written into, never inside an input
-    outdir = check_output(out, {"--target": inp.tpath, "--draft": inp.dpath,
-                                "--compare-draft": inp.cpath, "--dataset": Path(str(dataset)),
-                                "--traffic": inp.traffic.traffic.path if inp.traffic else None},
+    outdir = check_output(opts.out, {"--target": inp.tpath, "--draft": inp.dpath,
+                                     "--compare-draft": inp.cpath,
+                                     "--dataset": Path(str(opts.dataset)),
+                                     "--traffic": inp.traffic.traffic.path if inp.traffic
+                                     else None},
                           force=True, flag="--out", reuse=True)
-    with output_errors(outdir):
-        outdir.mkdir(parents=True, exist_ok=True)
-    return outdir, outdir / "logs"
+    rd = open_run_dir(outdir, run_inputs(opts, inp, eargs=eargs, batches=batches),
+                      command="validate", force=opts.force, flag="--out",
+                      earlier=_earlier_report)
+    return rd, outdir / "logs"
+
+
+def _earlier_report(out: Path) -> bool:
+    """A validate --out from before run states: its report.json and serve-command.sh."""
+    try:
+        rep = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(rep, dict) and "verdict" in rep and (out / SERVE_COMMAND_FILE).is_file()
+
+
+def run_inputs(opts: ValidateOptions, inp: Inputs, *, eargs: dict[str, Any],
+               batches: list[int]) -> dict[str, Any]:
+    """What defines validate's engine runs: an --out holding a run of other inputs is not
+    resumed (each run is checked again against its own job when it is)."""
+    return {"target": _identity(inp.tpath), "draft": _identity(inp.dpath),
+            "compare_draft": _identity(inp.cpath), "method": inp.spec.name, "ks": inp.ks,
+            "sweep": bool(opts.sweep), "prompts": inp.prompts.sha256,
+            "traffic": str(opts.traffic) if opts.traffic is not None else None,
+            "baseline": str(opts.baseline.log_path) if opts.baseline is not None else None,
+            "engine_args": eargs, "batch_sizes": batches,
+            **{f: getattr(opts, f) for f in (
+                "num_prompts", "max_tokens", "temperature", "seed", "thinking", "concurrency",
+                "tp", "cpu_kv_bytes", "cpu_threads", "serve_gpu", "serve_tp", "serve_profile",
+                "confirm", "compare_acceptance_only", "compare_budget_s")}}
+
+
+def _identity(path: Path | None) -> dict[str, Any] | None:
+    """A checkpoint as a run sees it: where, its config, and its files' names and sizes."""
+    if path is None:
+        return None
+    try:
+        config = hashlib.sha256((path / "config.json").read_bytes()).hexdigest()
+        files = sorted((p.name, p.stat().st_size) for p in path.iterdir() if p.is_file())
+    except OSError:
+        config, files = None, []
+    return {"path": str(path), "config_sha256": config, "files": files}
 
 
 def resolve_input(ref: str | Path, *, role: str, copies: list[str] | None = None

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shlex
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ from speckit.core.traffic_text import traffic_rows, trained_rows
 from speckit.io.context_plot import write_context_plot
 from speckit.io.plots import pyplot
 from speckit.io.preflight import finding_line
-from speckit.io.terminal import output_console, print_rows, print_table
+from speckit.io.terminal import output_console, print_rows, print_table, unclipped
 from speckit.validate import concurrency as C
 from speckit.validate import context
 
@@ -178,6 +180,8 @@ class ValidationReport:
     copies: list[str] = field(default_factory=list)
     # the measured AL against the published one (speckit.core.registry.canary.AcceptanceCanary)
     canary: Any = None
+    # runs an interrupted validate into the same --out had finished, kept instead of run again
+    resumed: list[str] = field(default_factory=list)
     # the pair's pre-flight findings (core.preflight.Finding) by flag (--draft, --compare-draft);
     # an error among them means the run was started with --force-start
     preflight: dict[str, list[Any]] = field(default_factory=dict)
@@ -273,13 +277,19 @@ def _pos(xs: list[float]) -> str:
     return " / ".join(f"{x:.3f}" for x in xs)
 
 
-def lossless_lines(r: ValidationReport) -> list[str]:
+# what drift means, in one terminal line; report.md and docs/validate.md say it whole
+DRIFT_SHORT = "drift is engine arithmetic, not the draft: docs/validate.md, 'What it does'"
+
+
+def lossless_lines(r: ValidationReport, *, short: bool = False) -> list[str]:
     """Under the table: where each drifting run left the baseline, and once what drift means
-    (why a CPU shows it, and why it is not the draft's fault)."""
+    (why a CPU shows it, and why it is not the draft's fault; ``short``: one line and where
+    the whole explanation is)."""
     drifting = [s for s in r.runs if s.lossless.status == "drift"]
     lines = [f"{s.run.label}: {drift_counts(s.lossless)}" for s in drifting]
     if drifting:
-        lines.append(drift_meaning(cpu=r.environment.get("platform") == "cpu"))
+        lines.append(DRIFT_SHORT if short else
+                     drift_meaning(cpu=r.environment.get("platform") == "cpu"))
     if any(s.lossless.status == "n/a" for s in r.runs):
         lines.append("lossless n/a: temperature > 0, the outputs are samples; equality with the "
                      "baseline is not expected")
@@ -509,8 +519,10 @@ def k_sweep_figure(r: ValidationReport, plt):
     return fig
 
 
-def print_report(r: ValidationReport, *, console=None) -> None:
-    """A rich table for the terminal."""
+def print_report(r: ValidationReport, *, console=None, fit: bool = False) -> None:
+    """A rich table for the terminal. ``fit``: tables squeezed into the console's width (cells
+    folded; off a TTY they otherwise keep their natural width) and the serve line broken over
+    lines that paste back (the demo's 100 columns)."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -527,13 +539,14 @@ def print_report(r: ValidationReport, *, console=None) -> None:
         console.print(f"read from: {c}", markup=False, highlight=False)
     t = Table(title="acceptance and speed")
     for col in ("run", "k", "AL", "accept rate", "per position", "tok/s", "ratio", "lossless"):
-        t.add_column(col, justify="right" if col not in ("run", "lossless") else "left")
+        t.add_column(col, justify="right" if col not in ("run", "lossless") else "left",
+                     no_wrap=col == "run")  # a run name stays whole when squeezed
     t.add_row("baseline", "-", "-", "-", "-", f"{r.baseline.tokens_per_s:.2f}", "1.000", "-")
     for s in r.runs:
         t.add_row(s.run.label, str(s.run.k), f"{s.acceptance_length:.3f}", _pct(s.acceptance_rate),
                   _pos(s.per_position), _speed(s), _ratio(s), lossless_cell(s.lossless))
-    print_table(console, t)
-    for line in lossless_lines(r):
+    _table(console, t, fit)
+    for line in lossless_lines(r, short=True):
         console.print(f"lossless: {line}", markup=False, highlight=False)
     if r.sweep is not None:
         sw = r.sweep
@@ -546,7 +559,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
             t2.add_row(f"{p.k}{mark}", f"{p.acceptance_length:.3f}", f"{p.spec_step_s * 1e3:.1f}",
                        f"{p.throughput_ratio:.3f}",
                        f"{cal[p.k].throughput_ratio:.3f}" if p.k in cal else "-")
-        print_table(console, t2)
+        _table(console, t2, fit)
         if sw.confirmation is not None:
             cf = sw.confirmation
             console.print(f"confirmed k={cf.k}: AL predicted {cf.predicted_al:.3f} / measured "
@@ -563,7 +576,7 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     if r.concurrency is not None:
         for line in C.summary_lines(r.concurrency):
             console.print(line)
-    _print_context(r, console)
+    _print_context(r, console, fit)
     for flag, fs in r.preflight.items():
         for f in fs:
             console.print(f"[{'red' if f.is_error else 'yellow'}]pre-flight {flag}:[/] "
@@ -573,14 +586,22 @@ def print_report(r: ValidationReport, *, console=None) -> None:
     _print_verdict(r, console)
     console.print("[bold]serve:[/]" if r.recommended else
                   "[bold]serve (the target alone, no --speculative-config):[/]")
-    console.print(r.serve_command, soft_wrap=True, highlight=False, markup=False)
+    for line in shell_lines(r.serve_command, console.width) if fit else [r.serve_command]:
+        console.print(line, soft_wrap=True, highlight=False, markup=False)
     if r.files:
         console.print(f"files in {Path(next(iter(r.files.values()))).parent}")
     for line in canary_lines(r.canary):  # last: a collapse is the final word
         console.print(line, markup=False, highlight=False)
 
 
-def _print_context(r: ValidationReport, console) -> None:
+def _table(console, table, fit: bool) -> None:
+    if fit:
+        console.print(unclipped(table))
+    else:
+        print_table(console, table)
+
+
+def _print_context(r: ValidationReport, console, fit: bool = False) -> None:
     """The traffic in numbers and the AL-by-context table (numbers and the user's labels)."""
     from rich.table import Table
 
@@ -596,10 +617,39 @@ def _print_context(r: ValidationReport, console) -> None:
     for row in cells[1:]:
         if row[1] != "0":
             t.add_row(*row)
-    print_table(console, t)
+    _table(console, t, fit)
     console.print(f"interval: {ctx.interval_method}", markup=False, highlight=False)
     if r.trained_length is not None:
         print_rows(console, trained_rows(r.trained_length))
+
+
+def shell_lines(command: str, width: int = 100, *, indent: str = "") -> list[str]:
+    """A shell command over lines of at most ``width`` that paste back as the same command:
+    words joined with `` \\`` continuations; a JSON argument too long for one line is broken
+    at its commas inside its quotes (a newline there is JSON whitespace)."""
+    words = [shlex.quote(w) for w in shlex.split(command)]
+    lines: list[str] = []
+    cur = indent
+    for w in words:
+        if cur.strip() and len(cur) + 1 + len(w) + 2 > width:
+            lines.append(cur + " \\")
+            cur = indent + "    "
+        if len(cur) + len(w) > width and w.startswith("'{"):
+            parts = _json_parts(w, width - len(cur))
+            lines += [cur + parts[0], *(indent + "      " + p for p in parts[1:-1])]
+            cur = indent + "      " + parts[-1]
+            continue
+        cur = cur + (" " if cur.strip() else "") + w
+    return [*lines, cur]
+
+
+def _json_parts(word: str, room: int) -> list[str]:
+    """'{...}' cut after commas into pieces of about ``room`` columns (the quotes kept)."""
+    text = json.dumps(json.loads(word[1:-1]), separators=(", ", ": "))
+    pieces = textwrap.wrap(text, max(room - 2, 40), break_long_words=False,
+                           break_on_hyphens=False)
+    pieces[0], pieces[-1] = "'" + pieces[0], pieces[-1] + "'"
+    return pieces
 
 
 def _print_verdict(r: ValidationReport, console) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 from speckit.core.specconfig import speculative_config
 from speckit.errors import EngineTimeout, UsageError
 from speckit.io.checkpoint import Checkpoint
-from speckit.io.engine import EngineJob, EngineRun
+from speckit.io.engine import EngineJob, EngineRun, finished_run
 from speckit.io.progress import EngineProgress
 from speckit.validate import concurrency as C
 from speckit.validate import context
@@ -42,18 +42,49 @@ class RunCtx:
     common: dict[str, Any]  # the EngineJob fields every run shares
     starts: int = 0
     engine_runs: dict[str, EngineRun] = field(default_factory=dict)
+    resume: bool = False  # keep the runs an interrupted validate finished in workdir
+    finished: list[str] = field(default_factory=list)  # labels of the runs done, in order
+    resumed: list[str] = field(default_factory=list)  # those kept from the interrupted run
+
+    def engine(self, job: EngineJob, *, timeout_s: float | None = None) -> EngineRun:
+        """One engine run (or the same run an interrupted validate finished, when resuming)."""
+        run = finished_run(job, self.workdir) if self.resume else None
+        if run is not None:
+            self.resumed.append(job.label)
+        else:
+            run = self.bar.run(job, workdir=self.workdir,
+                               timeout_s=timeout_s or self.opts.timeout_s)
+            self.starts += 1
+        self.finished.append(job.label)
+        self.engine_runs[job.label] = run
+        return run
+
+    def said(self, run: EngineRun, rep: SpecRunReport | None = None) -> None:
+        """The finished run in one line (on_run): run, k, AL, tok/s, elapsed."""
+        if self.opts.on_run is None:
+            return
+        t = run.timing
+        what = [f"{t.tokens_per_s:.1f} tok/s"]
+        if rep is not None:
+            what = [f"k={rep.run.k}", f"AL {rep.acceptance_length:.2f}", what[0],
+                    f"{rep.throughput_ratio:.2f}x baseline"]
+        when = ("kept from the interrupted run" if run.label in self.resumed
+                else f"{run.seconds:.0f} s")
+        self.opts.on_run(f"run {run.label}: {', '.join(what)}, {when}")
 
 
 def run_context(inp: Inputs, opts: ValidateOptions, workdir: Path,
-                eargs: dict[str, Any]) -> RunCtx:
+                eargs: dict[str, Any], *, resume: bool = False) -> RunCtx:
     """What every engine run of this validation shares: the settings, the log directory and the
-    progress display."""
+    progress display; ``resume``: runs finished in ``workdir`` by an interrupted validate of the
+    same inputs are read back instead of run again."""
     common = {"model": str(inp.tpath), "max_tokens": opts.max_tokens,
               "temperature": opts.temperature, "seed": opts.seed, "thinking": opts.thinking,
               "concurrency": opts.concurrency, "tp": opts.tp, "engine_args": eargs,
               "cpu_kv_bytes": opts.cpu_kv_bytes,
               "cpu_threads": opts.cpu_threads if inp.cpu else None}
-    return RunCtx(inp, opts, workdir, EngineProgress(opts.progress, opts.on_event), common)
+    return RunCtx(inp, opts, workdir, EngineProgress(opts.progress, opts.on_event), common,
+                  resume=resume)
 
 
 @dataclass
@@ -83,13 +114,12 @@ def _spec_run(ctx: RunCtx, base: EngineRun, label: str, role: str, draft_path: P
               spec_config: dict[str, Any] | None = None, timeout_s: float | None = None,
               **job: Any) -> tuple[EngineRun, SpecRunReport]:
     spec = spec_config or _spec_cfg(ctx, draft_path, cfg, kk)
-    run = ctx.bar.run(EngineJob(label, prompt_token_ids=base.prompt_token_ids,
-                                speculative_config=spec, **{**ctx.common, **job}),
-                      workdir=ctx.workdir, timeout_s=timeout_s or ctx.opts.timeout_s)
-    ctx.starts += 1
-    ctx.engine_runs[label] = run
-    return run, spec_report(run, base, role=role, k=kk, draft=name,
-                            temperature=ctx.opts.temperature)
+    run = ctx.engine(EngineJob(label, prompt_token_ids=base.prompt_token_ids,
+                               speculative_config=spec, **{**ctx.common, **job}),
+                     timeout_s=timeout_s)
+    rep = spec_report(run, base, role=role, k=kk, draft=name, temperature=ctx.opts.temperature)
+    ctx.said(run, rep)
+    return run, rep
 
 
 def run_engines(ctx: RunCtx, *, batches: list[int], warnings: list[str]) -> Runs:
@@ -142,8 +172,9 @@ def _baseline(ctx: RunCtx, baseline: EngineRun | None, probe: dict[str, Any]) ->
     if baseline is not None:
         _check_reusable(baseline, job)
         return baseline
-    ctx.starts += 1
-    return ctx.bar.run(job, workdir=ctx.workdir, timeout_s=ctx.opts.timeout_s)
+    run = ctx.engine(job)
+    ctx.said(run)
+    return run
 
 
 def _concurrency(ctx: RunCtx, base: EngineRun, main: EngineRun, main_rep: SpecRunReport, *,

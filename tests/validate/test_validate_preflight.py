@@ -77,9 +77,9 @@ def test_force_start_goes_on_to_the_engines(pair, _rule_and_tripwire):
     with pytest.raises(EngineWouldStart):
         validate(target=pair["target"], draft=pair["marked"], k=2, force_start=True)
     assert _rule_and_tripwire == [pair["target"]]
-    # the --force alias of --force-start still reaches the same gate
+    # the CLI's --force-start reaches the same gate (--force replaces an --out since issue 53)
     r = CliRunner().invoke(main, ["validate", "--target", pair["target"], "--draft",
-                                  pair["marked"], "-k", "2", "--force"])
+                                  pair["marked"], "-k", "2", "--force-start"])
     assert "pre-flight" not in r.output and len(_rule_and_tripwire) == 2
 
 

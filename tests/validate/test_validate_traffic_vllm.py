@@ -50,6 +50,7 @@ def run(tmp_path_factory):
     r = CliRunner().invoke(main, [
         "validate", "--target", str(materialize_smollm2()), "--draft", str(bundled_draft()),
         "-k", "3", "--traffic", str(traffic), "--max-tokens", "32", "--batch-sizes", "",
+        "--num-prompts", "12",  # every request (a CPU engine's default is 8)
         "--out", str(out), "--json"])
     wall = time.monotonic() - t0
     assert r.exit_code == 0, r.output

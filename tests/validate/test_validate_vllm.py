@@ -14,13 +14,18 @@ import importlib.util
 import json
 import math
 import os
+import signal
 import subprocess
+import tempfile
+import threading
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from speckit.demo import bundled_draft
-from speckit.errors import EngineError
+from speckit.errors import EngineError, UsageError
 from speckit.io.engine import EngineJob, run_engine
 from speckit.validate import validate
 from tests.support import factories
@@ -72,10 +77,22 @@ def session(smollm2, fp8_copy, eagle3_draft, tmp_path_factory):
     out = tmp_path_factory.mktemp("validate")
     common = {"target": str(smollm2), "dataset": "mixed", "num_prompts": N_PROMPTS,
               "max_tokens": MAX_TOKENS}
+    tmp_before = _vllm_dist_files()
     t0 = time.monotonic()
-    dm = validate(draft=str(smollm2), method="draft_model", sweep=[1, 2, K], out=out / "dm",
-                  **common)
-    TIMINGS["draft_model sweep"] = time.monotonic() - t0
+    # Ctrl-C once the baseline finished, then the same call again: it resumes (issue 53); the
+    # interrupted k=3 engine is stopped while it starts, so the resume costs seconds, not a start
+    dm_args = {"draft": str(smollm2), "method": "draft_model", "sweep": [1, 2, K],
+               "out": out / "dm", **common}
+    stopped = _interrupt_after(out / "dm" / "logs" / "baseline.done.json",
+                               lambda: validate(**dm_args))
+    TIMINGS["draft_model sweep, interrupted"] = time.monotonic() - t0
+    baseline_log = (out / "dm" / "logs" / "baseline.log").stat().st_mtime_ns
+    said: list[str] = []
+    t0 = time.monotonic()
+    dm = validate(**dm_args, on_run=said.append)
+    TIMINGS["draft_model sweep, resumed"] = time.monotonic() - t0
+    resume = {"stopped": stopped, "said": said, "baseline_log": baseline_log,
+              "tmp_before": tmp_before}
     t1 = time.monotonic()
     ng = validate(method="ngram", k=K, baseline=dm.baseline_run, out=out / "ngram",
                   batch_sizes=[], **common)
@@ -90,9 +107,83 @@ def session(smollm2, fp8_copy, eagle3_draft, tmp_path_factory):
                        compare_draft=str(fp8_copy) if fp8_copy else None,
                        compare_budget_s=COMPARE_BUDGET_S, **common)
     TIMINGS["shipped eagle3 + concurrency + FP8 compare"] = time.monotonic() - t3
-    yield {"dm": dm, "ng": ng, "e3": e3, "shipped": shipped, "out": out}
+    yield {"dm": dm, "ng": ng, "e3": e3, "shipped": shipped, "out": out, "resume": resume}
     print("\nvalidate engine session timings (s): "
           + ", ".join(f"{k} {v:.0f}" for k, v in TIMINGS.items()))
+
+
+def _vllm_dist_files() -> set[str]:
+    return {p.name for p in Path(tempfile.gettempdir()).glob("vllm_dist_*")}
+
+
+def _interrupt_after(marker: Path, call):
+    """Run ``call`` and send this process SIGINT (Ctrl-C) once ``marker`` exists; returns the
+    KeyboardInterrupt it raised."""
+    def watch():
+        while not marker.exists():
+            if done.wait(0.1):
+                return
+        os.kill(os.getpid(), signal.SIGINT)
+
+    done = threading.Event()
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        with pytest.raises(KeyboardInterrupt) as stopped:
+            call()
+    finally:
+        done.set()
+        watcher.join()
+    return stopped.value
+
+
+def test_an_interrupted_validate_keeps_its_finished_runs_and_resumes(session):
+    """Ctrl-C after the baseline: the hint says what is on disk, the engine is gone, the same
+    call resumes (the baseline is kept, not run again, and said so), the finished report is
+    then refused without force, and no vLLM temp file is left in /tmp (issue 53)."""
+    from speckit.io.output import Interrupted
+    from speckit.io.rundir import read_run_state
+
+    r, dm, out = session["resume"], session["dm"], session["out"] / "dm"
+    assert isinstance(r["stopped"], Interrupted), r["stopped"]
+    hint = r["stopped"].hint
+    assert "finished runs (baseline)" in hint and str(out / "logs") in hint
+    assert "resume" in hint and "--force" in hint
+    assert r["said"][0].startswith("resuming the interrupted validate in ")
+    assert any(s.startswith("run baseline:") and "kept from the interrupted run" in s
+               for s in r["said"]), r["said"]
+    assert any(s.startswith(f"run draft_model-k{K}: k={K}, AL ") and "tok/s" in s
+               for s in r["said"]), r["said"]
+    assert dm.resumed == ["baseline"] and any("resumed: baseline" in w for w in dm.warnings)
+    assert (out / "logs" / "baseline.log").stat().st_mtime_ns == r["baseline_log"]
+    assert dm.engine_starts == len(dm.runs)  # the baseline was not started again
+    assert read_run_state(out)["status"] == "finished"
+    with pytest.raises(UsageError, match="holds a finished validate run"):
+        validate(target=dm.baseline_run.job.model, method="ngram", k=K, out=out,
+                 batch_sizes=[], num_prompts=N_PROMPTS, max_tokens=MAX_TOKENS)
+    assert _vllm_dist_files() <= r["tmp_before"]
+    assert not list(Path(tempfile.gettempdir()).glob("speckit-engine-*"))
+
+
+def test_the_demo_renders_a_real_report_in_100_columns(session, capsys, monkeypatch):
+    """The demo's validate stage and ending on the shipped draft's report (projected for
+    MI300X, as the demo does) off a TTY: no line over 100 columns, one verdict line for this
+    machine and one for MI300X, the serve line pasteable, the next command last."""
+    from speckit.cli.demo import DEMO_WIDTH, _print_stage, ending_lines
+    from speckit.demo import ending
+
+    rep = session["shipped"]
+    monkeypatch.setenv("COLUMNS", str(DEMO_WIDTH))  # as `speckit demo` sets it off a TTY
+    _print_stage("validate", rep)
+    res = SimpleNamespace(ending=ending(rep, gpu="mi300x"), validation=rep, out="speckit-demo",
+                          seconds=300.0)
+    lines = capsys.readouterr().out.splitlines() + ending_lines(res)
+    assert max(len(ln) for ln in lines) <= DEMO_WIDTH, [ln for ln in lines if len(ln) > 100]
+    device = rep.environment["device"]
+    assert sum(ln.startswith(f"this machine ({device}, measured") for ln in lines) == 1
+    assert sum(ln.startswith("MI300X (projected from") for ln in lines) == 1
+    assert ending_lines(res)[-1].startswith("  speckit validate --target YOUR_MODEL ")
+    print("\n" + "\n".join(ending_lines(res)))
 
 
 def _consistent(run, k):
@@ -142,8 +233,8 @@ def test_sweep_derives_recommends_and_confirms(session):
         print(f"\nconfirmed k={cf.k}: AL predicted {cf.predicted_al:.3f} measured "
               f"{cf.measured_al:.3f}; ratio predicted {cf.predicted_ratio:.3f} measured "
               f"{cf.measured_ratio:.3f}")
-    else:
-        assert sw.confirmation is None and starts_without_compare == 2
+    else:  # the baseline ran before the interrupt, the resumed call kept it
+        assert sw.confirmation is None and starts_without_compare + len(dm.resumed) == 2
 
 
 def test_outputs_written(session):
