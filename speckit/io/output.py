@@ -37,8 +37,6 @@ CODE_SUFFIXES = frozenset({
     ".sh", ".bash", ".bat", ".cmd", ".ps1", ".ipynb", ".whl", ".egg", ".jar", ".js",
 })
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".msgpack")
-# test-only: seconds to wait between writing and publishing (lets a test signal a run mid-way)
-_PAUSE_ENV = "SPECKIT_TEST_PUBLISH_DELAY"
 
 
 class Terminated(KeyboardInterrupt):
@@ -242,7 +240,6 @@ def atomic_output_dir(out: str | os.PathLike, *, force: bool = False) -> Iterato
         tmp.mkdir(mode=0o700)
         try:
             yield tmp
-            _test_pause()
             strip_remote_code(tmp)  # the guard: whatever a writer put there, no code leaves
             normal_modes(tmp)
             with _deferred_sigterm():
@@ -494,12 +491,6 @@ def _deferred_sigterm(*, deliver: bool = True) -> Iterator[None]:
         signal.signal(signal.SIGTERM, old if old is not None else signal.SIG_DFL)
     if got and deliver:
         raise Terminated(f"terminated by signal {got[0]}")
-
-
-def _test_pause() -> None:
-    delay = os.environ.get(_PAUSE_ENV)
-    if delay:
-        time.sleep(float(delay))
 
 
 # ---- no code in outputs --------------------------------------------------------------------------

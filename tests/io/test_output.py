@@ -276,8 +276,17 @@ def test_stale_temp_dirs_of_dead_runs_are_removed_live_ones_kept(tmp_path):
     assert {live.name, other_host.name, unrelated.name} <= left
 
 
-def _convert_cmd(src: Path, target: Path, out: Path) -> list[str]:
-    return [*CLI, "convert", str(src), "--target", str(target), "-k", "3", "-o", str(out)]
+# the CLI with a publish step that waits 60 s after everything is written (the test's own hook:
+# no test switch lives in speckit), so a test can signal a run mid-way
+SLOW_PUBLISH = [sys.executable, "-c",
+                "import time, speckit.io.output as o\n"
+                "modes = o.normal_modes\n"
+                "o.normal_modes = lambda *a, **k: (time.sleep(60), modes(*a, **k))[1]\n"
+                "from speckit.cli import main; main()"]
+
+
+def _convert_cmd(src: Path, target: Path, out: Path, *, cli: list[str] = CLI) -> list[str]:
+    return [*cli, "convert", str(src), "--target", str(target), "-k", "3", "-o", str(out)]
 
 
 def _wait_for_temp(parent: Path, proc: subprocess.Popen) -> Path:
@@ -297,8 +306,8 @@ def _slow_convert(tmp_path: Path, target: Path):
     src = F.make_specforge_eagle3(tmp_path / "src", export="sglang")
     work = tmp_path / "work"
     work.mkdir()
-    proc = subprocess.Popen(_convert_cmd(src, target, work / "out"),
-                            env=_env(SPECKIT_TEST_PUBLISH_DELAY="60"),
+    proc = subprocess.Popen(_convert_cmd(src, target, work / "out", cli=SLOW_PUBLISH),
+                            env=_env(),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return src, work, proc, _wait_for_temp(work, proc)
 
