@@ -376,7 +376,9 @@ def head_shape(target_config: dict[str, Any], *, layers: int, method: str,
     said = (f"{layers} decoder layer{'s' if layers != 1 else ''} ({layers_said}) with the "
             f"target's attention widths (hidden {hidden}, {heads} heads, {kv} KV heads, head_dim "
             f"{hd}), MLP {mlp[0]} ({mlp[1]}), draft vocabulary = the target's {vocab:,} (the "
-            "larger lm_head: the draft's cost is an upper bound; published heads often use 32,000)")
+            "larger lm_head, so the draft's step cost is an upper bound; vLLM shares the "
+            "target's head then, so no head weights are counted: a published 32,000-row head "
+            f"would add {32000 * hidden * 2 / 2**20:,.0f} MiB at 16 bits)")
     return AssumedShape(config=config, assumed=said, upper_bound=True)
 
 
