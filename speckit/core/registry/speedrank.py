@@ -312,7 +312,9 @@ def _project(ask: _Ask, row: SpeedRow, e: Entry | None, k: int, fit: Fit | None,
     row.k, row.ratio, row.band = best[0], best[1], best[2]
     row.speculative_config = {**row.speculative_config, "num_speculative_tokens": best[0]}
     if plan is not None:
-        per_token = plan.kv.target_bytes_per_token + plan.kv.draft_bytes_per_token
+        # bytes one token of KV capacity takes: plan's block over its size (a hybrid model's
+        # sliding and full layers fill one block pool, so summing every layer double-counts)
+        per_token = plan.kv.bytes_per_block // plan.kv.block_size
         row.kv_left_tokens = kv - ask.concurrency * (ask.context + look)
         row.kv_left_bytes = row.kv_left_tokens * per_token
     return row
