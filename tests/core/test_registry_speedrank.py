@@ -160,6 +160,8 @@ def test_resolve_ranks_the_three_users_targets_with_bands_offline(offline):
         assert len(ranked) >= 2, (target, [x["note"] for x in rows])
         for x in ranked:
             assert x["band"][0] <= x["ratio"] <= x["band"][1]
+            # KV left fits in the GPU (a hybrid sliding-window target's layers share one pool)
+            assert 0 < x["kv_left_bytes"] < 80 * 10**9
             assert x["shape"] in ("recorded", "assumed") or x["id"] in ("ngram", "suffix")
 
 
