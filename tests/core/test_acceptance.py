@@ -212,3 +212,40 @@ def test_the_prior_for_an_entry_is_its_own_methods():
     got = A.choose_acceptance(entry=bare, registry=_registry(*pe, *e3, bare), method="eagle3")
     assert got.origin == "prior" and got.label.startswith("prior: peagle")
     assert got.al == pytest.approx(4.0, abs=1e-6)
+
+
+# ---- engine-only methods whose acceptance is the workload's (ngram, suffix) ---------------------
+def _top(value, dataset, source, *, method="ngram", k=3, target="org/Model-8B"):
+    return PublishedResult(metric="acceptance_length", value=value, dataset=dataset, k=k,
+                           source=source, method=method, target=target)
+
+
+def test_ngram_prior_comes_from_published_rows_and_says_it_depends_on_the_workload():
+    rows = [_top(1.7, "chat", "https://example.org/a"), _top(2.8, "code edits",
+                                                           "https://example.org/b")]
+    p = A.acceptance_prior(_registry(published=rows), method="ngram", k=3)
+    assert p is not None and p.origin == "prior" and p.k == 3
+    assert "depends strongly on the workload" in p.label and "few sources" in p.label
+    assert p.al_low < p.al < p.al_high  # the spread across workloads is the band
+    assert p.al_low == pytest.approx(A.geometric_al(S.geometric_rates(1.7, 3)[0], 3), rel=0.05)
+    # one source shows one workload: no prior, and the shortfall says why
+    one = _registry(published=rows[:1])
+    assert A.acceptance_prior(one, method="ngram", k=3) is None
+    assert "too few for a prior" in A.prior_shortfall(one, method="ngram")
+    # a trained draft's prior has no such minimum
+    eagle = _registry(_draft("e", _al(3.0, "MT-Bench")))
+    assert A.acceptance_prior(eagle, method="eagle3", k=3) is not None
+    assert A.prior_shortfall(eagle, method="eagle3") is None
+
+
+def test_the_registrys_ngram_rows_give_a_prior_and_suffix_names_its_shortfall():
+    from speckit.io.datafiles import load_registry
+
+    reg = load_registry(env={})
+    ngram = [r for r in reg.published if r.method == "ngram"]
+    assert len({A.source_key(r.source) for r in ngram}) >= 3
+    assert all(r.quote and f"{r.value:.2f}" in r.quote for r in ngram)  # verbatim, with the figure
+    p = A.acceptance_prior(reg, method="ngram", k=3, target_params_b=8)
+    assert p is not None and "ngram" in p.label and p.al_low < p.al_high
+    assert A.acceptance_prior(reg, method="suffix", k=3) is None
+    assert "vllm-project/vllm/pull/24852" in A.prior_shortfall(reg, method="suffix")

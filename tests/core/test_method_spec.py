@@ -61,3 +61,33 @@ def test_weights_in_target_is_what_vllm_loads_from_the_target():
     in_target = {s.name for s in methods.all_specs() if s.weights_in_target}
     assert in_target == {"mtp"}
     assert all(methods.get(n).vllm_method == "mtp" for n in in_target)
+
+
+def test_assumed_shapes_follow_each_methods_documented_construction():
+    from speckit.core.methods.detect import pick_method
+    from speckit.io.datafiles import load_registry
+
+    reg = load_registry(env={})
+    gpt_oss, qwen3 = reg.entries["gpt-oss-20b"].config, reg.entries["qwen3-8b"].config
+    eagle = methods.get("eagle3").assumed_shape(gpt_oss)
+    inner = eagle.config["transformer_layer_config"]
+    # a MoE target's expert width (2880) is not the head's: SpecForge's gpt-oss head is 6 x hidden
+    assert inner["intermediate_size"] == 17280 != gpt_oss["intermediate_size"]
+    assert inner["num_hidden_layers"] == 1 and eagle.upper_bound
+    assert eagle.config["draft_vocab_size"] == gpt_oss["vocab_size"]
+    assert "upper bound" in eagle.assumed
+    dense = methods.get("eagle3").assumed_shape(qwen3)
+    mlp = dense.config["transformer_layer_config"]["intermediate_size"]
+    assert mlp == qwen3["intermediate_size"]
+    assert pick_method(dense.config, None, registry="eagle3").spec.name == "eagle3"
+    # an undocumented MoE family: a reason, no shape
+    moe = {**qwen3, "model_type": "qwen3_moe", "num_experts": 128}
+    assert isinstance(methods.get("eagle3").assumed_shape(moe), str)
+    # P-EAGLE: only with a stated depth, then detected as P-EAGLE
+    assert isinstance(methods.get("peagle").assumed_shape(gpt_oss), str)
+    four = methods.get("peagle").assumed_shape(gpt_oss, layers=4, layers_source="card")
+    assert four.config["transformer_layer_config"]["num_hidden_layers"] == 4
+    assert pick_method(four.config, None, registry="eagle3").spec.name == "peagle"
+    # no documented standard construction: nothing to assume
+    for name in ("dflash", "dflash2", "dspark"):
+        assert methods.get(name).assumed_shape is None

@@ -35,13 +35,14 @@ def _al(value: float, *, k: int = 7, dataset: str = "MT-Bench", **kw) -> Publish
                            k=k, **kw)
 
 
-def _rank(world, drafts, *, gpu=None, published=()):
+def _rank(world, drafts, *, gpu=None, published=(), dataset=None):
     reg, target, _, h100, pricing = world
     dep = Deployment(gpu or h100, concurrency=C)
     mine = Registry(entries={target.id: target, **{d.id: d for d in drafts}},
                     published=list(published), files=[])
     fits = {d.id: place(d, target, dep) for d in drafts}
-    return rank_by_speed(mine, target=target, entries=drafts, fits=fits, dep=dep, pricing=pricing)
+    return rank_by_speed(mine, target=target, entries=drafts, fits=fits, dep=dep, pricing=pricing,
+                         dataset=dataset)
 
 
 def test_a_higher_published_acceptance_ranks_first_with_its_band_k_and_kv(world):
@@ -74,18 +75,94 @@ def test_ngram_and_suffix_rank_beside_the_drafts(world):
     _, _, draft, _, _ = world
     ngram_fig = PublishedResult(metric="acceptance_length", dataset="MT-Bench", source="tests-ng",
                                 value=1.6, k=3, method="ngram", target="Qwen/Qwen3-8B")
-    rk = _rank(world, [replace(draft, id="d", published=(_al(3.5),))], published=[ngram_fig])
+    drafts = [replace(draft, id="d", published=(_al(3.5),))]
+    rk = _rank(world, drafts, published=[ngram_fig])
     rows = {r.id: r for r in rk.rows}
     assert {"ngram", "suffix"} <= set(rows)
-    # a figure for ngram on this very target is ngram's own published acceptance here
-    assert rows["ngram"].ratio is not None and rows["ngram"].acceptance_origin == "published"
-    assert "tests-ng" in rows["ngram"].acceptance
+    # ngram's acceptance is the workload's: one source is no prior, and without --dataset one
+    # workload's figure on this target is not taken for the user's
+    assert rows["ngram"].ratio is None and "too few for a prior" in rows["ngram"].note
+    assert "--dataset 'MT-Bench'" in rows["ngram"].note
     assert rows["suffix"].ratio is None and "no prior" in rows["suffix"].note
-    # on another target the same figure is only the method's prior
-    elsewhere = replace(ngram_fig, target="Qwen/Qwen3-32B")
-    rk = _rank(world, [replace(draft, id="d", published=(_al(3.5),))], published=[elsewhere])
+    # --dataset names the workload: the figure on this very target is ngram's own here
+    rk = _rank(world, drafts, published=[ngram_fig], dataset="MT-Bench")
+    ngram = next(r for r in rk.rows if r.id == "ngram")
+    assert ngram.ratio is not None and ngram.acceptance_origin == "published"
+    assert "tests-ng" in ngram.acceptance and "depends strongly on the workload" in ngram.acceptance
+    # figures from two sources elsewhere: the method's prior, its band their spread
+    elsewhere = [replace(ngram_fig, target="Qwen/Qwen3-32B"),
+                 replace(ngram_fig, target="Qwen/Qwen3-14B", source="tests-ng-2", value=2.6)]
+    rk = _rank(world, drafts, published=elsewhere)
     ngram = next(r for r in rk.rows if r.id == "ngram")
     assert ngram.acceptance_origin == "prior" and ngram.ratio is not None
+    assert "few sources" in ngram.acceptance and "depends strongly" in ngram.acceptance
+    assert ngram.band[0] < ngram.ratio < ngram.band[1]
+
+
+def _bare(world, method: str, **kw):
+    """The DSpark draft's entry re-labelled as another method, its config not recorded."""
+    _, _, draft, _, _ = world
+    return replace(draft, id=f"bare-{method}", method=method, config=None, source_layout=None,
+                   published=(_al(3.5),), **kw)
+
+
+def test_a_draft_without_a_recorded_shape_is_projected_on_an_assumed_one_said_so(world):
+    reg, target, _, h100, _ = world
+    bare = _bare(world, "eagle3")
+    rk = _rank(world, [bare])
+    row = next(r for r in rk.rows if r.id == bare.id)
+    assert row.ratio is not None and row.band[0] <= row.ratio <= row.band[1]
+    assert row.shape == "assumed" and "upper bound" in row.shape_assumed
+    assert "hidden 4096" in row.shape_assumed and "MLP 12288" in row.shape_assumed
+    assert "shape assumed" in row.note and any(bare.id in n and "shape assumed" in n
+                                               for n in rk.notes)
+    assert rk.start_with_id != bare.id or any("rests on an assumed" in n for n in rk.notes)
+    # KV left comes from the assumed shape: less than the target-only plan leaves
+    target_only = place(bare, target, Deployment(h100, concurrency=C))
+    assert target_only.plan is not None
+    assert row.kv_left_tokens < target_only.plan.with_draft.kv_tokens - C * 1024
+    import json
+    from dataclasses import asdict
+
+    as_json = json.loads(json.dumps(asdict(row)))
+    assert as_json["shape"] == "assumed" and as_json["shape_assumed"] == row.shape_assumed
+    recorded = next(r for r in _rank(world, [world[2]]).rows if r.id == world[2].id)
+    assert recorded.shape == "recorded" and recorded.shape_assumed == ""
+
+
+def test_a_method_without_a_standard_construction_stays_unprojected(world):
+    for method, extra in (("dflash", {}), ("eagle3", {"speculative_config":
+                                                      {"parallel_drafting": True}})):
+        bare = _bare(world, method, **extra)
+        row = next(r for r in _rank(world, [bare]).rows if r.id == bare.id)
+        assert row.ratio is None and row.shape is None and "none assumed" in row.note
+    # P-EAGLE with the layer count its card states: its depth is taken from the card
+    peagle = _bare(world, "eagle3", speculative_config={"parallel_drafting": True},
+                   num_speculative_tokens=3, draft_layers=4, draft_layers_source="4-layer (card)")
+    row = next(r for r in _rank(world, [peagle]).rows if r.id == peagle.id)
+    assert row.method == "peagle" and row.ratio is not None
+    assert row.shape_assumed.startswith("4 decoder layers (the card: 4-layer (card))")
+
+
+def test_resolve_ranks_the_three_users_targets_with_bands_offline(offline):
+    from click.testing import CliRunner
+
+    from speckit.cli import main
+
+    for target in ("Qwen/Qwen3-8B", "meta-llama/Llama-3.1-8B-Instruct", "openai/gpt-oss-20b"):
+        r = CliRunner().invoke(main, ["registry", "resolve", "--target", target, "--gpu", "h100",
+                                      "--concurrency", str(C), "--json"])
+        assert r.exit_code == 0, r.output
+        import json
+
+        rows = json.loads(r.output)["ranking"]["rows"]
+        ranked = [x for x in rows if x["ratio"] is not None and x["band"] is not None]
+        assert len(ranked) >= 2, (target, [x["note"] for x in rows])
+        for x in ranked:
+            assert x["band"][0] <= x["ratio"] <= x["band"][1]
+            # KV left fits in the GPU (a hybrid sliding-window target's layers share one pool)
+            assert 0 < x["kv_left_bytes"] < 80 * 10**9
+            assert x["shape"] in ("recorded", "assumed") or x["id"] in ("ngram", "suffix")
 
 
 def test_a_method_the_gpus_vllm_does_not_serve_is_marked_and_never_picked(world):

@@ -59,6 +59,17 @@ def _no_extra_slots(k: int) -> int:
     return 0
 
 
+@dataclass(frozen=True)
+class AssumedShape:
+    """A stand-in config for a published draft whose own config is not recorded: what the
+    method's documented standard construction builds from the target's config. Never a recorded
+    shape: ``assumed`` says what was assumed and ``upper_bound`` whether its cost errs high."""
+
+    config: dict[str, Any]
+    assumed: str  # one sentence: what was taken from where (with the sources)
+    upper_bound: bool = False  # the assumption can only overstate the draft's cost
+
+
 @dataclass(frozen=True, kw_only=True)
 class MethodSpec:
     """Everything a stage may ask of one method: typed facts and the method's pure functions.
@@ -134,6 +145,15 @@ class MethodSpec:
     quantizable: Callable[[str, dict[str, Any]], bool] | None = None
     runtime_module_name: Callable[..., str] | None = None
     runtime_module_aliases: Callable[..., list[str]] | None = None
+    # a stand-in shape for a draft whose config is not recorded, from the target's config by the
+    # method's documented standard construction: assumed_shape(target_config, layers=N,
+    # layers_source=...) (N: the layer count its card states, else None) -> AssumedShape, or a
+    # sentence saying why none can be assumed. None: no documented standard construction
+    assumed_shape: Callable[..., AssumedShape | str] | None = None
+    # acceptance depends mostly on the workload (how much the output repeats the prompt or earlier
+    # outputs), not on a trained draft: the prior says so and needs figures from
+    # MIN_WORKLOAD_PRIOR_SOURCES sources (core/plan/acceptance.py)
+    workload_acceptance: str | None = None
 
     def __post_init__(self) -> None:
         for name, make in _DEFAULTS.items():
@@ -200,7 +220,7 @@ def check_k_range(method: str, k: int, *, lo: int = 1, hi: int | None = None,
 FUNCTION_FIELDS = ("default_k", "check_k", "lookahead_slots", "extra_query_slots",
                    "speculative_config", "draft_kv_layers", "describe", "expected_tensors",
                    "source_tensors", "check_config", "target_tensor_names", "quantizable",
-                   "runtime_module_name", "runtime_module_aliases")
+                   "runtime_module_name", "runtime_module_aliases", "assumed_shape")
 
 
 def spec_from(namespace: dict[str, Any], **facts: Any) -> MethodSpec:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from speckit.core import hfconfig
-from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
+from speckit.core.methods import AssumedShape, KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods.common import (
     attn_dims,
     aux_fields,
@@ -34,6 +34,7 @@ from speckit.core.methods.layout import (
     any_suffix,
     architectures,
 )
+from speckit.errors import FormatError
 
 
 def draft_kv_layers(config: dict[str, Any]) -> list[KVLayer]:
@@ -315,6 +316,83 @@ LAYOUT_SPECS: tuple[LayoutSpec, ...] = (
 )
 
 
+# ---- a stand-in shape where the draft's config is not recorded ---------------------------------
+
+# The documented EAGLE-3 construction: one decoder layer (arXiv 2503.01840) with the target's
+# attention widths and, for a dense target, its MLP width: SpecForge's published head configs
+# (sgl-project/SpecForge configs/llama3-8B-eagle3.json: "intermediate_size": 14336, Llama-3.1-8B's;
+# configs/qwen3-4b-eagle3.json: 9728, Qwen3-4B's; both "num_hidden_layers": 1). A MoE target's
+# expert width is not the head's: for gpt-oss SpecForge's head is a dense MLP of 6 x hidden
+# (configs/gpt-oss-20B-eagle3.json @ ca803a5: "hidden_size": 2880, "intermediate_size": 17280).
+# No other MoE family has a documented head width here: no stand-in for them.
+HEAD_MLP_PER_HIDDEN = {"gpt_oss": 6}
+_SPECFORGE = "https://github.com/sgl-project/SpecForge/blob/ca803a5b736f2b65e027f1c9d1ed232beaacc508"
+_MOE_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
+def _head_mlp(tcfg: dict[str, Any]) -> tuple[int, str] | None:
+    """(MLP width, where it comes from) of an EAGLE-3 head for this target; None: undocumented
+    (a MoE family other than gpt-oss)."""
+    mtype = str(tcfg.get("model_type") or "")
+    if mtype in HEAD_MLP_PER_HIDDEN:
+        n = HEAD_MLP_PER_HIDDEN[mtype]
+        return (n * int(tcfg["hidden_size"]),
+                f"a dense MLP of {n} x hidden as SpecForge's {mtype} EAGLE-3 head "
+                f"({_SPECFORGE}/configs/gpt-oss-20B-eagle3.json: intermediate_size 17280), not "
+                "the target's expert width")
+    if any(tcfg.get(k) for k in _MOE_KEYS):
+        return None
+    inter = tcfg.get("intermediate_size")
+    if not inter:
+        return None
+    return int(inter), ("the target's MLP width, as SpecForge's EAGLE-3 head configs take it "
+                        f"({_SPECFORGE}/configs/llama3-8B-eagle3.json)")
+
+
+def head_shape(target_config: dict[str, Any], *, layers: int, method: str,
+               layers_said: str) -> AssumedShape | str:
+    """A speculators-layout config of an EAGLE-3-family head of ``layers`` decoder layers for
+    ``target_config`` (see the comment above); the draft vocabulary is the target's, the larger
+    lm_head, so the draft's cost is an upper bound. A sentence saying why not where the
+    construction is undocumented for this target."""
+    tcfg = layer_config(target_config)
+    try:
+        hidden, heads, kv, hd = attn_dims(tcfg, where="target config")
+        vocab = int(tcfg["vocab_size"])
+    except (KeyError, TypeError, ValueError, FormatError):
+        return "the target's recorded shape lacks its attention widths or vocabulary"
+    mlp = _head_mlp(tcfg)
+    if mlp is None:
+        return (f"no documented EAGLE-3 head MLP width for a {tcfg.get('model_type')} MoE target "
+                "(the expert width is not the head's)")
+    mtype = tcfg.get("model_type") if tcfg.get("model_type") in LAYER_TYPES else "llama"
+    inner = {"model_type": mtype, "hidden_size": hidden, "num_attention_heads": heads,
+             "num_key_value_heads": kv, "head_dim": hd, "intermediate_size": mlp[0],
+             "num_hidden_layers": layers, "vocab_size": vocab, "hidden_act": "silu",
+             "rms_norm_eps": 1e-5, "max_position_embeddings": 4096}
+    config = {"speculators_model_type": method, "transformer_layer_config": inner,
+              "draft_vocab_size": vocab, "target_hidden_size": hidden,
+              "torch_dtype": str(target_config.get("torch_dtype") or "bfloat16")}
+    said = (f"{layers} decoder layer{'s' if layers != 1 else ''} ({layers_said}) with the "
+            f"target's attention widths (hidden {hidden}, {heads} heads, {kv} KV heads, head_dim "
+            f"{hd}), MLP {mlp[0]} ({mlp[1]}), draft vocabulary = the target's {vocab:,} (the "
+            "larger lm_head, so the draft's step cost is an upper bound; vLLM shares the "
+            "target's head then, so no head weights are counted: a published 32,000-row head "
+            f"would add {32000 * hidden * 2 / 2**20:,.0f} MiB at 16 bits)")
+    return AssumedShape(config=config, assumed=said, upper_bound=True)
+
+
+def assumed_shape(target_config: dict[str, Any], *, layers: int | None = None,
+                  layers_source: str | None = None) -> AssumedShape | str:
+    """EAGLE-3's documented construction: one decoder layer unless the card states another."""
+    said = (f"the card: {layers_source}" if layers is not None and layers_source else
+            "stated by the card" if layers is not None else "EAGLE-3's one layer, arXiv 2503.01840")
+    return head_shape(target_config, layers=layers or 1, method=SPEC_NAME, layers_said=said)
+
+
+SPEC_NAME = "eagle3"
+
+
 # what every method of the EAGLE-3 family (eagle3, peagle) is, beside its own facts
 FAMILY_FACTS: dict[str, Any] = {
     # written out by convert: vLLM reads the key's absence differently (speculators 0.9.0)
@@ -329,7 +407,7 @@ FAMILY_FACTS: dict[str, Any] = {
 
 SPEC = spec_from(
     globals(),
-    name="eagle3",
+    name=SPEC_NAME,
     aliases=("eagle",),  # other spellings methods.get() accepts
     order=10,
     vllm_method="eagle3",

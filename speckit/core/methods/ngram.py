@@ -23,6 +23,8 @@ def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> 
 SPEC = spec_from(
     globals(),
     name="ngram",
+    workload_acceptance=("how often the output repeats n-grams of the prompt"
+                         " (code edits, retrieval, summaries: high; open chat: low)"),
     order=90,
     vllm_method="ngram",
     has_checkpoint=False,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from speckit.core.methods import KVLayer, Problem, TensorSpec, spec_from
+from speckit.core.methods import AssumedShape, KVLayer, Problem, TensorSpec, spec_from
 from speckit.core.methods import eagle3 as _eagle3
 from speckit.core.methods.common import (
     draft_layer_kv,
@@ -86,6 +86,18 @@ def runtime_module_aliases(ckpt_name: str, *, target_num_layers: int,
                            config: dict[str, Any]) -> list[str]:
     return _eagle3.runtime_module_aliases(ckpt_name, target_num_layers=target_num_layers,
                                           config=config)
+
+
+def assumed_shape(target_config: dict[str, Any], *, layers: int | None = None,
+                  layers_source: str | None = None) -> AssumedShape | str:
+    """An EAGLE-3-style head (the target's widths, eagle3.head_shape) of the layer count its card
+    states. P-EAGLE has no standard depth (AWS publishes 4-layer heads, SpecForge's
+    configs/qwen3-8b-peagle.json trains 4, others differ): without a stated count, none."""
+    if layers is None:
+        return ("P-EAGLE has no standard depth (AWS's heads have 4 layers, others differ) and "
+                "its card's layer count is not recorded")
+    said = f"the card: {layers_source}" if layers_source else "stated by the card"
+    return _eagle3.head_shape(target_config, layers=layers, method="peagle", layers_said=said)
 
 
 # the layouts this method comes in (detect.py tries them by priority; docs/formats.md

@@ -23,6 +23,8 @@ def speculative_config(*, model: str | None, k: int, config: dict[str, Any]) -> 
 SPEC = spec_from(
     globals(),
     name="suffix",
+    workload_acceptance=("how often the output repeats the prompt or earlier outputs"
+                         " (agent loops, code edits: high; open chat: low)"),
     order=100,
     vllm_method="suffix",
     has_checkpoint=False,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from speckit.core import methods
@@ -81,6 +81,11 @@ AL_METRIC = "acceptance_length"
 PRIOR_QUANTILES = (0.1, 0.9)  # the prior's band: source-weighted 10th..90th percentile
 MIN_SIZED_SOURCES = 3  # a target-size subset of the prior needs this many sources, else all
 SIZE_FACTOR = 4.0  # "same size": target parameters within this factor of the one asked for
+FEW_SOURCES = 3  # a prior from fewer sources says so in its label
+# a method whose acceptance is mostly the workload's (MethodSpec.workload_acceptance: ngram,
+# suffix) gets a prior only from this many sources: its spread across workloads is the point, and
+# one source shows one workload
+MIN_WORKLOAD_PRIOR_SOURCES = 2
 
 
 @dataclass(frozen=True)
@@ -412,11 +417,12 @@ def prior_from(rows: Sequence[Figure], *, k: int, what: str) -> AcceptanceChoice
     mid = weighted_quantile(a, w, 0.5)
     lo, hi = (weighted_quantile(a, w, q) for q in PRIOR_QUANTILES)
     n_src, n_units = len({f.source for f in rows}), len({unit(f) for f in rows})
+    few = f", few sources: fewer than {FEW_SOURCES}" if n_src < FEW_SOURCES else ""
     return AcceptanceChoice(
         al=geometric_al(mid, k), rates=None, k=k, origin="prior",
         label=(f"prior: {what}, {len(rows)} figures of {n_units} draft measurements from {n_src} "
-               f"source{'s' if n_src != 1 else ''} (median, each draft weighing the same; none "
-               "published for this draft)"),
+               f"source{'s' if n_src != 1 else ''}{few} (median, each draft weighing the same; "
+               "none published for this draft)"),
         al_low=geometric_al(lo, k), al_high=geometric_al(hi, k))
 
 
@@ -425,12 +431,38 @@ def acceptance_prior(registry: Registry, *, method: str, target_params_b: float 
     """The prior for ``method`` at ``k`` (default: the method's usual k, else the k most of its
     figures were measured at); None when the registry records no figure for it."""
     rows, what = pool(prior_figures(registry), method=method, target_params_b=target_params_b)
-    if not rows:
+    spec = methods.get(method)
+    if not rows or (spec.workload_acceptance and
+                    len({f.source for f in rows}) < MIN_WORKLOAD_PRIOR_SOURCES):
         return None
     if k is None:
-        k = methods.get(method).usual_k or max(
+        k = spec.usual_k or max(
             {f.k for f in rows}, key=lambda x: (sum(f.k == x for f in rows), -x))
-    return prior_from(rows, k=k, what=what)
+    choice = prior_from(rows, k=k, what=what)
+    return with_workload_note(choice, spec) if choice is not None else None
+
+
+def with_workload_note(choice: AcceptanceChoice, spec: methods.MethodSpec) -> AcceptanceChoice:
+    """``choice`` with its label saying, for a method whose acceptance is mostly the workload's,
+    what it depends on (its band is the spread across the workloads recorded)."""
+    if not spec.workload_acceptance:
+        return choice
+    return replace(choice, label=f"{choice.label}; {spec.name}'s acceptance depends strongly on "
+                   f"the workload: {spec.workload_acceptance}")
+
+
+def prior_shortfall(registry: Registry, *, method: str) -> str | None:
+    """Why a workload-dependent ``method`` has no prior though figures are recorded (too few
+    sources), else None."""
+    spec = methods.get(method)
+    rows, _ = pool(prior_figures(registry), method=method)
+    n = len({f.source for f in rows})
+    if not spec.workload_acceptance or not rows or n >= MIN_WORKLOAD_PRIOR_SOURCES:
+        return None
+    return (f"{len(rows)} published figure{'s' if len(rows) != 1 else ''} from {n} source "
+            f"({rows[0].source}): too few for a prior of a method whose acceptance depends on "
+            f"the workload (needs {MIN_WORKLOAD_PRIOR_SOURCES} sources); pass --dataset "
+            f"{rows[0].dataset!r} to use it where it was measured on this target")
 
 
 # ---- out of sample -----------------------------------------------------------------------------
@@ -496,7 +528,7 @@ def choose_acceptance(*, flag: AcceptanceChoice | None = None, report: Any = Non
     if entry is not None:
         pub = published_acceptance(entry, dataset=dataset, k=k)
         if pub is not None:
-            return pub
+            return with_workload_note(pub, methods.get(entry.method)) if entry.method else pub
         if target_params_b is None:
             target_params_b = params_from_name(entry.target)
     if registry is None:
@@ -515,6 +547,7 @@ def log_error(predicted: float, actual: float) -> float:
 
 __all__ = ["AL_METRIC", "ORIGINS", "AcceptanceChoice", "Figure", "HeldOut", "acceptance_prior",
            "al_rows", "choose_acceptance", "family_of", "from_flags", "from_report",
-           "geometric_al", "leave_one_source_out", "log_error", "method_family",
+           "geometric_al", "leave_one_source_out", "prior_shortfall",
+           "with_workload_note", "log_error", "method_family",
            "params_from_name", "pool", "prior_figures", "prior_from", "published_acceptance",
            "row_al", "source_key", "source_weights", "unit", "weighted_quantile"]

@@ -118,11 +118,13 @@ _ENTRY_OPTIONAL = (
     "source_layout", "num_speculative_tokens", "k_source", "min_vllm", "min_vllm_source",
     "shadows_builtin",
     "speculative_config", "target_hidden_size", "target_vocab_size", "hidden_size", "vocab_size",
+    "draft_layers", "draft_layers_source",
     "notes", "published", "citations", "config", "config_sources", "checkpoint_bytes",
     "checkpoint_bytes_source", "local_copy_of", "copy_differs", "trained",
 )
 _DRAFT_ONLY = ("method", "target", "num_speculative_tokens", "k_source", "speculative_config",
-               "target_hidden_size", "target_vocab_size", "trained")
+               "target_hidden_size", "target_vocab_size", "trained", "draft_layers",
+               "draft_layers_source")
 THINKING_MODES = ("on", "off", "both")
 _TARGET_ONLY = ("hidden_size", "vocab_size", "local_copy_of", "copy_differs")
 _RESULT_FIELDS = (
@@ -268,6 +270,8 @@ def _parse_entry(raw: Mapping[str, Any], *, origin: str, index: int) -> Entry:
         min_vllm_source=_str(ctx, raw, "min_vllm_source"), speculative_config=spec_extra,
         target_hidden_size=_int(ctx, raw, "target_hidden_size"),
         target_vocab_size=_int(ctx, raw, "target_vocab_size"),
+        draft_layers=_int(ctx, raw, "draft_layers"),
+        draft_layers_source=_str(ctx, raw, "draft_layers_source"),
         hidden_size=hidden, vocab_size=vocab, notes=notes, published=published,
         shadows_builtin=bool(_bool(ctx, raw, "shadows_builtin")),
         citations=_citations(ctx, raw, "citations"), config=config,

@@ -152,6 +152,10 @@ class Entry:
     speculative_config: dict[str, Any] = field(default_factory=dict)  # extra --speculative-config
     target_hidden_size: int | None = None
     target_vocab_size: int | None = None
+    # the draft's decoder layer count as its card states it (a draft without a recorded config:
+    # the assumed shape takes it), and the card's words
+    draft_layers: int | None = None
+    draft_layers_source: str | None = None
     hidden_size: int | None = None  # for kind = "target"
     vocab_size: int | None = None  # for kind = "target"
     notes: tuple[str, ...] = ()

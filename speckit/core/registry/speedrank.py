@@ -19,6 +19,7 @@ from speckit.core.plan.acceptance import (
     choose_acceptance,
     family_of,
     params_from_name,
+    prior_shortfall,
 )
 from speckit.core.plan.answer import best_ratio_at, scaled_rates, widen, without_k
 from speckit.core.plan.computed import computed_draft_tensors
@@ -59,6 +60,11 @@ class SpeedRow:
     location: str = ""  # where its weights come from (a Hub repo@revision, bundled, ...)
     kv_holds: int | None = None  # requests the KV cache holds at the context, when under C
     label: str = "projected"
+    # the draft shape the ratio and KV left rest on: "recorded" (the registry's config), "assumed"
+    # (the method's standard construction from the target's config: ``shape_assumed`` says what)
+    # or None (no draft weights, or not projected)
+    shape: str | None = None
+    shape_assumed: str = ""
 
 
 @dataclass
@@ -134,9 +140,21 @@ def _entry_row(ask: _Ask, e: Entry, fit: Fit | None) -> SpeedRow:
     if fit is not None and fit.level == WILL_NOT_START:
         row.note = f"will not start: {fit.detail}"
         return row
-    if e.config is None and methods.get(name).has_checkpoint:
-        row.note = "no recorded draft shape: not projected (`speckit plan` with its files does)"
-        return row
+    spec, own = methods.get(name), e
+    if e.config is None and spec.has_checkpoint:
+        shape = assumed_shape(spec, e, ask.target.config or {})
+        if isinstance(shape, str):
+            row.note = shape
+            return row
+        e = replace(e, config=shape.config, source_layout=None)
+        row.shape, row.shape_assumed = "assumed", shape.assumed
+        fit = place(e, ask.target, ask.dep) if e.num_speculative_tokens is not None else fit
+        row.fit = fit.verdict if fit is not None else row.fit
+        if fit is not None and fit.level == WILL_NOT_START:
+            row.note = f"will not start (with the assumed shape): {fit.detail}"
+            return row
+    elif e.config is not None:
+        row.shape = "recorded"
     k = fit.k if fit is not None and fit.k is not None else e.num_speculative_tokens
     if k is None:  # no k recorded: the one its acceptance figure was measured at, planned
         k = _figure_k(ask, e, name)
@@ -150,13 +168,35 @@ def _entry_row(ask: _Ask, e: Entry, fit: Fit | None) -> SpeedRow:
             row.note = f"will not start at k={k} (its figure's k): {fit.detail}"
             return row
     try:
-        rows = computed_draft_tensors(methods.get(name), e.source_layout, e.config or {},
+        rows = computed_draft_tensors(spec, e.source_layout, e.config or {},
                                       where=e.id).tensors if e.config is not None else []
-        drows = [(n, tuple(shape)) for n, _, shape in rows]
+        drows = [(n, tuple(dims)) for n, _, dims in rows]
     except (PlanError, FormatError) as err:
         row.note = f"draft weights not computable: {err.message}"
         return row
-    return _project(ask, row, e, k, fit, e.config, drows)
+    row = _project(ask, row, own, k, fit, e.config, drows)
+    if row.shape == "assumed" and row.ratio is not None:
+        row.note = "; ".join(x for x in (row.note, "shape assumed (no recorded config; ratio "
+                                         "and KV left rest on it): " + row.shape_assumed) if x)
+    return row
+
+
+def assumed_shape(spec: methods.MethodSpec, e: Entry,
+                  target_config: dict[str, Any]) -> methods.AssumedShape | str:
+    """The stand-in shape for an entry without a recorded config (its method's documented
+    construction, with the layer count its card states), or a note saying why there is none."""
+    if spec.assumed_shape is None:
+        why = f"{spec.name} has no documented standard construction (its depth varies by release)"
+    elif not target_config:
+        why = "the registry records no shape for the target"
+    else:
+        shape = spec.assumed_shape(target_config, layers=e.draft_layers,
+                                   layers_source=e.draft_layers_source)
+        if not isinstance(shape, str):
+            return shape
+        why = shape
+    return (f"no recorded draft shape, and none assumed: {why}: not projected (`speckit plan` "
+            "with its files does)")
 
 
 def _figure_k(ask: _Ask, e: Entry, method: str) -> int | None:
@@ -197,8 +237,19 @@ def _engine_only_row(ask: _Ask, spec: methods.MethodSpec) -> SpeedRow:
     want = (ask.target.repo or ask.target.id).lower()
     own = tuple(r for r in ask.registry.published if r.method and (r.target or "").lower() == want
                 and methods.get(r.method) is spec)
+    if spec.workload_acceptance and ask.dataset is None and own:
+        # one workload's figure is not this method's acceptance on the user's: the prior (its
+        # band the spread across workloads) unless --dataset names the workload
+        row.note = (f"{len(own)} figure{'s' if len(own) != 1 else ''} published on this target "
+                    f"({'; '.join(sorted({r.dataset for r in own}))}): pass --dataset to use "
+                    "one")
+        own = ()
     pseudo = _EngineOnly(spec.name, spec.vllm_method, ask.target.repo, k, own)
-    return _project(ask, row, pseudo, k, fit, None, [])
+    row = _project(ask, row, pseudo, k, fit, None, [])
+    if row.ratio is None and not row.acceptance_origin:
+        short = prior_shortfall(ask.registry, method=spec.name)
+        row.note = f"not projected: {short}" if short else row.note
+    return row
 
 
 def _row(rid: str, name: str, fit: Fit | None, ask: _Ask, e: Entry | None) -> SpeedRow:
@@ -261,7 +312,9 @@ def _project(ask: _Ask, row: SpeedRow, e: Entry | None, k: int, fit: Fit | None,
     row.k, row.ratio, row.band = best[0], best[1], best[2]
     row.speculative_config = {**row.speculative_config, "num_speculative_tokens": best[0]}
     if plan is not None:
-        per_token = plan.kv.target_bytes_per_token + plan.kv.draft_bytes_per_token
+        # bytes one token of KV capacity takes: plan's block over its size (a hybrid model's
+        # sliding and full layers fill one block pool, so summing every layer double-counts)
+        per_token = plan.kv.bytes_per_block // plan.kv.block_size
         row.kv_left_tokens = kv - ask.concurrency * (ask.context + look)
         row.kv_left_bytes = row.kv_left_tokens * per_token
     return row
@@ -302,6 +355,13 @@ def _adaptive(rows: list[SpeedRow], platform: str) -> list[str]:
 
 def _notes(rows: list[SpeedRow], pick: SpeedRow | None, on_prior: list[str]) -> list[str]:
     out = []
+    assumed = [r.id for r in rows if r.shape == "assumed" and r.ratio is not None]
+    if assumed:
+        out.append("shape assumed (the registry records no config; each method's standard "
+                   "construction from the target's, the draft's cost an upper bound): "
+                   + ", ".join(assumed) + "; `speckit plan` with the draft's files counts it")
+    if pick is not None and pick.shape == "assumed":
+        out.append(f"the start below ({pick.id}) rests on an assumed draft shape")
     if on_prior:
         out.append("rests on the method prior (no published acceptance for the draft): "
                    + ", ".join(on_prior) + "; measure with `speckit validate` and pass "
@@ -320,5 +380,5 @@ def _notes(rows: list[SpeedRow], pick: SpeedRow | None, on_prior: list[str]) -> 
     return out
 
 
-__all__ = ["DEFAULT_CONTEXT", "Pricing", "SpeedRanking", "SpeedRow", "engine_support",
-           "rank_by_speed"]
+__all__ = ["DEFAULT_CONTEXT", "Pricing", "SpeedRanking", "SpeedRow", "assumed_shape",
+           "engine_support", "rank_by_speed"]
