@@ -30,13 +30,7 @@ class RecordedAcceptance:
 def read_acceptance_by_context(path: str | Path) -> RecordedAcceptance:
     """The ``acceptance_by_context`` of the validate report at ``path``; UsageError when there is
     no such file, FormatError naming the field when it is not one validate writes."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise UsageError(f"--acceptance-from {path}: no such file", hint=HINT)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise FormatError(f"{p}: not a JSON report ({e})", hint=HINT) from e
+    p, data = _read_report(path)
     abc = data.get("acceptance_by_context") if isinstance(data, dict) else None
     if not isinstance(abc, dict):
         raise FormatError(f"{p}: no 'acceptance_by_context' object (field "
@@ -101,13 +95,7 @@ class ReportAcceptance:
 def read_acceptance(path: str | Path) -> ReportAcceptance:
     """``summary.per_position`` of the validate report at ``path`` (plan --acceptance-from
     without --traffic): UsageError when there is no such file, FormatError naming the field."""
-    p = Path(path).expanduser()
-    if not p.is_file():
-        raise UsageError(f"--acceptance-from {path}: no such file", hint=HINT)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise FormatError(f"{p}: not a JSON report ({e})", hint=HINT) from e
+    p, data = _read_report(path)
     summary = data.get("summary") if isinstance(data, dict) else None
     rates = summary.get("per_position") if isinstance(summary, dict) else None
     if not isinstance(rates, list) or not rates or not all(
@@ -118,6 +106,18 @@ def read_acceptance(path: str | Path) -> ReportAcceptance:
     k = _count(summary.get("k"), default=None)
     return ReportAcceptance([float(r) for r in rates],
                             f"{p} (validate summary" + (f", k={k}" if k else "") + ")")
+
+
+def _read_report(path: str | Path) -> tuple[Path, Any]:
+    """The report file at ``path`` and its parsed JSON (UsageError: no such file; FormatError:
+    not JSON)."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise UsageError(f"--acceptance-from {path}: no such file", hint=HINT)
+    try:
+        return p, json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise FormatError(f"{p}: not a JSON report ({e})", hint=HINT) from e
 
 
 __all__ = ["ReportAcceptance", "RecordedAcceptance", "read_acceptance",

@@ -18,9 +18,7 @@ from click.testing import CliRunner
 from speckit.bench import BenchError, BenchOptions, bench
 from speckit.bench import workflow as bench_workflow
 from speckit.cli import main
-from tests.support import factories
-from tests.support.factories_convert import patch_config
-from tests.support.preflight_rule import install
+from tests.support.preflight_rule import install, marked_pair
 
 
 @pytest.fixture(autouse=True)
@@ -39,12 +37,7 @@ def started(monkeypatch):
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pair")
-    target = factories.make_target(root / "target", with_tokenizer=True)
-    clean = factories.make_spec_eagle3(root / "eagle3")
-    marked = patch_config(factories.make_spec_eagle3(root / "eagle3-marked"),
-                          test_collapse=True)
-    return {"target": str(target), "clean": str(clean), "marked": str(marked)}
+    return marked_pair(tmp_path_factory.mktemp("pair"))
 
 
 def test_an_error_stops_bench_before_any_server(pair, started, tmp_path):

@@ -34,3 +34,14 @@ def install(monkeypatch: pytest.MonkeyPatch) -> None:
     """core.preflight's rule modules plus the test rule, for one test."""
     rule = SimpleNamespace(check=_check)
     monkeypatch.setattr(preflight_check, "RULE_MODULES", (*preflight_check.RULE_MODULES, rule))
+
+
+def marked_pair(root) -> dict[str, str]:
+    """A target with a tokenizer, a clean EAGLE-3 draft and one the rule flags (paths by role)."""
+    from tests.support import factories
+    from tests.support.factories_convert import patch_config
+
+    target = factories.make_target(root / "target", with_tokenizer=True)
+    clean = factories.make_spec_eagle3(root / "eagle3")
+    marked = patch_config(factories.make_spec_eagle3(root / "eagle3-marked"), **{MARK: True})
+    return {"target": str(target), "clean": str(clean), "marked": str(marked)}

@@ -24,7 +24,7 @@ from speckit.validate.inputs import gather_inputs
 from speckit.validate.options import ValidateOptions
 from tests.support import factories
 from tests.support.factories_convert import patch_config
-from tests.support.preflight_rule import install
+from tests.support.preflight_rule import install, marked_pair
 from tests.validate.test_validate import _synthetic_report
 
 
@@ -47,12 +47,7 @@ def _rule_and_tripwire(monkeypatch):
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory):
-    root = tmp_path_factory.mktemp("pair")
-    target = factories.make_target(root / "target", with_tokenizer=True)
-    clean = factories.make_spec_eagle3(root / "eagle3")
-    marked = patch_config(factories.make_spec_eagle3(root / "eagle3-marked"),
-                          test_collapse=True)
-    return {"target": str(target), "clean": str(clean), "marked": str(marked)}
+    return marked_pair(tmp_path_factory.mktemp("pair"))
 
 
 def test_an_error_stops_validate_before_any_engine(pair, _rule_and_tripwire, tmp_path):
