@@ -101,13 +101,15 @@ def test_validate_memory_gate_runs_on_rocm(on_mi300x, tmp_path):
 
 def test_cpu_backend_is_decided_by_its_code_not_timed():
     plain = {k.format: k for k in host.cpu_kernels({"avx512f", "amx_bf16", "amx_tile"})}
-    assert {f: k.status for f, k in plain.items()} == {"mxfp4": "emulated", "fp8": "emulated",
-                                                       "nvfp4": "emulated"}
+    # MXFP4 and NVFP4: every scheme of the format is refused by vLLM's CPU backend (the scheme
+    # table's cpu_refusal), so doctor's kernel list says refused, as its scheme list does
+    assert {f: k.status for f, k in plain.items()} == {"mxfp4": "refused", "fp8": "emulated",
+                                                       "nvfp4": "refused"}
     assert all(k.seconds is None and k.basis == "vLLM's CPU backend" for k in plain.values())
     assert "ChannelWiseTorchFP8ScaledMMLinearKernel" in plain["fp8"].detail
     # AMX-FP8 (vLLM's CPUFP8W8A8ScaledMMLinearKernel) is the one native CPU path
     amx = {k.format: k.status for k in host.cpu_kernels({"amx_tile", "amx_fp8"})}
-    assert amx == {"mxfp4": "emulated", "fp8": "native", "nvfp4": "emulated"}
+    assert amx == {"mxfp4": "refused", "fp8": "native", "nvfp4": "refused"}
 
 
 @pytest.mark.parametrize(("ratio", "cap", "want"), [
