@@ -363,7 +363,11 @@ def test_vllm_cpu_serves_fp8_draft(engine_runs, run):
         assert mods[name]["method"] == "UnquantizedLinearMethod", (name, mods[name])
         assert mods[name]["params"]["weight"][0] == "bfloat16"
     if run != "draft_model":
-        assert kept == {"model.layers.8.mlp.down_proj"}
+        # the user's --exclude, and what the scheme's published recipe keeps (Quark keeps fc)
+        recipe = {method.runtime_module_name(k.tensor, target_num_layers=TARGET_LAYERS)
+                  for k in core_quant.get(r.scheme).recipe_keeps}
+        assert kept == {"model.layers.8.mlp.down_proj"} | recipe
+        assert ("model.fc" in kept) == (r.scheme == "fp8")  # Quark FP8 keeps it, CT FP8 does not
     # vLLM says which FP8 kernel serves the scheme (the target is bf16: only the draft)
     assert re.search(rf"Selected \S+ for {scheme}", log), log[-3000:]
 
