@@ -27,6 +27,11 @@ _HINTS: list[tuple[str, str]] = [
      "it cannot run on this platform")),
     ("size mismatch", ("a draft tensor does not have the shape its config implies: run "
      "`speckit inspect DRAFT` (and `speckit convert` if the layout is not vLLM's)")),
+    # a layer fed inputs of another width than its weights (a traceback through a Linear names
+    # self.quant_method too: this comes first)
+    ("is invalid for input of size", ("a draft layer got inputs of another width than its "
+     "weights: the engine fed it other hidden states than it was trained on (aux-layer ids, "
+     "target hidden size); `speckit inspect DRAFT --target TARGET` shows the pre-flight")),
     ("quant_method", ("the checkpoint's quantization_config is not one vLLM accepts here: check it "
      "with `speckit inspect`")),
     ("eagle_aux_hidden_state_layer_ids", ("write eagle_aux_hidden_state_layer_ids explicitly in "
