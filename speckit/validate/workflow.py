@@ -52,6 +52,9 @@ def validate(options: ValidateOptions | None = None, /, **fields: Any) -> Valida
     inp = gather_inputs(opts, warnings)
     batches = pick_batch_sizes(opts.batch_sizes, cpu=inp.cpu, concurrency=opts.concurrency)
     preflight = check_preflight(inp, opts, eargs=eargs, warnings=warnings)
+    if opts.on_run is not None:  # a finding --force-start overrode: said before any engine starts
+        for line in (w for w in warnings if w.startswith("pre-flight ")):
+            opts.on_run(line)
     plan_info = check_gates(inp, opts, eargs=eargs, concurrency=max([opts.concurrency, *batches]),
                             warnings=warnings)
     rd, workdir = output_dirs(opts, inp, eargs=eargs, batches=batches)
