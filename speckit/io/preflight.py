@@ -25,7 +25,7 @@ from speckit.io.datafiles import load_registry
 from speckit.io.draftrecord import read_trained_length, recorded_targets
 from speckit.io.hub import Lock, default_lock_path
 from speckit.io.hub.cache import fetch_sidecars
-from speckit.io.refs import looks_like_path, registry_entry
+from speckit.io.refs import Resolved, looks_like_path, registry_entry
 
 
 class PreflightError(PlanError):
@@ -49,7 +49,7 @@ class PreflightResult:
         return [f for f in self.findings if not f.is_error]
 
 
-def check_pair(draft: Path, target: Any | None, *, target_ref: str | None = None,
+def check_pair(draft: Path, target: Resolved | None, *, target_ref: str | None = None,
                serve_context: int | None = None, model_runner: str = "auto",
                allow_pickle: bool = False,
                checkpoint: Checkpoint | None = None) -> PreflightResult:
@@ -64,7 +64,7 @@ def check_pair(draft: Path, target: Any | None, *, target_ref: str | None = None
     return PreflightResult(preflight(facts), *_identity_of(target, target_ref))
 
 
-def gather_facts(draft: Path, target: Any | None, *, target_ref: str | None = None,
+def gather_facts(draft: Path, target: Resolved | None, *, target_ref: str | None = None,
                  serve_context: int | None = None, model_runner: str = "auto",
                  allow_pickle: bool = False, checkpoint: Checkpoint | None = None) -> PairFacts:
     """Read the pair's files into PairFacts (headers and small configs only)."""
@@ -81,7 +81,7 @@ def gather_facts(draft: Path, target: Any | None, *, target_ref: str | None = No
                      serve_context=serve_context, model_runner=model_runner)
 
 
-def _target_files(target: Any | None) -> frozenset[str]:
+def _target_files(target: Resolved | None) -> frozenset[str]:
     """The file names beside the target's config (a config-only copy lists what it has)."""
     if target is None or not target.path.is_dir():
         return frozenset()
@@ -112,7 +112,7 @@ def finding_line(f: Finding) -> str:
 # ---- what the pair records about itself: identities, training conditions, rotation ------------
 # (issue 51 causes 2, 5, 7, 8; speckit.core.preflight reads them from PairFacts)
 
-def _identity_of(target: Any | None, target_ref: str | None) -> tuple[str | None, str | None]:
+def _identity_of(target: Resolved | None, target_ref: str | None) -> tuple[str | None, str | None]:
     """The target's identity and where it comes from: the Hub id given, else its registry entry's
     repo (or the Hub model a packaged target is a copy of), else the origin its local copy
     records (an HF-cache snapshot, a fetch sidecar in speckit-lock.json), else (None, None)."""
@@ -120,7 +120,7 @@ def _identity_of(target: Any | None, target_ref: str | None) -> tuple[str | None
         repo, _ = split_revision(target_ref.strip())
         if is_repo_id(repo) and not Path(target_ref).expanduser().exists():
             return repo, "the Hub id given"
-    entry = getattr(target, "entry", None)
+    entry = target.entry if target is not None else None
     if entry is None and target_ref and not looks_like_path(target_ref):
         entry = registry_entry(target_ref)
     if entry is not None and (entry.repo or entry.local_copy_of):
@@ -132,10 +132,10 @@ def _identity_of(target: Any | None, target_ref: str | None) -> tuple[str | None
     return _locked_origin(target)
 
 
-def _locked_origin(target: Any) -> tuple[str | None, str | None]:
+def _locked_origin(target: Resolved) -> tuple[str | None, str | None]:
     """A --local-dir copy: its sidecars are named by commit; speckit-lock.json maps repos to
     commits."""
-    commits = {m.stem for m in getattr(target, "fetch_memos", [])}
+    commits = {m.stem for m in target.fetch_memos}
     if not commits:
         return None, None
     try:
@@ -230,7 +230,7 @@ def _registry_depth(model: str | None, reg: Registry) -> int | None:
     return None
 
 
-def _target_extra(target: Any | None, tcfg: dict[str, Any] | None) -> dict[str, Any]:
+def _target_extra(target: Resolved | None, tcfg: dict[str, Any] | None) -> dict[str, Any]:
     """Rotation markers of the target: a Quark `algo_config` rotation entry
     ("quark_rotation"), msModelSlim's QuaRot (quant_model_description.json `is_rot_used` and its
     `optional.quarot.rotation_map.global_rotation` file: "modelslim_rotation")."""

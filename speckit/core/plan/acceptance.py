@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -62,6 +62,14 @@ class Entry(Protocol):
     speculative_config: dict[str, Any]
     config: dict[str, Any] | None
     published: tuple[PublishedResult, ...]
+
+
+class MeasuredReport(Protocol):
+    """A validate report's acceptance as io.context_report reads it: per-position rates (or
+    rates by context bucket) and the file and run they came from."""
+
+    per_position: Sequence[float] | Mapping[str, Sequence[float]]
+    source: str
 
 
 class Registry(Protocol):
@@ -163,10 +171,10 @@ def from_report(per_position: Sequence[float], *, source: str) -> AcceptanceChoi
                             label=f"measured: {source}")
 
 
-def _as_report(report: Any) -> AcceptanceChoice:
+def _as_report(report: AcceptanceChoice | MeasuredReport) -> AcceptanceChoice:
     if isinstance(report, AcceptanceChoice):
         return report
-    rates, source = getattr(report, "per_position", None), getattr(report, "source", "report")
+    rates, source = report.per_position, report.source
     if isinstance(rates, dict):  # by context bucket (io.context_report): one bucket only
         if len(rates) != 1:
             raise UsageError("the report measured several context buckets: pass --traffic to "
