@@ -17,7 +17,7 @@ from speckit.core import PACKAGE_DIR, methods
 from speckit.core.methods.detect import detect
 from speckit.core.modelcard import split_card
 from speckit.core.preflight import Finding, PairFacts, TrainingRecord, preflight
-from speckit.core.refs import is_repo_id, split_revision
+from speckit.core.refs import is_repo_id, printable, split_revision
 from speckit.core.registry import Registry
 from speckit.errors import FormatError, PlanError, SpeckitError
 from speckit.io.checkpoint import Checkpoint
@@ -93,20 +93,23 @@ def gate(result: PreflightResult, *, force_start: bool, warnings: list[str]) -> 
     is appended to ``warnings`` (it is still printed and written into the report)."""
     errors = result.errors
     if force_start:
-        warnings += [f"pre-flight {f.severity}: {f.message} [{f.subject}] (--force-start: started "
-                     "anyway)" for f in errors]
+        warnings += [printable(f"pre-flight {f.severity}: {f.message} [{f.subject}] "
+                               "(--force-start: started anyway)") for f in errors]
         return
     if errors:
-        raise PreflightError("pre-flight: this pair will serve at (near) zero acceptance: "
-                             + "; ".join(f"{f.message} [{f.subject}]" for f in errors),
-                             hint="; ".join(dict.fromkeys(f.fix for f in errors))
-                             + "; or pass --force-start to start anyway")
+        raise PreflightError(printable("pre-flight: this pair will serve at (near) zero "
+                                       "acceptance: " + "; ".join(f"{f.message} [{f.subject}]"
+                                                                  for f in errors)),
+                             hint=printable("; ".join(dict.fromkeys(f.fix for f in errors))
+                                            + "; or pass --force-start to start anyway"))
 
 
 def finding_line(f: Finding) -> str:
     """One finding as plan, validate and bench print it and write it into their reports."""
     cond = f" ({f.condition})" if f.condition else ""
-    return f"{f.severity}: {f.message} [{f.subject}]{cond}; fix: {f.fix} (as in {f.report})"
+    # messages quote the draft's and target's own config values: escaped for the terminal
+    return printable(f"{f.severity}: {f.message} [{f.subject}]{cond}; fix: {f.fix} "
+                     f"(as in {f.report})")
 
 
 # ---- what the pair records about itself: identities, training conditions, rotation ------------

@@ -128,3 +128,23 @@ def test_registry_trained_length_of_a_cached_draft(offline):
     facts = gather_facts(snap, None, target_ref="qwen3-8b")
     assert facts.record.trained_length == 4096 and facts.record.verifier == "Qwen/Qwen3-8B"
     assert facts.target_id == "Qwen/Qwen3-8B"
+
+
+def test_findings_reach_the_terminal_escaped():
+    """A finding quotes the pair's own config values (a verifier name, an exclude entry): the
+    lines plan, validate and bench print, and the refusal, carry no raw control characters."""
+    from speckit.core.preflight import Finding
+    from speckit.io.preflight import PreflightError, PreflightResult, finding_line, gate
+
+    f = Finding("error", "target-drift", "speculators_config.verifier",
+                "trained against \x1b]0;pwned\x07evil\nerror: forged", "fix \x1b[31mit", "r")
+    assert "\x1b" not in finding_line(f) and "\n" not in finding_line(f)
+    warnings: list[str] = []
+    gate(PreflightResult([f]), force_start=True, warnings=warnings)
+    assert "\x1b" not in warnings[0] and "\n" not in warnings[0]
+    try:
+        gate(PreflightResult([f]), force_start=False, warnings=[])
+    except PreflightError as e:
+        assert "\x1b" not in e.message + e.hint and "\n" not in e.message
+    else:
+        raise AssertionError("an error finding must stop")
